@@ -1,0 +1,1 @@
+"""Inter-router protocol and route computation over the router graph (sans-IO)."""
