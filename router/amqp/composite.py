@@ -1,0 +1,181 @@
+"""Described composite and restricted types (types §1.4-§1.5) as frozen dataclasses.
+
+Owns: the `composite` and `restricted` class decorators. A composite declares its descriptor
+(numeric code and symbolic name) and the AMQP kind of each field, in field order; the decorator
+registers an encoder (a described list, fields equal to their default written as null and trailing
+nulls trimmed) and a decoder that validates every field and fills defaults.
+
+Field kinds: "string", "symbol", "binary", "boolean", "ubyte", "ushort", "uint", "ulong",
+"timestamp", "fields" (map), "map", "list", "*" (any value, e.g. a described type); a trailing
+"*" marks a multiple field (transport §1.3: a single value or an array, kept as a tuple) and a
+trailing "!" a mandatory one.
+Must not touch: the meaning of any particular performative (performatives.py, messaging.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .decode import register_described
+from .encode import encode_value, register_encoder
+from .errors import DecodeError, EncodeError
+from .types import Array, Symbol, Timestamp, UByte, UInt, ULong, UShort
+
+T = TypeVar("T")
+
+_INTS: dict[str, type[int]] = {
+    "ubyte": UByte,
+    "ushort": UShort,
+    "uint": UInt,
+    "ulong": ULong,
+    "timestamp": Timestamp,
+}
+
+
+def _to_wire(kind: str, value: Any) -> Any:
+    """Coerce a field value to the AMQP type its kind asks for (validating its range)."""
+    if value is None or kind == "*":
+        return value
+    if kind.endswith("*"):
+        single = kind[:-1]
+        if isinstance(value, (str, bytes)):
+            value = (value,)
+        items = [_to_wire(single, item) for item in value]
+        return Array(single, items)
+    int_type = _INTS.get(kind)
+    if int_type is not None:
+        return value if type(value) is int_type else int_type(value)
+    if kind == "symbol":
+        return value if type(value) is Symbol else Symbol(value)
+    if kind == "fields":
+        return {(k if type(k) is Symbol else Symbol(k)): v for k, v in value.items()}
+    return value
+
+
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "binary": lambda v: isinstance(v, bytes),
+    "boolean": lambda v: isinstance(v, bool),
+    "fields": lambda v: isinstance(v, dict),
+    "map": lambda v: isinstance(v, dict),
+    "list": lambda v: isinstance(v, list),
+}
+
+
+def _from_wire(kind: str, value: Any, where: str) -> Any:
+    """Validate a decoded field against its kind; raise DecodeError naming the field."""
+    if kind == "*":
+        return value
+    if kind.endswith("*"):
+        single = kind[:-1]
+        items = value.elements if isinstance(value, Array) else (value,)
+        if isinstance(value, list):
+            items = tuple(value)
+        return tuple(_from_wire(single, item, where) for item in items)
+    int_type = _INTS.get(kind)
+    if int_type is not None:
+        # Accept any integer encoding that fits: peers differ in how they narrow values.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DecodeError(f"{where} must be {kind}, got {type(value).__name__}")
+        try:
+            return value if type(value) is int_type else int_type(value)
+        except EncodeError:
+            raise DecodeError(f"{where} out of range for {kind}: {value}") from None
+    if kind == "symbol":
+        if not isinstance(value, str):
+            raise DecodeError(f"{where} must be symbol, got {type(value).__name__}")
+        return value if type(value) is Symbol else Symbol(value)
+    check = _CHECKS.get(kind)
+    if check is not None and not check(value):
+        raise DecodeError(f"{where} must be {kind}, got {type(value).__name__}")
+    return value
+
+
+def _descriptor_prefix(code: int) -> bytes:
+    out = bytearray(b"\x00")
+    encode_value(out, ULong(code))
+    return bytes(out)
+
+
+def composite(code: int, name: str, *kinds: str) -> Callable[[type[T]], type[T]]:
+    """Register a dataclass as the composite type with descriptor `code` / `name`."""
+
+    def wrap(cls: type[T]) -> type[T]:
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        if len(fields) != len(kinds):
+            raise TypeError(f"{cls.__name__}: {len(fields)} fields but {len(kinds)} kinds")
+        names = tuple(f.name for f in fields)
+        wire_names = tuple(n.replace("_", "-") for n in names)
+        plain_kinds = tuple(k.rstrip("!") for k in kinds)
+        mandatory = tuple(k.endswith("!") for k in kinds)
+        defaults = tuple(
+            f.default if f.default is not dataclasses.MISSING else None for f in fields
+        )
+        prefix = _descriptor_prefix(code)
+        type_name = name.split(":")[1] if ":" in name else name
+
+        def encode_composite(out: bytearray, value: Any) -> None:
+            items: list[Any] = []
+            for field_name, kind, default, required in zip(
+                names, plain_kinds, defaults, mandatory
+            ):
+                item = getattr(value, field_name)
+                if item is None or (item == default and not required):
+                    items.append(None)
+                else:
+                    items.append(_to_wire(kind, item))
+            while items and items[-1] is None:
+                items.pop()
+            out += prefix
+            encode_value(out, items)
+
+        def decode_composite(value: Any) -> Any:
+            if not isinstance(value, list):
+                raise DecodeError(f"{type_name} must be a described list")
+            kwargs: dict[str, Any] = {}
+            for index, item in enumerate(value[: len(names)]):
+                if item is not None:
+                    where = f"{type_name}.{wire_names[index]}"
+                    kwargs[names[index]] = _from_wire(plain_kinds[index], item, where)
+            for index, required in enumerate(mandatory):
+                if required and names[index] not in kwargs:
+                    raise DecodeError(f"{type_name}.{wire_names[index]} is mandatory")
+            try:
+                return cls(**kwargs)
+            except (TypeError, ValueError, EncodeError) as exc:
+                raise DecodeError(f"invalid {type_name}: {exc}") from None
+
+        register_encoder(cls, encode_composite)
+        register_described((code, Symbol(name)), decode_composite)
+        setattr(cls, "DESCRIPTOR_CODE", code)
+        setattr(cls, "DESCRIPTOR_NAME", name)
+        return cls
+
+    return wrap
+
+
+def restricted(code: int, name: str, kind: str) -> Callable[[type[T]], type[T]]:
+    """Register a one-field dataclass (`value`) as a described restricted type (e.g. data)."""
+
+    def wrap(cls: type[T]) -> type[T]:
+        prefix = _descriptor_prefix(code)
+        type_name = name.split(":")[1] if ":" in name else name
+
+        def encode_restricted(out: bytearray, value: Any) -> None:
+            out += prefix
+            encode_value(out, _to_wire(kind, value.value))
+
+        def decode_restricted(value: Any) -> Any:
+            if value is not None:
+                value = _from_wire(kind, value, type_name)
+            return cls(value=value)  # type: ignore[call-arg]
+
+        register_encoder(cls, encode_restricted)
+        register_described((code, Symbol(name)), decode_restricted)
+        setattr(cls, "DESCRIPTOR_CODE", code)
+        setattr(cls, "DESCRIPTOR_NAME", name)
+        return cls
+
+    return wrap

@@ -1,0 +1,571 @@
+"""The sans-IO connection engine (transport §2.4): bytes in, events and bytes out.
+
+Owns: protocol-header negotiation (transport §2.2, security §5.1) including SASL, frame
+splitting and frame-level checks (max-frame-size, channel-max, doff), dispatch of frames to the
+connection, its sessions and links, connection open/close, idle time-out and heartbeats
+(transport §2.4.5), and turning every peer violation into the right error on the wire plus a
+ProtocolViolation event. The engine never raises on hostile bytes.
+
+    conn = Connection(ConnectionConfig(container_id="c1"))
+    conn.receive_data(data, now)   # b"" when the peer closed the stream
+    for event in conn.events(): ...
+    sock.send(conn.data_to_send())
+    conn.tick(now) at conn.next_deadline()
+
+Must not touch: sockets, clocks (time is a parameter), routing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import errors as E
+from .decode import decode_at
+from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
+from .events import (
+    Authenticated,
+    AuthenticationFailed,
+    Event,
+    ProtocolViolation,
+    RemoteBegin,
+    RemoteClose,
+    RemoteEnd,
+    RemoteOpen,
+    TransportClosed,
+)
+from .fastpath import descriptor_code, parse_disposition, parse_flow, parse_transfer
+from .framing import (
+    AMQP_HEADER,
+    EMPTY_FRAME,
+    FRAME_AMQP,
+    FRAME_HEADER,
+    FRAME_SASL,
+    MIN_MAX_FRAME_SIZE,
+    SASL_HEADER,
+    classify_header,
+    frame,
+)
+from .link import Link
+from .performatives import (
+    SASL_PERFORMATIVES,
+    Attach,
+    Begin,
+    Close,
+    Detach,
+    Disposition,
+    End,
+    Error,
+    Fields,
+    Flow,
+    Open,
+    Symbols,
+    Transfer,
+)
+from .sasl import SaslClient, SaslClientConfig, SaslProtocolError, SaslServer, SaslServerConfig
+from .session import Session
+
+_unpack_frame_header = FRAME_HEADER.unpack_from
+_HEADER, _SASL, _AMQP, _DONE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionConfig:
+    container_id: str
+    server: bool = False  # we accepted the TCP connection (we answer protocol headers)
+    max_frame_size: int = 65536
+    channel_max: int = 32767
+    idle_timeout_s: float | None = None  # close if the peer is silent this long
+    sasl_client: SaslClientConfig | None = None
+    sasl_server: SaslServerConfig | None = None  # None: plain AMQP only
+
+
+class Connection:
+    __slots__ = (
+        "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
+        "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
+        "_inbuf", "_out", "_deferred", "_amqp_ready", "_events", "_stage", "_sasl_done",
+        "_sasl", "_sessions_by_local", "_sessions_by_remote",
+        "_now", "_last_received", "_last_sent", "context",
+    )  # fmt: skip
+
+    def __init__(self, config: ConnectionConfig) -> None:
+        if config.max_frame_size < MIN_MAX_FRAME_SIZE:
+            raise E.LocalUsageError(f"max_frame_size must be >= {MIN_MAX_FRAME_SIZE}")
+        self.config = config
+        self.state = Halves("connection")
+        self.remote_open: Open | None = None
+        self.remote_error: Error | None = None
+        self.failed = False
+        self.finished = False
+        self.user: str | None = None
+        self.remote_max_frame_size = MIN_MAX_FRAME_SIZE  # until the peer's open (§2.4.1)
+        self.remote_channel_max = 0
+        self.remote_idle_timeout_s: float | None = None
+        self._inbuf = bytearray()
+        self._out: list[bytes | memoryview] = []
+        self._deferred: list[bytes | memoryview] = []  # AMQP frames waiting for the header
+        self._amqp_ready = False
+        self._events: list[Event] = []
+        self._stage = _HEADER
+        self._sasl_done = False
+        self._sasl: SaslClient | SaslServer | None = None
+        self._sessions_by_local: dict[int, Session] = {}
+        self._sessions_by_remote: dict[int, Session] = {}
+        self._now = 0.0
+        self._last_received = 0.0
+        self._last_sent = 0.0
+        self.context: Any = None
+        if not config.server:  # the TCP client speaks first (transport §2.2)
+            if config.sasl_client is not None:
+                self._sasl = SaslClient(config.sasl_client)
+                self._out.append(SASL_HEADER)
+            else:
+                self._write_amqp_header()
+
+    # --- the sans-IO surface -------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Feed bytes from the peer; b"" means the peer closed its side of the stream."""
+        self._now = now
+        if not data:
+            if not self.finished or self._stage != _DONE:
+                clean = self.state.both_closed
+                self._stage = _DONE
+                self.finished = True
+                self._events.append(TransportClosed(clean=clean))
+            return
+        if self._stage == _DONE:
+            return
+        self._last_received = now
+        self._inbuf += data
+        self._process()
+
+    def events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+    def data_to_send(self) -> bytes:
+        if not self._out:
+            return b""
+        data = b"".join(self._out)
+        self._out = []
+        self._last_sent = self._now
+        return data
+
+    @property
+    def pending_output(self) -> int:
+        """Frames queued but not yet taken by data_to_send (for the driver's backpressure)."""
+        return len(self._out)
+
+    def next_deadline(self) -> float | None:
+        """When tick() must next be called, or None if no timer runs."""
+        if self._stage != _AMQP or self.failed:
+            return None
+        deadlines = []
+        if self.config.idle_timeout_s and self.remote_open is not None:
+            deadlines.append(self._last_received + self.config.idle_timeout_s)
+        if self.remote_idle_timeout_s and self.state.local is ACTIVE:
+            deadlines.append(self._last_sent + self.remote_idle_timeout_s / 2)
+        return min(deadlines) if deadlines else None
+
+    def tick(self, now: float) -> None:
+        """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""
+        self._now = now
+        if self._stage != _AMQP or self.failed:
+            return
+        timeout = self.config.idle_timeout_s
+        if timeout and self.remote_open is not None and now >= self._last_received + timeout:
+            self._connection_error(E.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
+            return
+        remote = self.remote_idle_timeout_s
+        if remote and self.state.local is ACTIVE and now >= self._last_sent + remote / 2:
+            if not self._out:
+                self._out.append(EMPTY_FRAME)  # transport §2.4.5
+
+    # --- application commands ------------------------------------------------------------------
+
+    def open(
+        self,
+        *,
+        hostname: str | None = None,
+        offered_capabilities: Symbols | None = None,
+        desired_capabilities: Symbols | None = None,
+        properties: Fields | None = None,
+    ) -> None:
+        """Send our open (transport §2.7.1)."""
+        self.state.local_input(Input.OPEN)
+        idle = self.config.idle_timeout_s
+        self.write_frame(
+            0,
+            Open(
+                container_id=self.config.container_id,
+                hostname=hostname,
+                max_frame_size=self.config.max_frame_size,
+                channel_max=self.config.channel_max,
+                # Advertise half our threshold, as transport §2.4.5 advises.
+                idle_time_out=int(idle * 500) if idle else None,
+                offered_capabilities=offered_capabilities,
+                desired_capabilities=desired_capabilities,
+                properties=properties,
+            ),
+        )
+
+    def close(self, error: Error | None = None) -> None:
+        """Send our close (transport §2.7.9); opens first if we never did."""
+        if self.state.local is CLOSED:
+            return
+        if self.state.local_input(Input.CLOSE) is Action.SEND_OPEN_THEN_CLOSE:
+            self.state.local = UNINIT
+            self.open()
+            self.state.local = CLOSED
+        self.write_frame(0, Close(error=error))
+        if self.state.remote is CLOSED or self.failed:
+            self.finished = True
+
+    def begin_session(self, **begin: Any) -> Session:
+        """Create a session and send its begin (arguments as Session.begin)."""
+        if self.state.local is not ACTIVE:
+            raise E.LocalUsageError("connection is not open")
+        session = Session(self, None)
+        session.begin(**begin)
+        return session
+
+    @property
+    def sessions(self) -> list[Session]:
+        unique = {id(s): s for s in self._sessions_by_local.values()}
+        unique.update((id(s), s) for s in self._sessions_by_remote.values())
+        return list(unique.values())
+
+    # --- used by sessions and links ------------------------------------------------------------
+
+    def emit(self, event: Event) -> None:
+        self._events.append(event)
+
+    def write_bytes(self, data: bytes) -> None:
+        (self._out if self._amqp_ready else self._deferred).append(data)
+
+    def write_pieces(self, *pieces: bytes | memoryview) -> None:
+        (self._out if self._amqp_ready else self._deferred).extend(pieces)
+
+    def write_frame(self, channel: int, performative: Any) -> None:
+        data = frame(channel, performative)
+        if len(data) > self.remote_max_frame_size and self.remote_open is not None:
+            raise E.LocalUsageError(
+                f"{type(performative).__name__} frame of {len(data)} bytes exceeds the peer's "
+                f"max-frame-size {self.remote_max_frame_size}"
+            )
+        self.write_bytes(data)
+
+    def allocate_channel(self, session: Session) -> int:
+        limit = min(self.config.channel_max, self.remote_channel_max if self.remote_open else 0xFFFF)
+        for channel in range(len(self._sessions_by_local) + 1):
+            if channel not in self._sessions_by_local:
+                if channel > limit:
+                    break
+                self._sessions_by_local[channel] = session
+                return channel
+        raise E.LocalUsageError(f"no free channel (channel-max {limit})")
+
+    def release_session(self, session: Session) -> None:
+        if session.channel is not None and self._sessions_by_local.get(session.channel) is session:
+            del self._sessions_by_local[session.channel]
+        remote = session.remote_channel
+        if remote is not None and self._sessions_by_remote.get(remote) is session:
+            del self._sessions_by_remote[remote]
+
+    def link_error(self, link: Link, condition: str, description: str) -> None:
+        """The peer misused a link: detach it with the condition (transport §2.6.5)."""
+        self._events.append(ProtocolViolation(condition=condition, description=description, scope="link"))
+        if link.state.local is ACTIVE:
+            link.detach(closed=True, error=Error(condition=condition, description=description))
+
+    # --- input processing ----------------------------------------------------------------------
+
+    def _process(self) -> None:
+        while self._inbuf and not self.finished:
+            stage = self._stage
+            if stage == _HEADER:
+                if len(self._inbuf) < 8:
+                    return
+                header = bytes(self._inbuf[:8])
+                del self._inbuf[:8]
+                self._on_header(header)
+            elif stage == _AMQP:
+                self._amqp_frames()
+                return
+            elif stage == _SASL:
+                if not self._sasl_frame():
+                    return
+            else:
+                return
+
+    def _write_amqp_header(self) -> None:
+        self._out.append(AMQP_HEADER)
+        self._amqp_ready = True
+        self._out.extend(self._deferred)
+        self._deferred = []
+
+    def _header_failure(self, reply: bytes, description: str) -> None:
+        """transport §2.2: answer with a header we support, then close the stream."""
+        self._out.append(reply)
+        self._stage = _DONE
+        self.finished = True
+        self._events.append(
+            ProtocolViolation(condition=E.FRAMING_ERROR, description=description, scope="connection")
+        )
+
+    def _on_header(self, header: bytes) -> None:
+        kind = classify_header(header)
+        cfg = self.config
+        if not cfg.server:
+            expected = "amqp" if self._sasl is None or self._sasl_done else "sasl"
+            if kind != expected:
+                self._header_failure(b"", f"server answered protocol header {header!r}")
+            else:
+                self._stage = _AMQP if kind == "amqp" else _SASL
+            return
+        sasl = cfg.sasl_server
+        if kind == "sasl" and sasl is not None and not self._sasl_done:
+            server = SaslServer(sasl)
+            self._sasl = server
+            self._out.append(SASL_HEADER)
+            self._out.append(frame(0, server.start(), frame_type=FRAME_SASL))
+            self._stage = _SASL
+        elif kind == "amqp" and (sasl is None or self._sasl_done or sasl.allow_no_sasl):
+            self._write_amqp_header()
+            self._stage = _AMQP
+        elif kind == "amqp":
+            self._header_failure(SASL_HEADER, "SASL is required on this listener")
+        elif kind == "sasl":
+            self._header_failure(AMQP_HEADER, "SASL is not offered on this listener")
+        else:
+            preferred = SASL_HEADER if sasl is not None and not self._sasl_done else AMQP_HEADER
+            self._header_failure(preferred, f"unsupported protocol header {header!r}")
+
+    def _sasl_frame(self) -> bool:
+        """Handle one SASL frame (security §5.3); False when more bytes are needed."""
+        buf = self._inbuf
+        if len(buf) < 8:
+            return False
+        size, doff, ftype, _channel = _unpack_frame_header(buf, 0)
+        if size > self.config.max_frame_size or size < 8 or doff < 2 or doff * 4 > size:
+            self._header_failure(b"", f"malformed SASL frame header (size {size}, doff {doff})")
+            return False
+        if len(buf) < size:
+            return False
+        try:
+            if ftype != FRAME_SASL or size == doff * 4:
+                raise E.DecodeError("expected a SASL frame")
+            body, stop = decode_at(bytes(buf[doff * 4 : size]), 0, size - doff * 4)
+            if type(body) not in SASL_PERFORMATIVES:
+                raise E.DecodeError(f"{type(body).__name__} is not a SASL frame")
+            assert self._sasl is not None
+            replies, result = self._sasl.on_frame(body)
+        except (E.DecodeError, SaslProtocolError) as exc:
+            self._header_failure(b"", f"SASL negotiation failed: {exc}")
+            return False
+        del buf[:size]
+        for reply in replies:
+            self._out.append(frame(0, reply, frame_type=FRAME_SASL))
+        if result is None:
+            return True
+        if not result.ok:
+            self._stage = _DONE
+            self.finished = True
+            self._events.append(
+                AuthenticationFailed(
+                    mechanism=result.mechanism, code=result.code, description=result.description
+                )
+            )
+            return False
+        self._sasl_done = True
+        self.user = result.user
+        self._events.append(Authenticated(mechanism=result.mechanism or "", user=result.user))
+        self._stage = _HEADER
+        if not self.config.server:
+            self._write_amqp_header()
+        return True
+
+    def _amqp_frames(self) -> None:
+        buf = self._inbuf
+        pos, n = 0, len(buf)
+        limit = self.config.max_frame_size
+        sessions = self._sessions_by_remote
+        channel = 0
+        try:
+            while n - pos >= 8 and not self.failed:
+                size, doff, ftype, channel = _unpack_frame_header(buf, pos)
+                if size > limit or size < 8 or doff < 2 or doff * 4 > size:
+                    raise E.ProtocolError(
+                        f"bad frame header: size {size}, doff {doff} (max-frame-size {limit})",
+                        E.FRAMING_ERROR,
+                    )
+                if n - pos < size:
+                    break
+                end = pos + size
+                body = pos + doff * 4
+                pos = end
+                if body == end:
+                    continue  # an empty frame: a heartbeat (transport §2.4.5)
+                if ftype != FRAME_AMQP:
+                    raise E.ProtocolError(f"frame type {ftype} after the AMQP header", E.FRAMING_ERROR)
+                if channel > self.config.channel_max:
+                    raise E.ProtocolError(
+                        f"channel {channel} above channel-max {self.config.channel_max}",
+                        E.FRAMING_ERROR,
+                    )
+                session = sessions.get(channel)
+                code, start = descriptor_code(buf, body, end)
+                try:
+                    if code == 0x14 and session is not None and session.state.local is ACTIVE:
+                        session.on_transfer(buf, parse_transfer(buf, start, end), end)
+                    elif code == 0x13 and session is not None and session.state.local is ACTIVE:
+                        session.on_flow(parse_flow(buf, start, end))
+                    elif code == 0x15 and session is not None and session.state.local is ACTIVE:
+                        session.on_disposition(parse_disposition(buf, start, end))
+                    else:
+                        performative, stop = decode_at(buf, body, end)  # type: ignore[arg-type]
+                        if type(performative) is Transfer:
+                            self._control(channel, session, performative, buf, stop, end)
+                        elif stop != end:
+                            raise E.DecodeError(
+                                f"{end - stop} bytes after a {type(performative).__name__}"
+                            )
+                        else:
+                            self._control(channel, session, performative, buf, stop, end)
+                except E.ProtocolError as exc:
+                    if exc.scope != "session" or session is None:
+                        raise
+                    self._session_error(session, exc)
+        except E.ProtocolError as exc:
+            self._connection_error(exc.condition, exc.description)
+        except E.DecodeError as exc:
+            self._connection_error(E.DECODE_ERROR, exc.description)
+        finally:
+            del buf[:pos]
+
+    def _control(
+        self,
+        channel: int,
+        session: Session | None,
+        performative: Any,
+        buf: bytearray,
+        stop: int,
+        end: int,
+    ) -> None:
+        """Dispatch a non-hot frame. Checks that no open precede everything else (§2.4.1)."""
+        if type(performative) is Open:
+            self._on_open(performative)
+            return
+        if self.remote_open is None:
+            raise E.ProtocolError(
+                f"{type(performative).__name__} before open", E.NOT_ALLOWED
+            )
+        if self.state.remote is CLOSED:
+            raise E.ProtocolError(f"{type(performative).__name__} after close", E.NOT_ALLOWED)
+        if type(performative) is Close:
+            self._on_close(performative)
+            return
+        if self.state.local is CLOSED:
+            return  # we closed: discard everything until the peer's close (transport §2.4.3)
+        if type(performative) is Begin:
+            self._on_begin(channel, performative)
+            return
+        if session is None:
+            raise E.ProtocolError(
+                f"{type(performative).__name__} on channel {channel} with no session",
+                E.NOT_ALLOWED,
+            )
+        if type(performative) is End:
+            self._on_end(session, performative)
+        elif session.state.local is not ACTIVE:
+            return  # we ended the session: discard until the peer's end (transport §2.5.4)
+        elif type(performative) is Attach:
+            session.on_attach(performative)
+        elif type(performative) is Detach:
+            session.on_detach(performative)
+        elif type(performative) is Transfer:  # reached here only with a symbolic descriptor
+            t = performative
+            session.on_transfer(
+                buf,
+                (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
+                 t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop),
+                end,
+            )  # fmt: skip
+        elif type(performative) is Flow:
+            f = performative
+            session.on_flow(
+                (f.next_incoming_id, f.incoming_window, f.next_outgoing_id, f.outgoing_window,
+                 f.handle, f.delivery_count, f.link_credit, f.available, f.drain, f.echo)
+            )  # fmt: skip
+        elif type(performative) is Disposition:
+            d = performative
+            session.on_disposition((d.role, d.first, d.last, d.settled, d.state))
+        else:
+            raise E.ProtocolError(
+                f"{type(performative).__name__} is not a frame body", E.NOT_ALLOWED
+            )
+
+    def _on_open(self, open_: Open) -> None:
+        self.state.remote_input(Input.OPEN, "open", E.NOT_ALLOWED)
+        self.remote_open = open_
+        self.remote_max_frame_size = max(MIN_MAX_FRAME_SIZE, min(open_.max_frame_size, 0xFFFFFFFF))
+        self.remote_channel_max = open_.channel_max
+        idle_ms = open_.idle_time_out
+        self.remote_idle_timeout_s = idle_ms / 1000 if idle_ms else None
+        self._events.append(RemoteOpen(open=open_))
+
+    def _on_close(self, close: Close) -> None:
+        self.state.remote_input(Input.CLOSE, "close", E.NOT_ALLOWED)
+        self.remote_error = close.error
+        self._events.append(RemoteClose(error=close.error))
+        if self.state.local is CLOSED:
+            self.finished = True
+
+    def _on_begin(self, channel: int, begin: Begin) -> None:
+        if channel in self._sessions_by_remote:
+            raise E.ProtocolError(f"begin on channel {channel}, already in use", E.NOT_ALLOWED)
+        if begin.remote_channel is not None:
+            session = self._sessions_by_local.get(begin.remote_channel)
+            if session is None or session.state.remote is not UNINIT:
+                raise E.ProtocolError(
+                    f"begin answers unknown channel {begin.remote_channel}", E.NOT_ALLOWED
+                )
+        else:
+            session = Session(self, None)
+        session.remote_channel = channel
+        self._sessions_by_remote[channel] = session
+        session.on_begin(begin)
+        self._events.append(RemoteBegin(session=session, begin=begin))
+
+    def _on_end(self, session: Session, end: End) -> None:
+        session.state.remote_input(Input.CLOSE, "end", E.NOT_ALLOWED)
+        session.remote_error = end.error
+        if session.remote_channel is not None:
+            self._sessions_by_remote.pop(session.remote_channel, None)
+        self._events.append(RemoteEnd(session=session, error=end.error))
+        if session.state.local is not ACTIVE:
+            self.release_session(session)
+
+    def _session_error(self, session: Session, exc: E.ProtocolError) -> None:
+        """End the session with the condition (transport §2.5.5, §2.8.17)."""
+        self._events.append(
+            ProtocolViolation(condition=exc.condition, description=exc.description, scope="session")
+        )
+        if session.state.local is ACTIVE:
+            session.end(Error(condition=exc.condition, description=exc.description))
+
+    def _connection_error(self, condition: str, description: str) -> None:
+        """Close the connection with the condition and discard all further input."""
+        if self.failed:
+            return
+        self.failed = True
+        self._events.append(
+            ProtocolViolation(condition=condition, description=description, scope="connection")
+        )
+        self._inbuf.clear()
+        if self.state.local is not CLOSED:
+            self.close(Error(condition=condition, description=description))
+        self._stage = _DONE
+        self.finished = True

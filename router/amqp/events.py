@@ -1,0 +1,188 @@
+"""Events the engine reports to its application, matched with `match`/`isinstance`.
+
+Owns: the event types. Each names what the *peer* did (or what the engine decided about the
+peer); the application answers by calling methods on the connection, sessions and links.
+Hot events (TransferReceived, DispositionReceived, FlowReceived) are plain slotted classes
+rather than frozen dataclasses: frozen __init__ costs a setattr call per field per message.
+Must not touch: engine state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .performatives import Attach, Begin, Error, Open
+
+if TYPE_CHECKING:
+    from .link import Link
+    from .session import Session
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Authenticated:
+    """SASL finished successfully (server: the peer's identity; client: the server accepted)."""
+
+    mechanism: str
+    user: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthenticationFailed:
+    """SASL failed; the connection ends without an AMQP open."""
+
+    mechanism: str | None
+    code: int
+    description: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteOpen:
+    open: Open
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteClose:
+    error: Error | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteBegin:
+    """The peer began a session (it may be answering our begin: see `session.locally_begun`)."""
+
+    session: Session
+    begin: Begin
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteEnd:
+    session: Session
+    error: Error | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteAttach:
+    """The peer attached a link (it may be answering our attach: see `link.locally_attached`)."""
+
+    link: Link
+    attach: Attach
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteDetach:
+    link: Link
+    closed: bool
+    error: Error | None
+
+
+class FlowReceived:
+    """The peer's flow changed a link's credit state (transport §2.6.7).
+
+    On a sender link: credit granted or a drain request (read `link.credit`, `link.drain`).
+    On a receiver link: the sender's view (`available`; `drained` when a drain completed).
+    """
+
+    __slots__ = ("link", "drained")
+
+    def __init__(self, link: Link, drained: bool) -> None:
+        self.link = link
+        self.drained = drained
+
+    def __repr__(self) -> str:
+        return f"FlowReceived({self.link!r}, drained={self.drained})"
+
+
+class TransferReceived:
+    """One transfer frame of a delivery on a receiver link (transport §2.7.5).
+
+    A multi-frame delivery arrives as several events with `more=True` on all but the last; the
+    last frame of an aborted delivery has `aborted=True` (discard what arrived). `payload` is
+    this frame's part of the encoded message, never decoded by the engine.
+    """
+
+    __slots__ = (
+        "link", "delivery_id", "delivery_tag", "settled", "more", "aborted", "message_format",
+        "state", "rcv_settle_mode", "first", "payload",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        link: Link,
+        delivery_id: int,
+        delivery_tag: bytes,
+        settled: bool,
+        more: bool,
+        aborted: bool,
+        message_format: int,
+        state: Any,
+        rcv_settle_mode: int | None,
+        first: bool,
+        payload: bytes,
+    ) -> None:
+        self.link = link
+        self.delivery_id = delivery_id
+        self.delivery_tag = delivery_tag
+        self.settled = settled
+        self.more = more
+        self.aborted = aborted
+        self.message_format = message_format
+        self.state = state
+        self.rcv_settle_mode = rcv_settle_mode
+        self.first = first
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return (
+            f"TransferReceived(delivery_id={self.delivery_id}, settled={self.settled}, "
+            f"more={self.more}, aborted={self.aborted}, {len(self.payload)} bytes)"
+        )
+
+
+class DispositionReceived:
+    """The peer's disposition for deliveries first..last of `session` (transport §2.7.6).
+
+    `role` is the peer's role: RECEIVER (True) means it concerns deliveries we sent.
+    """
+
+    __slots__ = ("session", "role", "first", "last", "settled", "state")
+
+    def __init__(
+        self, session: Session, role: bool, first: int, last: int, settled: bool, state: Any
+    ) -> None:
+        self.session = session
+        self.role = role
+        self.first = first
+        self.last = last
+        self.settled = settled
+        self.state = state
+
+    def __repr__(self) -> str:
+        return (
+            f"DispositionReceived(role={self.role}, {self.first}..{self.last}, "
+            f"settled={self.settled}, state={self.state!r})"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProtocolViolation:
+    """The peer broke the protocol; the engine already queued the close/end/detach carrying
+    `condition` (scope says which: "connection", "session" or "link")."""
+
+    condition: str
+    description: str
+    scope: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransportClosed:
+    """The byte stream ended. `clean` when both closes were exchanged before it did."""
+
+    clean: bool
+
+
+Event = (
+    Authenticated | AuthenticationFailed | RemoteOpen | RemoteClose | RemoteBegin | RemoteEnd
+    | RemoteAttach | RemoteDetach | FlowReceived | TransferReceived | DispositionReceived
+    | ProtocolViolation | TransportClosed
+)  # fmt: skip

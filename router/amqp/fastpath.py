@@ -1,0 +1,316 @@
+"""The hot path: hand-written parsing and writing of transfer, flow and disposition frames.
+
+Owns: reading the fields of those three performatives straight from the receive buffer with
+precompiled struct formats (scalars inline, anything unusual handed to the general decoder), and
+writing their frame headers and bodies without building performative objects. The message
+payload of a transfer is never decoded: it is the slice after the performative.
+Measured on a minimal relay: a generic recursive decoder here cost 3x in forwarding rate, so
+keep this path free of per-field objects and calls where an inline branch will do.
+Must not touch: connection/session/link state (the engine calls these functions).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+from .decode import decode_at
+from .encode import encode_value
+from .errors import DecodeError
+from .messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
+from .performatives import Disposition, Flow, Transfer
+
+Buffer = bytes | bytearray
+
+_unpack_I = struct.Struct(">I").unpack_from
+_unpack_II = struct.Struct(">II").unpack_from
+_pack_header = struct.Struct(">IBBH").pack
+_pack_I = struct.Struct(">I").pack
+_pack_II = struct.Struct(">II").pack
+
+DESCRIPTOR_TRANSFER: Final = 0x14
+DESCRIPTOR_FLOW: Final = 0x13
+DESCRIPTOR_DISPOSITION: Final = 0x15
+
+
+# Outcomes whose fields are all absent, as peers send them (messaging §3.4): described list0.
+_EMPTY_OUTCOMES: dict[int, Any] = {
+    0x24: ACCEPTED,
+    0x25: Rejected(),
+    0x26: RELEASED,
+    0x27: Modified(),
+}
+
+
+def read_fields(buf: Buffer, pos: int, end: int) -> tuple[list[Any], int] | None:
+    """The fields of the list at `pos` (a performative's body) and the offset after the list.
+
+    Only null, uint, boolean and binary8 fields are read here, which is every field of a
+    typical transfer, flow or disposition. None means some field has another encoding: the
+    caller then decodes the performative with the general, validating decoder.
+    Raises DecodeError on any inconsistency.
+    """
+    try:
+        code = buf[pos]
+        if code == 0xC0:
+            size, count = buf[pos + 1], buf[pos + 2]
+            stop, pos = pos + 2 + size, pos + 3
+        elif code == 0xD0:
+            size, count = _unpack_II(buf, pos + 1)
+            stop, pos = pos + 5 + size, pos + 9
+        elif code == 0x45:
+            return [], pos + 1
+        else:
+            raise DecodeError(f"performative body must be a list, got constructor {code:#04x}")
+        if stop > end:
+            raise DecodeError("performative list overruns its frame")
+        fields: list[Any] = []
+        append = fields.append
+        for _ in range(count):
+            code = buf[pos]
+            if code == 0x40:
+                append(None)
+                pos += 1
+            elif code == 0x52:
+                append(buf[pos + 1])
+                pos += 2
+            elif code == 0x43:
+                append(0)
+                pos += 1
+            elif code == 0x70:
+                append(_unpack_I(buf, pos + 1)[0])
+                pos += 5
+            elif code == 0x41:
+                append(True)
+                pos += 1
+            elif code == 0x42:
+                append(False)
+                pos += 1
+            elif code == 0xA0:
+                n = buf[pos + 1]
+                append(bytes(buf[pos + 2 : pos + 2 + n]))
+                pos += 2 + n
+            elif code == 0x00 and buf[pos + 1] == 0x53 and buf[pos + 3] == 0x45:
+                state = _EMPTY_OUTCOMES.get(buf[pos + 2])
+                if state is None:
+                    return None
+                append(state)
+                pos += 4
+            else:
+                return None
+        if pos != stop:
+            raise DecodeError("performative list size disagrees with its fields")
+        return fields, stop
+    except (IndexError, struct.error):
+        raise DecodeError("truncated performative") from None
+
+
+def _uint(value: int) -> bytes:
+    if value == 0:
+        return b"\x43"
+    if value < 256:
+        return bytes((0x52, value))
+    return b"\x70" + _pack_I(value)
+
+
+def _list(descriptor: bytes, count: int, body: bytes) -> bytes:
+    if len(body) < 255:
+        return descriptor + bytes((0xC0, len(body) + 1, count)) + body
+    return descriptor + b"\xd0" + _pack_II(len(body) + 4, count) + body
+
+
+_TRUE_FALSE = (b"\x42", b"\x41")
+_TRANSFER_DESCRIPTOR = b"\x00\x53\x14"
+_FLOW_DESCRIPTOR = b"\x00\x53\x13"
+_DISPOSITION_DESCRIPTOR = b"\x00\x53\x15"
+_ACCEPTED = b"\x00\x53\x24\x45"
+_RELEASED = b"\x00\x53\x26\x45"
+
+
+def transfer_performative(
+    handle: int,
+    delivery_id: int,
+    tag: bytes,
+    message_format: int,
+    settled: bool,
+    more: bool,
+    aborted: bool = False,
+    state: Any = None,
+) -> bytes:
+    """The encoded transfer performative (transport §2.7.5), without frame header or payload."""
+    if len(tag) < 256:
+        tag_bytes = bytes((0xA0, len(tag))) + tag
+    else:
+        tag_bytes = b"\xb0" + _pack_I(len(tag)) + tag
+    body = (
+        _uint(handle) + _uint(delivery_id) + tag_bytes + _uint(message_format)
+        + _TRUE_FALSE[settled] + _TRUE_FALSE[more]
+    )  # fmt: skip
+    count = 6
+    if aborted or state is not None:
+        extra = bytearray(b"\x40")  # rcv-settle-mode
+        encode_value(extra, state)
+        extra += b"\x42" + _TRUE_FALSE[aborted]  # resume, aborted
+        body += extra
+        count = 10
+    return _list(_TRANSFER_DESCRIPTOR, count, body)
+
+
+def frame_header(size: int, channel: int) -> bytes:
+    return _pack_header(size, 2, 0, channel)
+
+
+def flow_performative(
+    next_incoming_id: int | None,
+    incoming_window: int,
+    next_outgoing_id: int,
+    outgoing_window: int,
+    handle: int | None = None,
+    delivery_count: int | None = None,
+    link_credit: int | None = None,
+    available: int | None = None,
+    drain: bool = False,
+    echo: bool = False,
+) -> bytes:
+    """The encoded flow performative (transport §2.7.4)."""
+    body = (
+        (b"\x40" if next_incoming_id is None else _uint(next_incoming_id))
+        + _uint(incoming_window) + _uint(next_outgoing_id) + _uint(outgoing_window)
+    )  # fmt: skip
+    count = 4
+    if handle is not None:
+        body += (
+            _uint(handle)
+            + (b"\x40" if delivery_count is None else _uint(delivery_count))
+            + (b"\x40" if link_credit is None else _uint(link_credit))
+            + (b"\x40" if available is None else _uint(available))
+            + _TRUE_FALSE[drain] + _TRUE_FALSE[echo]
+        )  # fmt: skip
+        count = 10
+    elif echo:
+        body += b"\x40\x40\x40\x40\x42\x41"
+        count = 10
+    return _list(_FLOW_DESCRIPTOR, count, body)
+
+
+def disposition_performative(
+    role: bool, first: int, last: int | None, settled: bool, state: Any
+) -> bytes:
+    """The encoded disposition performative (transport §2.7.6); common outcomes precompiled."""
+    if state is None:
+        state_bytes = b"\x40"
+    elif type(state) is Accepted:
+        state_bytes = _ACCEPTED
+    elif type(state) is Released:
+        state_bytes = _RELEASED
+    else:
+        out = bytearray()
+        encode_value(out, state)
+        state_bytes = bytes(out)
+    body = (
+        _TRUE_FALSE[role] + _uint(first)
+        + (b"\x40" if last is None or last == first else _uint(last))
+        + _TRUE_FALSE[settled] + state_bytes
+    )  # fmt: skip
+    return _list(_DISPOSITION_DESCRIPTOR, 5, body)
+
+
+def descriptor_code(buf: Buffer, pos: int, end: int) -> tuple[int | None, int]:
+    """(numeric descriptor code, offset of the described value) of a frame body.
+
+    None when the descriptor is symbolic or unusual: the caller then uses the general decoder.
+    """
+    if pos + 3 <= end and buf[pos] == 0x00 and buf[pos + 1] == 0x53:
+        return buf[pos + 2], pos + 3
+    return None, pos
+
+
+
+def _general(buf: Buffer, pos: int, end: int, cls: type) -> Any:
+    value, stop = decode_at(buf, pos - 3, end)  # type: ignore[arg-type]
+    if type(value) is not cls:
+        raise DecodeError(f"expected a {cls.__name__} performative")
+    return value, stop
+
+
+TransferFields = tuple[int, "int | None", "bytes | None", int, "bool | None", bool, "int | None",
+                       Any, bool, bool, int]
+
+
+def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
+    """(handle, delivery-id, tag, format, settled, more, rcv-settle-mode, state, resume, aborted,
+    payload offset) of the transfer whose list starts at `pos` (just after its descriptor)."""
+    parsed = read_fields(buf, pos, end)
+    if parsed is None:
+        t, stop = _general(buf, pos, end, Transfer)
+        return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
+                t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)
+    f, stop = parsed
+    n = len(f)
+    handle = f[0] if n else None
+    if handle is None or type(handle) is not int:
+        raise DecodeError("transfer.handle is mandatory and must be a uint")
+    delivery_id = f[1] if n > 1 else None
+    tag = f[2] if n > 2 else None
+    message_format = (f[3] if n > 3 else None) or 0
+    settled = f[4] if n > 4 else None
+    more = (f[5] if n > 5 else None) or False
+    rcv_settle_mode = f[6] if n > 6 else None
+    resume = (f[8] if n > 8 else None) or False
+    aborted = (f[9] if n > 9 else None) or False
+    if (
+        (delivery_id is not None and type(delivery_id) is not int)
+        or type(message_format) is not int or type(more) is not bool
+        or (settled is not None and type(settled) is not bool)
+        or (tag is not None and type(tag) is not bytes)
+        or type(resume) is not bool or type(aborted) is not bool
+    ):  # fmt: skip
+        raise DecodeError("transfer field has the wrong type")
+    return (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, None,
+            resume, aborted, stop)
+
+
+FlowFields = tuple["int | None", int, int, int, "int | None", "int | None", "int | None",
+                   "int | None", bool, bool]
+
+
+def parse_flow(buf: Buffer, pos: int, end: int) -> FlowFields:
+    """(next-incoming-id, incoming-window, next-outgoing-id, outgoing-window, handle,
+    delivery-count, link-credit, available, drain, echo) of a flow (transport §2.7.4)."""
+    parsed = read_fields(buf, pos, end)
+    if parsed is None:
+        fl, _ = _general(buf, pos, end, Flow)
+        return (fl.next_incoming_id, fl.incoming_window, fl.next_outgoing_id,
+                fl.outgoing_window, fl.handle, fl.delivery_count, fl.link_credit, fl.available,
+                fl.drain, fl.echo)
+    f, _ = parsed
+    f += [None] * (10 - len(f))
+    ints = (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7])
+    for i, v in enumerate(ints):
+        if (v is None and 1 <= i <= 3) or (v is not None and type(v) is not int):
+            raise DecodeError("flow field has the wrong type or a mandatory field is missing")
+    drain = f[8] or False
+    echo = f[9] or False
+    if type(drain) is not bool or type(echo) is not bool:
+        raise DecodeError("flow.drain and flow.echo must be boolean")
+    return (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], drain, echo)
+
+
+DispositionFields = tuple[bool, int, "int | None", bool, Any]
+
+
+def parse_disposition(buf: Buffer, pos: int, end: int) -> DispositionFields:
+    """(role, first, last, settled, state) of a disposition (transport §2.7.6)."""
+    parsed = read_fields(buf, pos, end)
+    if parsed is None:
+        d, _ = _general(buf, pos, end, Disposition)
+        return (d.role, d.first, d.last, d.settled, d.state)
+    f, _ = parsed
+    f += [None] * (5 - len(f))
+    role, first, last, settled = f[0], f[1], f[2], f[3] or False
+    if (
+        type(role) is not bool or type(first) is not int or type(settled) is not bool
+        or (last is not None and type(last) is not int)
+    ):  # fmt: skip
+        raise DecodeError("disposition field has the wrong type or is missing")
+    return (role, first, last, settled, f[4])

@@ -1,0 +1,258 @@
+"""Link endpoints (transport §2.6): attach/detach, credit and delivery-count, drain, sending.
+
+Owns: one link's state as seen by both halves: our role, handles, termini, settle modes,
+link-credit and delivery-count (transport §2.6.7), the delivery being streamed in or out, and
+the application's commands on a link (attach, detach, flow, send_transfer, abort, dispose).
+Frames go out through the session, which owns windows and ordering.
+Must not touch: session windows, connection framing, routing decisions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
+from .errors import LocalUsageError
+from .performatives import (
+    RCV_FIRST,
+    RECEIVER,
+    SENDER,
+    SND_MIXED,
+    SND_SETTLED,
+    SND_UNSETTLED,
+    Attach,
+    Detach,
+    Error,
+    Fields,
+    Symbols,
+)
+from .serial import serial_add
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Link:
+    """One link endpoint. `role` is OUR role: SENDER (False) or RECEIVER (True)."""
+
+    __slots__ = (
+        "session", "name", "role", "state", "local_handle", "remote_handle",
+        "source", "target", "snd_settle_mode", "rcv_settle_mode", "max_message_size",
+        "remote_attach", "remote_closed", "remote_error",
+        "delivery_count", "credit", "drain", "available", "initial_delivery_count",
+        "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
+        "out_delivery", "out_tag", "detach_on_oversize", "context",
+    )  # fmt: skip
+
+    def __init__(self, session: Session, name: str, role: bool) -> None:
+        self.session = session
+        self.name = name
+        self.role = role
+        self.state = Halves("link")
+        self.local_handle: int | None = None
+        self.remote_handle: int | None = None
+        self.source: Any = None
+        self.target: Any = None
+        self.snd_settle_mode = SND_MIXED
+        self.rcv_settle_mode = RCV_FIRST
+        self.max_message_size: int | None = None
+        self.remote_attach: Attach | None = None
+        self.remote_closed = False
+        self.remote_error: Error | None = None
+        self.delivery_count = 0
+        self.credit = 0
+        self.drain = False
+        self.available = 0
+        self.initial_delivery_count = 0
+        self.queued_deliveries = 0  # sender: deliveries accepted from the app, not yet on the wire
+        self.in_delivery: int | None = None  # receiver: delivery-id being streamed in
+        self.in_tag = b""
+        self.in_settled = False
+        self.in_bytes = 0
+        self.out_delivery: int | None = None  # sender: delivery-id being streamed out
+        self.out_tag = b""
+        self.detach_on_oversize = True
+        self.context: Any = None  # free for the application (the router hangs its state here)
+
+    def __repr__(self) -> str:
+        role = "receiver" if self.role else "sender"
+        return f"Link({self.name!r}, {role}, handle={self.local_handle}, {self.state!r})"
+
+    @property
+    def is_sender(self) -> bool:
+        return self.role is SENDER
+
+    @property
+    def locally_attached(self) -> bool:
+        return self.state.local is ACTIVE
+
+    @property
+    def remotely_attached(self) -> bool:
+        return self.state.remote is ACTIVE
+
+    @property
+    def active(self) -> bool:
+        return self.state.local is ACTIVE and self.state.remote is ACTIVE
+
+    @property
+    def remote_source(self) -> Any:
+        return self.remote_attach.source if self.remote_attach else None
+
+    @property
+    def remote_target(self) -> Any:
+        return self.remote_attach.target if self.remote_attach else None
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def attach(
+        self,
+        *,
+        source: Any = None,
+        target: Any = None,
+        snd_settle_mode: int | None = None,
+        rcv_settle_mode: int | None = None,
+        max_message_size: int | None = None,
+        initial_delivery_count: int = 0,
+        offered_capabilities: Symbols | None = None,
+        desired_capabilities: Symbols | None = None,
+        properties: Fields | None = None,
+    ) -> None:
+        """Send our attach (transport §2.7.3), either first or answering the peer's."""
+        self.state.local_input(Input.OPEN)
+        if snd_settle_mode is None:
+            # Answering: a responder normally mirrors the initiator's settle modes.
+            remote = self.remote_attach
+            snd_settle_mode = remote.snd_settle_mode if remote else SND_MIXED
+        if rcv_settle_mode is None:
+            remote = self.remote_attach
+            rcv_settle_mode = remote.rcv_settle_mode if remote else RCV_FIRST
+        self.source, self.target = source, target
+        self.snd_settle_mode, self.rcv_settle_mode = snd_settle_mode, rcv_settle_mode
+        self.max_message_size = max_message_size
+        self.local_handle = self.session.allocate_handle(self)
+        if self.role is SENDER:
+            self.delivery_count = self.initial_delivery_count = initial_delivery_count
+        attach = Attach(
+            name=self.name,
+            handle=self.local_handle,
+            role=self.role,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            source=source,
+            target=target,
+            initial_delivery_count=initial_delivery_count if self.role is SENDER else None,
+            max_message_size=max_message_size,
+            offered_capabilities=offered_capabilities,
+            desired_capabilities=desired_capabilities,
+            properties=properties,
+        )
+        self.session.write_control(attach, ordered=False)
+
+    def detach(self, *, closed: bool = True, error: Error | None = None) -> None:
+        """Send our detach (transport §2.7.7). Closing a link we never attached first sends an
+        attach with null termini, as a refusal must (transport §2.6.3)."""
+        action = self.state.local_input(Input.CLOSE)
+        if action is Action.SEND_OPEN_THEN_CLOSE:
+            self.state.local = UNINIT
+            self.attach(source=None, target=None)
+            self.state.local = CLOSED
+        if self.out_delivery is not None:
+            self.abort()
+        assert self.local_handle is not None
+        self.session.write_control(
+            Detach(handle=self.local_handle, closed=closed, error=error), ordered=True
+        )
+        self.session.link_locally_detached(self)
+
+    def reject(self, error: Error) -> None:
+        """Refuse a link the peer attached: null-terminus attach, then detach with `error`."""
+        if self.state.local is UNINIT:
+            self.attach(source=None, target=None)
+        self.detach(closed=True, error=error)
+
+    def flow(self, credit: int, *, drain: bool = False, echo: bool = False) -> None:
+        """Receiver: grant `credit` (absolute link-credit, transport §2.6.7), optionally drain."""
+        if self.role is not RECEIVER:
+            raise LocalUsageError("only a receiver link grants credit")
+        self._require_attached()
+        if not 0 <= credit <= 0xFFFFFFFF:
+            raise LocalUsageError(f"credit out of range: {credit}")
+        self.credit = credit
+        self.drain = drain
+        self.session.write_link_flow(self, echo)
+
+    def complete_drain(self) -> None:
+        """Sender: answer a drain request after sending what we had, consuming all credit by
+        advancing delivery-count (transport §2.6.7)."""
+        if self.role is not SENDER:
+            raise LocalUsageError("only a sender link completes a drain")
+        self._require_attached()
+        self.delivery_count = serial_add(self.delivery_count, self.credit)
+        self.credit = 0
+        self.session.write_link_flow(self, False)
+
+    def set_available(self, available: int) -> None:
+        """Sender: tell the receiver how many messages wait to be sent (flow.available)."""
+        self.available = available
+        self.session.write_link_flow(self, False)
+
+    def send_transfer(
+        self,
+        tag: bytes,
+        payload: bytes | memoryview,
+        *,
+        settled: bool = False,
+        more: bool = False,
+        message_format: int = 0,
+        state: Any = None,
+    ) -> int:
+        """Send (part of) a delivery and return its delivery-id.
+
+        The first call for a delivery consumes one credit; with `more=True` the delivery stays
+        open and later calls append to it (cut-through streaming). A payload larger than the
+        peer's max-frame-size is split into frames here.
+        """
+        if self.role is not SENDER:
+            raise LocalUsageError("cannot send on a receiver link")
+        self._require_attached()
+        if self.snd_settle_mode == SND_SETTLED:
+            settled = True
+        elif self.snd_settle_mode == SND_UNSETTLED and settled:
+            raise LocalUsageError("link snd-settle-mode is unsettled: cannot send presettled")
+        delivery_id = self.out_delivery
+        if delivery_id is None:
+            if self.credit <= 0:
+                raise LocalUsageError(f"no link credit on {self.name!r}")
+            self.credit -= 1
+            self.delivery_count = serial_add(self.delivery_count, 1)
+            delivery_id = self.session.next_delivery_id()
+            self.out_tag = tag
+            first = True
+        else:
+            tag = self.out_tag
+            first = False
+        self.out_delivery = delivery_id if more else None
+        self.session.write_transfer(
+            self, delivery_id, tag, payload, settled, more, message_format, state, first
+        )
+        return delivery_id
+
+    def abort(self) -> None:
+        """Abort the delivery being streamed out (transport §2.6.12): the receiver discards it."""
+        delivery_id = self.out_delivery
+        if delivery_id is None:
+            raise LocalUsageError("no delivery in progress to abort")
+        self.out_delivery = None
+        self.session.write_transfer(
+            self, delivery_id, self.out_tag, b"", True, False, 0, None, False, aborted=True
+        )
+
+    def dispose(
+        self, first: int, last: int | None = None, *, state: Any = None, settled: bool = True
+    ) -> None:
+        """Send a disposition for deliveries first..last of this link's session."""
+        self.session.disposition(self.role, first, last, state=state, settled=settled)
+
+    def _require_attached(self) -> None:
+        if self.state.local is not ACTIVE:
+            raise LocalUsageError(f"link {self.name!r} is not attached")

@@ -1,0 +1,44 @@
+"""RFC 1982 serial-number arithmetic on 32 bits (transport §2.8.10 sequence-no).
+
+delivery-id, transfer-id (next-incoming-id/next-outgoing-id) and delivery-count wrap at 2**32;
+comparing or subtracting them with plain ints breaks after about four billion transfers.
+Must not touch: anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SERIAL_MOD: Final = 1 << 32
+_MASK: Final = SERIAL_MOD - 1
+_HALF: Final = 1 << 31
+
+
+def serial_add(a: int, n: int) -> int:
+    """a + n modulo 2**32."""
+    return (a + n) & _MASK
+
+
+def serial_diff(a: int, b: int) -> int:
+    """The signed distance a - b, in (-2**31, 2**31]."""
+    d = (a - b) & _MASK
+    return d - SERIAL_MOD if d > _HALF else d
+
+
+def serial_lt(a: int, b: int) -> bool:
+    """a precedes b in serial order."""
+    return serial_diff(a, b) < 0
+
+
+def serial_le(a: int, b: int) -> bool:
+    return serial_diff(a, b) <= 0
+
+
+def serial_range(first: int, last: int) -> range | list[int]:
+    """The serial numbers first..last inclusive (wrapping), as a range when it does not wrap."""
+    count = serial_diff(last, first) + 1
+    if count <= 0:
+        return range(0)
+    if first + count <= SERIAL_MOD:
+        return range(first, first + count)
+    return [(first + i) & _MASK for i in range(count)]

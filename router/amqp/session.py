@@ -1,0 +1,473 @@
+"""Session endpoints (transport §2.5): channels, windows, handles, delivery-ids, and the frames
+of the links they carry.
+
+Owns: incoming/outgoing windows and next-incoming-id/next-outgoing-id (transport §2.5.6), the
+handle tables and handle-max, session-scoped delivery-id allocation, writing transfers (split to
+the peer's max-frame-size) and the queue that holds them while the peer's incoming window is
+closed, and the checks on incoming attach/flow/transfer/disposition/detach frames.
+Must not touch: bytes on the socket (the connection writes), routing decisions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from . import errors as E
+from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
+from .events import (
+    DispositionReceived,
+    FlowReceived,
+    RemoteAttach,
+    RemoteDetach,
+    TransferReceived,
+)
+from .fastpath import (
+    disposition_performative,
+    flow_performative,
+    frame_header,
+    transfer_performative,
+)
+from .link import Link
+from .performatives import RECEIVER, SENDER, Attach, Begin, Detach, End, Error, Fields, Symbols
+from .serial import serial_add, serial_diff
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+DEFAULT_WINDOW = 0x7FFFFFFF  # "no session-level limit": link credit is what bounds traffic
+_TRANSFER, _ORDERED, _LINK_FLOW = 0, 1, 2
+
+
+class Session:
+    __slots__ = (
+        "conn", "channel", "remote_channel", "state", "remote_begin", "remote_error",
+        "next_outgoing_id", "incoming_window", "incoming_window_size", "outgoing_window",
+        "next_incoming_id", "remote_incoming_window", "remote_outgoing_window",
+        "handle_max", "remote_handle_max", "links_by_local", "links_by_remote", "links_by_name",
+        "_next_delivery_id", "_blocked", "context",
+    )  # fmt: skip
+
+    def __init__(self, conn: Connection, channel: int | None) -> None:
+        self.conn = conn
+        self.channel = channel  # our outgoing channel, allocated when we begin
+        self.remote_channel: int | None = None
+        self.state = Halves("session")
+        self.remote_begin: Begin | None = None
+        self.remote_error: Error | None = None
+        self.next_outgoing_id = 0
+        self.incoming_window_size = DEFAULT_WINDOW
+        self.incoming_window = DEFAULT_WINDOW
+        self.outgoing_window = DEFAULT_WINDOW
+        self.next_incoming_id = 0
+        self.remote_incoming_window = 0
+        self.remote_outgoing_window = 0
+        self.handle_max = 0xFFFFFFFF
+        self.remote_handle_max = 0xFFFFFFFF
+        self.links_by_local: dict[int, Link] = {}
+        self.links_by_remote: dict[int, Link] = {}
+        self.links_by_name: dict[tuple[str, bool], Link] = {}
+        self._next_delivery_id = 0
+        # Frames that must wait for the peer's incoming window, in order (transport §2.5.6).
+        self._blocked: deque[tuple[int, Any, Link | None, bool]] = deque()
+        self.context: Any = None
+
+    def __repr__(self) -> str:
+        return f"Session(channel={self.channel}, remote={self.remote_channel}, {self.state!r})"
+
+    @property
+    def links(self) -> list[Link]:
+        return list(self.links_by_name.values())
+
+    @property
+    def blocked_frames(self) -> int:
+        return len(self._blocked)
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def begin(
+        self,
+        *,
+        incoming_window: int = DEFAULT_WINDOW,
+        handle_max: int = 0xFFFFFFFF,
+        offered_capabilities: Symbols | None = None,
+        desired_capabilities: Symbols | None = None,
+        properties: Fields | None = None,
+    ) -> None:
+        """Send our begin (transport §2.7.2), first or answering the peer's."""
+        self.state.local_input(Input.OPEN)
+        if self.channel is None:
+            self.channel = self.conn.allocate_channel(self)
+        self.incoming_window_size = self.incoming_window = incoming_window
+        self.handle_max = handle_max
+        begin = Begin(
+            remote_channel=self.remote_channel,
+            next_outgoing_id=self.next_outgoing_id,
+            incoming_window=incoming_window,
+            outgoing_window=self.outgoing_window,
+            handle_max=handle_max,
+            offered_capabilities=offered_capabilities,
+            desired_capabilities=desired_capabilities,
+            properties=properties,
+        )
+        self.conn.write_frame(self.channel, begin)
+
+    def end(self, error: Error | None = None) -> None:
+        """Send our end (transport §2.7.8). Frames still waiting for window are dropped: the
+        application learns their deliveries failed when it handles the session's end."""
+        action = self.state.local_input(Input.CLOSE)
+        if action is Action.SEND_OPEN_THEN_CLOSE:
+            self.state.local = UNINIT
+            self.begin()
+            self.state.local = CLOSED
+        self._blocked.clear()
+        for link in self.links:
+            link.queued_deliveries = 0
+        assert self.channel is not None
+        self.conn.write_frame(self.channel, End(error=error))
+        if self.state.remote is CLOSED or self.conn.failed:
+            self.conn.release_session(self)
+
+    def attach_sender(self, name: str, **attach: Any) -> Link:
+        """Create a sender link and send its attach (arguments as Link.attach)."""
+        return self._new_link(name, SENDER, attach)
+
+    def attach_receiver(self, name: str, **attach: Any) -> Link:
+        """Create a receiver link and send its attach (arguments as Link.attach)."""
+        return self._new_link(name, RECEIVER, attach)
+
+    def _new_link(self, name: str, role: bool, attach: dict[str, Any]) -> Link:
+        if self.state.local is not ACTIVE:
+            raise E.LocalUsageError("session is not begun")
+        if (name, role) in self.links_by_name:
+            raise E.LocalUsageError(f"a {('sender', 'receiver')[role]} link named {name!r} exists")
+        link = Link(self, name, role)
+        self.links_by_name[(name, role)] = link
+        link.attach(**attach)
+        return link
+
+    def disposition(
+        self, role: bool, first: int, last: int | None = None, *, state: Any, settled: bool
+    ) -> None:
+        """Send a disposition for deliveries first..last (transport §2.7.6) in `role`."""
+        if self.state.local is not ACTIVE:
+            raise E.LocalUsageError("session is not begun")
+        body = disposition_performative(role, first, last, settled, state)
+        pieces = frame_header(8 + len(body), self.channel or 0) + body
+        # Settling deliveries we sent must not overtake their transfers still in the queue.
+        if role is SENDER and self._blocked:
+            self._blocked.append((_ORDERED, pieces, None, False))
+        else:
+            self.conn.write_bytes(pieces)
+
+    # --- used by links -------------------------------------------------------------------------
+
+    def allocate_handle(self, link: Link) -> int:
+        limit = min(self.remote_handle_max, self.handle_max)
+        for handle in range(len(self.links_by_local) + 1):
+            if handle not in self.links_by_local:
+                if handle > limit:
+                    break
+                self.links_by_local[handle] = link
+                return handle
+        raise E.LocalUsageError(f"no free link handle (handle-max {limit})")
+
+    def next_delivery_id(self) -> int:
+        delivery_id = self._next_delivery_id
+        self._next_delivery_id = serial_add(delivery_id, 1)
+        return delivery_id
+
+    def write_control(self, performative: Any, *, ordered: bool) -> None:
+        if self.state.local is not ACTIVE:
+            raise E.LocalUsageError("session is not begun")
+        assert self.channel is not None
+        if ordered and isinstance(performative, Detach):
+            self._purge_link(self.links_by_local.get(performative.handle))
+        self.conn.write_frame(self.channel, performative)
+
+    def write_link_flow(self, link: Link, echo: bool) -> None:
+        if link.role is SENDER and self._blocked:
+            self._blocked.append((_LINK_FLOW, echo, link, False))
+        else:
+            self.conn.write_bytes(self._link_flow_frame(link, echo))
+
+    def write_transfer(
+        self,
+        link: Link,
+        delivery_id: int,
+        tag: bytes,
+        payload: bytes | memoryview,
+        settled: bool,
+        more: bool,
+        message_format: int,
+        state: Any,
+        first: bool,
+        aborted: bool = False,
+    ) -> None:
+        assert link.local_handle is not None and self.channel is not None
+        handle, channel = link.local_handle, self.channel
+        last = transfer_performative(
+            handle, delivery_id, tag, message_format, settled, more, aborted, state
+        )
+        room = self.conn.remote_max_frame_size - 8 - len(last)
+        if room <= 0:
+            raise E.LocalUsageError("delivery tag too long for the peer's max-frame-size")
+        size = len(payload)
+        if size <= room:
+            frames: list[tuple[bytes, bytes | memoryview]] = [(last, payload)]
+        else:  # split (transport §2.6.14); every frame but the last carries more=true
+            middle = transfer_performative(
+                handle, delivery_id, tag, message_format, settled, True, False, state
+            )
+            view = memoryview(payload)
+            frames = [(middle, view[i : i + room]) for i in range(0, size - room, room)]
+            frames.append((last, view[len(frames) * room :]))
+        if not self._blocked and self.remote_incoming_window >= len(frames):
+            write = self.conn.write_pieces
+            for body, chunk in frames:
+                write(frame_header(8 + len(body) + len(chunk), channel) + body, chunk)
+            self.remote_incoming_window -= len(frames)
+            self.next_outgoing_id = serial_add(self.next_outgoing_id, len(frames))
+            return
+        for i, (body, chunk) in enumerate(frames):
+            pieces = (frame_header(8 + len(body) + len(chunk), channel) + body, chunk)
+            self._blocked.append((_TRANSFER, pieces, link, first and i == 0))
+        if first:
+            link.queued_deliveries += 1
+        self.flush_blocked()
+
+    def flush_blocked(self) -> None:
+        """Send queued frames as far as the peer's incoming window allows."""
+        blocked = self._blocked
+        while blocked:
+            kind, data, link, first = blocked[0]
+            if kind == _TRANSFER:
+                if self.remote_incoming_window <= 0:
+                    return
+                self.remote_incoming_window -= 1
+                self.next_outgoing_id = serial_add(self.next_outgoing_id, 1)
+                if first and link is not None:
+                    link.queued_deliveries -= 1
+                self.conn.write_pieces(*data)
+            elif kind == _LINK_FLOW:
+                assert link is not None
+                self.conn.write_bytes(self._link_flow_frame(link, bool(data)))
+            else:
+                self.conn.write_bytes(data)
+            blocked.popleft()
+
+    def _purge_link(self, link: Link | None) -> None:
+        if link is None or not self._blocked:
+            return
+        self._blocked = deque(item for item in self._blocked if item[2] is not link)
+        link.queued_deliveries = 0
+
+    def link_locally_detached(self, link: Link) -> None:
+        if link.state.remote is not ACTIVE:
+            self._release_link(link)
+
+    def _release_link(self, link: Link) -> None:
+        if link.local_handle is not None:
+            self.links_by_local.pop(link.local_handle, None)
+        if link.remote_handle is not None:
+            self.links_by_remote.pop(link.remote_handle, None)
+        if self.links_by_name.get((link.name, link.role)) is link:
+            del self.links_by_name[(link.name, link.role)]
+
+    def _session_fields(self) -> tuple[int | None, int, int, int]:
+        next_incoming = self.next_incoming_id if self.state.remote is not UNINIT else None
+        return next_incoming, self.incoming_window, self.next_outgoing_id, self.outgoing_window
+
+    def _link_flow_frame(self, link: Link, echo: bool) -> bytes:
+        delivery_count = link.delivery_count
+        if link.role is SENDER:  # what the receiver has seen, not what waits in our queue
+            delivery_count = serial_add(delivery_count, -link.queued_deliveries)
+        body = flow_performative(
+            *self._session_fields(),
+            handle=link.local_handle,
+            delivery_count=delivery_count,
+            link_credit=link.credit,
+            available=link.available if link.role is SENDER else None,
+            drain=link.drain,
+            echo=echo,
+        )
+        return frame_header(8 + len(body), self.channel or 0) + body
+
+    def write_session_flow(self, echo: bool = False) -> None:
+        body = flow_performative(*self._session_fields(), echo=echo)
+        self.conn.write_bytes(frame_header(8 + len(body), self.channel or 0) + body)
+
+    # --- input from the peer (the connection has checked the channel) ---------------------------
+
+    def on_begin(self, begin: Begin) -> None:
+        self.state.remote_input(Input.OPEN, "begin", E.NOT_ALLOWED)
+        self.remote_begin = begin
+        self.next_incoming_id = begin.next_outgoing_id
+        self.remote_incoming_window = begin.incoming_window
+        self.remote_outgoing_window = begin.outgoing_window
+        self.remote_handle_max = begin.handle_max
+
+    def on_attach(self, attach: Attach) -> None:
+        handle = attach.handle
+        if handle > self.handle_max:  # transport §2.7.2 handle-max
+            raise E.ProtocolError(
+                f"attach handle {handle} above handle-max {self.handle_max}", E.FRAMING_ERROR
+            )
+        if handle in self.links_by_remote:
+            raise E.ProtocolError(f"handle {handle} is in use", E.HANDLE_IN_USE, "session")
+        role = not attach.role  # ours is the opposite of the peer's
+        link = self.links_by_name.get((attach.name, role))
+        if link is not None and link.state.remote is not UNINIT:
+            raise E.ProtocolError(
+                f"link {attach.name!r} is already attached", E.NOT_ALLOWED, "session"
+            )
+        if link is None:
+            link = Link(self, attach.name, role)
+            self.links_by_name[(attach.name, role)] = link
+        link.state.remote_input(Input.OPEN, "attach", E.NOT_ALLOWED)
+        link.remote_handle = handle
+        link.remote_attach = attach
+        self.links_by_remote[handle] = link
+        if role is RECEIVER:  # the sender's initial-delivery-count starts our count
+            link.delivery_count = attach.initial_delivery_count or 0
+        self.conn.emit(RemoteAttach(link=link, attach=attach))
+
+    def on_detach(self, detach: Detach) -> None:
+        link = self._remote_link(detach.handle, "detach")
+        link.state.remote_input(Input.CLOSE, "detach", E.NOT_ALLOWED)
+        del self.links_by_remote[detach.handle]
+        link.remote_handle = None
+        link.remote_closed = detach.closed
+        link.remote_error = detach.error
+        link.in_delivery = None
+        self.conn.emit(RemoteDetach(link=link, closed=detach.closed, error=detach.error))
+        if link.state.local is not ACTIVE:
+            self._release_link(link)
+
+    def _remote_link(self, handle: int, frame_name: str) -> Link:
+        link = self.links_by_remote.get(handle)
+        if link is None:  # transport §2.6.5: input for an unattached handle ends the session
+            raise E.ProtocolError(
+                f"{frame_name} for unattached handle {handle}", E.UNATTACHED_HANDLE, "session"
+            )
+        return link
+
+    def on_flow(self, fields: tuple[Any, ...]) -> None:
+        (next_in, in_window, next_out, out_window, handle, delivery_count, link_credit,
+         available, drain, echo) = fields  # fmt: skip
+        # transport §2.5.6: remote-incoming-window = next-incoming-id + incoming-window
+        #                                            - next-outgoing-id
+        base = self.next_outgoing_id if next_in is None else next_in
+        self.remote_incoming_window = serial_diff(serial_add(base, in_window), self.next_outgoing_id)
+        self.remote_outgoing_window = out_window
+        if handle is None:
+            if echo:
+                self.write_session_flow()
+        else:
+            link = self._remote_link(handle, "flow")
+            if link.state.local is ACTIVE:
+                self._link_flow(link, delivery_count, link_credit, available, drain)
+                if echo:
+                    self.write_link_flow(link, False)
+        self.flush_blocked()
+
+    def _link_flow(
+        self, link: Link, delivery_count: int | None, credit: int | None,
+        available: int | None, drain: bool,
+    ) -> None:  # fmt: skip
+        if link.role is SENDER:
+            # transport §2.6.7: link-credit(snd) = delivery-count(rcv) + link-credit(rcv)
+            #                                      - delivery-count(snd)
+            base = link.initial_delivery_count if delivery_count is None else delivery_count
+            # Our delivery-count already counts deliveries still queued for window, so what is
+            # left for the application is the delivery-limit minus that count.
+            limit = serial_add(base, credit or 0)
+            link.credit = max(0, serial_diff(limit, link.delivery_count))
+            link.drain = drain
+            self.conn.emit(FlowReceived(link, False))
+        else:
+            # The sender's flow: its delivery-count moves ours; the delivery-limit stays.
+            limit = serial_add(link.delivery_count, link.credit)
+            if delivery_count is not None:
+                link.delivery_count = delivery_count
+            link.credit = max(0, serial_diff(limit, link.delivery_count))
+            link.available = available or 0
+            drained = link.drain and link.credit == 0
+            if drained:
+                link.drain = False
+            self.conn.emit(FlowReceived(link, drained))
+
+    def on_transfer(
+        self, buf: bytes | bytearray, fields: tuple[Any, ...], frame_end: int
+    ) -> None:
+        (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, state,
+         _resume, aborted, payload_start) = fields  # fmt: skip
+        link = self._remote_link(handle, "transfer")
+        # transport §2.5.6: each transfer frame uses one slot of our incoming window
+        if self.incoming_window <= 0:
+            raise E.ProtocolError(
+                "transfer beyond the session incoming window", E.WINDOW_VIOLATION, "session"
+            )
+        self.incoming_window -= 1
+        self.next_incoming_id = serial_add(self.next_incoming_id, 1)
+        if self.incoming_window <= self.incoming_window_size // 2:
+            self.incoming_window = self.incoming_window_size
+            self.write_session_flow()
+        if link.role is not RECEIVER:
+            raise E.ProtocolError(
+                f"transfer on link {link.name!r} where the peer is the receiver",
+                E.NOT_ALLOWED, "session",
+            )  # fmt: skip
+        if link.state.local is not ACTIVE:
+            return  # in flight when we detached: discard (transport §2.6.5)
+        first = link.in_delivery is None
+        if first:
+            if delivery_id is None or tag is None:
+                raise E.ProtocolError(
+                    "first transfer of a delivery lacks delivery-id or delivery-tag",
+                    E.INVALID_FIELD, "session",
+                )  # fmt: skip
+            if link.credit <= 0:  # transport §2.6.7
+                self.conn.link_error(link, E.TRANSFER_LIMIT_EXCEEDED, "transfer without credit")
+                return
+            link.credit -= 1
+            link.delivery_count = serial_add(link.delivery_count, 1)
+            link.in_tag = tag
+            link.in_settled = bool(settled)
+            link.in_bytes = 0
+        else:
+            if delivery_id is not None and delivery_id != link.in_delivery:
+                raise E.ProtocolError(
+                    f"transfer for delivery {delivery_id} interleaves delivery "
+                    f"{link.in_delivery} on one link", E.NOT_ALLOWED, "session",
+                )  # fmt: skip
+            delivery_id, tag = link.in_delivery, link.in_tag
+            if settled:
+                link.in_settled = True
+        link.in_delivery = delivery_id if more and not aborted else None
+        payload = bytes(buf[payload_start:frame_end])
+        link.in_bytes += len(payload)
+        limit = link.max_message_size
+        if limit and link.in_bytes > limit and link.detach_on_oversize:
+            link.in_delivery = None
+            self.conn.link_error(
+                link, E.MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {limit}"
+            )
+            return
+        assert delivery_id is not None and tag is not None
+        self.conn.emit(
+            TransferReceived(
+                link, delivery_id, tag, link.in_settled, more and not aborted, aborted,
+                message_format, state, rcv_settle_mode, first, payload,
+            )  # fmt: skip
+        )
+
+    def on_disposition(self, fields: tuple[Any, ...]) -> None:
+        role, first, last, settled, state = fields
+        if last is None:
+            last = first
+        if serial_diff(last, first) < 0:
+            raise E.ProtocolError(
+                f"disposition range {first}..{last} runs backwards", E.INVALID_FIELD, "session"
+            )
+        self.conn.emit(DispositionReceived(self, role, first, last, settled, state))
