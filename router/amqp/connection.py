@@ -418,11 +418,11 @@ class Connection:
                 session = sessions.get(channel)
                 code, start = descriptor_code(buf, body, end)
                 try:
-                    if code == 0x14 and session is not None and session.state.local is ACTIVE:
+                    if code == 0x14 and session is not None and session.state.local is not CLOSED:
                         session.on_transfer(buf, parse_transfer(buf, start, end), end)
-                    elif code == 0x13 and session is not None and session.state.local is ACTIVE:
+                    elif code == 0x13 and session is not None and session.state.local is not CLOSED:
                         session.on_flow(parse_flow(buf, start, end))
-                    elif code == 0x15 and session is not None and session.state.local is ACTIVE:
+                    elif code == 0x15 and session is not None and session.state.local is not CLOSED:
                         session.on_disposition(parse_disposition(buf, start, end))
                     else:
                         performative, stop = decode_at(buf, body, end)  # type: ignore[arg-type]
@@ -479,7 +479,7 @@ class Connection:
             )
         if type(performative) is End:
             self._on_end(session, performative)
-        elif session.state.local is not ACTIVE:
+        elif session.state.local is CLOSED:
             return  # we ended the session: discard until the peer's end (transport §2.5.4)
         elif type(performative) is Attach:
             session.on_attach(performative)

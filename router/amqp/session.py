@@ -365,7 +365,8 @@ class Session:
                 self.write_session_flow()
         else:
             link = self._remote_link(handle, "flow")
-            if link.state.local is ACTIVE:
+            # A flow may arrive before we answer the peer's attach (pipelined): keep its credit.
+            if link.state.local is not CLOSED:
                 self._link_flow(link, delivery_count, link_credit, available, drain)
                 if echo:
                     self.write_link_flow(link, False)
