@@ -251,11 +251,25 @@ async def connect(
     if ssl_context is not None:
         stream = trio.SSLStream(stream, ssl_context, server_hostname=hostname or host)
     client = Client(engine, stream)
+    try:
+        async with _client_nursery(client, engine, hostname or host, open_timeout_s) as ready:
+            yield ready
+    except BaseExceptionGroup as group:
+        # The driver's nursery wraps whatever the caller's block raised; hand it back as is.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+@asynccontextmanager
+async def _client_nursery(
+    client: Client, engine: Connection, hostname: str, open_timeout_s: float
+) -> AsyncIterator[Client]:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(client.driver.run)
         try:
             with trio.fail_after(open_timeout_s):
-                engine.open(hostname=hostname or host)
+                engine.open(hostname=hostname)
                 client.driver.wake()
                 await client._opened.wait()
                 client.check()

@@ -1,0 +1,50 @@
+"""`python -m bench [micro]`: run benchmarks, print a table, save bench/results/<date>-<suite>.json."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import sys
+import sysconfig
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from . import micro
+
+SUITES = {"micro": micro.run}
+
+
+def python_build() -> str:
+    """Which interpreter produced the figures: version, and whether it was built with PGO/LTO."""
+    flags = sysconfig.get_config_var("CONFIG_ARGS") or ""
+    opt = [f for f in ("--enable-optimizations", "--with-lto") if f in flags]
+    return f"{platform.python_implementation()} {platform.python_version()} ({sys.executable}; {' '.join(opt) or 'no PGO/LTO flags'})"
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SUITES)
+    console = Console()
+    out_dir = Path(__file__).parent / "results"
+    out_dir.mkdir(exist_ok=True)
+    for name in names:
+        if name not in SUITES:
+            console.print(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
+            return 2
+        results = SUITES[name]()
+        table = Table("metric", "value", title=f"bench: {name}")
+        for key, value in results.items():
+            table.add_row(key, f"{value:,.2f}")
+        console.print(table)
+        console.print(f"python: {python_build()}")
+        stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
+        path = out_dir / f"{stamp}-{name}.json"
+        path.write_text(json.dumps({"suite": name, "python": python_build(), "results": results}, indent=2))
+        console.print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

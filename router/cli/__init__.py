@@ -1,0 +1,1 @@
+"""Command-line interfaces: argument parsing and rendering only (no protocol or routing logic)."""
