@@ -70,7 +70,7 @@ class Long(_BoundedInt):
 
 
 class Timestamp(_BoundedInt):
-    """Milliseconds since the Unix epoch, signed 64 bits (types §1.6.20)."""
+    """Milliseconds since the Unix epoch, signed 64 bits (types §1.6.17)."""
 
     MIN, MAX, AMQP_NAME = -0x8000000000000000, 0x7FFFFFFFFFFFFFFF, "timestamp"
 
@@ -116,7 +116,7 @@ class Float(float):
 
 
 class Char(str):
-    """A single Unicode code point, encoded as UTF-32BE (types §1.6.18)."""
+    """A single Unicode code point, encoded as UTF-32BE (types §1.6.16)."""
 
     def __new__(cls, value: str) -> Char:
         if not isinstance(value, str) or len(value) != 1:
@@ -130,7 +130,7 @@ class Char(str):
 
 
 class Symbol(str):
-    """An ASCII symbolic value (types §1.6.22): capabilities, conditions, annotation keys."""
+    """An ASCII symbolic value (types §1.6.21): capabilities, conditions, annotation keys."""
 
     def __new__(cls, value: str) -> Symbol:
         if not isinstance(value, str) or not value.isascii():
@@ -161,7 +161,8 @@ class Array:
     def __init__(
         self, element_type: str, elements: Iterable[Any] = (), descriptor: Any = None
     ) -> None:
-        if element_type not in PRIMITIVE_TYPES or element_type == "null" and descriptor:
+        # Any element type may be described, null included (Proton writes such arrays).
+        if element_type not in PRIMITIVE_TYPES:
             raise EncodeError(f"unknown array element type: {element_type!r}")
         self.element_type = element_type
         self.elements = tuple(elements)
