@@ -1,0 +1,105 @@
+"""The router's configuration schema: pydantic v2 models, the single source of truth for the YAML
+file, run-time management and the docs (`router config schema` prints it as JSON Schema).
+
+Owns: field names, defaults, limits and cross-field rules. Models are frozen, reject unknown
+fields, and name units in their field names (`idle_timeout_s`).
+Must not touch: loading files (loader.py), anything at run time.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Distribution = Literal["closest", "balanced", "multicast"]
+Port = Annotated[int, Field(ge=0, le=65535, description="TCP port; 0 picks a free one")]
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@-]+$")]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+def _default_router_id() -> str:
+    # Router ids are words in `_topo/0/<id>/...` addresses: keep them free of '/'.
+    return re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname()) or "router"
+
+
+class RouterSection(Model):
+    id: Name = Field(default_factory=_default_router_id, description="unique in the network; defaults to the host name")
+    mode: Literal["standalone", "interior", "edge"] = "standalone"
+
+    @model_validator(mode="after")
+    def _id_has_no_slash(self) -> RouterSection:
+        if "/" in self.id:
+            raise ValueError("router id must not contain '/' (it is a word of _topo/0/<id>/ addresses)")
+        return self
+
+
+class Listener(Model):
+    name: Name = "amqp"
+    host: str = "127.0.0.1"
+    port: Port = 5672
+    role: Literal["normal", "inter-router", "edge"] = "normal"
+    link_capacity: int = Field(default=250, ge=1, le=1_000_000, description="credit window given to each sender link")
+    max_frame_size: int = Field(default=65536, ge=512, le=0xFFFFFFFF)
+    idle_timeout_s: float = Field(default=16.0, ge=0, description="close a silent peer after this long; 0 disables")
+    sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
+    require_sasl: bool = Field(default=False, description="refuse clients that skip the SASL layer")
+    max_sessions_per_connection: int = Field(default=256, ge=1, le=65536)
+    max_links_per_connection: int = Field(default=4096, ge=1)
+
+    @model_validator(mode="after")
+    def _mechanisms(self) -> Listener:
+        if not self.sasl_mechanisms:
+            raise ValueError("sasl_mechanisms must name at least one mechanism")
+        return self
+
+
+class AddressConfig(Model):
+    """Address semantics by prefix (`orders` matches `orders`, `orders.eu`, `orders/eu`) or by
+    pattern (`*` one word, `#` zero or more; words split on '.' or '/')."""
+
+    prefix: str | None = Field(default=None, min_length=1)
+    pattern: str | None = Field(default=None, min_length=1)
+    distribution: Distribution = "balanced"
+
+    @model_validator(mode="after")
+    def _prefix_xor_pattern(self) -> AddressConfig:
+        if (self.prefix is None) == (self.pattern is None):
+            raise ValueError("give exactly one of prefix or pattern")
+        return self
+
+
+class User(Model):
+    """A user for SASL PLAIN."""
+
+    username: str = Field(min_length=1)
+    password: str = Field(min_length=1)
+
+
+class Limits(Model):
+    max_connections: int = Field(default=65535, ge=1)
+    max_message_size: int | None = Field(default=None, ge=1, description="bytes; larger deliveries are rejected")
+
+
+class RouterConfig(Model):
+    router: RouterSection = Field(default_factory=RouterSection)
+    listeners: tuple[Listener, ...] = (Listener(),)
+    addresses: tuple[AddressConfig, ...] = ()
+    users: tuple[User, ...] = ()
+    limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RouterConfig:
+        names = [listener.name for listener in self.listeners]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"listener names must be unique: {', '.join(duplicates)}")
+        plain = any("PLAIN" in listener.sasl_mechanisms for listener in self.listeners)
+        if plain and not self.users:
+            raise ValueError("a listener offers PLAIN but no users are configured")
+        return self
