@@ -1,0 +1,158 @@
+"""Address forms and address configuration matching (the semantics Qpid Dispatch users rely on).
+
+Owns:
+- `classify(address, router_id)`: what kind of address this is for routing: a mobile address
+  (`orders`), a local one (`_local/x`, `_topo/0/<this-router>/x`), one for another router
+  (`_topo/0/<id>/x`) or for all routers (`_topo/0/all/x`). An `amqp:/` or `amqp://host/` scheme
+  prefix is ignored, as the anchors do.
+- `AddressMatcher`: configured semantics by prefix (`orders` matches `orders`, `orders.eu`,
+  `orders/eu`, not `ordersx`) or by pattern (`*` exactly one word, `#` zero or more, words split
+  on '.' or '/'). The most specific match wins: more literal words first, then a prefix over a
+  pattern, then the order of the configuration.
+Must not touch: routing state, I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+_WORD_SPLIT = re.compile(r"[./]")
+
+
+class Kind(Enum):
+    MOBILE = "mobile"
+    LOCAL = "local"  # delivered only on this router
+    ROUTER = "router"  # _topo/0/<other-router>/...: goes to that router
+    ALL_ROUTERS = "all"  # _topo/0/all/...: every router
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    kind: Kind
+    key: str  # what the address table is keyed by on this router
+    router: str | None = None  # the target router of a ROUTER address
+
+
+def strip_scheme(address: str) -> str:
+    if address.startswith("amqp://"):
+        rest = address[len("amqp://") :]
+        slash = rest.find("/")
+        return rest[slash + 1 :] if slash >= 0 else ""
+    if address.startswith("amqp:/"):
+        return address[len("amqp:/") :]
+    return address
+
+
+def classify(address: str, router_id: str) -> Parsed:
+    """How `address` is routed from the router `router_id`."""
+    address = strip_scheme(address)
+    if address.startswith("_local/"):
+        return Parsed(Kind.LOCAL, address[len("_local/") :])
+    if address.startswith("_topo/"):
+        parts = address.split("/", 3)
+        if len(parts) == 4 and parts[1] == "0":
+            target, rest = parts[2], parts[3]
+            if target == router_id:
+                return Parsed(Kind.LOCAL, rest)
+            if target == "all":
+                return Parsed(Kind.ALL_ROUTERS, rest)
+            return Parsed(Kind.ROUTER, rest, target)
+    return Parsed(Kind.MOBILE, address)
+
+
+def words(address: str) -> list[str]:
+    return _WORD_SPLIT.split(address)
+
+
+def prefix_matches(prefix: str, address: str) -> bool:
+    if address == prefix:
+        return True
+    if not address.startswith(prefix):
+        return False
+    return prefix[-1] in "./" or address[len(prefix)] in "./"
+
+
+def pattern_matches(pattern: list[str], address: list[str]) -> bool:
+    """`*` matches exactly one word, `#` zero or more."""
+    # Iterative matching with backtracking over the last '#', linear in practice.
+    p = a = 0
+    star_p = star_a = -1
+    while a < len(address):
+        if p < len(pattern) and pattern[p] == "#":
+            star_p, star_a = p, a
+            p += 1
+        elif p < len(pattern) and (pattern[p] == "*" or pattern[p] == address[a]):
+            p += 1
+            a += 1
+        elif star_p >= 0:
+            star_a += 1
+            a = star_a
+            p = star_p + 1
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "#":
+        p += 1
+    return p == len(pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule(Generic[T]):
+    prefix: str | None
+    pattern: tuple[str, ...] | None
+    value: T
+    literal_words: int
+    order: int
+
+
+class AddressMatcher(Generic[T]):
+    """Configured values (e.g. distributions) looked up by address, most specific first."""
+
+    def __init__(self) -> None:
+        self._rules: list[_Rule[T]] = []
+        self._lookup = lru_cache(maxsize=65536)(self._find)
+
+    def add_prefix(self, prefix: str, value: T) -> None:
+        literal = len([w for w in words(prefix) if w])
+        self._rules.append(_Rule(prefix, None, value, literal, len(self._rules)))
+        self._lookup.cache_clear()
+
+    def add_pattern(self, pattern: str, value: T) -> None:
+        parts = tuple(words(pattern))
+        literal = len([w for w in parts if w not in ("*", "#")])
+        self._rules.append(_Rule(None, parts, value, literal, len(self._rules)))
+        self._lookup.cache_clear()
+
+    def remove(self, value: T) -> None:
+        self._rules = [rule for rule in self._rules if rule.value is not value]
+        self._lookup.cache_clear()
+
+    def lookup(self, address: str) -> T | None:
+        return self._lookup(address)
+
+    def _find(self, address: str) -> T | None:
+        best: _Rule[T] | None = None
+        address_words: list[str] | None = None
+        for rule in self._rules:
+            if rule.prefix is not None:
+                matched = prefix_matches(rule.prefix, address)
+            else:
+                assert rule.pattern is not None
+                if address_words is None:
+                    address_words = words(address)
+                matched = pattern_matches(list(rule.pattern), address_words)
+            if matched and (best is None or _more_specific(rule, best)):
+                best = rule
+        return best.value if best is not None else None
+
+
+def _more_specific(a: _Rule[T], b: _Rule[T]) -> bool:
+    if a.literal_words != b.literal_words:
+        return a.literal_words > b.literal_words
+    if (a.prefix is None) != (b.prefix is None):
+        return a.prefix is not None
+    return a.order < b.order
