@@ -21,3 +21,28 @@ settings.register_profile(
 # A thorough run: HYPOTHESIS_PROFILE=thorough
 settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=5000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+# --- interoperability tests: nothing may outlive a test -------------------------------------------
+
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+from .support.interop import listening_tcp_ports, proton_threads, socket_fds  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _interop_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests marked `interop` must stop every Proton thread, listener and socket they start."""
+    if request.node.get_closest_marker("interop") is None:
+        yield
+        return
+    listening, sockets = listening_tcp_ports(), socket_fds()
+    yield
+    threads = proton_threads()
+    for thread in threads:
+        thread.join(timeout=2.0)
+    assert not [t.name for t in threads if t.is_alive()], "Proton threads left running"
+    assert listening_tcp_ports() - listening == set(), "listening sockets left open"
+    assert socket_fds() - sockets == set(), "sockets left open"

@@ -7,7 +7,7 @@ nulls trimmed) and a decoder that validates every field and fills defaults.
 
 Field kinds: "string", "symbol", "binary", "boolean", "ubyte", "ushort", "uint", "ulong",
 "timestamp", "fields" (map), "map", "list", "*" (any value, e.g. a described type); a trailing
-"*" marks a multiple field (transport §1.3: a single value or an array, kept as a tuple) and a
+"*" marks a multiple field (types §1.3: a single value or an array, kept as a tuple) and a
 trailing "!" a mandatory one.
 Must not touch: the meaning of any particular performative (performatives.py, messaging.py).
 """
@@ -86,10 +86,18 @@ def _from_wire(kind: str, value: Any, where: str) -> Any:
     if kind == "symbol":
         if not isinstance(value, str):
             raise DecodeError(f"{where} must be symbol, got {type(value).__name__}")
-        return value if type(value) is Symbol else Symbol(value)
+        if type(value) is Symbol:
+            return value
+        try:
+            return Symbol(value)  # a string sent for a symbol: only ASCII converts
+        except EncodeError:
+            raise DecodeError(f"{where} must be symbol, got non-ASCII text") from None
     check = _CHECKS.get(kind)
     if check is not None and not check(value):
         raise DecodeError(f"{where} must be {kind}, got {type(value).__name__}")
+    if kind == "fields":
+        # fields keys are symbols (transport §2.8.13); anything else could not be re-encoded.
+        return {_from_wire("symbol", key, f"{where} key"): item for key, item in value.items()}
     return value
 
 

@@ -67,6 +67,17 @@ from .session import Session
 
 _unpack_frame_header = FRAME_HEADER.unpack_from
 _HEADER, _SASL, _AMQP, _DONE = 0, 1, 2, 3
+# Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
+# carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
+# (transport §2.7.1 MIN-MAX-FRAME-SIZE): cap the description well below that.
+_MAX_DESCRIPTION_BYTES = 256
+
+
+def _wire_error(condition: str, description: str) -> Error:
+    data = description.encode("utf-8")
+    if len(data) > _MAX_DESCRIPTION_BYTES:
+        description = data[: _MAX_DESCRIPTION_BYTES - 3].decode("utf-8", "ignore") + "..."
+    return Error(condition=condition, description=description)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,7 +171,7 @@ class Connection:
 
     def next_deadline(self) -> float | None:
         """When tick() must next be called, or None if no timer runs."""
-        if self._stage != _AMQP or self.failed:
+        if self._stage != _AMQP or self.failed or self.finished:  # no timers after both closes
             return None
         deadlines = []
         if self.config.idle_timeout_s and self.remote_open is not None:
@@ -172,7 +183,7 @@ class Connection:
     def tick(self, now: float) -> None:
         """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""
         self._now = now
-        if self._stage != _AMQP or self.failed:
+        if self._stage != _AMQP or self.failed or self.finished:
             return
         timeout = self.config.idle_timeout_s
         if timeout and self.remote_open is not None and now >= self._last_received + timeout:
@@ -182,6 +193,10 @@ class Connection:
         if remote and self.state.local is ACTIVE and now >= self._last_sent + remote / 2:
             if not self._out:
                 self._out.append(EMPTY_FRAME)  # transport §2.4.5
+            # Restart the heartbeat timer now: what is queued goes out next. Left in the past
+            # (frames waiting behind a slow write), the deadline would have the driver tick in
+            # a loop and never read the peer's frames, until our own idle time-out fired.
+            self._last_sent = now
 
     # --- application commands ------------------------------------------------------------------
 
@@ -239,6 +254,11 @@ class Connection:
 
     # --- used by sessions and links ------------------------------------------------------------
 
+    def check_not_closed(self) -> None:
+        """Our close must be the last frame we write (transport §2.4.3, Closing a Connection)."""
+        if self.state.local is CLOSED:
+            raise E.LocalUsageError("the connection is closed")
+
     def emit(self, event: Event) -> None:
         self._events.append(event)
 
@@ -278,7 +298,7 @@ class Connection:
         """The peer misused a link: detach it with the condition (transport §2.6.5)."""
         self._events.append(ProtocolViolation(condition=condition, description=description, scope="link"))
         if link.state.local is ACTIVE:
-            link.detach(closed=True, error=Error(condition=condition, description=description))
+            link.detach(closed=True, error=_wire_error(condition, description))
 
     # --- input processing ----------------------------------------------------------------------
 
@@ -391,7 +411,9 @@ class Connection:
         buf = self._inbuf
         pos, n = 0, len(buf)
         limit = self.config.max_frame_size
-        sessions = self._sessions_by_remote
+        # After our close only the peer's close matters (transport §2.4.3): with no sessions,
+        # every other frame takes the control path, which discards it.
+        sessions = self._sessions_by_remote if self.state.local is not CLOSED else {}
         channel = 0
         try:
             while n - pos >= 8 and not self.failed:
@@ -553,8 +575,14 @@ class Connection:
         self._events.append(
             ProtocolViolation(condition=exc.condition, description=exc.description, scope="session")
         )
-        if session.state.local is ACTIVE:
-            session.end(Error(condition=exc.condition, description=exc.description))
+        if session.state.local is CLOSED:
+            return
+        try:
+            # A session we have not answered yet gets our begin first (transport §2.5.1, as
+            # Session.end does): the end must reach the peer either way.
+            session.end(_wire_error(exc.condition, exc.description))
+        except E.LocalUsageError:  # no channel left to answer on (the peer's channel-max)
+            self._connection_error(exc.condition, exc.description)
 
     def _connection_error(self, condition: str, description: str) -> None:
         """Close the connection with the condition and discard all further input."""
@@ -566,6 +594,6 @@ class Connection:
         )
         self._inbuf.clear()
         if self.state.local is not CLOSED:
-            self.close(Error(condition=condition, description=description))
+            self.close(_wire_error(condition, description))
         self._stage = _DONE
         self.finished = True

@@ -38,9 +38,14 @@ from .types import (
 )
 
 MAX_DEPTH: Final = 64
-# An array of zero-width elements (null, true, uint0 ...) costs nothing on the wire; cap its count
-# so a few hostile bytes cannot make us build billions of objects.
+# An array of zero-width elements (null, true, uint0 ...) costs nothing on the wire; cap their
+# count so a few hostile bytes cannot make us build billions of objects. The cap is for the whole
+# value being decoded, not per array: a list of many small arrays would otherwise multiply it.
 MAX_ZERO_WIDTH_COUNT: Final = 65536
+# Zero-width elements still allowed in the value being decoded; reset by each top-level decode_at
+# (depth 0). Module state is safe because decoding, like the rest of this sans-IO package, runs to
+# completion in one thread; two threads decoding at once could only share one allowance.
+_zero_width_left = [MAX_ZERO_WIDTH_COUNT]
 
 BodyDecoder = Callable[[bytes, int, int, int], tuple[Any, int]]
 
@@ -226,13 +231,14 @@ def _array(wide: bool) -> BodyDecoder:
         code = buf[pos]
         element = _BODIES[code]
         element_type = _TYPE_NAMES.get(code)
-        if element is None or element_type is None or code == 0x00:
+        if element is None or element_type is None:
             raise DecodeError(f"invalid array element constructor {code:#04x}")
         pos += 1
-        if _ZERO_WIDTH.get(code) and count > MAX_ZERO_WIDTH_COUNT:
-            raise DecodeError(f"array of {count} zero-width elements refused")
-        if not _ZERO_WIDTH.get(code) and count > stop - pos:
-            raise DecodeError(f"array count {count} cannot fit in {stop - pos} bytes")
+        _check_array_count(code, count, stop - pos)
+        if _ZERO_WIDTH[code]:
+            _zero_width_left[0] -= count
+            if _zero_width_left[0] < 0:
+                raise DecodeError(f"more than {MAX_ZERO_WIDTH_COUNT} zero-width elements refused")
         elements = []
         for _ in range(count):
             item, pos = element(buf, pos, stop, depth + 1)
@@ -242,6 +248,15 @@ def _array(wide: bool) -> BodyDecoder:
         return Array(element_type, elements, descriptor), stop
 
     return body
+
+
+def _check_array_count(code: int, count: int, room: int) -> None:
+    """Refuse an array count its element constructor and remaining bytes cannot hold."""
+    if _ZERO_WIDTH[code]:
+        if count > MAX_ZERO_WIDTH_COUNT:
+            raise DecodeError(f"array of {count} zero-width elements refused")
+    elif count > room:  # every element takes at least one byte
+        raise DecodeError(f"array count {count} cannot fit in {room} bytes")
 
 
 def _array_header(buf: bytes, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
@@ -267,10 +282,9 @@ def _described(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
         raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
     descriptor, pos = decode_at(buf, pos, end, depth + 1)
     value, pos = decode_at(buf, pos, end, depth + 1)
-    try:
-        build = _DESCRIBED.get(descriptor)
-    except TypeError:
-        raise DecodeError("descriptor must be a ulong or a symbol") from None
+    # Only ulong and symbol descriptors name a type (types §1.5): a long 0x10 or the *string*
+    # "amqp:open:list" is some other, unknown described value, not an open.
+    build = _DESCRIBED.get(descriptor) if type(descriptor) in (ULong, Symbol) else None
     if build is None:
         return Described(descriptor, value), pos
     return build(value), pos
@@ -331,6 +345,8 @@ _BODIES[0x00] = _described
 
 def decode_at(buf: bytes, pos: int, end: int, depth: int = 0) -> tuple[Any, int]:
     """Decode one value starting at `pos`, not reading at or past `end`: (value, next offset)."""
+    if depth == 0:
+        _zero_width_left[0] = MAX_ZERO_WIDTH_COUNT
     if pos >= end:
         raise DecodeError(f"truncated: expected a value at offset {pos}")
     body = _BODIES[buf[pos]]
@@ -365,7 +381,12 @@ _FIXED_WIDTHS: dict[int, int] = {
 
 
 def skip_value(buf: bytes, pos: int, end: int, depth: int = 0) -> int:
-    """The offset just past the encoded value starting at `pos` (bounds-checked, no decoding)."""
+    """The offset just past the encoded value starting at `pos` (bounds-checked, no decoding).
+
+    The headers of lists, maps and arrays are checked as decode_at checks them (size against
+    count, map parity, array element constructor); their items and the contents of strings,
+    symbols, booleans and chars are not read, so those errors surface only when decoding.
+    """
     if pos >= end:
         raise DecodeError(f"truncated: expected a value at offset {pos}")
     code = buf[pos]
@@ -392,4 +413,28 @@ def skip_value(buf: bytes, pos: int, end: int, depth: int = 0) -> int:
         raise DecodeError(f"invalid constructor {code:#04x} at offset {pos - 1}")
     if stop > end:
         raise DecodeError(f"value of {stop - pos} bytes overruns its container")
+    if high >= 0xC0:
+        _check_compound(buf, pos, stop, code, depth)
     return stop
+
+
+def _check_compound(buf: bytes, pos: int, stop: int, code: int, depth: int) -> None:
+    """The header checks decode_at makes on a list, map or array, without reading its items:
+    size against count, map parity, the array element constructor and count."""
+    wide = bool(code & 0x10)  # list32, map32, array32
+    if code in (0xE0, 0xF0):
+        count, pos, stop = _array_header(buf, pos, stop, wide)
+        _need(pos, 1, stop)
+        if buf[pos] == 0x00:
+            if depth >= MAX_DEPTH:
+                raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
+            pos = skip_value(buf, pos + 1, stop, depth + 1)
+            _need(pos, 1, stop)
+        element_code = buf[pos]
+        if _BODIES[element_code] is None or element_code not in _TYPE_NAMES:
+            raise DecodeError(f"invalid array element constructor {element_code:#04x}")
+        _check_array_count(element_code, count, stop - pos - 1)
+        return
+    count, pos, stop = _compound_header(buf, pos, stop, wide)
+    if code & 0x0F == 1 and count % 2:
+        raise DecodeError(f"map has an odd number of items ({count})")

@@ -279,9 +279,37 @@ def encode(value: Any) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Arrays (types §1.6.24): one constructor, then element bodies without constructors.
 
-# element type -> (constructor code, struct format, wrapper that validates the range)
+
+def _element_of(element_type: str, kinds: type | tuple[type, ...]) -> Callable[[Any], Any]:
+    """A check that an array element is of the Python kind its element type needs: without it
+    bytes(5) would write five zero octets and float("1.5") a number for a string."""
+
+    def check(value: Any) -> Any:
+        # bool is an int: only a boolean array takes True/False, and it takes nothing else.
+        wrong_bool = isinstance(value, bool) != (kinds is bool)
+        if wrong_bool or not isinstance(value, kinds):
+            raise EncodeError(f"{element_type} array element cannot be {type(value).__name__}")
+        return value
+
+    return check
+
+
+_check_bool = _element_of("boolean", bool)
+_check_double = _element_of("double", (int, float))
+_check_binary = _element_of("binary", (bytes, bytearray, memoryview))
+_check_string = _element_of("string", str)
+
+
+def _double_element(value: Any) -> float:
+    try:
+        return float(_check_double(value))
+    except OverflowError:
+        raise EncodeError(f"double out of range: {value!r}") from None
+
+
+# element type -> (constructor code, struct format, wrapper that validates type and range)
 _FIXED_ELEMENTS: dict[str, tuple[int, struct.Struct, Callable[[Any], Any]]] = {
-    "boolean": (0x56, struct.Struct(">B"), lambda v: 1 if v else 0),
+    "boolean": (0x56, struct.Struct(">B"), lambda v: 1 if _check_bool(v) else 0),
     "ubyte": (0x50, struct.Struct(">B"), UByte),
     "ushort": (0x60, struct.Struct(">H"), UShort),
     "uint": (0x70, struct.Struct(">I"), UInt),
@@ -291,7 +319,7 @@ _FIXED_ELEMENTS: dict[str, tuple[int, struct.Struct, Callable[[Any], Any]]] = {
     "int": (0x71, struct.Struct(">i"), Int),
     "long": (0x81, struct.Struct(">q"), Long),
     "float": (0x72, struct.Struct(">f"), Float),
-    "double": (0x82, struct.Struct(">d"), float),
+    "double": (0x82, struct.Struct(">d"), _double_element),
     "decimal32": (0x74, struct.Struct(">I"), Decimal32),
     "decimal64": (0x84, struct.Struct(">Q"), Decimal64),
     "char": (0x73, struct.Struct(">I"), lambda v: ord(Char(v))),
@@ -299,8 +327,8 @@ _FIXED_ELEMENTS: dict[str, tuple[int, struct.Struct, Callable[[Any], Any]]] = {
 }
 
 _VARIABLE_ELEMENTS: dict[str, tuple[int, Callable[[Any], bytes]]] = {
-    "binary": (0xA0, bytes),
-    "string": (0xA1, _utf8),
+    "binary": (0xA0, lambda v: bytes(_check_binary(v))),
+    "string": (0xA1, lambda v: _utf8(_check_string(v))),
     "symbol": (0xA3, lambda v: Symbol(v).encode("ascii")),
 }
 
@@ -309,6 +337,8 @@ def _array_body(element_type: str, elements: tuple[Any, ...]) -> tuple[bytes, by
     """(constructor, concatenated element bodies) for an array's elements."""
     body = bytearray()
     if element_type == "null":
+        if any(item is not None for item in elements):
+            raise EncodeError("null array elements must be None")
         return b"\x40", body
     fixed = _FIXED_ELEMENTS.get(element_type)
     if fixed is not None:

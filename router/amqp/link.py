@@ -26,7 +26,7 @@ from .performatives import (
     Fields,
     Symbols,
 )
-from .serial import serial_add
+from .serial import serial_add, serial_lt
 
 if TYPE_CHECKING:
     from .session import Session
@@ -41,7 +41,7 @@ class Link:
         "remote_attach", "remote_closed", "remote_error",
         "delivery_count", "credit", "drain", "available", "initial_delivery_count",
         "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
-        "out_delivery", "out_tag", "detach_on_oversize", "context",
+        "out_delivery", "out_tag", "detach_on_oversize", "granted_limit", "context",
     )  # fmt: skip
 
     def __init__(self, session: Session, name: str, role: bool) -> None:
@@ -72,6 +72,8 @@ class Link:
         self.out_delivery: int | None = None  # sender: delivery-id being streamed out
         self.out_tag = b""
         self.detach_on_oversize = True
+        # receiver: the highest delivery-limit (delivery-count + link-credit) we ever granted
+        self.granted_limit: int | None = None
         self.context: Any = None  # free for the application (the router hangs its state here)
 
     def __repr__(self) -> str:
@@ -118,6 +120,7 @@ class Link:
         properties: Fields | None = None,
     ) -> None:
         """Send our attach (transport §2.7.3), either first or answering the peer's."""
+        self.session.conn.check_not_closed()
         self.state.local_input(Input.OPEN)
         if snd_settle_mode is None:
             # Answering: a responder normally mirrors the initiator's settle modes.
@@ -151,6 +154,7 @@ class Link:
     def detach(self, *, closed: bool = True, error: Error | None = None) -> None:
         """Send our detach (transport §2.7.7). Closing a link we never attached first sends an
         attach with null termini, as a refusal must (transport §2.6.3)."""
+        self.session.conn.check_not_closed()
         action = self.state.local_input(Input.CLOSE)
         if action is Action.SEND_OPEN_THEN_CLOSE:
             self.state.local = UNINIT
@@ -179,6 +183,9 @@ class Link:
             raise LocalUsageError(f"credit out of range: {credit}")
         self.credit = credit
         self.drain = drain
+        limit = serial_add(self.delivery_count, credit)
+        if self.granted_limit is None or serial_lt(self.granted_limit, limit):
+            self.granted_limit = limit
         self.session.write_link_flow(self, echo)
 
     def complete_drain(self) -> None:
@@ -193,6 +200,9 @@ class Link:
 
     def set_available(self, available: int) -> None:
         """Sender: tell the receiver how many messages wait to be sent (flow.available)."""
+        if self.role is not SENDER:
+            raise LocalUsageError("only a sender link reports available")
+        self._require_attached()  # a flow names our handle: only after our attach
         self.available = available
         self.session.write_link_flow(self, False)
 
@@ -242,6 +252,7 @@ class Link:
         delivery_id = self.out_delivery
         if delivery_id is None:
             raise LocalUsageError("no delivery in progress to abort")
+        self._require_session()
         self.out_delivery = None
         self.session.write_transfer(
             self, delivery_id, self.out_tag, b"", True, False, 0, None, False, aborted=True
@@ -256,3 +267,11 @@ class Link:
     def _require_attached(self) -> None:
         if self.state.local is not ACTIVE:
             raise LocalUsageError(f"link {self.name!r} is not attached")
+        self._require_session()
+
+    def _require_session(self) -> None:
+        # Ending the session detached the link implicitly, and nothing follows our end or close
+        # (transport §2.5.4 / §2.4.3): no more frames for this link.
+        if self.session.state.local is not ACTIVE:
+            raise LocalUsageError(f"the session of link {self.name!r} has ended")
+        self.session.conn.check_not_closed()

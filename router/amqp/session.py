@@ -30,7 +30,7 @@ from .fastpath import (
 )
 from .link import Link
 from .performatives import RECEIVER, SENDER, Attach, Begin, Detach, End, Error, Fields, Symbols
-from .serial import serial_add, serial_diff
+from .serial import serial_add, serial_diff, serial_lt
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -95,6 +95,7 @@ class Session:
         properties: Fields | None = None,
     ) -> None:
         """Send our begin (transport §2.7.2), first or answering the peer's."""
+        self.conn.check_not_closed()
         self.state.local_input(Input.OPEN)
         if self.channel is None:
             self.channel = self.conn.allocate_channel(self)
@@ -115,6 +116,7 @@ class Session:
     def end(self, error: Error | None = None) -> None:
         """Send our end (transport §2.7.8). Frames still waiting for window are dropped: the
         application learns their deliveries failed when it handles the session's end."""
+        self.conn.check_not_closed()
         action = self.state.local_input(Input.CLOSE)
         if action is Action.SEND_OPEN_THEN_CLOSE:
             self.state.local = UNINIT
@@ -152,6 +154,7 @@ class Session:
         """Send a disposition for deliveries first..last (transport §2.7.6) in `role`."""
         if self.state.local is not ACTIVE:
             raise E.LocalUsageError("session is not begun")
+        self.conn.check_not_closed()
         body = disposition_performative(role, first, last, settled, state)
         pieces = frame_header(8 + len(body), self.channel or 0) + body
         # Settling deliveries we sent must not overtake their transfers still in the queue.
@@ -180,6 +183,7 @@ class Session:
     def write_control(self, performative: Any, *, ordered: bool) -> None:
         if self.state.local is not ACTIVE:
             raise E.LocalUsageError("session is not begun")
+        self.conn.check_not_closed()
         assert self.channel is not None
         if ordered and isinstance(performative, Detach):
             self._purge_link(self.links_by_local.get(performative.handle))
@@ -360,15 +364,17 @@ class Session:
         base = self.next_outgoing_id if next_in is None else next_in
         self.remote_incoming_window = serial_diff(serial_add(base, in_window), self.next_outgoing_id)
         self.remote_outgoing_window = out_window
+        # Frames on a session or link must follow our begin/attach (transport §2.5.1, §2.6.3):
+        # an echo asked for before we answered is answered by the begin/attach itself.
         if handle is None:
-            if echo:
+            if echo and self.state.local is ACTIVE:
                 self.write_session_flow()
         else:
             link = self._remote_link(handle, "flow")
             # A flow may arrive before we answer the peer's attach (pipelined): keep its credit.
             if link.state.local is not CLOSED:
                 self._link_flow(link, delivery_count, link_credit, available, drain)
-                if echo:
+                if echo and link.state.local is ACTIVE:
                     self.write_link_flow(link, False)
         self.flush_blocked()
 
@@ -413,7 +419,8 @@ class Session:
         self.next_incoming_id = serial_add(self.next_incoming_id, 1)
         if self.incoming_window <= self.incoming_window_size // 2:
             self.incoming_window = self.incoming_window_size
-            self.write_session_flow()
+            if self.state.local is ACTIVE:  # else our begin will announce the window
+                self.write_session_flow()
         if link.role is not RECEIVER:
             raise E.ProtocolError(
                 f"transfer on link {link.name!r} where the peer is the receiver",
@@ -428,10 +435,13 @@ class Session:
                     "first transfer of a delivery lacks delivery-id or delivery-tag",
                     E.INVALID_FIELD, "session",
                 )  # fmt: skip
-            if link.credit <= 0:  # transport §2.6.7
+            if link.credit > 0:
+                link.credit -= 1
+            elif link.granted_limit is None or not serial_lt(link.delivery_count, link.granted_limit):
+                # transport §2.6.7: beyond any credit we granted. Within an earlier, larger grant
+                # it was in flight when we reduced the credit: handled normally, as §2.6.7 allows.
                 self.conn.link_error(link, E.TRANSFER_LIMIT_EXCEEDED, "transfer without credit")
                 return
-            link.credit -= 1
             link.delivery_count = serial_add(link.delivery_count, 1)
             link.in_tag = tag
             link.in_settled = bool(settled)

@@ -96,6 +96,7 @@ class Sender(_Endpoint):
     def __init__(self, client: Client, link: Link) -> None:
         super().__init__(client, link)
         self._credit = trio.Event()
+        self._waiting = 0  # start_send calls blocked on credit
         self._pending: dict[int, SendTracker] = {}
         self._tags = itertools.count()
 
@@ -115,8 +116,18 @@ class Sender(_Endpoint):
         payload = message if isinstance(message, bytes) else encode_message(message)
         while self.link.credit <= 0:
             self.check()
-            self._credit = trio.Event()
-            await self._credit.wait()
+            if self._credit.is_set():
+                self._credit = trio.Event()  # one event for every send waiting on credit
+            credit = self._credit
+            self._waiting += 1
+            try:
+                await credit.wait()
+            except BaseException:  # cancelled: a drain left for this send must not stay open
+                self._waiting -= 1
+                self._finish_drain()
+                self.client.driver.wake()
+                raise
+            self._waiting -= 1
         self.check()
         delivery_id = self.link.send_transfer(
             tag if tag is not None else str(next(self._tags)).encode(),
@@ -126,13 +137,20 @@ class Sender(_Endpoint):
         tracker = SendTracker(delivery_id, presettled or self.link.snd_settle_mode == 1)
         if not tracker.presettled:
             self._pending[delivery_id] = tracker
+        self._finish_drain()
         self.client.driver.wake()
         return tracker
 
     def on_flow(self) -> None:
         self._credit.set()
-        if self.link.drain and self.link.credit > 0:
-            self.link.complete_drain()  # nothing is waiting in this client: give it all back
+        self._finish_drain()
+
+    def _finish_drain(self) -> None:
+        """Answer a drain once no send waits for credit any more: the sends woken by the flow
+        use the credit first, only the rest goes back (transport §2.6.7: the sender drains
+        "after sending all available messages")."""
+        if self.link.drain and self.link.credit > 0 and not self._waiting:
+            self.link.complete_drain()
 
     def on_disposition(self, event: DispositionReceived) -> None:
         pending = self._pending

@@ -22,8 +22,8 @@ from ..amqp import events as ev
 from ..amqp.connection import Connection, ConnectionConfig
 from ..amqp.link import Link
 from ..amqp.message import scan_sections
-from ..amqp.messaging import ACCEPTED, RELEASED, Modified, Rejected, Source
-from ..amqp.performatives import Error
+from ..amqp.messaging import ACCEPTED, RELEASED, Modified, Rejected, Source, is_terminal
+from ..amqp.performatives import RECEIVER, SENDER, Error
 from ..amqp.sasl import SaslServerConfig
 from ..net.driver import ConnectionDriver
 
@@ -103,6 +103,8 @@ class QueuePeer:
                         self._pump(event.link)
                 case ev.TransferReceived():
                     self._on_transfer(event)
+                case ev.DispositionReceived():
+                    self._on_disposition(event)
                 case ev.RemoteDetach():
                     self._forget(event.link)
                     if event.link.state.local.name == "ACTIVE":
@@ -137,6 +139,16 @@ class QueuePeer:
             link.attach(source=link.remote_source, target=target)
             link.context = getattr(target, "address", None)
             link.flow(100)
+
+    def _on_disposition(self, event: ev.DispositionReceived) -> None:
+        """A receiver's outcome for deliveries we sent. In rcv-settle-mode second it comes
+        unsettled and the receiver settles only after the sender has (transport §2.8.3,
+        receiver-settle-mode): settle them, keeping the receiver's outcome."""
+        if event.role is RECEIVER and not event.settled and is_terminal(event.state):
+            event.session.disposition(
+                SENDER, event.first, event.last, state=event.state, settled=True
+            )
+            self._wake(event.session.conn)
 
     def _forget(self, link: Link) -> None:
         links = self.receivers.get(link.context or "")
