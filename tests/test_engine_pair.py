@@ -28,7 +28,7 @@ from router.amqp.events import (
     TransportClosed,
 )
 from router.amqp.framing import AMQP_HEADER, EMPTY_FRAME, FRAME_SASL, SASL_HEADER, TLS_HEADER, frame
-from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Rejected
+from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Rejected, Source, Target
 from router.amqp.performatives import (
     RCV_FIRST,
     RCV_SECOND,
@@ -1475,3 +1475,21 @@ def test_idle_timeout_while_waiting_for_the_peers_close() -> None:
     assert violation.condition == E.RESOURCE_LIMIT_EXCEEDED
     assert pair.server.finished  # give up: the transport may be closed
     assert pair.server.data_to_send() == b""  # our close was the last frame
+
+
+def test_attach_too_big_for_the_peer_rolls_back_and_the_link_can_still_be_refused() -> None:
+    # The client accepts only 512-byte frames; the server's echo of a long terminus address
+    # cannot fit. The failed attach must leave the link unannounced, so reject() still works
+    # (transport §2.6.3: a refusal is a null-terminus attach followed by a detach).
+    pair, cs, ss = connected_pair(ConnectionConfig(container_id="c", max_frame_size=512))
+    cs.attach_sender("big", target=Target(address="t" * 400))
+    _, server_events = pair.pump()
+    (remote_attach,) = of_type(server_events, RemoteAttach)
+    link = remote_attach.link
+    with pytest.raises(E.LocalUsageError):
+        link.attach(source=Source(address="s" * 400), target=remote_attach.attach.target)
+    assert link.state.local.name == "UNINIT" and link.local_handle is None
+    link.reject(Error(condition="amqp:not-allowed", description="too big"))
+    client_events, _ = pair.pump()
+    (detach,) = of_type(client_events, RemoteDetach)
+    assert detach.error is not None and detach.error.condition == "amqp:not-allowed"

@@ -357,6 +357,8 @@ class Connection:
             self._stage = _AMQP
         elif kind == "amqp":
             self._header_failure(SASL_HEADER, "SASL is required on this listener")
+        elif kind == "sasl" and self._sasl_done:
+            self._header_failure(AMQP_HEADER, "SASL header after SASL already completed")
         elif kind == "sasl":
             self._header_failure(AMQP_HEADER, "SASL is not offered on this listener")
         else:

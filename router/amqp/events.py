@@ -49,7 +49,7 @@ class RemoteClose:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteBegin:
-    """The peer began a session (it may be answering our begin: see `session.locally_begun`)."""
+    """The peer began a session (it may be answering our begin: then `session.state.local` is ACTIVE)."""
 
     session: Session
     begin: Begin

@@ -132,7 +132,11 @@ class Link:
         self.source, self.target = source, target
         self.snd_settle_mode, self.rcv_settle_mode = snd_settle_mode, rcv_settle_mode
         self.max_message_size = max_message_size
-        self.local_handle = self.session.allocate_handle(self)
+        try:
+            self.local_handle = self.session.allocate_handle(self)
+        except LocalUsageError:
+            self.state.local = UNINIT  # nothing was announced: the link can still be refused
+            raise
         if self.role is SENDER:
             self.delivery_count = self.initial_delivery_count = initial_delivery_count
         attach = Attach(
@@ -149,7 +153,12 @@ class Link:
             desired_capabilities=desired_capabilities,
             properties=properties,
         )
-        self.session.write_control(attach, ordered=False)
+        try:
+            self.session.write_control(attach, ordered=False)
+        except LocalUsageError:  # e.g. the attach does not fit the peer's max-frame-size
+            self.session.free_handle(self)
+            self.state.local = UNINIT
+            raise
 
     def detach(self, *, closed: bool = True, error: Error | None = None) -> None:
         """Send our detach (transport §2.7.7). Closing a link we never attached first sends an

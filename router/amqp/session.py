@@ -98,7 +98,11 @@ class Session:
         self.conn.check_not_closed()
         self.state.local_input(Input.OPEN)
         if self.channel is None:
-            self.channel = self.conn.allocate_channel(self)
+            try:
+                self.channel = self.conn.allocate_channel(self)
+            except E.LocalUsageError:
+                self.state.local = UNINIT  # nothing was announced
+                raise
         self.incoming_window_size = self.incoming_window = incoming_window
         self.handle_max = handle_max
         begin = Begin(
@@ -174,6 +178,11 @@ class Session:
                 self.links_by_local[handle] = link
                 return handle
         raise E.LocalUsageError(f"no free link handle (handle-max {limit})")
+
+    def free_handle(self, link: Link) -> None:
+        if link.local_handle is not None and self.links_by_local.get(link.local_handle) is link:
+            del self.links_by_local[link.local_handle]
+        link.local_handle = None
 
     def next_delivery_id(self) -> int:
         delivery_id = self._next_delivery_id
