@@ -4,6 +4,9 @@ Owns: the event types. Each names what the *peer* did (or what the engine decide
 peer); the application answers by calling methods on the connection, sessions and links.
 Hot events (TransferReceived, DispositionReceived, FlowReceived) are plain slotted classes
 rather than frozen dataclasses: frozen __init__ costs a setattr call per field per message.
+Events that carry a Session or Link are plain classes too: those types are imported only for
+type checking (they import this module), and a dataclass compiled by mypyc would need them at
+run time.
 Must not touch: engine state.
 """
 
@@ -47,33 +50,54 @@ class RemoteClose:
     error: Error | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteBegin:
-    """The peer began a session (it may be answering our begin: then `session.state.local` is ACTIVE)."""
+    """The peer began a session (it may be answering our begin: then `session.state.local` is
+    ACTIVE)."""
 
-    session: Session
-    begin: Begin
+    __slots__ = ("session", "begin")
+
+    def __init__(self, *, session: Session, begin: Begin) -> None:
+        self.session = session
+        self.begin = begin
+
+    def __repr__(self) -> str:
+        return f"RemoteBegin({self.session!r})"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteEnd:
-    session: Session
-    error: Error | None
+    __slots__ = ("session", "error")
+
+    def __init__(self, *, session: Session, error: Error | None) -> None:
+        self.session = session
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"RemoteEnd({self.session!r}, error={self.error!r})"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteAttach:
     """The peer attached a link (it may be answering our attach: see `link.locally_attached`)."""
 
-    link: Link
-    attach: Attach
+    __slots__ = ("link", "attach")
+
+    def __init__(self, *, link: Link, attach: Attach) -> None:
+        self.link = link
+        self.attach = attach
+
+    def __repr__(self) -> str:
+        return f"RemoteAttach({self.link!r})"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RemoteDetach:
-    link: Link
-    closed: bool
-    error: Error | None
+    __slots__ = ("link", "closed", "error")
+
+    def __init__(self, *, link: Link, closed: bool, error: Error | None) -> None:
+        self.link = link
+        self.closed = closed
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"RemoteDetach({self.link!r}, closed={self.closed}, error={self.error!r})"
 
 
 class FlowReceived:
