@@ -236,7 +236,7 @@ class MessageLayout(NamedTuple):
         raise DecodeError(f"properties.to must be a string, got {type(to).__name__}")
 
 
-def _descriptor(payload: bytes, pos: int, end: int) -> tuple[int, int]:
+def section_descriptor(payload: bytes, pos: int, end: int) -> tuple[int, int]:
     """(descriptor code, offset past it) of a section; symbolic descriptors are mapped to codes."""
     if pos + 2 <= end and payload[pos] == 0x53:  # smallulong: the usual encoding
         return payload[pos + 1], pos + 2
@@ -260,7 +260,7 @@ def scan_sections(payload: bytes) -> MessageLayout:
         start = pos
         if payload[pos] != 0x00:
             raise DecodeError(f"expected a described section at offset {pos}")
-        code, pos = _descriptor(payload, pos + 1, end)
+        code, pos = section_descriptor(payload, pos + 1, end)
         rank = _RANK.get(code)
         if rank is None:
             raise DecodeError(f"descriptor {code:#x} at offset {start} is not a message section")

@@ -51,6 +51,14 @@ class Listener(Model):
     require_sasl: bool = Field(default=False, description="refuse clients that skip the SASL layer")
     max_sessions_per_connection: int = Field(default=256, ge=1, le=65536)
     max_links_per_connection: int = Field(default=4096, ge=1)
+    read_high_water_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=65536,
+        description="stop reading a connection while the router holds this many bytes from it",
+    )
+    write_high_water_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=65536,
+        description="send no more deliveries to a connection while this many bytes wait to be written",
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:

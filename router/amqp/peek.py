@@ -1,0 +1,122 @@
+"""What a router needs from a message, read as shallowly as possible (messaging §3.2).
+
+Owns: `peek(payload)`, which walks the sections from the start and stops at the first section
+after the properties: application-properties, the body and the footer are never read. It
+returns the header's ttl, the message-annotations span (for rewriting), and from the
+properties only `to`, `absolute-expiry-time` and `creation-time`, skipping the other fields
+without decoding them.
+Must not touch: the body, anything about routing decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .decode import decode_at, skip_value
+from .errors import DecodeError
+from .message import section_descriptor
+from .messaging import Header
+
+_HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS, _PROPERTIES = 0x70, 0x71, 0x72, 0x73
+
+
+class RoutingView(NamedTuple):
+    ttl_ms: int | None
+    annotations_span: tuple[int, int] | None  # the whole message-annotations section
+    to: str | None
+    absolute_expiry_ms: int | None
+    creation_time_ms: int | None
+    insert_at: int  # where a message-annotations section would go if there is none
+
+
+def _list_items(payload: bytes, pos: int, stop: int) -> tuple[int, int]:
+    """(item count, offset of the first item) of the list at `pos`."""
+    code = payload[pos]
+    if code == 0x45:
+        return 0, pos + 1
+    if code == 0xC0 and pos + 3 <= stop:
+        return payload[pos + 2], pos + 3
+    if code == 0xD0 and pos + 9 <= stop:
+        return int.from_bytes(payload[pos + 5 : pos + 9], "big"), pos + 9
+    raise DecodeError("section value must be a list")
+
+
+# Encodings of message-id/user-id/subject/reply-to... skipped inline: their width in bytes after
+# the constructor (None: variable, one length byte follows).
+_SKIP_WIDTH: dict[int, int | None] = {
+    0x40: 0, 0x44: 0, 0x43: 0, 0x53: 1, 0x52: 1, 0x98: 16, 0x80: 8, 0x70: 4,
+    0xA0: None, 0xA1: None, 0xA3: None,
+}  # fmt: skip
+
+
+def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
+    """(to, absolute-expiry-time, creation-time) from the properties list at `pos`.
+
+    Fields are skipped without decoding, and the walk stops as soon as the list has nothing
+    more we need: most messages never reach field 8.
+    """
+    count, pos = _list_items(payload, pos, stop)
+    to = expiry = created = None
+    last = 2 if count <= 8 else 9
+    for index in range(min(count, last + 1)):
+        if (index == 2 and need_to) or index >= 8:
+            value, pos = decode_at(payload, pos, stop)
+            if index == 2:
+                to = value
+            elif index == 8:
+                expiry = value
+            else:
+                created = value
+            continue
+        width = _SKIP_WIDTH.get(payload[pos], -1) if pos < stop else -1
+        if width is None:
+            pos += 2 + payload[pos + 1]
+        elif width >= 0:
+            pos += 1 + width
+        else:
+            pos = skip_value(payload, pos, stop)
+    if pos > stop:
+        raise DecodeError("properties section is truncated")
+    if to is not None and not isinstance(to, str):
+        raise DecodeError(f"properties.to must be a string, got {type(to).__name__}")
+    for value in (expiry, created):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise DecodeError("properties expiry and creation times must be timestamps")
+    return to, expiry, created
+
+
+def peek(payload: bytes, need_to: bool = True) -> RoutingView:
+    """The routing view of an encoded message (at least its first transfer frame's bytes).
+
+    Raises DecodeError when the sections it reads are malformed; a message cut short after the
+    properties (a first frame of a streamed message) is fine.
+    """
+    ttl = to = expiry = created = None
+    annotations: tuple[int, int] | None = None
+    pos, end = 0, len(payload)
+    insert_at = 0
+    while pos < end:
+        if payload[pos] != 0x00:
+            raise DecodeError(f"expected a message section at offset {pos}")
+        start = pos
+        code, value_pos = section_descriptor(payload, pos + 1, end)
+        if code > _PROPERTIES:
+            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
+        if code == _PROPERTIES:  # the last section we read: no need to find its end first
+            to, expiry, created = _properties(payload, value_pos, end, need_to)
+            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
+        stop = skip_value(payload, value_pos, end)
+        if code == _HEADER:
+            header, _ = decode_at(payload, start, stop)
+            if type(header) is not Header:
+                raise DecodeError("malformed header section")
+            ttl = header.ttl
+            insert_at = stop
+        elif code == _DELIVERY_ANNOTATIONS:
+            insert_at = stop
+        elif code == _MESSAGE_ANNOTATIONS:
+            annotations = (start, stop)
+        else:
+            raise DecodeError(f"unknown message section {code:#04x}")
+        pos = stop
+    return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])

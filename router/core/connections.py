@@ -1,0 +1,84 @@
+"""Turning a listener's configuration into a connection engine, and per-connection router state.
+
+Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms and the
+PLAIN credential check from the configured users), and ConnState, the router's view of one
+connection (its listener, its links, backpressure flags).
+Must not touch: routing decisions, I/O.
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from ..amqp.connection import Connection, ConnectionConfig
+from ..amqp.sasl import SaslServerConfig
+from ..config.models import Listener, RouterConfig
+
+if TYPE_CHECKING:
+    from .links import InLink, OutLink
+
+_ids = itertools.count(1)
+
+
+def plain_checker(config: RouterConfig) -> Any:
+    users = {user.username: user.password for user in config.users}
+
+    def check(_authzid: str, username: str, password: str) -> bool:
+        expected = users.get(username)
+        # constant-time comparison: the answer's timing must not leak the password
+        return expected is not None and hmac.compare_digest(expected.encode(), password.encode())
+
+    return check
+
+
+def engine_config(config: RouterConfig, listener: Listener) -> ConnectionConfig:
+    """The engine settings for a connection accepted on `listener`."""
+    return ConnectionConfig(
+        container_id=config.router.id,
+        server=True,
+        max_frame_size=listener.max_frame_size,
+        channel_max=listener.max_sessions_per_connection - 1,
+        idle_timeout_s=listener.idle_timeout_s or None,
+        sasl_server=SaslServerConfig(
+            mechanisms=tuple(listener.sasl_mechanisms),
+            check_plain=plain_checker(config) if "PLAIN" in listener.sasl_mechanisms else None,
+            allow_no_sasl=not listener.require_sasl,
+        ),
+    )
+
+
+def new_engine(config: RouterConfig, listener: Listener) -> Connection:
+    return Connection(engine_config(config, listener))
+
+
+class ConnState:
+    """The router's state for one connection (hung on `engine.context`)."""
+
+    __slots__ = (
+        "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
+        "opened", "closed",
+    )  # fmt: skip
+
+    def __init__(self, engine: Connection, listener: Listener) -> None:
+        self.engine = engine
+        self.listener = listener
+        self.id = next(_ids)
+        self.in_links: set[InLink] = set()
+        self.out_links: set[OutLink] = set()
+        # Set by the network layer while this connection's socket cannot take more bytes: the
+        # core then sends nothing more to it and holds deliveries (bounded by credit) instead.
+        self.output_blocked = False
+        # Bytes of deliveries from this connection that the core holds; the network layer
+        # stops reading the socket while it is over the listener's high-water mark.
+        self.buffered_bytes = 0
+        self.opened = False
+        self.closed = False
+
+    @property
+    def link_count(self) -> int:
+        return len(self.in_links) + len(self.out_links)
+
+    def __repr__(self) -> str:
+        return f"ConnState(#{self.id}, {self.listener.name})"

@@ -1,0 +1,84 @@
+"""Records of deliveries in flight through the router: the only per-message state it keeps.
+
+Owns: Forward (one incoming delivery, linked to its outgoing delivery for anycast, or to its
+copies for multicast) and Copy (one multicast copy), and SessionMaps (per session: the
+deliveries received on it awaiting settlement, and the ones sent on it, by delivery-id).
+A Forward holds the message's frames only while it cannot be sent yet (waiting for consumer
+credit) or while a multicast copy still needs them; once sent, only ids remain.
+Must not touch: engine state, routing decisions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..amqp.session import Session
+
+if TYPE_CHECKING:
+    from .links import InLink, OutLink
+    from .table import AddressEntry
+
+
+class Forward:
+    __slots__ = (
+        "in_link", "in_id", "in_session", "presettled", "frames", "complete", "size", "entry",
+        "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
+        "message_format", "state",
+    )  # fmt: skip
+
+    def __init__(
+        self, in_link: InLink, in_id: int, presettled: bool, frames: list[bytes], complete: bool,
+        entry: AddressEntry, message_format: int,
+    ) -> None:  # fmt: skip
+        self.in_link: InLink | None = in_link  # None once the producer is gone or settled first
+        self.in_id = in_id
+        self.in_session = in_link.link.session
+        self.presettled = presettled
+        self.frames: list[bytes] | None = frames
+        self.complete = complete
+        self.size = sum(len(f) for f in frames)
+        self.entry = entry
+        self.out: OutLink | None = None  # anycast: the consumer link it went to
+        self.out_id = -1
+        self.copies: list[Copy] | None = None  # multicast
+        self.remaining = 0  # multicast copies without an outcome yet
+        self.best = -1  # multicast: rank of the strongest outcome so far
+        self.outcome_sent = False  # the producer has been told (rcv-settle-mode second waits)
+        self.expiry: float | None = None  # wall-clock seconds, while waiting to be sent
+        self.done = False  # finished: outcome relayed, released, expired or aborted
+        self.message_format = message_format
+        self.state: Any = None  # the outcome told to the producer (multicast: the strongest)
+
+    def __repr__(self) -> str:
+        return f"Forward(in={self.in_id}, out={self.out_id}, done={self.done})"
+
+
+class Copy:
+    """One multicast copy of a Forward, to one consumer link."""
+
+    __slots__ = ("forward", "out", "out_id", "sent_frames", "done")
+
+    def __init__(self, forward: Forward, out: OutLink) -> None:
+        self.forward = forward
+        self.out = out
+        self.out_id = -1
+        self.sent_frames = 0  # how many of the forward's frames went out (streaming)
+        self.done = False
+
+
+class SessionMaps:
+    """Per session (hung on `session.context`): deliveries by delivery-id, each direction."""
+
+    __slots__ = ("inbound", "outbound")
+
+    def __init__(self) -> None:
+        self.inbound: dict[int, Forward] = {}  # received here, outcome not yet settled upstream
+        self.outbound: dict[int, Any] = {}  # sent here (Forward or Copy), not yet settled
+
+
+def maps_of(session: Session) -> SessionMaps:
+    maps = session.context
+    if maps is None:
+        maps = session.context = SessionMaps()
+    assert isinstance(maps, SessionMaps)
+    return maps

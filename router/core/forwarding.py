@@ -1,0 +1,453 @@
+"""Forwarding: every delivery that arrives goes to a destination, waits (bounded) for consumer
+credit, or is refused at once. Cut-through: frames go out as they arrive.
+
+Owns: reading a delivery's first frame only as deep as routing needs (router.amqp.peek),
+refusals (no address: rejected precondition-failed; oversize: rejected message-size-exceeded;
+undecodable: rejected decode-error; no destination or expired: released, or dropped when
+presettled), stripping router annotations clients must not set, the distributions (closest:
+round robin; balanced: least outstanding; multicast: a copy per consumer), streaming later frames
+and aborts, deliveries waiting for credit (and their expiry), and consumer credit and drain.
+Must not touch: outcome bookkeeping (settlement.py), attach handling (links.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..amqp import errors as E
+from ..amqp.decode import decode_at
+from ..amqp.encode import encode
+from ..amqp.errors import DecodeError
+from ..amqp.events import FlowReceived, TransferReceived
+from ..amqp.messaging import ACCEPTED, RELEASED, MessageAnnotations, Rejected
+from ..amqp.peek import RoutingView, peek
+from ..amqp.performatives import RECEIVER, SND_SETTLED, SND_UNSETTLED, Error
+from .delivery import Copy, Forward, maps_of
+from .links import InLink, OutLink, alive
+from .settlement import DELIVERY_FAILED, Settlement
+from .table import NOWHERE
+
+if TYPE_CHECKING:
+    from .router import RouterCore
+
+ROUTER_ANNOTATION_PREFIX = "x-opt-qd."
+
+
+class Forwarder(Settlement):
+    def __init__(self, core: RouterCore) -> None:
+        super().__init__(core)
+        self.max_message_size = core.config.limits.max_message_size
+        self._expiring: list[tuple[float, int, Forward]] = []
+        self._seq = itertools.count()
+
+    # --- arriving frames ------------------------------------------------------------------------
+
+    def on_transfer(self, event: TransferReceived, now: float) -> None:
+        inl = event.link.context
+        if type(inl) is not InLink:
+            return
+        if event.first:
+            self._first_frame(inl, event, now)
+        elif inl.discarding:
+            inl.discarding = event.more
+        elif inl.streaming is not None:
+            self._next_frame(inl, inl.streaming, event)
+
+    def _refuse(self, inl: InLink, event: TransferReceived, condition: str, description: str) -> None:
+        inl.rejected += 1
+        inl.discarding = event.more
+        self.credit_dirty(inl)
+        if not event.settled:
+            state = Rejected(error=Error(condition=condition, description=description))
+            self.dispose(event.link.session, RECEIVER, event.delivery_id, state, True)
+
+    def _first_frame(self, inl: InLink, event: TransferReceived, now: float) -> None:
+        inl.delivered += 1
+        if event.aborted:
+            return
+        limit = self.max_message_size
+        if limit and event.link.in_bytes > limit:
+            self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
+            return
+        payload = event.payload
+        entry = inl.entry
+        try:
+            view: RoutingView | None = peek(payload, need_to=entry is None)
+        except DecodeError as exc:
+            if entry is None or not event.more:
+                self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {exc.description}")
+                return
+            view = None  # a first frame cut inside the properties: route by the link alone
+        if entry is None:
+            assert view is not None
+            if not view.to:
+                self._refuse(inl, event, E.PRECONDITION_FAILED,
+                             "routing failure: no address (properties.to) on an anonymous link")  # fmt: skip
+                return
+            entry = self.core.table.find(view.to)
+        settled = event.settled
+        fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
+                      entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
+        inl.inflight += 1
+        if not settled:
+            maps_of(event.link.session).inbound[event.delivery_id] = fwd
+        else:
+            inl.presettled += 1
+        if event.more:
+            inl.streaming = fwd
+        if entry is None or not entry.has_destination:
+            self.unroutable(fwd)
+            return
+        entry.deliveries_ingress += 1
+        if view is not None:
+            expiry = _expiry(view, now)
+            if expiry is not None:
+                if expiry <= now:
+                    entry.expired += 1
+                    self.unroutable(fwd)
+                    return
+                fwd.expiry = expiry
+            if view.annotations_span is not None and inl.conn.listener.role == "normal":
+                fwd.frames = [_strip_router_annotations(payload, view.annotations_span)]
+        self._route(fwd)
+
+    def _next_frame(self, inl: InLink, fwd: Forward, event: TransferReceived) -> None:
+        if not event.more:
+            inl.streaming = None
+            fwd.complete = True
+        if fwd.done:
+            return  # its destination went away: the rest has nowhere to go
+        if event.aborted:
+            self._aborted(fwd)
+            return
+        limit = self.max_message_size
+        if limit and event.link.in_bytes > limit:
+            # Too big after all: abort what went downstream, reject it upstream.
+            self._aborted(fwd)
+            inl.streaming = None
+            self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
+            return
+        payload = event.payload
+        if fwd.copies is not None:
+            for copy in fwd.copies:
+                if copy.out.streaming is copy and alive(copy.out.link):
+                    self._stream(copy.out, payload, fwd)
+                    if fwd.complete:
+                        self._stream_done(copy.out, copy)
+            if fwd.frames is not None:  # kept only while a copy still waits for credit
+                fwd.frames.append(payload)
+                if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
+                    fwd.frames = None
+        elif fwd.out is not None:
+            out = fwd.out
+            if alive(out.link):
+                self._stream(out, payload, fwd)
+                if fwd.complete:
+                    self._stream_done(out, fwd)
+        elif fwd.frames is not None:  # still waiting for a consumer
+            fwd.frames.append(payload)
+            fwd.size += len(payload)
+            inl.conn.buffered_bytes += len(payload)
+
+    def _stream(self, out: OutLink, payload: bytes, fwd: Forward) -> None:
+        out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),
+                               more=not fwd.complete, message_format=fwd.message_format)  # fmt: skip
+        self.core.touch(out.conn.engine)
+
+    def _stream_done(self, out: OutLink, record: Forward | Copy) -> None:
+        out.streaming = None
+        fwd = record.forward if type(record) is Copy else record
+        assert isinstance(fwd, Forward)
+        if fwd.presettled:
+            if type(record) is Copy:
+                record.done = True
+            self._presettled_sent(fwd)
+        elif out.link.snd_settle_mode == SND_SETTLED:
+            self._settled_on_send(record)
+        self.consumer_ready(out)
+
+    def _aborted(self, fwd: Forward) -> None:
+        """The producer aborted a streaming delivery: abort it downstream too (transport §2.6.12)."""
+        for record in fwd.copies if fwd.copies is not None else [fwd]:
+            out = record.out
+            if out is not None and out.streaming is record:
+                out.streaming = None
+                if alive(out.link):
+                    out.link.abort()
+                    self.core.touch(out.conn.engine)
+                maps = out.link.session.context
+                if maps is not None and maps.outbound.pop(record.out_id, None) is not None:
+                    out.outstanding -= 1
+                self.consumer_ready(out)
+        if fwd.out is None and fwd.copies is None:
+            self._wait_bytes(fwd, -1)  # it was waiting for credit (removed from the queue lazily)
+        for copy in fwd.copies or ():
+            copy.done = True
+        fwd.done = True
+        fwd.frames = None
+        maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+        self._release_window(fwd)
+
+    # --- choosing and sending -------------------------------------------------------------------
+
+    def _route(self, fwd: Forward) -> None:
+        entry = fwd.entry
+        if entry.distribution == "multicast":
+            self._multicast(fwd)
+            return
+        out = self._pick(entry.consumers, entry.rr, entry.distribution == "balanced")
+        if out is None:
+            self._wait(fwd)
+        else:
+            entry.rr += 1
+            self._send(fwd, out)
+
+    @staticmethod
+    def _pick(consumers: list[OutLink], rr: int, balanced: bool) -> OutLink | None:
+        """A consumer that can take a delivery now: round robin (closest, all local consumers
+        cost the same) or, balanced, the one with the least outstanding work."""
+        n = len(consumers)
+        best: OutLink | None = None
+        for i in range(n):
+            out = consumers[(rr + i) % n]
+            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+                if not balanced:
+                    return out
+                if best is None or out.outstanding < best.outstanding:
+                    best = out
+                    if out.outstanding == 0:
+                        break
+        return best
+
+    def _presettled_out(self, fwd: Forward, out: OutLink) -> bool:
+        mode = out.link.snd_settle_mode
+        return mode == SND_SETTLED or (fwd.presettled and mode != SND_UNSETTLED)
+
+    def _send(self, fwd: Forward, out: OutLink) -> None:
+        frames = fwd.frames
+        assert frames is not None
+        link = out.link
+        settled = self._presettled_out(fwd, out)
+        tag = out.next_tag()
+        last = len(frames) - 1
+        out_id = -1
+        for i, frame in enumerate(frames):
+            out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
+                                        message_format=fwd.message_format)  # fmt: skip
+        fwd.out, fwd.out_id = out, out_id
+        fwd.frames = None
+        fwd.entry.deliveries_egress += 1
+        out.delivered += 1
+        self.core.touch(out.conn.engine)
+        if not settled:
+            maps_of(link.session).outbound[out_id] = fwd
+            out.outstanding += 1
+        if not fwd.complete:
+            out.streaming = fwd
+        elif fwd.presettled:
+            self._presettled_sent(fwd)
+        elif settled:
+            self._settled_on_send(fwd)
+
+    def _settled_on_send(self, record: Forward | Copy) -> None:
+        """The consumer asked for presettled deliveries (snd-settle-mode settled): it will send no
+        outcome, so the delivery counts as accepted once it is out."""
+        if type(record) is Copy:
+            self._copy_outcome(record, ACCEPTED)
+        else:
+            assert isinstance(record, Forward)
+            self.relay_outcome(record, ACCEPTED)
+
+    def _presettled_sent(self, fwd: Forward) -> None:
+        if fwd.copies is not None and any(not c.done for c in fwd.copies):
+            return
+        fwd.done = True
+        fwd.frames = None
+        self._release_window(fwd)
+
+    def _multicast(self, fwd: Forward) -> None:
+        consumers = fwd.entry.consumers
+        fwd.copies = [Copy(fwd, out) for out in consumers]
+        fwd.remaining = len(fwd.copies)
+        for copy in fwd.copies:
+            out = copy.out
+            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+                self._send_copy(copy)
+            else:
+                if out.pending is None:
+                    out.pending = deque()
+                if len(out.pending) >= out.capacity:  # this consumer is too far behind
+                    self._copy_failed(copy)
+                else:
+                    out.pending.append(copy)
+        if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
+            fwd.frames = None  # every copy is out (or failed): the bytes are not needed again
+
+    def _send_copy(self, copy: Copy) -> None:
+        fwd, out = copy.forward, copy.out
+        frames = fwd.frames or []
+        link = out.link
+        settled = self._presettled_out(fwd, out)
+        tag = out.next_tag()
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            copy.out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
+                                             message_format=fwd.message_format)  # fmt: skip
+        copy.sent_frames = len(frames)
+        fwd.entry.deliveries_egress += 1
+        out.delivered += 1
+        self.core.touch(out.conn.engine)
+        if not settled:
+            maps_of(link.session).outbound[copy.out_id] = copy
+            out.outstanding += 1
+        if not fwd.complete:
+            out.streaming = copy
+        elif fwd.presettled:
+            copy.done = True
+            self._presettled_sent(fwd)
+        elif settled:
+            self._settled_on_send(copy)
+
+    def _copy_failed(self, copy: Copy, state: Any = None) -> None:
+        if copy.forward.presettled:
+            copy.done = True
+            copy.forward.entry.dropped += 1
+            self._presettled_sent(copy.forward)
+        else:
+            self._copy_outcome(copy, state if state is not None else RELEASED)
+
+    # --- waiting for credit ---------------------------------------------------------------------
+
+    def _wait(self, fwd: Forward) -> None:
+        fwd.entry.pending.append(fwd)
+        self._wait_bytes(fwd, +1)
+        if fwd.expiry is not None:
+            heapq.heappush(self._expiring, (fwd.expiry, next(self._seq), fwd))
+
+    def _wait_bytes(self, fwd: Forward, sign: int) -> None:
+        inl = fwd.in_link
+        if inl is not None:
+            inl.conn.buffered_bytes += sign * fwd.size
+
+    def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
+        """`out` may take deliveries: give it waiting ones, then answer a drain request."""
+        if out.gone or not alive(out.link):
+            return
+        link = out.link
+        pending = out.pending
+        while pending and link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+            copy = pending.popleft()
+            if not copy.done and not copy.forward.done:
+                self._send_copy(copy)
+                fwd = copy.forward
+                if not any(c.sent_frames == 0 and not c.done for c in fwd.copies or ()):
+                    fwd.frames = None
+        queue = out.entry.pending
+        while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+            fwd = queue.popleft()
+            if fwd.done:
+                continue
+            self._wait_bytes(fwd, -1)
+            if now is not None and fwd.expiry is not None and fwd.expiry <= now:
+                fwd.entry.expired += 1
+                self.unroutable(fwd)
+                continue
+            out.entry.rr += 1
+            self._send(fwd, out)
+        if link.drain and link.credit > 0 and not queue and not pending and out.streaming is None:
+            link.complete_drain()  # nothing to send: give the credit back (transport §2.6.7)
+            self.core.touch(out.conn.engine)
+
+    def on_flow(self, event: FlowReceived, now: float) -> None:
+        out = event.link.context
+        if type(out) is OutLink:
+            self.consumer_ready(out, now)
+
+    def expire(self, now: float) -> None:
+        heap = self._expiring
+        while heap and heap[0][0] <= now:
+            _, _, fwd = heapq.heappop(heap)
+            if not fwd.done and fwd.out is None:
+                self._wait_bytes(fwd, -1)
+                fwd.entry.expired += 1
+                self.unroutable(fwd)
+
+    def next_deadline(self) -> float | None:
+        heap = self._expiring
+        while heap and (heap[0][2].done or heap[0][2].out is not None):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    # --- links going away -----------------------------------------------------------------------
+
+    def consumer_gone(self, out: OutLink, now: float) -> None:
+        entry = out.entry
+        if out in entry.consumers:
+            entry.consumers.remove(out)
+        self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
+        record = out.streaming
+        out.streaming = None
+        if record is not None:  # the rest of that delivery has nowhere to go
+            fwd = record.forward if type(record) is Copy else record
+            assert isinstance(fwd, Forward)
+            if type(record) is Copy:
+                self._copy_failed(record, DELIVERY_FAILED)
+            elif not fwd.done:
+                self.relay_outcome(fwd, DELIVERY_FAILED)
+                fwd.done = True
+        for copy in out.pending or ():  # never sent: released
+            if not copy.done and not copy.forward.done:
+                self._copy_failed(copy)
+        out.pending = None
+        if not entry.consumers:
+            while entry.pending:
+                fwd = entry.pending.popleft()
+                if not fwd.done:
+                    self._wait_bytes(fwd, -1)
+                    self.unroutable(fwd)
+            for producer in entry.producers:
+                self.credit_dirty(producer)  # no destination any more: drain their credit
+
+    def producer_gone(self, inl: InLink, now: float) -> None:
+        entry = inl.entry
+        if entry is not None and inl in entry.producers:
+            entry.producers.remove(inl)
+        fwd = inl.streaming
+        inl.streaming = None
+        if fwd is not None and not fwd.done:
+            self._aborted(fwd)  # a half-sent message is aborted downstream
+        maps = inl.link.session.context
+        if maps is not None:  # the producer will not hear outcomes any more
+            for delivery_id, record in list(maps.inbound.items()):
+                if record.in_link is inl:
+                    record.in_link = None
+                    del maps.inbound[delivery_id]
+
+
+def _expiry(view: RoutingView, now: float) -> float | None:
+    """Wall-clock second at which the message expires (messaging §3.2.1 ttl, §3.2.4
+    absolute-expiry-time), or None."""
+    expiry = None
+    if view.absolute_expiry_ms is not None:
+        expiry = view.absolute_expiry_ms / 1000
+    if view.ttl_ms:
+        start = view.creation_time_ms / 1000 if view.creation_time_ms else now
+        by_ttl = start + view.ttl_ms / 1000
+        expiry = by_ttl if expiry is None else min(expiry, by_ttl)
+    return expiry
+
+
+def _strip_router_annotations(payload: bytes, span: tuple[int, int]) -> bytes:
+    """Remove `x-opt-qd.*` keys a client set: only routers may set router annotations."""
+    start, stop = span
+    section, _ = decode_at(payload, start, stop)
+    if not isinstance(section, MessageAnnotations):
+        return payload
+    kept = {k: v for k, v in section.value.items() if not str(k).startswith(ROUTER_ANNOTATION_PREFIX)}
+    if len(kept) == len(section.value):
+        return payload
+    middle = encode(MessageAnnotations(value=kept)) if kept else b""
+    return payload[:start] + middle + payload[stop:]

@@ -1,0 +1,197 @@
+"""Producer and consumer links as the router sees them, and their attach and detach.
+
+Owns: InLink (a client sends to the router: our receiver link), OutLink (the router sends to a
+client: our sender link), answering attaches (address lookup, dynamic and anonymous termini,
+refusals with the right condition, link limits), and tearing links down on detach, session end
+or connection loss, which hands in-flight deliveries to the forwarder for reporting.
+Must not touch: message bytes, disposition bookkeeping (forwarder/settlement).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from ..amqp import errors as E
+from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
+from ..amqp.link import Link
+from ..amqp.messaging import Source, Target
+from ..amqp.performatives import Error
+from ..amqp.session import Session
+from .connections import ConnState
+from .delivery import Copy, Forward
+from .table import AddressEntry
+
+if TYPE_CHECKING:
+    from collections import deque
+
+    from .router import RouterCore
+
+
+class InLink:
+    """A link on which a client sends to the router (the router is the receiver)."""
+
+    __slots__ = (
+        "link", "conn", "entry", "capacity", "inflight", "streaming", "discarding", "gone",
+        "delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped",
+    )  # fmt: skip
+
+    def __init__(self, link: Link, conn: ConnState, entry: AddressEntry | None) -> None:
+        self.link = link
+        self.conn = conn
+        self.entry = entry  # None: an anonymous link, routed per message by properties.to
+        self.capacity = conn.listener.link_capacity
+        self.inflight = 0  # deliveries taken from this link without a final outcome yet
+        self.streaming: Forward | None = None  # the multi-frame delivery arriving now
+        self.discarding = False  # dropping the remaining frames of a refused delivery
+        self.gone = False
+        self.delivered = self.accepted = self.rejected = self.released = 0
+        self.modified = self.presettled = self.dropped = 0
+
+    def __repr__(self) -> str:
+        return f"InLink({self.link.name!r}, {self.entry.address if self.entry else '<anonymous>'})"
+
+
+class OutLink:
+    """A link on which the router sends to a client (the router is the sender)."""
+
+    __slots__ = (
+        "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
+        "capacity", "delivered", "accepted", "rejected", "released", "modified",
+    )  # fmt: skip
+
+    def __init__(self, link: Link, conn: ConnState, entry: AddressEntry) -> None:
+        self.link = link
+        self.conn = conn
+        self.entry = entry
+        self.outstanding = 0  # sent and unsettled: the "balanced" load measure
+        self.pending: deque[Copy] | None = None  # multicast copies waiting for this link's credit
+        self.streaming: Forward | Copy | None = None  # a multi-frame delivery being sent on it
+        self.gone = False
+        self.tags = 0
+        self.capacity = conn.listener.link_capacity
+        self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
+
+    def next_tag(self) -> bytes:
+        self.tags = (self.tags + 1) & 0xFFFFFFFF
+        return self.tags.to_bytes(4, "big")
+
+    def __repr__(self) -> str:
+        return f"OutLink({self.link.name!r}, {self.entry.address})"
+
+
+def _refuse(link: Link, condition: str, description: str) -> None:
+    link.reject(Error(condition=condition, description=description))
+
+
+def attach_link(core: RouterCore, conn: ConnState, link: Link, now: float) -> None:
+    """Answer a client's attach: register a producer or a consumer, or refuse it."""
+    if conn.closed or link.state.local is not UNINIT or conn.engine.state.local is not ACTIVE:
+        return
+    if conn.link_count >= conn.listener.max_links_per_connection:
+        _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
+                f"link limit ({conn.listener.max_links_per_connection}) reached on this connection")  # fmt: skip
+        return
+    if link.is_sender:
+        _attach_consumer(core, conn, link)
+    else:
+        _attach_producer(core, conn, link)
+
+
+def _attach_consumer(core: RouterCore, conn: ConnState, link: Link) -> None:
+    source = link.remote_source
+    if not isinstance(source, Source):
+        _refuse(link, E.INVALID_FIELD, "a receiving link needs a source")
+        return
+    table = core.table
+    if source.dynamic:
+        entry = table.new_dynamic()
+        answer = Source(address=entry.address, dynamic=True, capabilities=source.capabilities)
+    else:
+        if not source.address:
+            _refuse(link, E.INVALID_FIELD, "a receiving link needs a source address (or dynamic)")
+            return
+        maybe = table.get_or_create(source.address)
+        if maybe is None:
+            _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {core.router_id}")
+            return
+        entry, answer = maybe, source
+    link.attach(source=answer, target=link.remote_target)
+    out = OutLink(link, conn, entry)
+    link.context = out
+    conn.out_links.add(out)
+    first = not entry.consumers
+    entry.consumers.append(out)
+    if first:  # a destination appeared: its producers may now have credit
+        for producer in entry.producers:
+            core.forwarder.credit_dirty(producer)
+
+
+def _attach_producer(core: RouterCore, conn: ConnState, link: Link) -> None:
+    target = link.remote_target
+    if target is not None and not isinstance(target, Target):
+        # e.g. a transaction coordinator: without a link route there is no one to coordinate
+        _refuse(link, E.PRECONDITION_FAILED, "this router cannot act as a transaction coordinator")
+        return
+    entry: AddressEntry | None = None
+    answer: Any = target
+    if target is not None and target.dynamic:
+        entry = core.table.get_or_create(f"_$temp.{secrets.token_urlsafe(9)}")
+        assert entry is not None
+        answer = Target(address=entry.address, dynamic=True, capabilities=target.capabilities)
+    elif target is not None and target.address:
+        entry = core.table.get_or_create(target.address)
+        if entry is None:
+            _refuse(link, E.NOT_FOUND, f"no route to {target.address} from router {core.router_id}")
+            return
+    limit = core.config.limits.max_message_size
+    link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
+    link.attach(source=link.remote_source, target=answer, max_message_size=limit)
+    inl = InLink(link, conn, entry)
+    link.context = inl
+    conn.in_links.add(inl)
+    if entry is not None:
+        entry.producers.append(inl)
+    core.forwarder.credit_dirty(inl)
+
+
+def detach_link(core: RouterCore, link: Link, closed: bool, error: Error | None, now: float) -> None:
+    """The client detached: report what was in flight, then answer with our detach."""
+    link_gone(core, link, now)
+    conn = link.session.conn
+    # A link we never answered gets attach-then-detach (transport §2.6.3): Link.detach does it.
+    if link.state.local is not CLOSED and conn.state.local is ACTIVE and link.session.state.local is ACTIVE:
+        link.detach(closed=closed)
+
+
+def link_gone(core: RouterCore, link: Link, now: float) -> None:
+    ctx = link.context
+    if isinstance(ctx, OutLink) and not ctx.gone:
+        ctx.gone = True
+        ctx.conn.out_links.discard(ctx)
+        core.forwarder.consumer_gone(ctx, now)
+        core.table.discard_if_unused(ctx.entry)
+    elif isinstance(ctx, InLink) and not ctx.gone:
+        ctx.gone = True
+        ctx.conn.in_links.discard(ctx)
+        core.forwarder.producer_gone(ctx, now)
+        if ctx.entry is not None:
+            core.table.discard_if_unused(ctx.entry)
+
+
+def session_ended(core: RouterCore, session: Session, now: float) -> None:
+    """Every link of an ended session (or a lost connection) is gone."""
+    for link in session.links:
+        link_gone(core, link, now)
+
+
+def alive(link: Link) -> bool:
+    """Whether frames can still be written for `link`."""
+    return (
+        link.state.local is ACTIVE
+        and link.session.state.local is ACTIVE
+        and link.session.conn.state.local is ACTIVE
+        and not link.session.conn.finished
+    )
+
+

@@ -1,0 +1,170 @@
+"""The routing core: a synchronous function of engine events (no I/O, no clock of its own).
+
+    core = RouterCore(config)
+    state = core.accept(engine, listener)       # a new connection's engine (router.core.connections)
+    core.handle(engine, engine.events(), now)    # now = wall-clock seconds
+    for engine in core.take_touched(): wake its writer
+    core.tick(now) at core.next_deadline()
+    core.shutdown(now)                           # close everything with amqp:connection:forced
+
+Owns: connection, session and link life cycles as the router sees them, limits, and dispatch
+to the address table (table.py), forwarding (forwarding.py) and settlement (settlement.py).
+The core calls engine commands directly; the network layer only flushes the engines it touched.
+Must not touch: sockets, tasks, clocks (time comes in as `now`).
+"""
+
+from __future__ import annotations
+
+from ..amqp import errors as E
+from ..amqp import events as ev
+from ..amqp.connection import Connection
+from ..amqp.endpoints import ACTIVE, CLOSED
+from ..amqp.performatives import Error
+from ..config.models import Listener, RouterConfig
+from .connections import ConnState
+from .forwarding import Forwarder
+from .links import attach_link, detach_link, session_ended
+from .table import AddressTable
+
+OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY",)
+
+
+class RouterCore:
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.router_id = config.router.id
+        self.connections: dict[Connection, ConnState] = {}
+        self.table = AddressTable(config)
+        self.forwarder = Forwarder(self)
+        self._touched: set[Connection] = set()
+        self.shutting_down = False
+
+    # --- the surface the network layer uses -----------------------------------------------------
+
+    def accept(self, engine: Connection, listener: Listener) -> ConnState:
+        """Register a freshly accepted connection's engine."""
+        state = ConnState(engine, listener)
+        engine.context = state
+        self.connections[engine] = state
+        return state
+
+    def handle(self, engine: Connection, events: list[ev.Event], now: float) -> None:
+        """Process one batch of events from `engine` (all of one read)."""
+        state = self.connections.get(engine)
+        if state is None:
+            return
+        self.touch(engine)
+        forwarder = self.forwarder
+        for event in events:
+            t = type(event)
+            if t is ev.TransferReceived:
+                forwarder.on_transfer(event, now)  # type: ignore[arg-type]
+            elif t is ev.DispositionReceived:
+                forwarder.on_disposition(event)  # type: ignore[arg-type]
+            elif t is ev.FlowReceived:
+                forwarder.on_flow(event, now)  # type: ignore[arg-type]
+            else:
+                self._lifecycle(state, event, now)
+        forwarder.flush()
+
+    def take_touched(self) -> set[Connection]:
+        """The engines that may have output since the last call (the caller wakes their writers)."""
+        touched, self._touched = self._touched, set()
+        return touched
+
+    def touch(self, engine: Connection) -> None:
+        self._touched.add(engine)
+
+    def tick(self, now: float) -> None:
+        self.forwarder.expire(now)
+        self.forwarder.flush()
+
+    def next_deadline(self) -> float | None:
+        return self.forwarder.next_deadline()
+
+    def set_output_blocked(self, engine: Connection, blocked: bool, now: float) -> None:
+        """The network layer says whether `engine`'s socket can take more bytes right now."""
+        state = self.connections.get(engine)
+        if state is None or state.output_blocked == blocked:
+            return
+        state.output_blocked = blocked
+        if not blocked:
+            for out in state.out_links:
+                self.forwarder.consumer_ready(out, now)
+            self.forwarder.flush()
+
+    def read_paused(self, engine: Connection) -> bool:
+        """Whether the network layer should stop reading `engine`'s socket for now."""
+        state = self.connections.get(engine)
+        return state is not None and state.buffered_bytes > state.listener.read_high_water_bytes
+
+    def shutdown(self, now: float) -> None:
+        """Graceful stop: release what is in flight and close every connection (forced)."""
+        self.shutting_down = True
+        error = Error(condition=E.CONNECTION_FORCED, description="router shutting down")
+        for state in list(self.connections.values()):
+            self._connection_gone(state, now)
+            engine = state.engine
+            if engine.state.local is not CLOSED:
+                engine.close(error)
+            self.touch(engine)
+        self.forwarder.flush()
+
+    # --- life cycles ----------------------------------------------------------------------------
+
+    def _lifecycle(self, state: ConnState, event: ev.Event, now: float) -> None:
+        engine = state.engine
+        match event:
+            case ev.RemoteOpen():
+                self._on_open(state)
+            case ev.RemoteBegin():
+                session = event.session
+                if session.state.local is not ACTIVE and engine.state.local is ACTIVE:
+                    session.begin()
+            case ev.RemoteAttach():
+                attach_link(self, state, event.link, now)
+            case ev.RemoteDetach():
+                detach_link(self, event.link, event.closed, event.error, now)
+            case ev.RemoteEnd():
+                session_ended(self, event.session, now)
+                if event.session.state.local is ACTIVE and engine.state.local is ACTIVE:
+                    event.session.end()
+            case ev.RemoteClose():
+                self._connection_gone(state, now)
+                engine.close()
+            case ev.TransportClosed():
+                self._connection_gone(state, now)
+                self.connections.pop(engine, None)
+            case ev.ProtocolViolation() if event.scope == "connection":
+                self._connection_gone(state, now)
+            case _:
+                pass
+
+    def _on_open(self, state: ConnState) -> None:
+        engine = state.engine
+        if self.shutting_down:
+            engine.close(Error(condition=E.CONNECTION_FORCED, description="router shutting down"))
+            return
+        opened = sum(1 for s in self.connections.values() if s.opened and not s.closed)
+        if opened >= self.config.limits.max_connections:
+            engine.open(offered_capabilities=OFFERED_CAPABILITIES)
+            engine.close(
+                Error(
+                    condition=E.RESOURCE_LIMIT_EXCEEDED,
+                    description=f"connection limit ({self.config.limits.max_connections}) reached",
+                )
+            )
+            return
+        state.opened = True
+        engine.open(
+            offered_capabilities=OFFERED_CAPABILITIES,
+            properties={"product": "amqp-mesh-router", "router-id": self.router_id},
+        )
+
+    def _connection_gone(self, state: ConnState, now: float) -> None:
+        """Every link of the connection is gone: report in-flight deliveries (released/modified)."""
+        if state.closed:
+            return
+        state.closed = True
+        for session in state.engine.sessions:
+            session_ended(self, session, now)

@@ -1,0 +1,224 @@
+"""Outcomes and settlement, end to end: from the consumer back to the producer.
+
+Owns: relaying a consumer's disposition to the producer (anycast), combining multicast copies
+(rejected > accepted > modified > released, settled upstream when every copy is terminal),
+producer-side settlement (rcv-settle-mode second, sender settling first), reporting failures
+(never sent: released; sent but unsettled when the consumer went away: modified with
+delivery-failed), the producers' credit windows, and batching dispositions into ranges.
+Must not touch: choosing destinations or sending transfers (forwarding.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..amqp.events import DispositionReceived
+from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
+from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
+from ..amqp.serial import serial_range
+from ..amqp.session import Session
+from .delivery import Copy, Forward, SessionMaps, maps_of
+from .links import InLink, OutLink, alive
+
+if TYPE_CHECKING:
+    from .router import RouterCore
+
+DELIVERY_FAILED = Modified(delivery_failed=True)
+# multicast: the strongest outcome of all copies wins (the anchors' rule)
+_RANK: dict[type, int] = {Rejected: 3, Accepted: 2, Modified: 1, Released: 0}
+
+
+class Settlement:
+    def __init__(self, core: RouterCore) -> None:
+        self.core = core
+        self._credit_dirty: set[InLink] = set()
+        self._dispositions: dict[tuple[Session, bool, bool], list[tuple[int, Any]]] = {}
+
+    # --- the producers' credit windows ----------------------------------------------------------
+
+    def credit_dirty(self, inl: InLink) -> None:
+        self._credit_dirty.add(inl)
+
+    def _refresh_credit(self, inl: InLink) -> None:
+        """Window semantics (as the anchors): a producer may have `capacity` deliveries in flight
+        (unsettled, or waiting for consumer credit); no credit while its address has no
+        destination. Top up once half the window is used, so flows go out in batches."""
+        link = inl.link
+        if inl.gone or not alive(link):
+            return
+        entry = inl.entry
+        if entry is not None and not entry.has_destination:
+            if link.credit > 0:
+                link.flow(0, drain=True)
+                self.core.touch(inl.conn.engine)
+            return
+        desired = inl.capacity - inl.inflight
+        if desired > link.credit and link.credit <= inl.capacity // 2:
+            link.flow(desired)
+            self.core.touch(inl.conn.engine)
+
+    def _release_window(self, fwd: Forward) -> None:
+        """The producer's window slot held by `fwd` is free again."""
+        inl = fwd.in_link
+        if inl is not None and not inl.gone:
+            inl.inflight -= 1
+            self._credit_dirty.add(inl)
+
+    # --- dispositions ---------------------------------------------------------------------------
+
+    def dispose(self, session: Session, role: bool, delivery_id: int, state: Any, settled: bool) -> None:
+        self._dispositions.setdefault((session, role, settled), []).append((delivery_id, state))
+
+    def flush(self) -> None:
+        """Write batched dispositions as ranges, then top up producers' credit."""
+        if self._dispositions:
+            batches, self._dispositions = self._dispositions, {}
+            for (session, role, settled), items in batches.items():
+                if session.state.local.name != "ACTIVE" or session.conn.finished:
+                    continue
+                items.sort(key=lambda item: item[0])
+                first, state = items[0]
+                last = first
+                for delivery_id, item_state in items[1:]:
+                    if delivery_id == last + 1 and (item_state is state or item_state == state):
+                        last = delivery_id
+                        continue
+                    session.disposition(role, first, last, state=state, settled=settled)
+                    first = last = delivery_id
+                    state = item_state
+                session.disposition(role, first, last, state=state, settled=settled)
+                self.core.touch(session.conn)
+        if self._credit_dirty:
+            dirty, self._credit_dirty = self._credit_dirty, set()
+            for inl in dirty:
+                self._refresh_credit(inl)
+
+    def on_disposition(self, event: DispositionReceived) -> None:
+        maps = event.session.context
+        if not isinstance(maps, SessionMaps):
+            return
+        if event.role is RECEIVER:  # a consumer's outcome for deliveries we sent it
+            outbound = maps.outbound
+            state, settled = event.state, event.settled
+            if not outbound or not (settled or is_terminal(state)):
+                return  # non-terminal states (received) are not relayed
+            for delivery_id in serial_range(event.first, event.last):
+                record = outbound.pop(delivery_id, None)
+                if record is not None:
+                    self.consumer_outcome(record, state, settled)
+        elif event.settled:  # the producer settles deliveries it sent us
+            inbound = maps.inbound
+            for delivery_id in serial_range(event.first, event.last):
+                fwd = inbound.pop(delivery_id, None)
+                if fwd is not None:
+                    self._producer_settled(fwd)
+
+    def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
+        out = record.out
+        assert out is not None
+        out.outstanding -= 1
+        _count(out, state)
+        if not consumer_settled and alive(out.link):  # rcv-settle-mode second: we settle
+            self.dispose(out.link.session, SENDER, record.out_id, state, True)
+        if type(record) is Copy:
+            self._copy_outcome(record, state)
+        else:
+            assert isinstance(record, Forward)
+            self.relay_outcome(record, state)
+
+    def _copy_outcome(self, copy: Copy, state: Any) -> None:
+        if copy.done:
+            return
+        copy.done = True
+        fwd = copy.forward
+        rank = _RANK.get(type(state), 0)
+        if rank > fwd.best:
+            fwd.best = rank
+            fwd.state = state
+        fwd.remaining -= 1
+        if fwd.remaining <= 0:
+            self.relay_outcome(fwd, fwd.state if fwd.best >= 0 else RELEASED)
+
+    def relay_outcome(self, fwd: Forward, state: Any) -> None:
+        """Tell the producer the final outcome and settle (or wait for it to settle first)."""
+        if fwd.done:
+            return
+        fwd.done = True
+        fwd.frames = None
+        inl = fwd.in_link
+        if inl is None or inl.gone:
+            return
+        _count(inl, state)
+        self._release_window(fwd)
+        if fwd.presettled or not alive(inl.link):
+            maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+            return
+        fwd.state = state
+        if inl.link.rcv_settle_mode == RCV_SECOND:
+            fwd.outcome_sent = True  # settle once the producer has (transport §2.8.3)
+            self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, False)
+        else:
+            maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+            self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, True)
+
+    def _producer_settled(self, fwd: Forward) -> None:
+        inl = fwd.in_link
+        if fwd.outcome_sent:  # rcv-settle-mode second: now we settle too
+            if inl is not None and alive(inl.link):
+                self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)
+            return
+        # The producer settled before any outcome: it no longer cares. Unlink, and settle
+        # what went downstream (the anchors do the same).
+        self._release_window(fwd)
+        fwd.in_link = None
+        fwd.presettled = True
+        out = fwd.out
+        if out is not None and fwd.out_id >= 0 and alive(out.link):
+            maps = out.link.session.context
+            if isinstance(maps, SessionMaps) and maps.outbound.pop(fwd.out_id, None) is not None:
+                out.outstanding -= 1
+                self.dispose(out.link.session, SENDER, fwd.out_id, None, True)
+
+    # --- failures -------------------------------------------------------------------------------
+
+    def unroutable(self, fwd: Forward, state: Any = RELEASED) -> None:
+        """Nowhere to go (or expired): released for the producer, or dropped if presettled."""
+        entry = fwd.entry
+        if fwd.presettled:
+            entry.dropped += 1
+            if fwd.in_link is not None:
+                fwd.in_link.dropped += 1
+            fwd.done = True
+            fwd.frames = None
+            self._release_window(fwd)
+            maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+        else:
+            entry.released += 1
+            self.relay_outcome(fwd, state)
+
+    def fail_sent(self, out: OutLink) -> None:
+        """`out` is gone: everything sent on it and still unsettled is in doubt (modified with
+        delivery-failed, so the producer may resend)."""
+        maps = out.link.session.context
+        if not isinstance(maps, SessionMaps) or not maps.outbound:
+            return
+        for delivery_id, record in list(maps.outbound.items()):
+            if record.out is out:
+                del maps.outbound[delivery_id]
+                out.outstanding -= 1
+                if type(record) is Copy:
+                    self._copy_outcome(record, DELIVERY_FAILED)
+                else:
+                    self.relay_outcome(record, DELIVERY_FAILED)
+
+
+def _count(link: InLink | OutLink, state: Any) -> None:
+    kind = type(state)
+    if kind is Accepted:
+        link.accepted += 1
+    elif kind is Released:
+        link.released += 1
+    elif kind is Modified:
+        link.modified += 1
+    elif kind is Rejected:
+        link.rejected += 1
