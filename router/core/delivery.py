@@ -23,7 +23,7 @@ class Forward:
     __slots__ = (
         "in_link", "in_id", "in_session", "presettled", "frames", "complete", "size", "entry",
         "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
-        "message_format", "state",
+        "message_format", "state", "arrived",
     )  # fmt: skip
 
     def __init__(
@@ -36,7 +36,8 @@ class Forward:
         self.presettled = presettled
         self.frames: list[bytes] | None = frames
         self.complete = complete
-        self.size = sum(len(f) for f in frames)
+        self.size = sum(len(f) for f in frames)  # bytes held while waiting to be sent
+        self.arrived = self.size  # bytes received so far (for max-message-size)
         self.entry = entry
         self.out: OutLink | None = None  # anycast: the consumer link it went to
         self.out_id = -1

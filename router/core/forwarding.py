@@ -68,11 +68,13 @@ class Forwarder(Settlement):
         inl.delivered += 1
         if event.aborted:
             return
+        payload = event.payload
         limit = self.max_message_size
-        if limit and event.link.in_bytes > limit:
+        # Sizes come from the events: the engine has already read the whole batch, so its link
+        # counters may describe a later delivery.
+        if limit and len(payload) > limit:
             self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             return
-        payload = event.payload
         entry = inl.entry
         try:
             view: RoutingView | None = peek(payload, need_to=entry is None)
@@ -123,8 +125,9 @@ class Forwarder(Settlement):
         if event.aborted:
             self._aborted(fwd)
             return
+        fwd.arrived += len(event.payload)
         limit = self.max_message_size
-        if limit and event.link.in_bytes > limit:
+        if limit and fwd.arrived > limit:
             # Too big after all: abort what went downstream, reject it upstream.
             self._aborted(fwd)
             inl.streaming = None

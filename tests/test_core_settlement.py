@@ -1,0 +1,138 @@
+"""Settlement end to end through one router, sans-IO: every outcome reaches the producer,
+settle modes, presettled traffic, multicast combination, and failures where every delivery is
+accounted for (received, or reported released/modified)."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.amqp.events import DispositionReceived
+from router.amqp.message import Message
+from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
+from router.amqp.performatives import RCV_SECOND, Error
+from router.config.models import AddressConfig, RouterConfig, RouterSection
+from tests.routerharness import Client, RouterHarness
+
+
+def _pair(h: RouterHarness, address: str = "q", credit: int = 100, **receiver: object) -> tuple[Client, Client, object, object]:
+    producer, consumer = h.connect("p"), h.connect("c")
+    rx = consumer.receiver(address, **receiver)  # type: ignore[arg-type]
+    tx = producer.sender(address)
+    h.pump()
+    rx.flow(credit)
+    h.pump()
+    return producer, consumer, tx, rx
+
+
+OUTCOMES = [
+    ACCEPTED,
+    Rejected(error=Error(condition="app:bad-order", description="no such product", info={"sku": "x1"})),
+    RELEASED,
+    Modified(delivery_failed=True, undeliverable_here=True, message_annotations={"x-retry": 3}),
+]
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES, ids=lambda o: type(o).__name__)
+def test_the_consumers_outcome_reaches_the_producer_intact(outcome: object) -> None:
+    h = RouterHarness()
+    producer, consumer, tx, rx = _pair(h)
+    consumer.auto_accept = False
+    delivery_id = producer.send(tx, Message.value("m"))  # type: ignore[arg-type]
+    h.pump()
+    (received,) = consumer.received[rx]  # type: ignore[index]
+    rx.dispose(received.delivery_id, state=outcome, settled=True)  # type: ignore[attr-defined]
+    h.pump()
+    assert producer.outcomes[delivery_id] == outcome
+    assert delivery_id in producer.settled
+
+
+def test_presettled_traffic_flows_without_dispositions() -> None:
+    h = RouterHarness()
+    producer, consumer, tx, rx = _pair(h)
+    for i in range(5):
+        producer.send(tx, Message.value(i), settled=True)  # type: ignore[arg-type]
+    h.pump()
+    assert [r.settled for r in consumer.received[rx]] == [True] * 5  # type: ignore[index]
+    assert not any(isinstance(e, DispositionReceived) for e in producer.events)
+
+
+def test_receiver_settle_mode_second_settles_after_the_producer() -> None:
+    h = RouterHarness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    rx = consumer.receiver("q")
+    tx = producer.sender("q", rcv_settle_mode=RCV_SECOND)
+    h.pump()
+    rx.flow(10)
+    h.pump()
+    assert tx.remote_attach is not None and tx.remote_attach.rcv_settle_mode == RCV_SECOND
+    delivery_id = producer.send(tx, Message.value("m"))
+    h.pump()
+    # The router told the outcome but has not settled: the producer settles first (§2.8.3).
+    assert isinstance(producer.outcomes[delivery_id], Accepted)
+    assert delivery_id not in producer.settled
+    tx.dispose(delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert delivery_id in producer.settled
+
+
+def test_unsettled_multicast_settles_with_the_strongest_outcome() -> None:
+    config = RouterConfig(router=RouterSection(id="R"), addresses=(AddressConfig(prefix="mc", distribution="multicast"),))
+    h = RouterHarness(config)
+    producer = h.connect("p")
+    consumers = [h.connect(f"c{i}") for i in range(3)]
+    receivers = [c.receiver("mc") for c in consumers]
+    tx = producer.sender("mc")
+    h.pump()
+    for c, r in zip(consumers, receivers):
+        c.auto_accept = False
+        r.flow(10)
+    h.pump()
+    delivery_id = producer.send(tx, Message.value("m"))
+    h.pump()
+    states = [RELEASED, ACCEPTED, Modified(delivery_failed=True)]
+    for c, r, state in zip(consumers[:2], receivers[:2], states[:2]):
+        r.dispose(c.received[r][0].delivery_id, state=state, settled=True)
+    h.pump()
+    assert delivery_id not in producer.outcomes  # not every copy is terminal yet
+    c, r = consumers[2], receivers[2]
+    r.dispose(c.received[r][0].delivery_id, state=states[2], settled=True)
+    h.pump()
+    assert isinstance(producer.outcomes[delivery_id], Accepted)  # rejected > accepted > modified > released
+
+
+@pytest.mark.parametrize("how", ["detach", "disconnect"])
+def test_every_delivery_is_received_or_reported_when_the_consumer_vanishes(how: str) -> None:
+    h = RouterHarness()
+    producer, consumer, tx, rx = _pair(h, credit=30)
+    consumer.auto_accept = False  # 30 arrive and stay unsettled, 20 wait in the router
+    ids = [producer.send(tx, Message.value(i)) for i in range(50)]  # type: ignore[arg-type]
+    h.pump()
+    received = len(consumer.received[rx])  # type: ignore[index]
+    assert received == 30
+    if how == "detach":
+        rx.detach()  # type: ignore[attr-defined]
+        h.pump()
+    else:
+        h.disconnect(consumer)
+    outcomes = [producer.outcomes.get(i) for i in ids]
+    assert all(o is not None for o in outcomes), "a delivery was left without an outcome"
+    # sent but unsettled: in doubt (modified, delivery-failed); never sent: released
+    assert sum(isinstance(o, Modified) and o.delivery_failed for o in outcomes) == 30
+    assert sum(isinstance(o, Released) for o in outcomes) == 20
+    assert set(ids) <= producer.settled
+
+
+def test_outcomes_after_the_producer_left_are_dropped_quietly() -> None:
+    h = RouterHarness()
+    producer, consumer, tx, rx = _pair(h)
+    consumer.auto_accept = False
+    for i in range(3):
+        producer.send(tx, Message.value(i))  # type: ignore[arg-type]
+    h.pump()
+    h.disconnect(producer)
+    assert consumer.bodies(rx) == [0, 1, 2]  # type: ignore[arg-type]
+    for received in consumer.received[rx]:  # type: ignore[index]
+        rx.dispose(received.delivery_id, state=ACCEPTED, settled=True)  # type: ignore[attr-defined]
+    h.pump()  # nobody to tell: no error, nothing left behind
+    assert not h.core.table.entries["Mq"].producers
+    assert all(not s.context.inbound and not s.context.outbound for c in h.clients for s in c.router_side.sessions if s.context)
