@@ -36,7 +36,7 @@ class Forward:
         self.presettled = presettled
         self.frames: list[bytes] | None = frames
         self.complete = complete
-        self.size = sum(len(f) for f in frames)  # bytes held while waiting to be sent
+        self.size = len(frames[0]) if len(frames) == 1 else sum(map(len, frames))  # bytes held
         self.arrived = self.size  # bytes received so far (for max-message-size)
         self.entry = entry
         self.out: OutLink | None = None  # anycast: the consumer link it went to
