@@ -1,74 +1,137 @@
-"""The engine demo: our client exchanges messages with an endpoint on our engine over loopback.
+"""The router demo: a router, a receiver and a sender in one process, showing what flows.
 
-Starts an in-memory queue peer (router.testing.peer) on 127.0.0.1, connects our client with SASL
-PLAIN, sends messages of a few shapes (small, presettled, multi-frame), receives them back,
-shows every outcome, and prints a small throughput figure. Runs in a couple of seconds.
+Starts a RouterServer on an ephemeral 127.0.0.1 port with the embedded default configuration,
+then, over TCP with our client: a receiver on `demo/orders`, a sender to the same address, and
+messages of a few shapes. The receiver decides each message's fate from its subject; the table
+shows what it saw and the outcome the sender learned back through the router (settlement is
+end to end: the router stores nothing). A throughput run through the router closes the demo,
+which takes a few seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import trio
 from rich.console import Console
 from rich.table import Table
 
+from .amqp.errors import PRECONDITION_FAILED
 from .amqp.message import Message
 from .amqp.messaging import AmqpValue, Properties
-from .amqp.sasl import SaslServerConfig
-from .net.client import connect
-from .testing.peer import start_peer
+from .config.models import Listener, RouterConfig
+from .net.client import Delivery, Receiver, connect
+from .net.server import RouterServer
+
+ADDRESS = "demo/orders"
+# (what, subject telling the receiver what to answer, the message, presettled)
+SHOWCASE: list[tuple[str, str, Message, bool]] = [
+    ("'hello, mesh'", "accept", Message.value("hello, mesh"), False),
+    ("1 MiB of data", "accept", Message.data(bytes(range(256)) * 4096), False),
+    ("'please reject me'", "reject", Message.value("please reject me"), False),
+    ("'release me'", "release", Message.value("release me"), False),
+    ("'modify me'", "modify", Message.value("modify me"), False),
+    ("'fire and forget'", "accept", Message.value("fire and forget"), True),
+]
+
+
+def _describe(delivery: Delivery) -> str:
+    message = delivery.message
+    if isinstance(message.body, AmqpValue):
+        seen = repr(message.body_value)
+    else:
+        seen = f"{len(message.body_bytes):,} bytes"
+    return seen + (" (presettled)" if delivery.settled else "")
+
+
+def _outcome(state: Any) -> str:
+    if state is None:
+        return "- (no outcome: presettled)"
+    error = getattr(state, "error", None)
+    detail = f" {error.condition}" if error is not None else ""
+    return type(state).__name__ + detail
+
+
+async def _answer(receiver: Receiver, seen: trio.MemorySendChannel[tuple[str, str]]) -> None:
+    """The receiving application: decide each delivery's outcome from its subject."""
+    while True:
+        delivery = await receiver.receive()
+        saw = _describe(delivery)  # before settling: settling marks the delivery settled
+        properties = delivery.message.properties
+        subject = properties.subject if properties is not None else None
+        if delivery.settled:
+            answer = "- (nothing to answer)"
+        elif subject == "reject":
+            receiver.reject(delivery, PRECONDITION_FAILED, "the demo receiver said no")
+            answer = "rejected"
+        elif subject == "release":
+            receiver.release(delivery)
+            answer = "released"
+        elif subject == "modify":
+            receiver.modify(delivery, delivery_failed=True)
+            answer = "modified"
+        else:
+            receiver.accept(delivery)
+            answer = "accepted"
+        await seen.send((saw, answer))
+
+
+async def _showcase(port: int, console: Console) -> None:
+    async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
+        receiver = await consumer.open_receiver(ADDRESS, credit=10)
+        # The receiver attaches first: the router gives a sender credit only while something
+        # can receive from its address.
+        sender = await producer.open_sender(ADDRESS)
+        seen_in, seen_out = trio.open_memory_channel[tuple[str, str]](len(SHOWCASE))
+        table = Table("sent", "receiver saw", "receiver said", "sender learned")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_answer, receiver, seen_in)
+            for what, subject, message, presettled in SHOWCASE:
+                message = Message(body=message.body, properties=Properties(subject=subject))
+                outcome = await sender.send(message, presettled=presettled)
+                saw, answered = await seen_out.receive()
+                table.add_row(what, saw, answered, _outcome(outcome))
+            nursery.cancel_scope.cancel()
+        console.print(table)
+
+
+async def _throughput(port: int, count: int, console: Console) -> None:
+    async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
+        receiver = await consumer.open_receiver("demo/throughput", credit=250)
+        sender = await producer.open_sender("demo/throughput")
+
+        async def consume() -> None:
+            for _ in range(count):
+                receiver.accept(await receiver.receive())
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            trackers = [await sender.start_send(Message.value(i)) for i in range(count)]
+            outcomes = [type(await tracker.wait()).__name__ for tracker in trackers]
+        elapsed = time.perf_counter() - started
+        accepted = outcomes.count("Accepted")
+        console.print(
+            f"{count} messages through the router, {accepted} accepted end to end, in {elapsed:.2f} s: "
+            f"[bold]{count / elapsed:,.0f}[/] messages/s (sender, router and receiver in one Python process)"
+        )
 
 
 async def run_demo(count: int, console: Console) -> int:
-    sasl = SaslServerConfig(
-        mechanisms=("PLAIN", "ANONYMOUS"),
-        check_plain=lambda _authzid, user, password: (user, password) == ("demo", "demo"),
-    )
+    config = RouterConfig(listeners=(Listener(port=0),))  # the default, on an ephemeral port
+    server = RouterServer(config)
     async with trio.open_nursery() as nursery:
-        peer, port = await start_peer(nursery, sasl=sasl, max_frame_size=4096)
-        console.print(f"[bold]endpoint[/] on 127.0.0.1:{port} (max-frame-size 4096, SASL PLAIN)")
-        async with connect("127.0.0.1", port, username="demo", password="demo") as client:
-            table = Table("what", "outcome", "detail")
-            sender = await client.open_sender("demo/queue")
-            outcome = await sender.send(
-                Message.value("hello, mesh", properties=Properties(message_id=1, subject="greeting"))
-            )
-            table.add_row("send 'hello, mesh'", type(outcome).__name__, "unsettled, sender learns the outcome")
-            big = bytes(range(256)) * 4096  # 1 MiB: split into 4 KiB frames on the wire
-            outcome = await sender.send(Message.data(big))
-            table.add_row("send 1 MiB", type(outcome).__name__, "multi-frame delivery")
-            await sender.send(Message.value("fire and forget"), presettled=True)
-            table.add_row("send presettled", "-", "no disposition expected")
-            rejecter = await client.open_sender("reject/demo")
-            outcome = await rejecter.send(Message.value("please reject me"))
-            error = getattr(outcome, "error", None)
-            detail = f"{error.condition}: {error.description}" if error else ""
-            table.add_row("send to reject/demo", type(outcome).__name__, detail)
-
-            receiver = await client.open_receiver("demo/queue", credit=10)
-            for _ in range(3):
-                delivery = await receiver.receive()
-                message = delivery.message
-                body = message.body_value if isinstance(message.body, AmqpValue) else f"{len(message.body_bytes)} bytes"
-                receiver.accept(delivery)
-                table.add_row("received", "accepted by us", repr(body)[:40])
-            console.print(table)
-
-            started = time.perf_counter()
-            trackers = [await sender.start_send(Message.value(i)) for i in range(count)]
-            for tracker in trackers:
-                await tracker.wait()
-            for _ in range(count):
-                receiver.accept(await receiver.receive())
-            elapsed = time.perf_counter() - started
-            console.print(
-                f"{count} messages sent (unsettled) and received back in {elapsed:.2f} s: "
-                f"[bold]{2 * count / elapsed:,.0f}[/] transfers/s through our Python client"
-            )
-            await receiver.close()
-        nursery.cancel_scope.cancel()
+        addresses = await nursery.start(server.run)
+        _, host, port = addresses[0]
+        console.print(f"[bold]router[/] {config.router.id} listening on amqp://{host}:{port}")
+        with trio.fail_after(60):  # a demo must never hang
+            await _showcase(port, console)
+            await _throughput(port, count, console)
+        server.shutdown()
+        await server.wait_stopped()
+        console.print("router stopped")
     return 0
 
 

@@ -521,9 +521,10 @@ def mutate(frames: list[bytes], ops: list[tuple[str, int, int, int]]) -> list[by
             del frames[i]
         elif op == "rename":  # re-encode an attach with a long name (errors quote names)
             try:
-                body = parse_wire(frames[i])[0]
+                parsed = parse_wire(frames[i])
             except (E.DecodeError, AssertionError, struct.error):
                 continue  # an earlier mutation broke it
+            body = parsed[0] if parsed else None  # a truncation may have left no whole frame
             if isinstance(body, WireFrame) and isinstance(body.body, Attach):
                 attach = dataclasses.replace(body.body, name="x" * b)
                 frames[i] = frame(body.channel, attach)

@@ -1,18 +1,34 @@
-"""The `router` command: run and inspect routers, and small AMQP client tools."""
+"""The `router` command: run routers, check their configuration, and small AMQP client tools.
+
+    router run [-c FILE]               a router (the embedded default without -c)
+    router config check FILE | schema  validate a file / print the JSON Schema
+    router send ADDRESS ...            send messages and report their outcomes
+    router receive ADDRESS ...         receive (and accept) messages
+    router demo                        a router with a sender and a receiver, in one process
+
+Each command lives in its own module; only `run` loads the routing core.
+"""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
-from rich.console import Console
 
 from .. import __version__
+from . import clients, config_cmd, run
 
 app = typer.Typer(
     name="router",
     help="An AMQP 1.0 message router mesh.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,  # errors are reported as one line by each command
 )
+app.command()(run.run)
+app.add_typer(config_cmd.app, name="config")
+app.command()(clients.send)
+app.command()(clients.receive)
 
 
 @app.command()
@@ -22,9 +38,12 @@ def version() -> None:
 
 
 @app.command()
-def demo(count: int = typer.Option(2000, "-n", "--count", help="messages in the throughput run")) -> None:
-    """Exchange messages between our client and an endpoint on our engine over loopback."""
+def demo(
+    count: Annotated[int, typer.Option("-n", "--count", min=1, help="messages in the throughput run")] = 2000,
+) -> None:
+    """Start a router in this process and send messages through it, showing what flows."""
     import trio
+    from rich.console import Console
 
     from ..demo import run_demo
 

@@ -1,9 +1,17 @@
 """Runs one sans-IO AMQP connection engine over a trio stream (TCP now, TLS the same way).
 
 Owns: the reader task (bytes in, timers, event dispatch), the writer task (one write per batch
-of frames), bounded buffering, and
-closing the stream when the engine is finished. Writes are never interleaved: one task writes. Everything protocol-related is the engine's;
+of frames), backpressure at the socket, and closing the stream when the engine is finished.
+Writes are never interleaved: one task writes. Everything protocol-related is the engine's;
 everything application-related is the `on_events` callback's.
+
+Backpressure (both optional, used by the router's server):
+- reading: while the `pause_reading()` predicate is true the reader does not read; it looks
+  again when someone calls `resume_reading()` (and when an engine timer falls due);
+- writing: the writer counts the bytes taken from the engine but not yet accepted by the
+  stream, and calls `on_output_blocked(True)` when they exceed `write_high_water`, then
+  `on_output_blocked(False)` once they drain below half of it (hysteresis, so a connection
+  near the mark does not flap).
 Must not touch: protocol decisions, routing.
 """
 
@@ -15,12 +23,21 @@ from collections.abc import Callable
 import trio
 
 from ..amqp.connection import Connection
+from ..amqp.endpoints import CLOSED
 from ..amqp.events import Event
 
 EventHandler = Callable[[list[Event]], None]
+PausePredicate = Callable[[], bool]
+BlockedHandler = Callable[[bool], None]
 
 READ_SIZE = 32 * 1024  # matched to typical credit windows: bigger reads made relays slower
 CLOSE_GRACE_S = 2.0  # after our close, how long we wait for the peer's before dropping it
+# When an engine timer falls due while reading is paused we read once before ticking (see
+# _reader). A live peer's bytes are already in the socket buffer, so this bound only matters
+# for a silent peer, whose idle time-out it delays by at most this much.
+PAUSED_TIMER_READ_S = 0.1
+
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
 class ConnectionDriver:
@@ -37,31 +54,92 @@ class ConnectionDriver:
         on_events: EventHandler,
         *,
         read_size: int = READ_SIZE,
+        pause_reading: PausePredicate | None = None,
+        write_high_water: int | None = None,
+        on_output_blocked: BlockedHandler | None = None,
     ) -> None:
         self.stream = stream
         self.engine = engine
         self.on_events = on_events
         self.read_size = read_size
+        self.pause_reading = pause_reading
+        self.write_high_water = write_high_water
+        self.on_output_blocked = on_output_blocked
         self._wakeup = trio.Event()
+        self._resume = trio.Event()
         self._closed = trio.Event()
         self._written_bytes = 0
+        self._outq: list[bytes] = []  # taken from the engine, not yet handed to the stream
+        self._unsent = 0  # bytes in _outq plus those of the write in progress
+        self._sending = False
+        self._output_blocked = False
+        self._reading_paused = False
 
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes taken from the engine that the stream has not accepted yet."""
+        return self._unsent
+
+    @property
+    def output_blocked(self) -> bool:
+        return self._output_blocked
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
     def wake(self) -> None:
         """Ask the writer to flush whatever the engine has queued."""
+        if self._sending:
+            # A write is in progress, so the peer reads slower than we produce: take the new
+            # frames now so that they count towards the high-water mark (the engine only
+            # counts frames, not bytes). They go out together in the next write.
+            self._take_output()
         self._wakeup.set()
+
+    def resume_reading(self) -> None:
+        """The `pause_reading` predicate may have changed: a paused reader looks again."""
+        self._resume.set()
 
     def _dispatch(self) -> None:
         events = self.engine.events()
         if events:
             self.on_events(events)
         self._wakeup.set()
+
+    def _take_output(self) -> None:
+        data = self.engine.data_to_send()
+        if not data:
+            return
+        self._outq.append(data)
+        self._unsent += len(data)
+        high = self.write_high_water
+        if high is not None and not self._output_blocked and self._unsent > high:
+            self._set_output_blocked(True)
+
+    def _set_output_blocked(self, blocked: bool) -> None:
+        self._output_blocked = blocked
+        if self.on_output_blocked is not None:
+            self.on_output_blocked(blocked)
+
+    def _should_pause(self) -> bool:
+        if self.pause_reading is None or self.engine.finished:
+            return False
+        # Once our close is out, what the peer sends can only be its close (or frames the
+        # engine drops): keep reading so that the connection can finish.
+        if self.engine.state.local is CLOSED:
+            return False
+        # A fresh event before asking: a resume_reading() from now on is never missed (no
+        # checkpoint between the predicate and the wait).
+        self._resume = trio.Event()
+        return self.pause_reading()
 
     async def run(self) -> None:
         try:
@@ -81,6 +159,7 @@ class ConnectionDriver:
         engine = self.engine
         grace_deadline = math.inf
         while True:
+            tick_after_read = False
             if engine.finished:
                 # Our close is out (or the peer is gone): wait briefly for the peer's close or
                 # for EOF, then stop reading.
@@ -90,11 +169,24 @@ class ConnectionDriver:
             else:
                 next_deadline = engine.next_deadline()
                 deadline = math.inf if next_deadline is None else next_deadline
+                if self._should_pause():
+                    self._reading_paused = True
+                    try:
+                        with trio.move_on_at(deadline):
+                            await self._resume.wait()
+                            continue  # look at the predicate again
+                    finally:
+                        self._reading_paused = False
+                    # A timer fell due while paused. Ticking at once could close a live peer
+                    # for idle time-out: its frames (heartbeats included) wait unread in the
+                    # socket. Read once (at most read_size bytes), then tick.
+                    deadline = trio.current_time() + PAUSED_TIMER_READ_S
+                    tick_after_read = True
             data: bytes | None = None
             with trio.move_on_at(deadline):
                 try:
                     data = bytes(await self.stream.receive_some(self.read_size))
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                except _STREAM_ERRORS:
                     data = b""
             now = trio.current_time()
             if data is None:
@@ -105,28 +197,48 @@ class ConnectionDriver:
                 engine.tick(now)
             else:
                 engine.receive_data(data, now)
+                if tick_after_read and data:
+                    engine.tick(now)
             self._dispatch()
             if data == b"":
                 return
 
     async def _writer(self) -> None:
         engine = self.engine
-        stream = self.stream
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
-            data = engine.data_to_send()
-            if data:
-                try:
-                    # Not shielded: a peer that stops reading must not hang our shutdown, and a
-                    # cancelled write only ever happens when the connection is being torn down.
-                    await stream.send_all(data)
-                    self._written_bytes += len(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self._take_output()
+            while self._outq:
+                # Everything taken so far goes out in one write (frames queued during the
+                # previous write included).
+                data = self._outq[0] if len(self._outq) == 1 else b"".join(self._outq)
+                self._outq = []
+                if not await self._write(data):
+                    self._outq, self._unsent = [], 0
                     engine.receive_data(b"", trio.current_time())
                     self._dispatch()
-                    break
+                    self._closed.set()
+                    await trio.aclose_forcefully(self.stream)
+                    return
+                self._written_bytes += len(data)
+                self._unsent -= len(data)
+                high = self.write_high_water
+                if self._output_blocked and high is not None and self._unsent < high // 2:
+                    self._set_output_blocked(False)
             if engine.finished and not engine.pending_output:
                 break
         self._closed.set()
-        await trio.aclose_forcefully(stream)
+        await trio.aclose_forcefully(self.stream)
+
+    async def _write(self, data: bytes) -> bool:
+        self._sending = True
+        try:
+            # Not shielded: a peer that stops reading must not hang our shutdown, and a
+            # cancelled write only ever happens when the connection is being torn down.
+            await self.stream.send_all(data)
+            return True
+        except _STREAM_ERRORS:
+            return False
+        finally:
+            self._sending = False

@@ -1,0 +1,97 @@
+"""`router run`: start a router on a configuration file or the embedded default.
+
+Owns: loading the configuration (problems go to stderr one per line, exit 2), printing one
+`listening <listener> amqp://<host>:<port>` line per listener once the sockets are bound
+(flushed: scripts and tests wait for these lines), and graceful shutdown on SIGINT/SIGTERM
+(the server stops accepting, closes every connection with amqp:connection:forced and releases
+what is in flight; exit 0). A second signal during the shutdown stops at once.
+Must not touch: routing (the only CLI module that reaches router.core, through RouterServer).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import trio
+import typer
+
+from ..config.loader import ConfigError, load_config
+from ..config.models import RouterConfig
+from .common import LOG_LEVELS, leaves, setup_logging, stderr
+
+if TYPE_CHECKING:
+    from ..net.server import RouterServer
+
+log = logging.getLogger("router.run")
+
+
+def default_config() -> RouterConfig:
+    """The embedded default: router id from the host name, one listener on 127.0.0.1:5672,
+    SASL ANONYMOUS (all of it the models' defaults)."""
+    return RouterConfig()
+
+
+def url(host: str, port: int) -> str:
+    return f"amqp://[{host}]:{port}" if ":" in host else f"amqp://{host}:{port}"
+
+
+async def serve(config: RouterConfig) -> int:
+    # Imported here: the rest of the CLI never loads the routing core.
+    from ..net.server import RouterServer
+
+    server = RouterServer(config)
+    # The signal receiver is open before anything binds: a SIGTERM that arrives while we
+    # start still means "stop gracefully" rather than trio's default KeyboardInterrupt.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            addresses = await nursery.start(server.run)
+            for name, host, port in addresses:
+                print(f"listening {name} {url(host, port)}", flush=True)
+            log.info("router %s running", config.router.id)
+            nursery.start_soon(_watch_signals, signals, server, nursery.cancel_scope)
+            await server.wait_stopped()
+            nursery.cancel_scope.cancel()
+    log.info("router %s stopped", config.router.id)
+    return 0
+
+
+async def _watch_signals(signals: AsyncIterator[int], server: RouterServer, scope: trio.CancelScope) -> None:
+    async for signum in signals:
+        if not server.stopping:
+            log.info("%s: shutting down", signal.Signals(signum).name)
+            server.shutdown()
+        else:
+            log.warning("%s again: stopping now", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+def run(
+    config_file: Annotated[
+        Path | None, typer.Option("-c", "--config", help="YAML configuration (default: the embedded one)")
+    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help=f"one of {', '.join(LOG_LEVELS)}")] = "info",
+) -> None:
+    """Run a router: on FILE, or on the embedded default (127.0.0.1:5672, SASL ANONYMOUS)."""
+    setup_logging(log_level)
+    try:
+        config = load_config(config_file) if config_file is not None else default_config()
+    except ConfigError as exc:
+        for problem in exc.problems:
+            stderr.print(problem, markup=False)
+        raise typer.Exit(2) from None
+    try:
+        code = trio.run(serve, config)
+    except (OSError, ExceptionGroup) as exc:  # typically: a port is in use
+        errors = [leaf for leaf in leaves(exc) if isinstance(leaf, OSError)]
+        if not errors:
+            raise
+        stderr.print(f"error: cannot listen: {errors[0].strerror or errors[0]}", markup=False)
+        raise typer.Exit(1) from None
+    sys.stdout.flush()
+    raise typer.Exit(code)

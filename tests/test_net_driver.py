@@ -1,0 +1,147 @@
+"""ConnectionDriver backpressure over in-memory streams: paused reading (resumed on request,
+timers still served, a silent peer still timed out) and the writer's high-water reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+import trio.testing
+
+from router.amqp import errors as E
+from router.amqp import events as ev
+from router.amqp.connection import Connection, ConnectionConfig
+from router.amqp.endpoints import ACTIVE
+from router.net.driver import ConnectionDriver
+
+
+def _server(idle_timeout_s: float | None = None) -> Connection:
+    return Connection(ConnectionConfig(container_id="server", server=True, idle_timeout_s=idle_timeout_s))
+
+
+def _client(idle_timeout_s: float | None = None) -> Connection:
+    return Connection(ConnectionConfig(container_id="client", idle_timeout_s=idle_timeout_s))
+
+
+class Paused:
+    """A pause_reading predicate the test flips."""
+
+    def __init__(self, paused: bool) -> None:
+        self.paused = paused
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.paused
+
+
+def _opener(engine: Connection, seen: list[ev.Event]) -> Callable[[list[ev.Event]], None]:
+    """on_events for a server engine: answer the peer's open, keep every event."""
+
+    def on_events(events: list[ev.Event]) -> None:
+        seen.extend(events)
+        for event in events:
+            if isinstance(event, ev.RemoteOpen):
+                engine.open()
+
+    return on_events
+
+
+async def test_paused_reader_reads_nothing_until_resumed(nursery: trio.Nursery) -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    server, seen = _server(), list[ev.Event]()
+    paused = Paused(True)
+    driver = ConnectionDriver(server_end, server, _opener(server, seen), pause_reading=paused)
+    nursery.start_soon(driver.run)
+    client = _client()
+    client.open()
+    await client_end.send_all(client.data_to_send())
+    await trio.testing.wait_all_tasks_blocked()
+    assert driver.reading_paused and seen == []
+
+    driver.resume_reading()  # still paused: it looks again and stays put
+    await trio.testing.wait_all_tasks_blocked()
+    assert paused.asked == 2 and driver.reading_paused and seen == []
+
+    paused.paused = False
+    driver.resume_reading()
+    await trio.testing.wait_all_tasks_blocked()
+    assert not driver.reading_paused
+    assert any(isinstance(event, ev.RemoteOpen) for event in seen)
+
+
+async def test_paused_reader_still_serves_timers_for_a_live_peer(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The server closes peers silent for 1 s; the client heartbeats. Paused for 10 s, the
+    server must not take the unread heartbeats for silence."""
+    client_end, server_end = trio.testing.memory_stream_pair()
+    server, seen = _server(idle_timeout_s=1.0), list[ev.Event]()
+    paused = Paused(False)
+    nursery.start_soon(ConnectionDriver(server_end, server, _opener(server, seen), pause_reading=paused).run)
+    client = _client()
+    client_seen: list[ev.Event] = []
+    opened = trio.Event()
+
+    def on_client_events(events: list[ev.Event]) -> None:
+        client_seen.extend(events)
+        if any(isinstance(event, ev.RemoteOpen) for event in events):
+            opened.set()
+
+    client_driver = ConnectionDriver(client_end, client, on_client_events)
+    nursery.start_soon(client_driver.run)
+    client.open()
+    client_driver.wake()
+    await opened.wait()
+    paused.paused = True
+    await trio.sleep(10)
+    assert server.state.local is ACTIVE and not server.failed
+    assert not any(isinstance(event, ev.RemoteClose) for event in client_seen)
+
+
+async def test_paused_reader_still_times_out_a_silent_peer(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    server, seen = _server(idle_timeout_s=1.0), list[ev.Event]()
+    paused = Paused(False)
+    nursery.start_soon(ConnectionDriver(server_end, server, _opener(server, seen), pause_reading=paused).run)
+    client = _client()  # driven by hand: after the open it says nothing
+    client.open()
+    await client_end.send_all(client.data_to_send())
+    while client.remote_open is None:
+        client.receive_data(await client_end.receive_some(), trio.current_time())
+    paused.paused = True
+    received = b""
+    with trio.fail_after(3):
+        while data := await client_end.receive_some():
+            received += data
+    client.receive_data(received, trio.current_time())
+    closes = [event for event in client.events() if isinstance(event, ev.RemoteClose)]
+    assert closes and closes[0].error is not None
+    assert closes[0].error.condition == E.RESOURCE_LIMIT_EXCEEDED
+
+
+async def test_writer_reports_high_water_and_drain(nursery: trio.Nursery) -> None:
+    ours, theirs = trio.testing.lockstep_stream_pair()  # a write completes only as it is read
+    engine = _client()  # its protocol header (8 bytes) is queued from the start
+    changes: list[bool] = []
+    driver = ConnectionDriver(ours, engine, lambda _events: None, write_high_water=1000, on_output_blocked=changes.append)
+    nursery.start_soon(driver.run)
+    engine.write_bytes(b"x" * 592)
+    driver.wake()
+    await trio.testing.wait_all_tasks_blocked()
+    assert driver.unsent_bytes == 600 and changes == []  # one write in progress, under the mark
+
+    engine.write_bytes(b"y" * 600)
+    driver.wake()  # taken at once while a write is in progress: 1200 bytes unsent
+    assert driver.unsent_bytes == 1200 and changes == [True] and driver.output_blocked
+
+    first = await theirs.receive_some(600)
+    await trio.testing.wait_all_tasks_blocked()
+    assert driver.unsent_bytes == 600 and changes == [True]  # not below half the mark yet
+
+    second = await theirs.receive_some(600)
+    await trio.testing.wait_all_tasks_blocked()
+    assert driver.unsent_bytes == 0 and changes == [True, False] and not driver.output_blocked
+    assert first[8:] + second == b"x" * 592 + b"y" * 600  # in order, after the header

@@ -1,0 +1,189 @@
+"""RouterServer: listening, TCP_NODELAY, graceful shutdown (asked for or by cancellation),
+memory streams, the core's timer, and socket backpressure end to end."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from router.amqp import events as ev
+from router.amqp.connection import Connection, ConnectionConfig
+from router.amqp.message import Message
+from router.config.models import Listener
+from router.net.client import ConnectionClosed, connect
+from router.net.driver import ConnectionDriver
+from router.net.server import RouterServer
+
+from .support.router_process import core_ready, router_config, router_server
+
+__all__ = ["router_server"]  # the fixture, imported for pytest
+
+needs_core = pytest.mark.skipif(not core_ready(), reason="the routing core cannot route yet")
+
+
+async def _forced_close(receiver: Any) -> str | None:
+    with trio.fail_after(5), pytest.raises(ConnectionClosed) as closed:
+        await receiver.receive()
+    return closed.value.condition
+
+
+@needs_core
+async def test_connections_use_tcp_nodelay(router_server: tuple[RouterServer, int]) -> None:
+    server, port = router_server
+    async with connect("127.0.0.1", port):
+        (driver,) = server._drivers.values()  # the router's side of our connection
+        assert isinstance(driver.stream, trio.SocketStream)
+        assert driver.stream.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+@needs_core
+async def test_shutdown_closes_every_connection_forced_then_stops(nursery: trio.Nursery) -> None:
+    config = router_config().model_copy(update={"listeners": (Listener(name="a", port=0), Listener(name="b", port=0))})
+    server = RouterServer(config)
+    addresses = await nursery.start(server.run)
+    assert [name for name, _, _ in addresses] == ["a", "b"] and all(port for _, _, port in addresses)
+    async with connect("127.0.0.1", addresses[0][2]) as one, connect("127.0.0.1", addresses[1][2]) as two:
+        receivers = [await one.open_receiver("x"), await two.open_receiver("y")]
+        assert server.stats()["connections"] == 2
+        server.shutdown()
+        for receiver in receivers:
+            assert await _forced_close(receiver) == "amqp:connection:forced"
+    with trio.fail_after(5):
+        await server.wait_stopped()
+    for _, _, port in addresses:
+        with pytest.raises(OSError):
+            await trio.open_tcp_stream("127.0.0.1", port)
+
+
+@needs_core
+async def test_cancelling_run_stops_gracefully() -> None:
+    server = RouterServer(router_config())
+    async with trio.open_nursery() as nursery:
+        port = (await nursery.start(server.run))[0][2]
+        async with connect("127.0.0.1", port) as client:
+            receiver = await client.open_receiver("x")
+            nursery.cancel_scope.cancel()
+            assert await _forced_close(receiver) == "amqp:connection:forced"
+    assert server.stopping
+
+
+@needs_core
+async def test_serve_stream_runs_a_connection_over_memory_streams(nursery: trio.Nursery) -> None:
+    server = RouterServer(router_config())
+    client_end, router_end = trio.testing.memory_stream_pair()
+    nursery.start_soon(server.serve_stream, router_end, server.config.listeners[0])
+    client = Connection(ConnectionConfig(container_id="memory-client"))
+    opened = trio.Event()
+
+    def on_events(events: list[ev.Event]) -> None:
+        if any(isinstance(event, ev.RemoteOpen) for event in events):
+            opened.set()
+
+    driver = ConnectionDriver(client_end, client, on_events)
+    nursery.start_soon(driver.run)
+    client.open()
+    driver.wake()
+    with trio.fail_after(5):
+        await opened.wait()
+    assert client.remote_open is not None
+    assert client.remote_open.container_id == "test-router"
+    assert server.stats()["connections"] == 1
+    client.close()
+    driver.wake()
+    with trio.fail_after(5):
+        await driver.wait_closed()
+
+
+class TimerCore:
+    """A stand-in core that only has a timer: its deadline is set by the test."""
+
+    router_id = "timer"
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+        self.ticked = trio.Event()
+        self.deadline_on_handle: float | None = None
+
+    def accept(self, engine: Connection, listener: Listener) -> None:
+        pass
+
+    def handle(self, engine: Connection, events: list[ev.Event], now: float) -> None:
+        if self.deadline_on_handle is not None:
+            self.deadline = self.deadline_on_handle
+
+    def take_touched(self) -> set[Connection]:
+        return set()
+
+    def tick(self, now: float) -> None:
+        if self.deadline is not None and now >= self.deadline:
+            self.deadline = None
+            self.ticked.set()
+
+    def next_deadline(self) -> float | None:
+        return self.deadline
+
+    def set_output_blocked(self, engine: Connection, blocked: bool, now: float) -> None:
+        pass
+
+    def read_paused(self, engine: Connection) -> bool:
+        return False
+
+    def shutdown(self, now: float) -> None:
+        pass
+
+
+async def test_timer_ticks_the_core_at_its_deadline_even_when_a_call_moves_it(nursery: trio.Nursery) -> None:
+    core = TimerCore()
+    server = RouterServer(router_config(), core=core)
+    await nursery.start(server.run)  # the timer sleeps: no deadline
+    core.deadline_on_handle = time.time() + 0.05  # the next call into the core sets one
+    client_end, router_end = trio.testing.memory_stream_pair()
+    nursery.start_soon(server.serve_stream, router_end, server.config.listeners[0])
+    client = Connection(ConnectionConfig(container_id="c"))
+    client.open()
+    await client_end.send_all(client.data_to_send())  # the open reaches the core
+    with trio.fail_after(2):
+        await core.ticked.wait()
+    server.shutdown()
+
+
+@needs_core
+async def test_slow_consumer_blocks_output_and_pauses_the_producer(nursery: trio.Nursery) -> None:
+    """A consumer that stops reading: the router's writes to it pass the high-water mark, the
+    core holds deliveries, the producer's socket is no longer read. When the consumer reads
+    again, everything flows and every delivery is accepted."""
+    server = RouterServer(router_config(write_high_water_bytes=65536, read_high_water_bytes=65536, link_capacity=50))
+    port = (await nursery.start(server.run))[0][2]
+    count, body = 200, Message.data(b"y" * 32768)
+    async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
+        receiver = await consumer.open_receiver("slow", credit=count)
+        consumer_paused = True
+        consumer.driver.pause_reading = lambda: consumer_paused  # our client stops reading
+        sender = await producer.open_sender("slow")
+        trackers: list[Any] = []
+
+        async def produce() -> None:
+            for _ in range(count):
+                trackers.append(await sender.start_send(body))
+
+        nursery.start_soon(produce)
+        with trio.fail_after(10):  # no event tells us: poll the server's counters
+            while not (server.stats()["output_blocked"] and server.stats()["reading_paused"]):
+                await trio.sleep(0.01)
+        assert len(trackers) < count  # the producer is held back
+
+        consumer_paused = False
+        consumer.driver.resume_reading()
+        with trio.fail_after(20):
+            for _ in range(count):
+                receiver.accept(await receiver.receive())
+            while len(trackers) < count:
+                await trio.sleep(0.01)
+            outcomes = {type(await tracker.wait()).__name__ for tracker in trackers}
+        assert outcomes == {"Accepted"}
+        assert server.stats() == {"connections": 2, "reading_paused": 0, "output_blocked": 0}
