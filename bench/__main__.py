@@ -8,13 +8,14 @@ import platform
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from . import micro
+from . import micro, scenarios
 
-SUITES = {"micro": micro.run}
+SUITES = {"micro": micro.run, "router": scenarios.run}
 
 
 def python_build() -> str:
@@ -24,8 +25,21 @@ def python_build() -> str:
     return f"{platform.python_implementation()} {platform.python_version()} ({sys.executable}; {' '.join(opt) or 'no PGO/LTO flags'})"
 
 
+def _flatten(results: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    flat: dict[str, float] = {}
+    for key, value in results.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            if key != "runs":
+                flat.update(_flatten(value, name + "."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[name] = value
+    return flat
+
+
 def main(argv: list[str]) -> int:
-    names = argv or list(SUITES)
+    quick = "--quick" in argv
+    names = [a for a in argv if not a.startswith("--")] or list(SUITES)
     console = Console()
     out_dir = Path(__file__).parent / "results"
     out_dir.mkdir(exist_ok=True)
@@ -33,10 +47,10 @@ def main(argv: list[str]) -> int:
         if name not in SUITES:
             console.print(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
             return 2
-        results = SUITES[name]()
+        results = scenarios.run(quick) if name == "router" else SUITES[name]()
         table = Table("metric", "value", title=f"bench: {name}")
-        for key, value in results.items():
-            table.add_row(key, f"{value:,.2f}")
+        for key, value in _flatten(results).items():
+            table.add_row(key, f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}")
         console.print(table)
         console.print(f"python: {python_build()}")
         stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")

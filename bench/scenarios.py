@@ -1,0 +1,246 @@
+"""Router benchmark scenarios: the router as a real process, the C load generator on both ends.
+
+Every throughput figure is reported with the direct client-to-client ceiling measured in the
+same run (loadgen to loadgen, no router), and router and direct runs alternate, because
+absolute numbers drift on a shared machine while ratios hold. Router CPU per message comes from
+the router process's utime+stime over the run.
+
+Scenarios: 1. anycast 100 B unsettled; 2. the same presettled; 3. 10 KiB unsettled;
+4. request/response ping-pong latency; 5. 1,000 idle connections (router RSS per connection);
+6. a slow consumer with a fast producer (router RSS stays bounded: the peak is reported).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .loadgen.build import build
+from .loadgen.smoke import parse_result, run_direct, run_direct_pingpong
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(__file__).resolve().parent / "loadgen" / "build"
+LISTENING = re.compile(r"^listening (\S+) amqp://([^:]+):(\d+)$")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+class Router:
+    """A `router run` process for a benchmark; its CPU time and memory are read from /proc."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._dir = tempfile.TemporaryDirectory()
+        path = Path(self._dir.name) / "router.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "router.cli.main", "run", "-c", str(path), "--log-level", "warning"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = LISTENING.match(line.strip())
+        if not match:
+            self.stop()
+            raise RuntimeError(f"router did not start: {line!r}")
+        self.port = int(match[3])
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._dir.cleanup()
+
+
+@contextmanager
+def router(**listener: Any) -> Iterator[Router]:
+    config = {
+        "router": {"id": "bench"},
+        "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, **listener}],
+    }
+    r = Router(config)
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+def _loadgen(binary: Path, *args: str, timeout_s: float = 120) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(binary), *args, "--timeout", str(timeout_s)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _finish(role: str, proc: subprocess.Popen[str], timeout_s: float = 150) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=timeout_s)
+    return parse_result(role, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+
+
+def through_router(binary: Path, r: Router, count: int, size: int, presettled: bool) -> dict[str, Any]:
+    """loadgen receive and loadgen send through the router; throughput seen by the receiver."""
+    address = f"bench-{size}-{int(presettled)}-{time.monotonic_ns()}"
+    common = ["--host", "127.0.0.1", "--port", str(r.port), "--address", address, "--count", str(count)]
+    receiver = _loadgen(binary, "receive", *common)
+    time.sleep(0.3)  # the receiver's attach must reach the router before the sender asks for credit
+    cpu0 = r.cpu_seconds()
+    sender = _loadgen(binary, "send", *common, "--size", str(size), *(["--presettled"] if presettled else []))
+    sent = _finish("send", sender)
+    received = _finish("receive", receiver)
+    cpu = r.cpu_seconds() - cpu0
+    return {"send": sent, "receive": received, "router_cpu_us_per_msg": cpu / count * 1e6}
+
+
+def throughput(binary: Path, *, size: int, presettled: bool, count: int, direct_count: int, rounds: int) -> dict[str, Any]:
+    """Alternate direct and router runs; medians and their ratio."""
+    direct, routed, cpu = [], [], []
+    with router() as r:
+        for _ in range(rounds):
+            d = run_direct(direct_count, size, presettled=presettled, binary=binary)
+            direct.append(d["listen"]["msgs_per_s"])
+            result = through_router(binary, r, count, size, presettled)
+            routed.append(result["receive"]["msgs_per_s"])
+            cpu.append(result["router_cpu_us_per_msg"])
+    direct_rate, router_rate = statistics.median(direct), statistics.median(routed)
+    return {
+        "size": size, "presettled": presettled, "count": count,
+        "direct_msgs_per_s": direct_rate, "router_msgs_per_s": router_rate,
+        "ratio": router_rate / direct_rate, "router_cpu_us_per_msg": statistics.median(cpu),
+        "runs": {"direct": direct, "router": routed},
+    }  # fmt: skip
+
+
+def pingpong(binary: Path, *, count: int, rounds: int) -> dict[str, Any]:
+    direct, routed = [], []
+    with router() as r:
+        for _ in range(rounds):
+            direct.append(run_direct_pingpong(count, 100, binary=binary)["pingpong"])
+            common = ["--host", "127.0.0.1", "--port", str(r.port)]
+            echo = _loadgen(binary, "echo", *common, "--address", "ping", "--count", str(count))
+            time.sleep(0.3)
+            pp = _loadgen(binary, "pingpong", *common, "--address", "ping", "--reply-address", "pong",
+                          "--count", str(count), "--size", "100")  # fmt: skip
+            routed.append(_finish("pingpong", pp))
+            echo.terminate()
+            echo.communicate(timeout=10)
+    p50_direct = statistics.median(x["p50_us"] for x in direct)
+    p50_router = statistics.median(x["p50_us"] for x in routed)
+    return {
+        "direct_p50_us": p50_direct, "router_p50_us": p50_router, "p50_ratio": p50_router / p50_direct,
+        "router_p99_us": statistics.median(x["p99_us"] for x in routed),
+        "router_p999_us": statistics.median(x["p999_us"] for x in routed),
+        "direct_p99_us": statistics.median(x["p99_us"] for x in direct),
+    }  # fmt: skip
+
+
+def idle_connections(count: int) -> dict[str, Any]:
+    """Router RSS growth per idle AMQP connection (each opened with SASL, open and a session)."""
+    import trio
+
+    from router.net.client import connect
+
+    with router(idle_timeout_s=0) as r:
+        time.sleep(0.5)
+        before = r.rss_bytes()
+
+        async def hold() -> None:
+            opened = trio.Event()
+            held = 0
+
+            async def one() -> None:
+                nonlocal held
+                async with connect("127.0.0.1", r.port):
+                    held += 1
+                    if held == count:
+                        opened.set()
+                    await trio.sleep_forever()
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(count):
+                    nursery.start_soon(one)
+                with trio.fail_after(120):
+                    await opened.wait()
+                await trio.sleep(1.0)
+                nonlocal_rss[0] = r.rss_bytes()
+                nursery.cancel_scope.cancel()
+
+        nonlocal_rss = [0]
+        trio.run(hold)
+        after = nonlocal_rss[0]
+    return {"connections": count, "rss_before_mib": before / 2**20, "rss_after_mib": after / 2**20,
+            "rss_per_connection_kib": (after - before) / count / 1024}  # fmt: skip
+
+
+def slow_consumer(binary: Path, *, count: int, size: int) -> dict[str, Any]:
+    """A fast presettled producer and a consumer reading slowly: the router's memory must stay
+    bounded (credit windows and write back-pressure), whatever the producer does."""
+    with router() as r:
+        peak = baseline = r.rss_bytes()
+        common = ["--host", "127.0.0.1", "--port", str(r.port), "--address", "slow"]
+        consumer = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_CONSUMER, str(r.port)], stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )  # fmt: skip
+        time.sleep(0.5)
+        sender = _loadgen(binary, "send", *common, "--count", str(count), "--size", str(size), "--presettled")
+        while sender.poll() is None:
+            peak = max(peak, r.rss_bytes())
+            time.sleep(0.05)
+        consumer.terminate()
+        consumer.communicate(timeout=10)
+        sender.communicate(timeout=10)
+    return {"messages": count, "size": size, "rss_baseline_mib": baseline / 2**20,
+            "rss_peak_mib": peak / 2**20, "rss_growth_mib": (peak - baseline) / 2**20}  # fmt: skip
+
+
+_SLOW_CONSUMER = """
+import sys, trio
+from router.net.client import connect
+async def main():
+    async with connect("127.0.0.1", int(sys.argv[1])) as client:
+        receiver = await client.open_receiver("slow", credit=10)
+        while True:
+            receiver.accept(await receiver.receive())
+            await trio.sleep(0.001)
+trio.run(main)
+"""
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    binary = build(BUILD)
+    scale = 0.2 if quick else 1.0
+    rounds = 1 if quick else 3
+    n = int(200_000 * scale)
+    return {
+        "1_anycast_100b_unsettled": throughput(binary, size=100, presettled=False, count=n, direct_count=5 * n, rounds=rounds),
+        "2_anycast_100b_presettled": throughput(binary, size=100, presettled=True, count=n, direct_count=5 * n, rounds=rounds),
+        "3_anycast_10kib_unsettled": throughput(binary, size=10240, presettled=False, count=n // 4, direct_count=n, rounds=rounds),
+        "4_pingpong_latency": pingpong(binary, count=int(5000 * scale), rounds=rounds),
+        "5_idle_connections": idle_connections(int(1000 * scale)),
+        "6_slow_consumer": slow_consumer(binary, count=int(100_000 * scale), size=1024),
+    }
