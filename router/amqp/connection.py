@@ -265,6 +265,10 @@ class Connection:
     def write_bytes(self, data: bytes) -> None:
         (self._out if self._amqp_ready else self._deferred).append(data)
 
+    def output_buffer(self) -> list[bytes | memoryview]:
+        """Where frames go now: the output, or the deferred list until the AMQP header is out."""
+        return self._out if self._amqp_ready else self._deferred
+
     def write_pieces(self, *pieces: bytes | memoryview) -> None:
         (self._out if self._amqp_ready else self._deferred).extend(pieces)
 

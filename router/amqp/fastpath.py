@@ -239,35 +239,120 @@ TransferFields = tuple[int, "int | None", "bytes | None", int, "bool | None", bo
 
 def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
     """(handle, delivery-id, tag, format, settled, more, rcv-settle-mode, state, resume, aborted,
-    payload offset) of the transfer whose list starts at `pos` (just after its descriptor)."""
-    parsed = read_fields(buf, pos, end)
-    if parsed is None:
-        t, stop = _general(buf, pos, end, Transfer)
-        return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
-                t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)
-    f, stop = parsed
-    n = len(f)
-    handle = f[0] if n else None
-    if handle is None or type(handle) is not int:
-        raise DecodeError("transfer.handle is mandatory and must be a uint")
-    delivery_id = f[1] if n > 1 else None
-    tag = f[2] if n > 2 else None
-    message_format = (f[3] if n > 3 else None) or 0
-    settled = f[4] if n > 4 else None
-    more = (f[5] if n > 5 else None) or False
-    rcv_settle_mode = f[6] if n > 6 else None
-    resume = (f[8] if n > 8 else None) or False
-    aborted = (f[9] if n > 9 else None) or False
-    if (
-        (delivery_id is not None and type(delivery_id) is not int)
-        or type(message_format) is not int or type(more) is not bool
-        or (settled is not None and type(settled) is not bool)
-        or (tag is not None and type(tag) is not bytes)
-        or type(resume) is not bool or type(aborted) is not bool
-    ):  # fmt: skip
-        raise DecodeError("transfer field has the wrong type")
-    return (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, None,
-            resume, aborted, stop)
+    payload offset) of the transfer whose list starts at `pos` (just after its descriptor).
+
+    Unrolled for the encodings peers use (uint as uint0/smalluint/uint, tag as vbin8, booleans
+    as true/false/null, trailing fields null); anything else goes to the general decoder, which
+    validates every field. This runs once per transfer frame: keep it branchy, not loopy.
+    """
+    try:
+        code = buf[pos]
+        if code == 0xC0:
+            count, stop, p = buf[pos + 2], pos + 2 + buf[pos + 1], pos + 3
+        elif code == 0xD0:
+            size, count = _unpack_II(buf, pos + 1)
+            stop, p = pos + 5 + size, pos + 9
+        else:
+            return _transfer_general(buf, pos, end)
+        if stop > end or count == 0:
+            return _transfer_general(buf, pos, end)
+        c = buf[p]
+        if c == 0x52:
+            handle = buf[p + 1]
+            p += 2
+        elif c == 0x43:
+            handle = 0
+            p += 1
+        elif c == 0x70:
+            handle = _unpack_I(buf, p + 1)[0]
+            p += 5
+        else:
+            return _transfer_general(buf, pos, end)
+        delivery_id: int | None = None
+        tag: bytes | None = None
+        message_format = 0
+        settled: bool | None = None
+        more = aborted = False
+        if count > 1:
+            c = buf[p]
+            if c == 0x52:
+                delivery_id = buf[p + 1]
+                p += 2
+            elif c == 0x70:
+                delivery_id = _unpack_I(buf, p + 1)[0]
+                p += 5
+            elif c == 0x43:
+                delivery_id = 0
+                p += 1
+            elif c == 0x40:
+                p += 1
+            else:
+                return _transfer_general(buf, pos, end)
+        if count > 2:
+            c = buf[p]
+            if c == 0xA0:
+                n = buf[p + 1]
+                tag = bytes(buf[p + 2 : p + 2 + n])
+                p += 2 + n
+            elif c == 0x40:
+                p += 1
+            else:
+                return _transfer_general(buf, pos, end)
+        if count > 3:
+            c = buf[p]
+            if c == 0x43 or c == 0x40:
+                p += 1
+            elif c == 0x52:
+                message_format = buf[p + 1]
+                p += 2
+            elif c == 0x70:
+                message_format = _unpack_I(buf, p + 1)[0]
+                p += 5
+            else:
+                return _transfer_general(buf, pos, end)
+        if count > 4:
+            c = buf[p]
+            if c == 0x41:
+                settled = True
+            elif c == 0x42:
+                settled = False
+            elif c != 0x40:
+                return _transfer_general(buf, pos, end)
+            p += 1
+        if count > 5:
+            c = buf[p]
+            if c == 0x41:
+                more = True
+            elif c != 0x42 and c != 0x40:
+                return _transfer_general(buf, pos, end)
+            p += 1
+        if count > 6:
+            # rcv-settle-mode, state, resume, aborted, batchable: only the null/boolean forms are
+            # read here; a state or a settle mode (rare) takes the general path.
+            for index in range(6, min(count, 11)):
+                c = buf[p]
+                if c == 0x40 or c == 0x42:
+                    p += 1
+                elif c == 0x41 and index >= 8:
+                    if index == 9:
+                        aborted = True
+                    p += 1
+                else:
+                    return _transfer_general(buf, pos, end)
+            if count > 11:
+                return _transfer_general(buf, pos, end)
+        if p != stop:
+            raise DecodeError("transfer list size disagrees with its fields")
+        return (handle, delivery_id, tag, message_format, settled, more, None, None, False,
+                aborted, stop)
+    except (IndexError, struct.error):
+        raise DecodeError("truncated transfer") from None
+
+
+def _transfer_general(buf: Buffer, pos: int, end: int) -> TransferFields:
+    t, stop = _general(buf, pos, end, Transfer)
+    return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
+            t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)
 
 
 FlowFields = tuple["int | None", int, int, int, "int | None", "int | None", "int | None",

@@ -231,9 +231,14 @@ class Link:
         open and later calls append to it (cut-through streaming). A payload larger than the
         peer's max-frame-size is split into frames here.
         """
-        if self.role is not SENDER:
-            raise LocalUsageError("cannot send on a receiver link")
-        self._require_attached()
+        session = self.session
+        if (
+            self.role is not SENDER or self.state.local is not ACTIVE
+            or session.state.local is not ACTIVE or session.conn.state.local is not ACTIVE
+        ):  # fmt: skip
+            if self.role is not SENDER:
+                raise LocalUsageError("cannot send on a receiver link")
+            self._require_attached()  # raises the precise error
         if self.snd_settle_mode == SND_SETTLED:
             settled = True
         elif self.snd_settle_mode == SND_UNSETTLED and settled:
@@ -243,15 +248,15 @@ class Link:
             if self.credit <= 0:
                 raise LocalUsageError(f"no link credit on {self.name!r}")
             self.credit -= 1
-            self.delivery_count = serial_add(self.delivery_count, 1)
-            delivery_id = self.session.next_delivery_id()
+            self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF  # serial (§2.8.10)
+            delivery_id = session.next_delivery_id()
             self.out_tag = tag
             first = True
         else:
             tag = self.out_tag
             first = False
         self.out_delivery = delivery_id if more else None
-        self.session.write_transfer(
+        session.write_transfer(
             self, delivery_id, tag, payload, settled, more, message_format, state, first
         )
         return delivery_id

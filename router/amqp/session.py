@@ -222,10 +222,20 @@ class Session:
         last = transfer_performative(
             handle, delivery_id, tag, message_format, settled, more, aborted, state
         )
-        room = self.conn.remote_max_frame_size - 8 - len(last)
+        conn = self.conn
+        room = conn.remote_max_frame_size - 8 - len(last)
+        size = len(payload)
+        if size <= room and not self._blocked and self.remote_incoming_window > 0:
+            # The common case: one frame, window open. Header and performative are one small
+            # bytes object; the payload is appended as is (joined once per write batch).
+            out = conn.output_buffer()
+            out.append(frame_header(8 + len(last) + size, channel) + last)
+            out.append(payload)
+            self.remote_incoming_window -= 1
+            self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
+            return
         if room <= 0:
             raise E.LocalUsageError("delivery tag too long for the peer's max-frame-size")
-        size = len(payload)
         if size <= room:
             frames: list[tuple[bytes, bytes | memoryview]] = [(last, payload)]
         else:  # split (transport §2.6.14); every frame but the last carries more=true
