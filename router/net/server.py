@@ -261,7 +261,7 @@ class RouterServer:
         for engine in self.core.take_touched():
             driver = drivers.get(engine)
             if driver is not None:
-                driver.wake()
+                driver.flush()  # written now when the socket takes it: no writer wake-up
         # The core's buffered bytes change only inside its calls, and every call ends here:
         # a paused reader is therefore always asked again after the change that may free it.
         if self._paused:
