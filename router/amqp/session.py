@@ -428,14 +428,16 @@ class Session:
     ) -> None:
         (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, state,
          _resume, aborted, payload_start) = fields  # fmt: skip
-        link = self._remote_link(handle, "transfer")
+        link = self.links_by_remote.get(handle)
+        if link is None:
+            link = self._remote_link(handle, "transfer")  # raises unattached-handle
         # transport §2.5.6: each transfer frame uses one slot of our incoming window
         if self.incoming_window <= 0:
             raise E.ProtocolError(
                 "transfer beyond the session incoming window", E.WINDOW_VIOLATION, "session"
             )
         self.incoming_window -= 1
-        self.next_incoming_id = serial_add(self.next_incoming_id, 1)
+        self.next_incoming_id = (self.next_incoming_id + 1) & 0xFFFFFFFF  # serial (§2.8.10)
         if self.incoming_window <= self.incoming_window_size // 2:
             self.incoming_window = self.incoming_window_size
             if self.state.local is ACTIVE:  # else our begin will announce the window
@@ -461,7 +463,7 @@ class Session:
                 # it was in flight when we reduced the credit: handled normally, as §2.6.7 allows.
                 self.conn.link_error(link, E.TRANSFER_LIMIT_EXCEEDED, "transfer without credit")
                 return
-            link.delivery_count = serial_add(link.delivery_count, 1)
+            link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
             link.in_tag = tag
             link.in_settled = bool(settled)
             link.in_bytes = 0
@@ -485,7 +487,7 @@ class Session:
             )
             return
         assert delivery_id is not None and tag is not None
-        self.conn.emit(
+        self.conn.events_list().append(
             TransferReceived(
                 link, delivery_id, tag, link.in_settled, more and not aborted, aborted,
                 message_format, state, rcv_settle_mode, first, payload,
