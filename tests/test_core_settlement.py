@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.amqp.events import DispositionReceived
+from router.amqp.events import DispositionReceived, RemoteClose
 from router.amqp.message import Message
 from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
 from router.amqp.performatives import RCV_SECOND, Error
@@ -136,3 +136,43 @@ def test_outcomes_after_the_producer_left_are_dropped_quietly() -> None:
     h.pump()  # nobody to tell: no error, nothing left behind
     assert not h.core.table.entries["Mq"].producers
     assert all(not s.context.inbound and not s.context.outbound for c in h.clients for s in c.router_side.sessions if s.context)
+
+
+def test_shutdown_with_an_outcome_to_report_closes_every_connection_forced() -> None:
+    # The consumer's connection goes first: the message waiting for it is released towards
+    # the producer, whose connection is then closed before the batch of dispositions is
+    # written. Dispositions for a connection we closed are dropped (our close is its last frame).
+    h = RouterHarness()
+    consumer, producer = h.connect("c"), h.connect("p")
+    consumer.receiver("q")  # no credit: the message waits in the router
+    tx = producer.sender("q")
+    h.pump()
+    producer.send(tx, Message.value("waiting"))
+    h.pump()
+    h.core.shutdown(h.now)
+    h.pump()
+    for client in (consumer, producer):
+        closes = [e for e in client.events if isinstance(e, RemoteClose)]
+        assert closes and closes[0].error is not None and closes[0].error.condition == "amqp:connection:forced"
+
+
+def test_shutdown_reports_every_delivery_in_flight_before_closing() -> None:
+    # Producer connected after the consumer (teardown order must not matter).
+    h = RouterHarness()
+    consumer = h.connect("c")
+    producer = h.connect("p")
+    rx = consumer.receiver("q")
+    tx = producer.sender("q")
+    h.pump()
+    rx.flow(3)
+    h.pump()
+    consumer.auto_accept = False
+    ids = [producer.send(tx, Message.value(i)) for i in range(6)]  # 3 sent, 3 waiting
+    h.pump()
+    h.core.shutdown(h.now)
+    h.pump()
+    outcomes = [producer.outcomes.get(i) for i in ids]
+    assert sum(isinstance(o, Modified) for o in outcomes) == 3
+    assert sum(isinstance(o, Released) for o in outcomes) == 3
+    closes = [e for e in producer.events if type(e).__name__ == "RemoteClose"]
+    assert closes and closes[0].error.condition == "amqp:connection:forced"  # type: ignore[attr-defined]

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import time
 
+from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.events import RemoteClose, TransferReceived
+from router.amqp.framing import frame
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Header, Properties, Rejected, Released
+from router.amqp.performatives import Begin
 from router.config.models import Limits, Listener, RouterConfig, RouterSection
+from router.core.connections import new_engine
 from tests.routerharness import Client, RouterHarness
 
 
@@ -155,3 +159,40 @@ def test_a_stream_growing_past_the_limit_is_aborted_downstream_and_rejected_upst
     frames = [e for e in consumer.events if isinstance(e, TransferReceived)]
     assert frames[-1].aborted and not consumer.received[rx]  # type: ignore[index]
     assert producer.outcomes[delivery_id].error.condition == "amqp:link:message-size-exceeded"
+
+
+def test_a_violation_read_together_with_the_open_gets_open_and_close_not_a_crash() -> None:
+    # The peer's open and a begin above our channel-max arrive in one read: the engine closes
+    # the connection (framing-error) before the core sees RemoteOpen; the core must not try to
+    # open it again.
+    config = RouterConfig(listeners=(Listener(max_sessions_per_connection=4),))
+    h = RouterHarness(config)
+    router_side = new_engine(config, config.listeners[0])
+    h.core.accept(router_side, config.listeners[0])
+    raw = Connection(ConnectionConfig(container_id="raw"))
+    raw.open()
+    begin = frame(4, Begin(next_outgoing_id=0, incoming_window=10, outgoing_window=10))
+    router_side.receive_data(raw.data_to_send() + begin, h.now)
+    h.core.handle(router_side, router_side.events(), h.now)
+    raw.receive_data(router_side.data_to_send(), h.now)
+    closes = [e for e in raw.events() if isinstance(e, RemoteClose)]
+    assert closes and closes[0].error is not None
+    assert closes[0].error.condition == "amqp:connection:framing-error"
+
+
+def test_a_connection_failing_mid_read_is_not_chosen_as_a_destination() -> None:
+    # One read holds a delivery for this client's own consumer link, then garbage: the engine
+    # closes the connection (framing error) before the core sees the delivery, which must then
+    # not be sent on the closed connection (nothing may follow a close, transport §2.4.3).
+    h = RouterHarness()
+    client = h.connect("self")
+    rx, tx = client.receiver("loop"), client.sender("loop")
+    h.pump()
+    rx.flow(5)
+    h.pump()
+    client.send(tx, Message.value("to myself"))
+    data = client.engine.data_to_send() + b"\x00\x00\x00\x10\x02\x00\x00\x00garbage!"
+    client.router_side.receive_data(data, h.now)
+    h.core.handle(client.router_side, client.router_side.events(), h.now)  # must not raise
+    h.core.take_touched()
+    assert client.router_side.finished

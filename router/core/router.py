@@ -18,12 +18,12 @@ from __future__ import annotations
 from ..amqp import errors as E
 from ..amqp import events as ev
 from ..amqp.connection import Connection
-from ..amqp.endpoints import ACTIVE, CLOSED
+from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
 from ..config.models import Listener, RouterConfig
 from .connections import ConnState
 from .forwarding import Forwarder
-from .links import attach_link, detach_link, session_ended
+from .links import attach_link, detach_link, link_gone, session_ended
 from .table import AddressTable
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY",)
@@ -54,6 +54,10 @@ class RouterCore:
         if state is None:
             return
         self.touch(engine)
+        if engine.finished:
+            # The engine closed this connection while reading the batch (a violation after some
+            # valid frames): nothing more may be written to it, so no delivery may pick it.
+            state.output_blocked = True
         forwarder = self.forwarder
         for event in events:
             t = type(event)
@@ -102,13 +106,25 @@ class RouterCore:
         """Graceful stop: release what is in flight and close every connection (forced)."""
         self.shutting_down = True
         error = Error(condition=E.CONNECTION_FORCED, description="router shutting down")
-        for state in list(self.connections.values()):
+        states = list(self.connections.values())
+        # First every link goes (outcomes for what is in flight are batched), then those
+        # outcomes are written while every connection is still open, and only then does each
+        # connection get its close: nothing may follow a close (transport §2.4.3).
+        for state in states:
+            state.output_blocked = True  # no new deliveries go anywhere
+        # Consumers first: what they hold becomes released/modified for producers that are
+        # still linked to hear it; then everything else.
+        for state in states:
+            for out in list(state.out_links):
+                link_gone(self, out.link, now)
+        for state in states:
             self._connection_gone(state, now)
+        self.forwarder.flush()
+        for state in states:
             engine = state.engine
             if engine.state.local is not CLOSED:
                 engine.close(error)
             self.touch(engine)
-        self.forwarder.flush()
 
     # --- life cycles ----------------------------------------------------------------------------
 
@@ -142,6 +158,8 @@ class RouterCore:
 
     def _on_open(self, state: ConnState) -> None:
         engine = state.engine
+        if engine.state.local is not UNINIT:
+            return  # the engine closed it already (a violation read together with the open)
         if self.shutting_down:
             engine.close(Error(condition=E.CONNECTION_FORCED, description="router shutting down"))
             return

@@ -74,7 +74,10 @@ class Settlement:
         if self._dispositions:
             batches, self._dispositions = self._dispositions, {}
             for (session, role, settled), items in batches.items():
-                if session.state.local.name != "ACTIVE" or session.conn.finished:
+                conn = session.conn
+                # Nothing may follow our close (transport §2.4.3): a connection we closed (at
+                # shutdown, or on a violation) gets no more dispositions.
+                if session.state.local.name != "ACTIVE" or conn.state.local.name != "ACTIVE" or conn.finished:
                     continue
                 items.sort(key=lambda item: item[0])
                 first, state = items[0]

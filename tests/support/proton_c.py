@@ -3,6 +3,7 @@ built once per test session with pkg-config, used as third-party clients of our 
 
     send HOST PORT ADDRESS COUNT       sends COUNT messages, waits for each to be accepted
     receive HOST PORT ADDRESS COUNT    receives COUNT messages, then exits
+    send-abort HOST PORT ADDRESS COUNT starts COUNT messages and aborts each (on request)
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ def _pkg_config_flags() -> list[str]:
     return out.stdout.split()
 
 
-def build_examples(into: Path) -> dict[str, Path]:
-    """Compile the examples into `into`; skip the calling test when the toolchain or the Debian
-    packages are missing (CI installs them: see .ci/run)."""
+def build_examples(into: Path, programs: tuple[str, ...] = PROGRAMS) -> dict[str, Path]:
+    """Compile the examples (`programs`: also e.g. "send-abort") into `into`; skip the calling
+    test when the toolchain or the Debian packages are missing (CI installs them: see .ci/run)."""
     missing = [tool for tool in ("gcc", "pkg-config") if shutil.which(tool) is None]
     if missing or not (EXAMPLES / "send.c").exists():
         pytest.skip(
@@ -36,7 +37,7 @@ def build_examples(into: Path) -> dict[str, Path]:
         )
     flags = _pkg_config_flags()
     built = {}
-    for name in PROGRAMS:
+    for name in programs:
         target = into / name
         if not target.exists():
             subprocess.run(
