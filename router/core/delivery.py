@@ -27,12 +27,14 @@ class Forward:
     )  # fmt: skip
 
     def __init__(
-        self, in_link: InLink, in_id: int, presettled: bool, frames: list[bytes], complete: bool,
-        entry: AddressEntry, message_format: int,
+        self, in_link: InLink | None, in_id: int, presettled: bool, frames: list[bytes],
+        complete: bool, entry: AddressEntry, message_format: int,
     ) -> None:  # fmt: skip
-        self.in_link: InLink | None = in_link  # None once the producer is gone or settled first
+        # None once the producer is gone or settled first, or for a message the router itself
+        # sends (an in-process endpoint's reply).
+        self.in_link: InLink | None = in_link
         self.in_id = in_id
-        self.in_session = in_link.link.session
+        self.in_session: Session | None = in_link.link.session if in_link is not None else None
         self.presettled = presettled
         self.frames: list[bytes] | None = frames
         self.complete = complete
@@ -75,6 +77,12 @@ class SessionMaps:
     def __init__(self) -> None:
         self.inbound: dict[int, Forward] = {}  # received here, outcome not yet settled upstream
         self.outbound: dict[int, Any] = {}  # sent here (Forward or Copy), not yet settled
+
+
+def forget_inbound(fwd: Forward) -> None:
+    """Drop `fwd` from its producer session's map of deliveries awaiting settlement."""
+    if fwd.in_session is not None:
+        maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
 
 
 def maps_of(session: Session) -> SessionMaps:

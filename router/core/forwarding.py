@@ -25,7 +25,7 @@ from ..amqp.events import FlowReceived, TransferReceived
 from ..amqp.messaging import ACCEPTED, RELEASED, MessageAnnotations, Rejected
 from ..amqp.peek import RoutingView, peek
 from ..amqp.performatives import RECEIVER, SND_SETTLED, SND_UNSETTLED, Error
-from .delivery import Copy, Forward, maps_of
+from .delivery import Copy, Forward, forget_inbound, maps_of
 from .links import InLink, OutLink, alive
 from .settlement import DELIVERY_FAILED, Settlement
 from .table import NOWHERE
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .router import RouterCore
 
 ROUTER_ANNOTATION_PREFIX = "x-opt-qd."
+LOCAL_MESSAGE_LIMIT = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
 
 
 class Forwarder(Settlement):
@@ -42,6 +43,8 @@ class Forwarder(Settlement):
         self.max_message_size = core.config.limits.max_message_size
         self._expiring: list[tuple[float, int, Forward]] = []
         self._seq = itertools.count()
+        self.now = 0.0  # wall clock of the batch being handled (set by the core)
+        self.router_sent = self.router_dropped = 0
 
     # --- arriving frames ------------------------------------------------------------------------
 
@@ -150,6 +153,16 @@ class Forwarder(Settlement):
                 self._stream(out, payload, fwd)
                 if fwd.complete:
                     self._stream_done(out, fwd)
+        elif fwd.entry.local is not None and fwd.frames is not None:  # for an in-process endpoint
+            fwd.frames.append(payload)
+            if fwd.arrived > LOCAL_MESSAGE_LIMIT:
+                self._aborted(fwd)
+                inl.streaming = None
+                inl.discarding = event.more
+                self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED,
+                             f"requests to {fwd.entry.address} are limited to {LOCAL_MESSAGE_LIMIT} bytes")  # fmt: skip
+            elif fwd.complete:
+                self._deliver_local(fwd)
         elif fwd.frames is not None:  # still waiting for a consumer
             fwd.frames.append(payload)
             fwd.size += len(payload)
@@ -191,13 +204,17 @@ class Forwarder(Settlement):
             copy.done = True
         fwd.done = True
         fwd.frames = None
-        maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+        forget_inbound(fwd)
         self._release_window(fwd)
 
     # --- choosing and sending -------------------------------------------------------------------
 
     def _route(self, fwd: Forward) -> None:
         entry = fwd.entry
+        if entry.local is not None:  # an in-process endpoint takes it once it is complete
+            if fwd.complete:
+                self._deliver_local(fwd)
+            return
         if entry.distribution == "multicast":
             self._multicast(fwd)
             return
@@ -321,6 +338,39 @@ class Forwarder(Settlement):
             self._presettled_sent(copy.forward)
         else:
             self._copy_outcome(copy, state if state is not None else RELEASED)
+
+    # --- in-process endpoints and messages from the router itself -----------------------------
+
+    def _deliver_local(self, fwd: Forward) -> None:
+        handler = fwd.entry.local
+        assert handler is not None and fwd.frames is not None
+        payload = fwd.frames[0] if len(fwd.frames) == 1 else b"".join(fwd.frames)
+        fwd.frames = None
+        try:
+            state, replies = handler(payload, self.now)
+        except Exception as exc:  # an endpoint's bug must not take the router down
+            state = Rejected(error=Error(condition=E.INTERNAL_ERROR, description=f"{type(exc).__name__}: {exc}"))
+            replies = []
+        fwd.entry.deliveries_egress += 1
+        if fwd.presettled:
+            self._presettled_sent(fwd)
+        else:
+            self.relay_outcome(fwd, state)
+        for to, body in replies:
+            self.send_from_router(to, body)
+
+    def send_from_router(self, to: str, payload: bytes) -> bool:
+        """Route a message the router itself originates (presettled), e.g. a management reply.
+        False when `to` has no destination (the message is dropped and counted)."""
+        entry = self.core.table.find(to)
+        if entry is None or not entry.has_destination:
+            self.router_dropped += 1
+            return False
+        fwd = Forward(None, -1, True, [payload], True, entry, 0)
+        entry.deliveries_ingress += 1
+        self.router_sent += 1
+        self._route(fwd)
+        return True
 
     # --- waiting for credit ---------------------------------------------------------------------
 

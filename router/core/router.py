@@ -24,7 +24,7 @@ from ..config.models import Listener, RouterConfig
 from .connections import ConnState
 from .forwarding import Forwarder
 from .links import attach_link, detach_link, link_gone, session_ended
-from .table import AddressTable
+from .table import AddressTable, LocalEndpoint
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY",)
 
@@ -59,6 +59,7 @@ class RouterCore:
             # valid frames): nothing more may be written to it, so no delivery may pick it.
             state.output_blocked = True
         forwarder = self.forwarder
+        forwarder.now = now
         for event in events:
             t = type(event)
             if t is ev.TransferReceived:
@@ -80,6 +81,7 @@ class RouterCore:
         self._touched.add(engine)
 
     def tick(self, now: float) -> None:
+        self.forwarder.now = now
         self.forwarder.expire(now)
         self.forwarder.flush()
 
@@ -101,6 +103,24 @@ class RouterCore:
         """Whether the network layer should stop reading `engine`'s socket for now."""
         state = self.connections.get(engine)
         return state is not None and state.buffered_bytes > state.listener.read_high_water_bytes
+
+    def register_local_endpoint(self, address: str, endpoint: LocalEndpoint) -> None:
+        """Serve `address` in-process: every delivery to it goes to `endpoint` (see table.py).
+        Producers waiting for a destination get credit at once."""
+        entry = self.table.get_or_create(address)
+        if entry is None:
+            raise ValueError(f"{address} is not an address of this router")
+        entry.local = endpoint
+        for producer in entry.producers:
+            self.forwarder.credit_dirty(producer)
+        self.forwarder.flush()
+
+    def send(self, to: str, payload: bytes, now: float) -> bool:
+        """Send a message from the router itself (presettled); False if `to` has no destination."""
+        self.forwarder.now = now
+        sent = self.forwarder.send_from_router(to, payload)
+        self.forwarder.flush()
+        return sent
 
     def shutdown(self, now: float) -> None:
         """Graceful stop: release what is in flight and close every connection (forced)."""

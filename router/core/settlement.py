@@ -17,7 +17,7 @@ from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, i
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
 from ..amqp.serial import serial_range
 from ..amqp.session import Session
-from .delivery import Copy, Forward, SessionMaps, maps_of
+from .delivery import Copy, Forward, SessionMaps, forget_inbound, maps_of
 from .links import InLink, OutLink, alive
 
 if TYPE_CHECKING:
@@ -154,20 +154,21 @@ class Settlement:
         _count(inl, state)
         self._release_window(fwd)
         if fwd.presettled or not alive(inl.link):
-            maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+            forget_inbound(fwd)
             return
         fwd.state = state
+        assert fwd.in_session is not None
         if inl.link.rcv_settle_mode == RCV_SECOND:
             fwd.outcome_sent = True  # settle once the producer has (transport §2.8.3)
             self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, False)
         else:
-            maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+            forget_inbound(fwd)
             self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, True)
 
     def _producer_settled(self, fwd: Forward) -> None:
         inl = fwd.in_link
         if fwd.outcome_sent:  # rcv-settle-mode second: now we settle too
-            if inl is not None and alive(inl.link):
+            if inl is not None and alive(inl.link) and fwd.in_session is not None:
                 self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)
             return
         # The producer settled before any outcome: it no longer cares. Unlink, and settle
@@ -194,7 +195,7 @@ class Settlement:
             fwd.done = True
             fwd.frames = None
             self._release_window(fwd)
-            maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+            forget_inbound(fwd)
         else:
             entry.released += 1
             self.relay_outcome(fwd, state)

@@ -16,6 +16,9 @@ import secrets
 from collections import deque
 from typing import TYPE_CHECKING
 
+from collections.abc import Callable
+from typing import Any
+
 from ..config.models import RouterConfig
 from .addressing import AddressMatcher, Kind, classify
 
@@ -25,10 +28,14 @@ if TYPE_CHECKING:
 
 DEFAULT_DISTRIBUTION = "balanced"
 
+# An in-process endpoint: given a complete encoded message (and the time), it returns the
+# outcome for the sender and the replies to route, as (to-address, encoded message) pairs.
+LocalEndpoint = Callable[[bytes, float], "tuple[Any, list[tuple[str, bytes]]]"]
+
 
 class AddressEntry:
     __slots__ = (
-        "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic",
+        "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
     )  # fmt: skip
 
@@ -43,6 +50,8 @@ class AddressEntry:
         self.pending: deque[Forward] = deque()
         self.rr = 0
         self.dynamic = dynamic
+        # An in-process endpoint (e.g. the management node) that takes every delivery here.
+        self.local: LocalEndpoint | None = None
         self.deliveries_ingress = 0
         self.deliveries_egress = 0
         self.released = 0
@@ -52,11 +61,11 @@ class AddressEntry:
 
     @property
     def has_destination(self) -> bool:
-        return bool(self.consumers)
+        return bool(self.consumers) or self.local is not None
 
     @property
     def unused(self) -> bool:
-        return not self.consumers and not self.producers and not self.pending
+        return not self.consumers and not self.producers and not self.pending and self.local is None
 
     def __repr__(self) -> str:
         return f"AddressEntry({self.key!r}, {self.distribution}, {len(self.consumers)} consumers)"
