@@ -156,6 +156,35 @@ def transfer_performative(
     return _list(_TRANSFER_DESCRIPTOR, count, body)
 
 
+# Frame header + the common transfer performative in one struct: size, doff 2, type 0, channel,
+# descriptor 0x00 0x53 0x14, list8 (size, count 6), smalluint handle, uint delivery-id, vbin8
+# tag length; then the tag bytes and a fixed tail (format 0, settled, more).
+_TRANSFER_HEAD = struct.Struct(">IBBH3sBBBBBBIBB")
+_TRANSFER_TAILS = (
+    (b"\x43\x42\x42", b"\x43\x42\x41"),  # settled=False: more False/True
+    (b"\x43\x41\x42", b"\x43\x41\x41"),  # settled=True
+)
+
+
+def transfer_frame_head(
+    channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, more: bool,
+    payload_size: int,
+) -> bytes | None:  # fmt: skip
+    """Frame header and performative of the common transfer (handle < 256, tag < 200 bytes,
+    message-format 0, no state) in one pack; None when the transfer is not the common kind."""
+    n = len(tag)
+    if handle > 255 or n > 200:
+        return None
+    # list8 size counts the count byte: handle(2) + delivery-id(5) + tag(2+n) + tail(3) + 1
+    list_size = 13 + n
+    perf = 5 + list_size  # descriptor(3) + list8 constructor and size(2) + list body
+    return (
+        _TRANSFER_HEAD.pack(8 + perf + payload_size, 2, 0, channel, b"\x00\x53\x14", 0xC0,
+                            list_size, 6, 0x52, handle, 0x70, delivery_id, 0xA0, n)
+        + tag + _TRANSFER_TAILS[settled][more]
+    )  # fmt: skip
+
+
 def frame_header(size: int, channel: int) -> bytes:
     return _pack_header(size, 2, 0, channel)
 

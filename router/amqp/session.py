@@ -26,6 +26,7 @@ from .fastpath import (
     disposition_performative,
     flow_performative,
     frame_header,
+    transfer_frame_head,
     transfer_performative,
 )
 from .link import Link
@@ -219,6 +220,19 @@ class Session:
     ) -> None:
         assert link.local_handle is not None and self.channel is not None
         handle, channel = link.local_handle, self.channel
+        if (
+            message_format == 0 and state is None and not aborted and not self._blocked
+            and self.remote_incoming_window > 0
+            and len(payload) <= self.conn.remote_max_frame_size - 230
+        ):  # fmt: skip
+            head = transfer_frame_head(channel, handle, delivery_id, tag, settled, more, len(payload))
+            if head is not None:  # the common transfer: one pack, one frame
+                out = self.conn.output_buffer()
+                out.append(head)
+                out.append(payload)
+                self.remote_incoming_window -= 1
+                self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
+                return
         last = transfer_performative(
             handle, delivery_id, tag, message_format, settled, more, aborted, state
         )
