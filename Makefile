@@ -25,9 +25,25 @@ check: typecheck
 unit: $(STAMP)
 	$(PY) -m pytest
 
-test: check unit
+# The production build compiles the hot path with mypyc (ROUTER_COMPILE=1 pip install .);
+# build/compiled/ is that build for tests and benchmarks, run from its own directory.
+COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
+	tests/test_core_streaming.py tests/test_core_local.py tests/test_engine_pair.py \
+	tests/test_engine_violations.py tests/test_engine_fuzz.py tests/test_server.py \
+	tests/test_router_proton.py tests/test_router_proton_c.py
 
-bench: $(STAMP)
+compiled: $(STAMP)
+	$(PY) scripts/build_compiled.py
+
+test-compiled: compiled
+	cd build/compiled && $(abspath $(PY)) -m pytest $(COMPILED_TESTS)
+
+test: check unit test-compiled
+
+bench: compiled
+	cd build/compiled && BENCH_RESULTS_DIR=$(abspath bench/results) $(abspath $(PY)) -m bench
+
+bench-interpreted: $(STAMP)
 	$(PY) -m bench
 
 clean:

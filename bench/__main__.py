@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import json
 import platform
 import sys
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     names = [a for a in argv if not a.startswith("--")] or list(SUITES)
     console = Console()
-    out_dir = Path(__file__).parent / "results"
+    out_dir = Path(os.environ.get("BENCH_RESULTS_DIR") or Path(__file__).parent / "results")
     out_dir.mkdir(exist_ok=True)
     for name in names:
         if name not in SUITES:
