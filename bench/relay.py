@@ -68,7 +68,7 @@ class Relay:
                 return
 
 
-def run_relay(count: int, presettled: bool, profile: bool = False) -> float:
+def run_relay(count: int, presettled: bool, profile: bool = False, size: int = 60) -> float:
     relay = Relay()
     producer, consumer = relay.connect("producer"), relay.connect("consumer")
     relay.pump(lambda c, e: None)
@@ -79,7 +79,7 @@ def run_relay(count: int, presettled: bool, profile: bool = False) -> float:
     relay.pump(lambda c, e: None)
     receiver.flow(1000)
     relay.pump(lambda c, e: None)
-    payload = encode_message(Message.value("x" * 60, properties=Properties(to="q")))
+    payload = encode_message(Message.value("x" * size, properties=Properties(to="q")))
     received: list[int] = []
 
     def on_client(client: Connection, events: list[Any]) -> None:
@@ -114,11 +114,13 @@ def run() -> dict[str, float]:
     return {
         "relay_unsettled_us_per_msg": min(run_relay(20000, False) for _ in range(3)),
         "relay_presettled_us_per_msg": min(run_relay(20000, True) for _ in range(3)),
+        "relay_10kib_unsettled_us_per_msg": min(run_relay(5000, False, size=10240) for _ in range(3)),
     }
 
 
 if __name__ == "__main__":
     if "--profile" in sys.argv:
-        run_relay(20000, "--presettled" in sys.argv, profile=True)
+        size = 10240 if "--10k" in sys.argv else 60
+        run_relay(20000 if size == 60 else 5000, "--presettled" in sys.argv, profile=True, size=size)
     else:
         print(run())

@@ -149,8 +149,12 @@ class Connection:
         if self._stage == _DONE:
             return
         self._last_received = now
-        self._inbuf += data
-        self._process()
+        if self._stage == _AMQP:
+            if not self.finished:  # both closes exchanged: nothing more is read
+                self._amqp_data(data)
+        else:
+            self._inbuf += data
+            self._process()
 
     def events(self) -> list[Event]:
         events, self._events = self._events, []
@@ -319,8 +323,10 @@ class Connection:
                 header = bytes(self._inbuf[:8])
                 del self._inbuf[:8]
                 self._on_header(header)
-            elif stage == _AMQP:
-                self._amqp_frames()
+            elif stage == _AMQP:  # the rest of this read follows a SASL exchange or header
+                rest = bytes(self._inbuf)
+                self._inbuf.clear()
+                self._amqp_data(rest)
                 return
             elif stage == _SASL:
                 if not self._sasl_frame():
@@ -417,8 +423,19 @@ class Connection:
             self._write_amqp_header()
         return True
 
-    def _amqp_frames(self) -> None:
-        buf = self._inbuf
+    def _amqp_data(self, data: bytes) -> None:
+        """Frames are parsed straight from each read's immutable bytes, so large payloads can be
+        handed on as memoryview slices without a copy. A frame cut by the end of a read waits
+        in _inbuf and is joined with the next read once."""
+        if self._inbuf:
+            data = b"".join((self._inbuf, data))
+            self._inbuf.clear()
+        consumed = self._amqp_frames(data)
+        if consumed < len(data) and not self.failed:
+            self._inbuf += memoryview(data)[consumed:]
+
+    def _amqp_frames(self, buf: bytes) -> int:
+        """Handle every complete frame in `buf`; return how many bytes were consumed."""
         pos, n = 0, len(buf)
         limit = self.config.max_frame_size
         # After our close only the peer's close matters (transport §2.4.3): with no sessions,
@@ -461,7 +478,7 @@ class Connection:
                     elif code == 0x15 and session is not None and session.state.local is not CLOSED:
                         session.on_disposition(parse_disposition(buf, start, end))
                     else:
-                        performative, stop = decode_at(buf, body, end)  # type: ignore[arg-type]
+                        performative, stop = decode_at(buf, body, end)
                         if type(performative) is Transfer:
                             self._control(channel, session, performative, buf, stop, end)
                         elif stop != end:
@@ -476,17 +493,18 @@ class Connection:
                     self._session_error(session, exc)
         except E.ProtocolError as exc:
             self._connection_error(exc.condition, exc.description)
+            return n
         except E.DecodeError as exc:
             self._connection_error(E.DECODE_ERROR, exc.description)
-        finally:
-            del buf[:pos]
+            return n
+        return pos
 
     def _control(
         self,
         channel: int,
         session: Session | None,
         performative: Any,
-        buf: bytearray,
+        buf: bytes,
         stop: int,
         end: int,
     ) -> None:

@@ -47,7 +47,8 @@ MAX_ZERO_WIDTH_COUNT: Final = 65536
 # completion in one thread; two threads decoding at once could only share one allowance.
 _zero_width_left = [MAX_ZERO_WIDTH_COUNT]
 
-BodyDecoder = Callable[[bytes, int, int, int], tuple[Any, int]]
+Buffer = bytes | bytearray | memoryview  # what decoders read from (indexing gives ints)
+BodyDecoder = Callable[[Buffer, int, int, int], tuple[Any, int]]
 
 _B = struct.Struct(">B").unpack_from
 _H = struct.Struct(">H").unpack_from
@@ -75,8 +76,8 @@ def _need(pos: int, n: int, end: int) -> None:
         raise DecodeError(f"truncated value: need {n} bytes at offset {pos}, have {end - pos}")
 
 
-def _fixed(width: int, unpack: Callable[[bytes, int], tuple[Any, ...]], wrap: Any) -> BodyDecoder:
-    def body(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _fixed(width: int, unpack: Callable[[Buffer, int], tuple[Any, ...]], wrap: Any) -> BodyDecoder:
+    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
         if pos + width > end:
             _need(pos, width, end)
         return wrap(unpack(buf, pos)[0]), pos + width
@@ -85,13 +86,13 @@ def _fixed(width: int, unpack: Callable[[bytes, int], tuple[Any, ...]], wrap: An
 
 
 def _constant(value: Any) -> BodyDecoder:
-    def body(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
         return value, pos
 
     return body
 
 
-def _boolean(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _boolean(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
     _need(pos, 1, end)
     octet = buf[pos]
     if octet > 1:
@@ -99,7 +100,7 @@ def _boolean(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
     return octet == 1, pos + 1
 
 
-def _char(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _char(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
     _need(pos, 4, end)
     code = _I(buf, pos)[0]
     if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
@@ -107,17 +108,17 @@ def _char(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
     return Char(chr(code)), pos + 4
 
 
-def _uuid(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _uuid(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
     _need(pos, 16, end)
     return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
 
 
-def _decimal128(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _decimal128(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
     _need(pos, 16, end)
     return Decimal128(bytes(buf[pos : pos + 16])), pos + 16
 
 
-def _span(buf: bytes, pos: int, end: int, wide: bool) -> tuple[int, int]:
+def _span(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int]:
     """(start, stop) of a variable-width value's bytes after its size prefix."""
     if wide:
         _need(pos, 4, end)
@@ -132,7 +133,7 @@ def _span(buf: bytes, pos: int, end: int, wide: bool) -> tuple[int, int]:
 
 
 def _variable(convert: Callable[[bytes], Any], wide: bool) -> BodyDecoder:
-    def body(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
         start, stop = _span(buf, pos, end, wide)
         return convert(bytes(buf[start:stop])), stop
 
@@ -153,7 +154,7 @@ def _ascii_symbol(data: bytes) -> Symbol:
         raise DecodeError("symbol is not ASCII") from None
 
 
-def _compound_header(buf: bytes, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
+def _compound_header(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
     """(count, first item offset, stop) of a list/map body, checking size against count."""
     if wide:
         _need(pos, 8, end)
@@ -176,7 +177,7 @@ def _compound_header(buf: bytes, pos: int, end: int, wide: bool) -> tuple[int, i
     return count, pos, stop
 
 
-def _items(buf: bytes, pos: int, stop: int, count: int, depth: int) -> list[Any]:
+def _items(buf: Buffer, pos: int, stop: int, count: int, depth: int) -> list[Any]:
     if depth >= MAX_DEPTH:
         raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
     items = []
@@ -188,12 +189,12 @@ def _items(buf: bytes, pos: int, stop: int, count: int, depth: int) -> list[Any]
     return items
 
 
-def _list0(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _list0(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
     return [], pos  # a fresh list each time: callers may keep and mutate it
 
 
 def _list(wide: bool) -> BodyDecoder:
-    def body(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
         count, pos, stop = _compound_header(buf, pos, end, wide)
         return _items(buf, pos, stop, count, depth), stop
 
@@ -201,7 +202,7 @@ def _list(wide: bool) -> BodyDecoder:
 
 
 def _map(wide: bool) -> BodyDecoder:
-    def body(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
         count, pos, stop = _compound_header(buf, pos, end, wide)
         if count % 2:
             raise DecodeError(f"map has an odd number of items ({count})")
@@ -219,7 +220,7 @@ def _map(wide: bool) -> BodyDecoder:
 
 
 def _array(wide: bool) -> BodyDecoder:
-    def body(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
         count, pos, stop = _array_header(buf, pos, end, wide)
         if depth >= MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
@@ -259,7 +260,7 @@ def _check_array_count(code: int, count: int, room: int) -> None:
         raise DecodeError(f"array count {count} cannot fit in {room} bytes")
 
 
-def _array_header(buf: bytes, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
+def _array_header(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
     if wide:
         _need(pos, 8, end)
         size, count = _II(buf, pos)
@@ -277,7 +278,7 @@ def _array_header(buf: bytes, pos: int, end: int, wide: bool) -> tuple[int, int,
     return count, pos, stop
 
 
-def _described(buf: bytes, pos: int, end: int, depth: int) -> tuple[Any, int]:
+def _described(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
     if depth >= MAX_DEPTH:
         raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
     descriptor, pos = decode_at(buf, pos, end, depth + 1)
@@ -343,7 +344,7 @@ _define(0xF0, "array", _array(True))
 _BODIES[0x00] = _described
 
 
-def decode_at(buf: bytes, pos: int, end: int, depth: int = 0) -> tuple[Any, int]:
+def decode_at(buf: Buffer, pos: int, end: int, depth: int = 0) -> tuple[Any, int]:
     """Decode one value starting at `pos`, not reading at or past `end`: (value, next offset)."""
     if depth == 0:
         _zero_width_left[0] = MAX_ZERO_WIDTH_COUNT
@@ -380,7 +381,7 @@ _FIXED_WIDTHS: dict[int, int] = {
 }
 
 
-def skip_value(buf: bytes, pos: int, end: int, depth: int = 0) -> int:
+def skip_value(buf: Buffer, pos: int, end: int, depth: int = 0) -> int:
     """The offset just past the encoded value starting at `pos` (bounds-checked, no decoding).
 
     The headers of lists, maps and arrays are checked as decode_at checks them (size against
@@ -418,7 +419,7 @@ def skip_value(buf: bytes, pos: int, end: int, depth: int = 0) -> int:
     return stop
 
 
-def _check_compound(buf: bytes, pos: int, stop: int, code: int, depth: int) -> None:
+def _check_compound(buf: Buffer, pos: int, stop: int, code: int, depth: int) -> None:
     """The header checks decode_at makes on a list, map or array, without reading its items:
     size against count, map parity, the array element constructor and count."""
     wide = bool(code & 0x10)  # list32, map32, array32

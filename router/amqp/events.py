@@ -122,7 +122,8 @@ class TransferReceived:
 
     A multi-frame delivery arrives as several events with `more=True` on all but the last; the
     last frame of an aborted delivery has `aborted=True` (discard what arrived). `payload` is
-    this frame's part of the encoded message, never decoded by the engine.
+    this frame's part of the encoded message, never decoded by the engine: `bytes`, or for
+    large frames a `memoryview` of the read it arrived in (keep it only briefly, or copy it).
     """
 
     __slots__ = (
@@ -142,7 +143,7 @@ class TransferReceived:
         state: Any,
         rcv_settle_mode: int | None,
         first: bool,
-        payload: bytes,
+        payload: bytes | memoryview,
     ) -> None:
         self.link = link
         self.delivery_id = delivery_id

@@ -20,7 +20,7 @@ from .errors import DecodeError
 from .messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
 from .performatives import Disposition, Flow, Transfer
 
-Buffer = bytes | bytearray
+Buffer = bytes | bytearray | memoryview
 
 _unpack_I = struct.Struct(">I").unpack_from
 _unpack_II = struct.Struct(">II").unpack_from
@@ -256,7 +256,7 @@ def descriptor_code(buf: Buffer, pos: int, end: int) -> tuple[int | None, int]:
 
 
 def _general(buf: Buffer, pos: int, end: int, cls: type) -> Any:
-    value, stop = decode_at(buf, pos - 3, end)  # type: ignore[arg-type]
+    value, stop = decode_at(buf, pos - 3, end)
     if type(value) is not cls:
         raise DecodeError(f"expected a {cls.__name__} performative")
     return value, stop

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
-from .decode import decode_at, skip_value
+from .decode import Buffer, decode_at, skip_value
 from .encode import encode, encode_value
 from .errors import DecodeError, EncodeError
 from .messaging import (
@@ -236,7 +236,7 @@ class MessageLayout(NamedTuple):
         raise DecodeError(f"properties.to must be a string, got {type(to).__name__}")
 
 
-def section_descriptor(payload: bytes, pos: int, end: int) -> tuple[int, int]:
+def section_descriptor(payload: Buffer, pos: int, end: int) -> tuple[int, int]:
     """(descriptor code, offset past it) of a section; symbolic descriptors are mapped to codes."""
     if pos + 2 <= end and payload[pos] == 0x53:  # smallulong: the usual encoding
         return payload[pos + 1], pos + 2

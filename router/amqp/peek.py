@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .decode import decode_at, skip_value
+from .decode import Buffer, decode_at, skip_value
 from .errors import DecodeError
 from .message import section_descriptor
 from .messaging import Header
@@ -29,7 +29,7 @@ class RoutingView(NamedTuple):
     insert_at: int  # where a message-annotations section would go if there is none
 
 
-def _list_items(payload: bytes, pos: int, stop: int) -> tuple[int, int]:
+def _list_items(payload: Buffer, pos: int, stop: int) -> tuple[int, int]:
     """(item count, offset of the first item) of the list at `pos`."""
     code = payload[pos]
     if code == 0x45:
@@ -49,7 +49,7 @@ _SKIP_WIDTH: dict[int, int | None] = {
 }  # fmt: skip
 
 
-def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
+def _properties(payload: Buffer, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
     """(to, absolute-expiry-time, creation-time) from the properties list at `pos`.
 
     Fields are skipped without decoding, and the walk stops as soon as the list has nothing
@@ -85,7 +85,7 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
     return to, expiry, created
 
 
-def peek(payload: bytes, need_to: bool = True) -> RoutingView:
+def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
     """The routing view of an encoded message (at least its first transfer frame's bytes).
 
     Raises DecodeError when the sections it reads are malformed; a message cut short after the

@@ -36,6 +36,7 @@ from .serial import serial_add, serial_diff, serial_lt
 if TYPE_CHECKING:
     from .connection import Connection
 
+ZERO_COPY_MIN = 2048  # payloads larger than this are handed on as memoryviews of the read
 DEFAULT_WINDOW = 0x7FFFFFFF  # "no session-level limit": link credit is what bounds traffic
 _TRANSFER, _ORDERED, _LINK_FLOW = 0, 1, 2
 
@@ -437,9 +438,7 @@ class Session:
                 link.drain = False
             self.conn.emit(FlowReceived(link, drained))
 
-    def on_transfer(
-        self, buf: bytes | bytearray, fields: tuple[Any, ...], frame_end: int
-    ) -> None:
+    def on_transfer(self, buf: bytes, fields: tuple[Any, ...], frame_end: int) -> None:
         (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, state,
          _resume, aborted, payload_start) = fields  # fmt: skip
         link = self.links_by_remote.get(handle)
@@ -491,7 +490,12 @@ class Session:
             if settled:
                 link.in_settled = True
         link.in_delivery = delivery_id if more and not aborted else None
-        payload = bytes(buf[payload_start:frame_end])
+        # Large payloads are views of the read (no copy until the output join); small ones are
+        # copied, which costs no more than making a view and pins nothing.
+        if frame_end - payload_start > ZERO_COPY_MIN:
+            payload: bytes | memoryview = memoryview(buf)[payload_start:frame_end]
+        else:
+            payload = buf[payload_start:frame_end]
         link.in_bytes += len(payload)
         limit = link.max_message_size
         if limit and link.in_bytes > limit and link.detach_on_oversize:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp.session import Session
 
+Payload = bytes | memoryview
+
 if TYPE_CHECKING:
     from .links import InLink, OutLink
     from .table import AddressEntry
@@ -27,7 +29,7 @@ class Forward:
     )  # fmt: skip
 
     def __init__(
-        self, in_link: InLink | None, in_id: int, presettled: bool, frames: list[bytes],
+        self, in_link: InLink | None, in_id: int, presettled: bool, frames: list[Payload],
         complete: bool, entry: AddressEntry, message_format: int,
     ) -> None:  # fmt: skip
         # None once the producer is gone or settled first, or for a message the router itself
@@ -36,7 +38,9 @@ class Forward:
         self.in_id = in_id
         self.in_session: Session | None = in_link.link.session if in_link is not None else None
         self.presettled = presettled
-        self.frames: list[bytes] | None = frames
+        # The frames while they may still be needed: bytes, or memoryviews of the reads they came
+        # in (copied to bytes as soon as the delivery has to wait, so no read stays pinned).
+        self.frames: list[Payload] | None = frames
         self.complete = complete
         self.size = len(frames[0]) if len(frames) == 1 else sum(map(len, frames))  # bytes held
         self.arrived = self.size  # bytes received so far (for max-message-size)

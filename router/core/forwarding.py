@@ -25,7 +25,7 @@ from ..amqp.events import FlowReceived, TransferReceived
 from ..amqp.messaging import ACCEPTED, RELEASED, MessageAnnotations, Rejected
 from ..amqp.peek import RoutingView, peek
 from ..amqp.performatives import RECEIVER, SND_SETTLED, SND_UNSETTLED, Error
-from .delivery import Copy, Forward, forget_inbound, maps_of
+from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .links import InLink, OutLink, alive
 from .settlement import DELIVERY_FAILED, Settlement
 from .table import NOWHERE
@@ -164,11 +164,11 @@ class Forwarder(Settlement):
             elif fwd.complete:
                 self._deliver_local(fwd)
         elif fwd.frames is not None:  # still waiting for a consumer
-            fwd.frames.append(payload)
+            fwd.frames.append(bytes(payload) if type(payload) is memoryview else payload)
             fwd.size += len(payload)
             inl.conn.buffered_bytes += len(payload)
 
-    def _stream(self, out: OutLink, payload: bytes, fwd: Forward) -> None:
+    def _stream(self, out: OutLink, payload: Payload, fwd: Forward) -> None:
         out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),
                                more=not fwd.complete, message_format=fwd.message_format)  # fmt: skip
         self.core.touch(out.conn.engine)
@@ -344,7 +344,7 @@ class Forwarder(Settlement):
     def _deliver_local(self, fwd: Forward) -> None:
         handler = fwd.entry.local
         assert handler is not None and fwd.frames is not None
-        payload = fwd.frames[0] if len(fwd.frames) == 1 else b"".join(fwd.frames)
+        payload = bytes(fwd.frames[0]) if len(fwd.frames) == 1 else b"".join(fwd.frames)
         fwd.frames = None
         try:
             state, replies = handler(payload, self.now)
@@ -375,6 +375,8 @@ class Forwarder(Settlement):
     # --- waiting for credit ---------------------------------------------------------------------
 
     def _wait(self, fwd: Forward) -> None:
+        if fwd.frames is not None:  # a waiting delivery must not pin the reads it came in
+            fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
         fwd.entry.pending.append(fwd)
         self._wait_bytes(fwd, +1)
         if fwd.expiry is not None:
@@ -493,7 +495,7 @@ def _expiry(view: RoutingView, now: float) -> float | None:
     return expiry
 
 
-def _strip_router_annotations(payload: bytes, span: tuple[int, int]) -> bytes:
+def _strip_router_annotations(payload: Payload, span: tuple[int, int]) -> Payload:
     """Remove `x-opt-qd.*` keys a client set: only routers may set router annotations."""
     start, stop = span
     section, _ = decode_at(payload, start, stop)
@@ -503,4 +505,4 @@ def _strip_router_annotations(payload: bytes, span: tuple[int, int]) -> bytes:
     if len(kept) == len(section.value):
         return payload
     middle = encode(MessageAnnotations(value=kept)) if kept else b""
-    return payload[:start] + middle + payload[stop:]
+    return b"".join((payload[:start], middle, payload[stop:]))

@@ -197,7 +197,7 @@ class Receiver(_Endpoint):
         super().__init__(client, link)
         self._window = credit_window
         self._in, self._out = trio.open_memory_channel[Delivery](math.inf)
-        self._partial: list[bytes] = []
+        self._partial: list[bytes | memoryview] = []
         self._drained = trio.Event()
         self._awaiting_settle: dict[int, Any] = {}
 
@@ -252,11 +252,12 @@ class Receiver(_Endpoint):
         if event.more:
             self._partial.append(event.payload)
             return
-        payload = event.payload
         if self._partial:
-            self._partial.append(payload)
+            self._partial.append(event.payload)
             payload = b"".join(self._partial)
             self._partial.clear()
+        else:
+            payload = bytes(event.payload)
         self._in.send_nowait(
             Delivery(event.delivery_id, event.delivery_tag, event.settled, payload,
                      event.message_format, event.state)  # fmt: skip

@@ -57,7 +57,7 @@ class QueuePeer:
         self.receivers: dict[str, list[Link]] = {}
         self.stats = PeerStats()
         self.drivers: dict[Connection, ConnectionDriver] = {}
-        self._partial: dict[Link, list[bytes]] = {}
+        self._partial: dict[Link, list[bytes | memoryview]] = {}
         self._dynamic = itertools.count()
         self._tags = itertools.count()
 
