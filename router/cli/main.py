@@ -4,6 +4,8 @@
     router config check FILE | schema  validate a file / print the JSON Schema
     router send ADDRESS ...            send messages and report their outcomes
     router receive ADDRESS ...         receive (and accept) messages
+    router stat [VIEW]                 a running router's state as tables (like qdstat)
+    router manage VERB ...             query and change its entities, JSON in and out (like qdmanage)
     router demo                        a router with a sender and a receiver, in one process
 
 Each command lives in its own module; only `run` loads the routing core.
@@ -16,7 +18,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import clients, config_cmd, run
+from . import clients, config_cmd, manage, run, stat
 
 app = typer.Typer(
     name="router",
@@ -29,6 +31,8 @@ app.command()(run.run)
 app.add_typer(config_cmd.app, name="config")
 app.command()(clients.send)
 app.command()(clients.receive)
+app.command()(stat.stat)
+app.add_typer(manage.app, name="manage")
 
 
 @app.command()

@@ -1,8 +1,9 @@
 """`router run`: start a router on a configuration file or the embedded default.
 
 Owns: loading the configuration (problems go to stderr one per line, exit 2), printing one
-`listening <listener> amqp://<host>:<port>` line per listener once the sockets are bound
-(flushed: scripts and tests wait for these lines), and graceful shutdown on SIGINT/SIGTERM
+`listening <listener> amqp://<host>:<port>` line per listener (then `listening <name>
+http://<host>:<port>` per HTTP listener) once the sockets are bound (flushed: scripts and
+tests wait for these lines), and graceful shutdown on SIGINT/SIGTERM
 (the server stops accepting, closes every connection with amqp:connection:forced and releases
 what is in flight; exit 0). A second signal during the shutdown stops at once.
 Must not touch: routing (the only CLI module that reaches router.core, through RouterServer).
@@ -36,8 +37,8 @@ def default_config() -> RouterConfig:
     return RouterConfig()
 
 
-def url(host: str, port: int) -> str:
-    return f"amqp://[{host}]:{port}" if ":" in host else f"amqp://{host}:{port}"
+def url(host: str, port: int, scheme: str = "amqp") -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 async def serve(config: RouterConfig) -> int:
@@ -52,6 +53,8 @@ async def serve(config: RouterConfig) -> int:
             addresses = await nursery.start(server.run)
             for name, host, port in addresses:
                 print(f"listening {name} {url(host, port)}", flush=True)
+            for name, host, port in server.http_addresses:
+                print(f"listening {name} {url(host, port, 'http')}", flush=True)
             log.info("router %s running", config.router.id)
             nursery.start_soon(_watch_signals, signals, server, nursery.cancel_scope)
             await server.wait_stopped()

@@ -67,6 +67,15 @@ class Listener(Model):
         return self
 
 
+class HttpListener(Model):
+    """An HTTP listener: the management resources as JSON, `/metrics` (Prometheus) and
+    `/healthz`. Plain HTTP only: bind it to a host that only operators and scrapers reach."""
+
+    name: Name = "http"
+    host: str = "127.0.0.1"
+    port: Port = 8080
+
+
 class AddressConfig(Model):
     """Address semantics by prefix (`orders` matches `orders`, `orders.eu`, `orders/eu`) or by
     pattern (`*` one word, `#` zero or more; words split on '.' or '/')."""
@@ -97,16 +106,20 @@ class Limits(Model):
 class RouterConfig(Model):
     router: RouterSection = Field(default_factory=RouterSection)
     listeners: tuple[Listener, ...] = (Listener(),)
+    http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
     users: tuple[User, ...] = ()
     limits: Limits = Field(default_factory=Limits)
 
     @model_validator(mode="after")
     def _consistent(self) -> RouterConfig:
-        names = [listener.name for listener in self.listeners]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"listener names must be unique: {', '.join(duplicates)}")
+        for what, names in (
+            ("listener", [listener.name for listener in self.listeners]),
+            ("http listener", [http.name for http in self.http]),
+        ):
+            duplicates = sorted({n for n in names if names.count(n) > 1})
+            if duplicates:
+                raise ValueError(f"{what} names must be unique: {', '.join(duplicates)}")
         plain = any("PLAIN" in listener.sasl_mechanisms for listener in self.listeners)
         if plain and not self.users:
             raise ValueError("a listener offers PLAIN but no users are configured")

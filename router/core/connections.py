@@ -58,7 +58,7 @@ class ConnState:
 
     __slots__ = (
         "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
-        "opened", "closed",
+        "opened", "closed", "opened_at", "host", "sasl_mechanism",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener) -> None:
@@ -75,6 +75,11 @@ class ConnState:
         self.buffered_bytes = 0
         self.opened = False
         self.closed = False
+        # For management: when the peer's open arrived (wall clock), the peer's address (set by
+        # the network layer after accept) and the SASL mechanism it authenticated with.
+        self.opened_at: float | None = None
+        self.host = ""
+        self.sasl_mechanism: str | None = None
 
     @property
     def link_count(self) -> int:

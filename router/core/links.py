@@ -9,6 +9,7 @@ Must not touch: message bytes, disposition bookkeeping (forwarder/settlement).
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +28,19 @@ if TYPE_CHECKING:
 
     from .router import RouterCore
 
+_ids = itertools.count(1)  # link identities (management), unique in this process
+
 
 class InLink:
     """A link on which a client sends to the router (the router is the receiver)."""
 
     __slots__ = (
         "link", "conn", "entry", "capacity", "inflight", "streaming", "discarding", "gone",
-        "delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped",
+        "delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped", "id",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry | None) -> None:
+        self.id = next(_ids)
         self.link = link
         self.conn = conn
         self.entry = entry  # None: an anonymous link, routed per message by properties.to
@@ -57,10 +61,11 @@ class OutLink:
 
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
-        "capacity", "delivered", "accepted", "rejected", "released", "modified",
+        "capacity", "delivered", "accepted", "rejected", "released", "modified", "id",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry) -> None:
+        self.id = next(_ids)
         self.link = link
         self.conn = conn
         self.entry = entry
@@ -78,6 +83,26 @@ class OutLink:
 
     def __repr__(self) -> str:
         return f"OutLink({self.link.name!r}, {self.entry.address})"
+
+
+class GoneTotals:
+    """The counters of links that are gone, so that router-wide totals (management) only grow."""
+
+    __slots__ = ("delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped")
+
+    def __init__(self) -> None:
+        self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
+        self.presettled = self.dropped = 0
+
+    def add(self, link: InLink | OutLink) -> None:
+        self.delivered += link.delivered
+        self.accepted += link.accepted
+        self.rejected += link.rejected
+        self.released += link.released
+        self.modified += link.modified
+        if isinstance(link, InLink):
+            self.presettled += link.presettled
+            self.dropped += link.dropped
 
 
 def _refuse(link: Link, condition: str, description: str) -> None:
@@ -171,12 +196,14 @@ def link_gone(core: RouterCore, link: Link, now: float) -> None:
         ctx.conn.out_links.discard(ctx)
         core.forwarder.consumer_gone(ctx, now)
         core.table.discard_if_unused(ctx.entry)
+        core.gone_out.add(ctx)
     elif isinstance(ctx, InLink) and not ctx.gone:
         ctx.gone = True
         ctx.conn.in_links.discard(ctx)
         core.forwarder.producer_gone(ctx, now)
         if ctx.entry is not None:
             core.table.discard_if_unused(ctx.entry)
+        core.gone_in.add(ctx)
 
 
 def session_ended(core: RouterCore, session: Session, now: float) -> None:

@@ -15,6 +15,8 @@ Must not touch: sockets, tasks, clocks (time comes in as `now`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..amqp import errors as E
 from ..amqp import events as ev
 from ..amqp.connection import Connection
@@ -23,7 +25,7 @@ from ..amqp.performatives import Error
 from ..config.models import Listener, RouterConfig
 from .connections import ConnState
 from .forwarding import Forwarder
-from .links import attach_link, detach_link, link_gone, session_ended
+from .links import GoneTotals, attach_link, detach_link, link_gone, session_ended
 from .table import AddressTable, LocalEndpoint
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY",)
@@ -38,6 +40,12 @@ class RouterCore:
         self.forwarder = Forwarder(self)
         self._touched: set[Connection] = set()
         self.shutting_down = False
+        # What our open offers; the management node adds its capability and address.
+        self.offered_capabilities: tuple[str, ...] = OFFERED_CAPABILITIES
+        self.open_properties: dict[str, Any] = {"product": "amqp-mesh-router", "router-id": self.router_id}
+        # Counters of links that are gone (management's router-wide totals).
+        self.gone_in = GoneTotals()
+        self.gone_out = GoneTotals()
 
     # --- the surface the network layer uses -----------------------------------------------------
 
@@ -152,7 +160,10 @@ class RouterCore:
         engine = state.engine
         match event:
             case ev.RemoteOpen():
+                state.opened_at = now
                 self._on_open(state)
+            case ev.Authenticated():
+                state.sasl_mechanism = event.mechanism
             case ev.RemoteBegin():
                 session = event.session
                 if session.state.local is not ACTIVE and engine.state.local is ACTIVE:
@@ -194,10 +205,7 @@ class RouterCore:
             )
             return
         state.opened = True
-        engine.open(
-            offered_capabilities=OFFERED_CAPABILITIES,
-            properties={"product": "amqp-mesh-router", "router-id": self.router_id},
-        )
+        engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
 
     def _connection_gone(self, state: ConnState, now: float) -> None:
         """Every link of the connection is gone: report in-flight deliveries (released/modified)."""

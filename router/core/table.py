@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from collections.abc import Callable
 from typing import Any
 
-from ..config.models import RouterConfig
+from ..config.models import AddressConfig, RouterConfig
 from .addressing import AddressMatcher, Kind, classify
 
 if TYPE_CHECKING:
@@ -79,12 +79,22 @@ class AddressTable:
     def __init__(self, config: RouterConfig) -> None:
         self.router_id = config.router.id
         self.entries: dict[str, AddressEntry] = {}
-        self.matcher: AddressMatcher[str] = AddressMatcher()
+        # The rules themselves are the matcher's values, so that one rule can be removed again.
+        self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         for rule in config.addresses:
-            if rule.prefix is not None:
-                self.matcher.add_prefix(rule.prefix, rule.distribution)
-            elif rule.pattern is not None:
-                self.matcher.add_pattern(rule.pattern, rule.distribution)
+            self.add_rule(rule)
+
+    def add_rule(self, rule: AddressConfig) -> None:
+        """Configure address semantics at run time (management). Only addresses looked up from
+        now on get them: an existing entry keeps its distribution until it is unused."""
+        if rule.prefix is not None:
+            self.matcher.add_prefix(rule.prefix, rule)
+        elif rule.pattern is not None:
+            self.matcher.add_pattern(rule.pattern, rule)
+
+    def remove_rule(self, rule: AddressConfig) -> None:
+        """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
+        self.matcher.remove(rule)
 
     def key_of(self, address: str) -> tuple[str, str] | None:
         """(table key, address as configuration matches it), or None when `address` is not
@@ -97,7 +107,8 @@ class AddressTable:
         return None
 
     def distribution_for(self, address: str) -> str:
-        return self.matcher.lookup(address) or DEFAULT_DISTRIBUTION
+        rule = self.matcher.lookup(address)
+        return rule.distribution if rule is not None else DEFAULT_DISTRIBUTION
 
     def find(self, address: str) -> AddressEntry | None:
         key = self.key_of(address)

@@ -4,8 +4,12 @@
     addresses = await nursery.start(server.run)   # [(listener name, host, port), ...]
     ...
     server.shutdown()                             # or cancel run(): both stop gracefully
+    server.http_addresses                         # [(http listener name, host, port), ...]
 
-Owns: the listeners, one ConnectionDriver per connection (engine from `new_engine`), calling
+Owns: the listeners (AMQP ones also created and deleted at run time through the management
+agent's ConfigControl, which this class implements; see listeners.py), the HTTP listeners
+(management as JSON, /metrics, /healthz: http_server.py serves router.management.http), the
+management agent's installation, one ConnectionDriver per connection (engine from `new_engine`), calling
 the core with wall-clock time and waking the writers of the engines it touched, the core's
 timer, socket backpressure (reads paused while the core says so, output blocked/unblocked as
 writers cross their high-water marks) and graceful shutdown (stop accepting, close every
@@ -29,6 +33,8 @@ from ..amqp.events import Event
 from ..config.models import Listener, RouterConfig
 from ..core.connections import new_engine
 from .driver import ConnectionDriver
+from .http_server import serve_http
+from .listeners import AmqpListeners
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +69,28 @@ def _peer_name(stream: trio.abc.Stream) -> str:
 
 
 class RouterServer:
-    """Serves every listener of `config` with one RouterCore (or the `core` given, for tests)."""
+    """Serves every listener of `config` with one RouterCore and its management agent (or the
+    `core` given, for tests, with the `agent` given or none)."""
 
-    def __init__(self, config: RouterConfig, *, core: Core | None = None) -> None:
+    def __init__(self, config: RouterConfig, *, core: Core | None = None, agent: Any = None) -> None:
+        self.config = config
+        self._installs_agent = False
         if core is None:
             # Imported here rather than at the top so that this module (and the server tests,
             # which may run it on a stand-in core) does not depend on the core's internals.
             from ..core.router import RouterCore
 
             core = RouterCore(config)
-        self.config = config
+            if agent is None:
+                from .management_face import new_agent  # it loads the agent, which reads the core
+
+                agent = new_agent(core, config, self)
+                self._installs_agent = True
         self.core: Core = core
+        self.agent: Any = agent
         self.addresses: list[BoundAddress] = []
+        self.http_addresses: list[BoundAddress] = []
+        self._listeners = AmqpListeners(self.serve_stream)
         self._drivers: dict[Connection, ConnectionDriver] = {}
         self._paused: set[ConnectionDriver] = set()
         self._ids = itertools.count(1)
@@ -83,6 +99,8 @@ class RouterServer:
         self._timer_wake = trio.Event()
         self._stop = trio.Event()
         self._stopped = trio.Event()
+        self._http_stop = trio.Event()  # set once the AMQP side has stopped
+        self._app: Any = None
 
     def stats(self) -> dict[str, int]:
         """Connections, and how many of them are held back by backpressure right now."""
@@ -97,16 +115,25 @@ class RouterServer:
 
     async def run(self, *, task_status: trio.TaskStatus[list[BoundAddress]] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind every listener, serve until shutdown() or cancellation, then stop gracefully."""
-        bound = await self._bind()  # before anything runs: a port in use fails run() at once
+        self._open_configured()  # before anything runs: a port in use fails run() at once
+        if self._installs_agent:
+            from .management_face import install_management
+
+            install_management(self.core, self.agent)
         async with trio.open_nursery() as nursery:
             try:
-                await nursery.start(self._serve, bound)
+                await nursery.start(self._serve)
+                for http in self.config.http:
+                    port = await nursery.start(serve_http, self._http_app(), http, self._http_stop)
+                    self.http_addresses.append((http.name, http.host, port))
                 task_status.started(list(self.addresses))
                 await self._stopped.wait()
             finally:
                 # Cancellation lands here: _serve is shielded and turns this into the same
                 # graceful stop (bounded by SHUTDOWN_FLUSH_S) before run() lets it propagate.
                 self.shutdown()
+                # HTTP stops last: /healthz says 503 while the connections close.
+                self._http_stop.set()
 
     @property
     def stopping(self) -> bool:
@@ -120,49 +147,29 @@ class RouterServer:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    async def _bind(self) -> list[tuple[Listener, list[trio.SocketListener]]]:
-        bound: list[tuple[Listener, list[trio.SocketListener]]] = []
-        try:
-            for listener in self.config.listeners:
-                sockets = await trio.open_tcp_listeners(listener.port, host=listener.host)
-                bound.append((listener, sockets))
-        except BaseException:
-            for _, sockets in bound:
-                for sock in sockets:
-                    await trio.aclose_forcefully(sock)
-            raise
-        # With port 0 every socket of a listener (one per address of the host) gets its own
-        # port: the first one is the one we report.
-        self.addresses = [
-            (listener.name, listener.host, sockets[0].socket.getsockname()[1]) for listener, sockets in bound
-        ]
-        for name, host, port in self.addresses:
-            log.info("listener %s on %s:%d", name, host, port)
-        return bound
+    def _open_configured(self) -> None:
+        ports = self._listeners.open_all(self.config.listeners)
+        self.addresses = [(listener.name, listener.host, port) for listener, port in zip(self.config.listeners, ports)]
 
-    async def _serve(
-        self,
-        bound: list[tuple[Listener, list[trio.SocketListener]]],
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
+    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # Shielded so that cancelling run() cannot cut the connections off mid-flush: run()
         # asks for a stop instead and this scope finishes it within SHUTDOWN_FLUSH_S.
         try:
             with trio.CancelScope(shield=True):
                 async with trio.open_nursery() as connections:
-                    accepting = trio.CancelScope()
-                    connections.start_soon(self._accept, bound, connections, accepting)
+                    # Accept loops live beside the connections: each has its own cancel scope.
+                    self._listeners.serve(connections, connections)
                     connections.start_soon(self._timer)
                     task_status.started()
                     await self._stop.wait()
-                    await self._stop_gracefully(accepting)
+                    await self._stop_gracefully()
                     connections.cancel_scope.cancel()
         finally:
+            self._listeners.close_all()
             self._stopped.set()
 
-    async def _stop_gracefully(self, accepting: trio.CancelScope) -> None:
-        accepting.cancel()  # listeners close as their accept loops end
+    async def _stop_gracefully(self) -> None:
+        self._listeners.close_all()
         log.info("shutting down: closing %d connection(s)", len(self._drivers))
         self.core.shutdown(time.time())
         self._after_core()
@@ -173,26 +180,35 @@ class RouterServer:
         if unfinished:
             log.info("dropping %d connection(s) that did not finish closing", unfinished)
 
-    async def _accept(
-        self,
-        bound: list[tuple[Listener, list[trio.SocketListener]]],
-        connections: trio.Nursery,
-        scope: trio.CancelScope,
-    ) -> None:
-        try:
-            with scope:
-                async with trio.open_nursery() as nursery:
-                    for listener, sockets in bound:
-                        handler = partial(self.serve_stream, listener=listener)
-                        nursery.start_soon(
-                            partial(trio.serve_listeners, handler, sockets, handler_nursery=connections)
-                        )
-        finally:
-            # serve_listeners closes its sockets; these are the ones it never got to.
-            with trio.CancelScope(shield=True):
-                for _, sockets in bound:
-                    for sock in sockets:
-                        await trio.aclose_forcefully(sock)
+    # --- run-time configuration (the management agent's ConfigControl) ---------------------------
+
+    def create_listener(self, listener: Listener) -> int:
+        """Open `listener` now and return its bound port (OSError if it cannot bind)."""
+        if self.stopping:
+            raise RuntimeError("the router is shutting down")
+        return self._listeners.open(listener)
+
+    def delete_listener(self, name: str) -> bool:
+        """Stop accepting on listener `name` (False if there is none). Its connections go on:
+        see router/net/listeners.py."""
+        return self._listeners.close(name)
+
+    def listener_ports(self) -> dict[str, int]:
+        """The bound port of every open AMQP listener, by name."""
+        return self._listeners.ports()
+
+    def _http_app(self) -> Any:
+        """The ASGI application of every HTTP listener (one: its metrics registry reads the router
+        once per scrape, whichever listener the scrape came in on)."""
+        if self._app is None:
+            if self.agent is None:
+                raise RuntimeError("HTTP listeners need the management agent (a stand-in core has none)")
+            from .management_face import http_app
+
+            # After an HTTP request the agent may have changed the core (an address rule): flush
+            # what that queued, as after any call into the core.
+            self._app = http_app(self.agent, healthy=lambda: not self.stopping, after_call=self._after_core)
+        return self._app
 
     # --- connections -----------------------------------------------------------------------------
 
@@ -289,3 +305,4 @@ class RouterServer:
                 continue  # re-read the deadline
             self.core.tick(time.time())
             self._after_core()
+

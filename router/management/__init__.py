@@ -1,0 +1,44 @@
+"""The management model of the router and its AMQP faces (sans-IO: no sockets, tasks or clock).
+
+One model of manageable entity types (model.py, entities.py, config_entities.py) behind one
+entry point, the agent (agent.py); two AMQP dialects at the management node (node.py): AMQP
+Management WD14 over the HTTP-over-AMQP mapping (amqp_http.py) and the operation dialect of the
+anchors' tools (operations.py). The HTTP/JSON face (http.py) and metrics (metrics.py) use the
+same agent. docs/management.md describes the types, the attributes and both dialects.
+
+    agent = ManagementAgent(core, config, control, started_at)   # control: ConfigControl | None
+    install(core, agent)            # the node at $management and _local/$management
+
+The agent's API (stable; every failure raises ManagementError(status, description), with
+`entity` set to the current description on a 409):
+
+    agent.types() -> dict[str, dict]                # long type name -> its description
+    agent.entity_types() -> list[EntityType]
+    agent.entity_type(name) -> EntityType           # long, short or alias name; 404 if unknown
+    agent.query(type=None, attribute_names=None, offset=0, count=None)
+        -> (attribute_names, rows)                  # rows: one list of values per entity
+    agent.entities(type=None, offset=0, count=None) -> list[dict]
+    agent.read(type, name=None, identity=None) -> dict
+    agent.find(type, key) -> dict                   # key: identity (preferred) or name
+    agent.create(type, attributes) -> dict
+    agent.update(type, key, attributes, if_match=None) -> dict      # key: identity or name
+    agent.delete(type, key, if_match=None) -> None
+    agent.config                                    # the live RouterConfig
+    etag(entity) -> str                             # a digest of an entity's attributes
+
+`type` may be None where an entity is looked up (any type). Every method takes `now=` (wall
+clock seconds, for uptimes); without it the agent's clock is used. An entity is a dict with
+`identity`, `name`, `type` (the long name) and its attributes (camelCase).
+"""
+
+from __future__ import annotations
+
+from .agent import ManagementAgent
+from .config_entities import Connector
+from .model import Attribute, ConfigControl, ConnectorControl, EntityType, ManagementError, etag
+from .node import ManagementNode, install
+
+__all__ = [
+    "Attribute", "ConfigControl", "Connector", "ConnectorControl", "EntityType", "ManagementAgent",
+    "ManagementError", "ManagementNode", "etag", "install",
+]  # fmt: skip

@@ -1,0 +1,339 @@
+"""Configuration entity types: listener, connector and address (configured address semantics).
+
+Owns: the mapping between the configuration models' snake_case fields and the management
+attributes (camelCase, the anchors' names where the concept is the same: `idle_timeout_s` is
+`idleTimeoutSeconds`, `max_sessions_per_connection` is `maxSessions`), validation of created
+and updated entities by those same models, the Connector model (a placeholder until the mesh
+issue moves it into router.config), and applying changes: listeners and connectors through the
+agent's control, address rules directly in the core's AddressTable.
+Must not touch: sockets (the control's), entries already in the address table (a new or changed
+rule applies to addresses looked up from now on; an existing entry keeps its distribution until
+it is unused and dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin
+
+from pydantic import BaseModel, Field, ValidationError
+
+from ..config.loader import problems_of
+from ..config.models import AddressConfig, Listener, Model, Name, Port, RouterConfig
+from .model import Attribute, ConnectorControl, EntityType, ManagementError
+
+if TYPE_CHECKING:
+    from .agent import ManagementAgent
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+class Connector(Model):
+    """A connection the router opens itself (to another router or a broker). The mesh issue acts
+    on connectors; until then management stores them (and tells a ConnectorControl, if any)."""
+
+    name: Name
+    host: str = "127.0.0.1"
+    port: Port = 5672
+    role: Literal["normal", "inter-router", "edge", "route-container"] = "normal"
+    cost: int = Field(default=1, ge=1, le=2**31 - 1, description="cost of the inter-router link")
+    link_capacity: int = Field(default=250, ge=1, le=1_000_000, description="credit window given to each sender link")
+    max_frame_size: int = Field(default=65536, ge=512, le=0xFFFFFFFF)
+    idle_timeout_s: float = Field(default=16.0, ge=0, description="close a silent peer after this long; 0 disables")
+    sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
+    sasl_username: str | None = None
+
+
+# Descriptions for model fields that carry none.
+_DESCRIPTIONS = {
+    "name": "Name, unique among entities of the type", "host": "Host name or IP address",
+    "role": "Role of the connections (normal, inter-router, edge)", "max_frame_size": "Largest frame, bytes",
+    "sasl_mechanisms": "SASL mechanisms, space separated", "max_sessions_per_connection": "Sessions per connection",
+    "max_links_per_connection": "Links per connection", "sasl_username": "User name for SASL PLAIN",
+    "prefix": "Address prefix (matches the address and its '.' or '/' sub-addresses)",
+    "pattern": "Address pattern ('*' one word, '#' zero or more; words split on '.' or '/')",
+    "distribution": "closest, balanced or multicast",
+}  # fmt: skip
+_RENAMED = {"max_sessions_per_connection": "maxSessions"}  # the anchors' name for the concept
+
+
+def camel(field: str) -> str:
+    """`link_capacity` -> `linkCapacity`, `idle_timeout_s` -> `idleTimeoutSeconds`."""
+    if field in _RENAMED:
+        return _RENAMED[field]
+    if field.endswith("_s"):
+        field = field[:-2] + "_seconds"
+    head, *rest = field.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def amqp_type(annotation: Any) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Union or type(annotation).__name__ == "UnionType":
+        return amqp_type(next(a for a in args if a is not type(None)))
+    if origin in (tuple, list):
+        return "string"  # rendered as the anchors do: words separated by spaces
+    return {bool: "boolean", int: "long", float: "double"}.get(annotation, "string")
+
+
+class FieldMap:
+    """Management attributes <-> the fields of a configuration model."""
+
+    def __init__(self, model: type[BaseModel], writable: bool = True) -> None:
+        self.model = model
+        self.fields: dict[str, str] = {}  # attribute -> field
+        self.lists: set[str] = set()  # fields rendered as space-separated words
+        attributes = []
+        for field, info in model.model_fields.items():
+            name = camel(field)
+            self.fields[name] = field
+            if get_origin(info.annotation) in (tuple, list):
+                self.lists.add(field)
+            default = None if info.is_required() or info.default_factory is not None else self._render(field, info.default)
+            attributes.append(Attribute(name, amqp_type(info.annotation), info.description or _DESCRIPTIONS.get(field, ""),
+                                        writable=writable, required=info.is_required(), default=default))  # fmt: skip
+        self.attributes = tuple(attributes)
+
+    def without_name(self) -> tuple[Attribute, ...]:
+        """The attributes less `name` (every entity has one: model.BASE_ATTRIBUTES)."""
+        return tuple(a for a in self.attributes if a.name != "name")
+
+    def _render(self, field: str, value: Any) -> Any:
+        return " ".join(str(v) for v in value) if field in self.lists else value
+
+    def render(self, obj: BaseModel) -> dict[str, Any]:
+        return {name: self._render(field, getattr(obj, field)) for name, field in self.fields.items()}
+
+    def parse(self, attributes: Mapping[str, Any], read_only: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Model fields from attributes (camelCase, or the configuration file's snake_case).
+        Read-only attributes are ignored: a client may send back what it read (WD14 §5.6.2)."""
+        out: dict[str, Any] = {}
+        for key, value in attributes.items():
+            if key in read_only:
+                continue
+            field = self.fields.get(key) or (key if key in self.model.model_fields else None)
+            if field is None:
+                raise ManagementError(400, f"unknown attribute {key!r} (known: {', '.join(self.fields)})")
+            if field in self.lists and isinstance(value, str):
+                value = tuple(value.replace(",", " ").split())
+            out[field] = value
+        return out
+
+    def merge(self, old: BaseModel, changes: dict[str, Any]) -> dict[str, Any]:
+        """The old fields with `changes`; a None change restores the default (WD14 §5.6.2)."""
+        fields = {f: getattr(old, f) for f in self.model.model_fields}
+        for field, value in changes.items():
+            if value is None:
+                fields.pop(field, None)
+            else:
+                fields[field] = value
+        return fields
+
+    def build(self, fields: dict[str, Any], what: str) -> Any:
+        try:
+            return self.model.model_validate(fields)
+        except ValidationError as exc:
+            raise ManagementError(400, "; ".join(problems_of(exc, what))) from None
+
+
+def with_config(agent: ManagementAgent, **changes: Any) -> RouterConfig:
+    """The live configuration with `changes`, checked by RouterConfig's rules (unique names,
+    users for PLAIN). The models given are kept as they are (the address table holds the very
+    rule objects)."""
+    candidate = agent.config.model_copy(update=changes)
+    try:
+        RouterConfig.model_validate(candidate.model_dump())
+    except ValidationError as exc:
+        raise ManagementError(400, "; ".join(problems_of(exc, "configuration"))) from None
+    return candidate
+
+
+def act(what: str, call: Callable[[], T]) -> T:
+    """Call the network layer; its failures become management errors."""
+    try:
+        return call()
+    except ManagementError:
+        raise
+    except OSError as exc:  # e.g. the port is taken
+        raise ManagementError(409, f"cannot {what}: {exc.strerror or exc}") from None
+    except Exception as exc:
+        raise ManagementError(500, f"cannot {what}: {type(exc).__name__}: {exc}") from None
+
+
+LISTENER = FieldMap(Listener)
+CONNECTOR = FieldMap(Connector)
+ADDRESS = FieldMap(AddressConfig)
+
+
+class ListenerType(EntityType):
+    short_name = "listener"
+    description = "An AMQP listener: accepts connections on a host and port"
+    attributes = LISTENER.without_name() + (Attribute("boundPort", "long", "The port actually bound (port 0 picks one)"),)
+    operations = ("CREATE", "READ", "UPDATE", "DELETE")
+    configuration = True
+
+    def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
+        ports = dict(agent.control.listener_ports()) if agent.control is not None else agent.bound_ports
+        for listener in agent.config.listeners:
+            attrs = LISTENER.render(listener)
+            del attrs["name"]
+            yield self.entity(f"listener/{listener.name}", listener.name, **attrs, boundPort=ports.get(listener.name))
+
+    def _open(self, agent: ManagementAgent, listener: Listener) -> None:
+        if agent.control is not None:
+            control = agent.control
+            port = act(f"open listener {listener.name}", lambda: control.create_listener(listener))
+            if port is not None:
+                agent.bound_ports[listener.name] = port
+
+    def _close(self, agent: ManagementAgent, name: str) -> None:
+        agent.bound_ports.pop(name, None)
+        if agent.control is not None:
+            control = agent.control
+            act(f"close listener {name}", lambda: control.delete_listener(name))
+
+    def create(self, agent: ManagementAgent, attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        listener: Listener = LISTENER.build(LISTENER.parse(attributes, ("boundPort",)), "listener")
+        if any(existing.name == listener.name for existing in agent.config.listeners):
+            raise ManagementError(409, f"there is a listener named {listener.name!r} already")
+        candidate = with_config(agent, listeners=(*agent.config.listeners, listener))
+        self._open(agent, listener)
+        agent.config = candidate
+        return self._get(agent, listener.name, now)
+
+    def _get(self, agent: ManagementAgent, name: str, now: float) -> dict[str, Any]:
+        entity = self.find(agent, f"listener/{name}", now, "identity")
+        assert entity is not None
+        return entity
+
+    def update(self, agent: ManagementAgent, entity: dict[str, Any], attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        old = next(x for x in agent.config.listeners if x.name == entity["name"])
+        new: Listener = LISTENER.build(LISTENER.merge(old, LISTENER.parse(attributes, ("boundPort",))), "listener")
+        if new == old:
+            return entity
+        candidate = with_config(agent, listeners=tuple(new if x is old else x for x in agent.config.listeners))
+        # Re-opened with the new settings; the connections it accepted carry on as they were.
+        self._close(agent, old.name)
+        try:
+            self._open(agent, new)
+        except ManagementError:
+            act(f"re-open listener {old.name}", lambda: self._open(agent, old))
+            raise
+        agent.config = candidate
+        return self._get(agent, new.name, now)
+
+    def delete(self, agent: ManagementAgent, entity: dict[str, Any]) -> None:
+        remaining = tuple(x for x in agent.config.listeners if x.name != entity["name"])
+        candidate = with_config(agent, listeners=remaining)
+        self._close(agent, entity["name"])
+        agent.config = candidate
+
+
+class ConnectorType(EntityType):
+    short_name = "connector"
+    description = "A connection the router opens (acted on by the mesh; stored until then)"
+    attributes = CONNECTOR.without_name()
+    operations = ("CREATE", "READ", "UPDATE", "DELETE")
+    configuration = True
+
+    def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
+        for connector in agent.connectors:
+            attrs = CONNECTOR.render(connector)
+            del attrs["name"]
+            yield self.entity(f"connector/{connector.name}", connector.name, **attrs)
+
+    @staticmethod
+    def _control(agent: ManagementAgent) -> ConnectorControl | None:
+        return agent.control if isinstance(agent.control, ConnectorControl) else None
+
+    def create(self, agent: ManagementAgent, attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        connector: Connector = CONNECTOR.build(CONNECTOR.parse(attributes), "connector")
+        if any(existing.name == connector.name for existing in agent.connectors):
+            raise ManagementError(409, f"there is a connector named {connector.name!r} already")
+        if (control := self._control(agent)) is not None:
+            act(f"start connector {connector.name}", lambda: control.create_connector(connector))
+        agent.connectors = (*agent.connectors, connector)
+        return self.entity(f"connector/{connector.name}", connector.name, **_without_name(CONNECTOR.render(connector)))
+
+    def update(self, agent: ManagementAgent, entity: dict[str, Any], attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        old = next(x for x in agent.connectors if x.name == entity["name"])
+        new: Connector = CONNECTOR.build(CONNECTOR.merge(old, CONNECTOR.parse(attributes)), "connector")
+        if new != old and (control := self._control(agent)) is not None:
+            act(f"stop connector {old.name}", lambda: control.delete_connector(old.name))
+            act(f"start connector {new.name}", lambda: control.create_connector(new))
+        agent.connectors = tuple(new if x is old else x for x in agent.connectors)
+        return self.entity(entity["identity"], new.name, **_without_name(CONNECTOR.render(new)))
+
+    def delete(self, agent: ManagementAgent, entity: dict[str, Any]) -> None:
+        if (control := self._control(agent)) is not None:
+            act(f"stop connector {entity['name']}", lambda: control.delete_connector(entity["name"]))
+        agent.connectors = tuple(x for x in agent.connectors if x.name != entity["name"])
+
+
+def _without_name(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in attrs.items() if k != "name"}
+
+
+@dataclass(slots=True)
+class AddressRule:
+    """A configured address rule as management names it (the configuration has no names)."""
+
+    identity: str
+    name: str
+    rule: AddressConfig
+
+
+class AddressRuleType(EntityType):
+    short_name = "router.config.address"
+    aliases = ("address",)  # the configuration file's (and qdrouterd.conf's) section name
+    description = ("Address semantics by prefix or pattern. Changes apply to addresses looked up from "
+                   "then on; an address in use keeps its distribution until it is unused")  # fmt: skip
+    attributes = ADDRESS.attributes
+    operations = ("CREATE", "READ", "UPDATE", "DELETE")
+    configuration = True
+
+    def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
+        for rule in agent.address_rules:
+            yield self._entity(rule)
+
+    def _entity(self, rule: AddressRule) -> dict[str, Any]:
+        return self.entity(rule.identity, rule.name, **ADDRESS.render(rule.rule))
+
+    def _commit(self, agent: ManagementAgent, rules: list[AddressRule]) -> None:
+        agent.config = with_config(agent, addresses=tuple(r.rule for r in rules))
+        agent.address_rules = rules
+
+    def create(self, agent: ManagementAgent, attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        name = attributes.pop("name", None)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ManagementError(400, "the name of an address rule is a non-empty string")
+        if name is not None and any(name in (r.name, r.identity) for r in agent.address_rules):
+            raise ManagementError(409, f"there is an address rule named {name!r} already")
+        config: AddressConfig = ADDRESS.build(ADDRESS.parse(attributes), "address")
+        rule = agent.new_rule(config, name)
+        self._commit(agent, [*agent.address_rules, rule])
+        agent.core.table.add_rule(config)
+        return self._entity(rule)
+
+    def update(self, agent: ManagementAgent, entity: dict[str, Any], attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        rule = next(r for r in agent.address_rules if r.identity == entity["identity"])
+        changes = ADDRESS.parse(attributes)
+        if changes.get("prefix") is not None:  # giving one of prefix|pattern replaces the other
+            changes.setdefault("pattern", None)
+        elif changes.get("pattern") is not None:
+            changes.setdefault("prefix", None)
+        config: AddressConfig = ADDRESS.build(ADDRESS.merge(rule.rule, changes), "address")
+        if config == rule.rule:
+            return entity
+        updated = AddressRule(rule.identity, rule.name, config)
+        self._commit(agent, [updated if r is rule else r for r in agent.address_rules])
+        agent.core.table.remove_rule(rule.rule)
+        agent.core.table.add_rule(config)
+        return self._entity(updated)
+
+    def delete(self, agent: ManagementAgent, entity: dict[str, Any]) -> None:
+        rule = next(r for r in agent.address_rules if r.identity == entity["identity"])
+        self._commit(agent, [r for r in agent.address_rules if r is not rule])
+        agent.core.table.remove_rule(rule.rule)

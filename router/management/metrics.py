@@ -1,0 +1,169 @@
+"""Prometheus metrics, read from the management agent when scraped.
+
+    registry = metrics_registry(agent)       # our collector + process, platform and GC metrics
+    generate_latest(registry)                # what GET /metrics serves
+    agent.register(MemoryType())             # the `memory` entity (`router stat memory`)
+
+Nothing is counted here: the collector reads the counters the router keeps anyway (through the
+agent's `router` and `router.address` entities, the same numbers `router stat` shows) at scrape
+time, so no metric object is created or touched per message.
+
+Metrics (all prefixed `amqp_router_`):
+- `info{router_id, mode, version}`: 1
+- gauges: `connections`, `links`, `addresses`, `nodes` (routers known), `uptime_seconds`
+- counters: `deliveries_ingress_total`, `deliveries_egress_total`, `deliveries_transit_total`,
+  `deliveries_accepted_total`, `deliveries_rejected_total`, `deliveries_released_total`,
+  `deliveries_modified_total`, `deliveries_presettled_total`, `deliveries_dropped_presettled_total`
+- per address (label `address`): counters `address_deliveries_ingress_total`,
+  `address_deliveries_egress_total`, `address_deliveries_transit_total`; gauges
+  `address_subscribers`, `address_remote_subscribers`
+A router's totals cover what the router still remembers: an address whose entry the router drops
+when it becomes unused loses its series, and Prometheus sees a counter reset if it comes back.
+
+The `memory` entity type gives the management faces the same process figures (resident and
+virtual size, peak resident size, open file descriptors, objects the garbage collector tracks,
+collections per generation): what a Python process can honestly say about its memory.
+
+Owns: metric names, help texts and labels; the memory entity type.
+Must not touch: the agent's or the core's state.
+"""
+
+from __future__ import annotations
+
+import gc
+import resource
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .agent import ManagementAgent
+from .model import Attribute, EntityType
+
+PREFIX = "amqp_router_"
+
+# (metric name, help, router entity attribute)
+GAUGES = (
+    ("connections", "Open connections.", "connectionCount"),
+    ("links", "Attached links.", "linkCount"),
+    ("addresses", "Addresses in the address table.", "addrCount"),
+    ("nodes", "Other routers known to this router.", "nodeCount"),
+    ("uptime_seconds", "Seconds since the router started.", "uptimeSeconds"),
+)
+COUNTERS = (
+    ("deliveries_ingress", "Deliveries received from clients and routers.", "deliveriesIngress"),
+    ("deliveries_egress", "Deliveries sent to clients.", "deliveriesEgress"),
+    ("deliveries_transit", "Deliveries forwarded to other routers.", "deliveriesTransit"),
+    ("deliveries_accepted", "Deliveries settled as accepted.", "acceptedDeliveries"),
+    ("deliveries_rejected", "Deliveries settled as rejected.", "rejectedDeliveries"),
+    ("deliveries_released", "Deliveries settled as released.", "releasedDeliveries"),
+    ("deliveries_modified", "Deliveries settled as modified.", "modifiedDeliveries"),
+    ("deliveries_presettled", "Deliveries that arrived settled.", "presettledDeliveries"),
+    ("deliveries_dropped_presettled", "Presettled deliveries dropped.", "droppedPresettledDeliveries"),
+)
+ADDRESS_COUNTERS = (
+    ("address_deliveries_ingress", "Deliveries that arrived for the address.", "deliveriesIngress"),
+    ("address_deliveries_egress", "Deliveries sent to the address's local consumers.", "deliveriesEgress"),
+    ("address_deliveries_transit", "Deliveries of the address forwarded to other routers.", "deliveriesTransit"),
+)
+ADDRESS_GAUGES = (
+    ("address_subscribers", "Local consumers of the address.", "subscriberCount"),
+    ("address_remote_subscribers", "Other routers with consumers of the address.", "remoteCount"),
+)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class RouterCollector(Collector):
+    """Reads the router's counters through the agent at every scrape."""
+
+    def __init__(self, agent: ManagementAgent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterator[Metric]:
+        routers = self.agent.entities("router")
+        router = routers[0] if routers else {}
+        info = {"router_id": str(router.get("id", "")), "mode": str(router.get("mode", "")),
+                "version": str(router.get("version", ""))}  # fmt: skip
+        yield InfoMetricFamily(PREFIX.rstrip("_"), "The router's identity.", value=info)
+        for name, doc, attribute in GAUGES:
+            value = _number(router.get(attribute))
+            if value is not None:
+                yield GaugeMetricFamily(PREFIX + name, doc, value=value)
+        for name, doc, attribute in COUNTERS:
+            value = _number(router.get(attribute))
+            if value is not None:
+                yield CounterMetricFamily(PREFIX + name, doc, value=value)
+        yield from self._per_address()
+
+    def _per_address(self) -> Iterable[Metric]:
+        addresses = self.agent.entities("router.address")
+        families: list[tuple[str, Metric]] = [
+            (attribute, CounterMetricFamily(PREFIX + name, doc, labels=["address"])) for name, doc, attribute in ADDRESS_COUNTERS
+        ] + [(attribute, GaugeMetricFamily(PREFIX + name, doc, labels=["address"])) for name, doc, attribute in ADDRESS_GAUGES]
+        for entity in addresses:
+            label = str(entity.get("address") or entity.get("name") or "")
+            for attribute, family in families:
+                value = _number(entity.get(attribute))
+                if value is not None:
+                    family.add_metric([label], value)  # type: ignore[attr-defined]
+        for _, family in families:
+            yield family
+
+
+def metrics_registry(agent: ManagementAgent) -> CollectorRegistry:
+    """A registry of its own (not the global one: two routers in one process, as in tests, must
+    not see each other's metrics) with the router's metrics and the process's (resident memory,
+    CPU, open files), platform and garbage-collector metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RouterCollector(agent))
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry
+
+
+# --- the memory entity ------------------------------------------------------------------------------
+
+PROCESS_SAMPLES = {  # prometheus_client's process collector reads /proc; we reuse it
+    "process_resident_memory_bytes": "residentMemoryBytes",
+    "process_virtual_memory_bytes": "virtualMemoryBytes",
+    "process_open_fds": "openFds",
+}
+
+
+def process_memory() -> dict[str, Any]:
+    figures: dict[str, Any] = dict.fromkeys(PROCESS_SAMPLES.values())
+    for family in PROCESS_COLLECTOR.collect():
+        for sample in family.samples:
+            if sample.name in PROCESS_SAMPLES:
+                figures[PROCESS_SAMPLES[sample.name]] = int(sample.value)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    figures["peakResidentMemoryBytes"] = peak if sys.platform == "darwin" else peak * 1024  # KiB on Linux
+    # Counting every tracked object walks the GC's lists: a few ms for a million objects, and
+    # only when someone asks.
+    figures["pythonObjects"] = len(gc.get_objects())
+    figures["gcCollections"] = [generation["collections"] for generation in gc.get_stats()]
+    figures["gcCounts"] = list(gc.get_count())
+    return figures
+
+
+class MemoryType(EntityType):
+    short_name = "memory"
+    description = "This router process's memory (as the operating system and the Python runtime report it)"
+    attributes = (
+        Attribute("residentMemoryBytes", "ulong", "Resident set size"),
+        Attribute("virtualMemoryBytes", "ulong", "Virtual memory size"),
+        Attribute("peakResidentMemoryBytes", "ulong", "Largest resident set size so far"),
+        Attribute("openFds", "ulong", "Open file descriptors (sockets included)"),
+        Attribute("pythonObjects", "ulong", "Objects tracked by the garbage collector"),
+        Attribute("gcCollections", "list", "Garbage collections so far, per generation"),
+        Attribute("gcCounts", "list", "Allocations (gen 0) or collections (gen 1, 2) since the last collection"),
+    )
+
+    def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
+        yield self.entity("memory", "memory", **process_memory())

@@ -1,0 +1,106 @@
+"""The management node: an in-process endpoint of the routing core that answers requests.
+
+    node = install(core, agent)     # serves $management and _local/$management
+
+Owns: registration at `$management` (a mobile address: reachable on this router by that name)
+and `_local/$management` (which also makes `_topo/0/<router-id>/$management` work, the address
+other routers use), the connection capability and property that announce the node (WD14 §3.1),
+decoding requests, choosing the dialect (application property `operation`: the anchors'
+operation dialect, operations.py; otherwise WD14's HTTP-over-AMQP mapping, amqp_http.py),
+and building replies (to the request's reply-to; correlation-id = the request's message-id, or
+its correlation-id when it has no message-id, as the anchors' tools and Proton's
+SyncRequestResponse match on that).
+Must not touch: what a request means (the dialects'), routing (the core routes the replies).
+
+Every decodable request is accepted and answered, errors included (a bug in a handler is a
+500 reply, never an exception into the core); an undecodable one is rejected with
+amqp:decode-error. A request without reply-to is still executed: its outcome is all the
+sender learns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..amqp import errors as E
+from ..amqp.errors import DecodeError, EncodeError
+from ..amqp.message import Message, decode_message, encode_message
+from ..amqp.messaging import ACCEPTED, AmqpValue, Properties, Rejected
+from ..amqp.performatives import Error
+from . import amqp_http, operations
+from .model import Reply
+
+if TYPE_CHECKING:
+    from ..core.router import RouterCore
+    from .agent import ManagementAgent
+
+log = logging.getLogger(__name__)
+
+NODE_ADDRESS = "$management"
+NODE_ADDRESSES = (NODE_ADDRESS, "_local/" + NODE_ADDRESS)
+MGMT_CAPABILITY = "AMQP_MGMT_V1_0"  # WD14 §3.1
+MGMT_NODE_PROPERTY = "amqp:mgmt-node"  # WD14 §3.1: without it clients would assume $mgmt
+
+
+class ManagementNode:
+    """The endpoint: `node(payload, now) -> (outcome, [(reply-to, reply bytes)])`."""
+
+    def __init__(self, agent: ManagementAgent) -> None:
+        self.agent = agent
+        self._operations: Callable[[ManagementAgent, Message, float], Reply] = operations.handle
+        self._http: Callable[[ManagementAgent, Message, float], Reply] = amqp_http.handle
+        self.requests = 0
+
+    def __call__(self, payload: bytes, now: float) -> tuple[Any, list[tuple[str, bytes]]]:
+        try:
+            request = decode_message(payload)
+        except DecodeError as exc:
+            error = Error(condition=E.DECODE_ERROR, description=f"undecodable management request: {exc.description}")
+            return Rejected(error=error), []
+        self.requests += 1
+        app = request.application_properties or {}
+        operation_dialect = "operation" in app
+        try:
+            reply = (self._operations if operation_dialect else self._http)(self.agent, request, now)
+        except Exception as exc:  # a bug: answer it rather than let it reach the core
+            log.exception("management request failed")
+            reply = internal_error(f"{type(exc).__name__}: {exc}", operation_dialect)
+        props = request.properties
+        if props is None or not props.reply_to:
+            return ACCEPTED, []
+        try:
+            return ACCEPTED, [(props.reply_to, self._encode(reply, props))]
+        except EncodeError as exc:
+            log.exception("management reply not encodable")
+            return ACCEPTED, [(props.reply_to, self._encode(internal_error(str(exc), operation_dialect), props))]
+
+    @staticmethod
+    def _encode(reply: Reply, request: Properties) -> bytes:
+        correlation = request.message_id if request.message_id is not None else request.correlation_id
+        properties = Properties(to=request.reply_to, correlation_id=correlation, subject=reply.subject,
+                                content_type=reply.content_type)  # fmt: skip
+        message = Message(
+            properties=properties,
+            application_properties=reply.application_properties,
+            body=AmqpValue(value=reply.body) if reply.has_body else None,
+        )
+        return encode_message(message)
+
+
+def internal_error(description: str, operation_dialect: bool) -> Reply:
+    if operation_dialect:
+        return operations.error_reply(500, description)
+    return amqp_http.error_reply(500, description)
+
+
+def install(core: RouterCore, agent: ManagementAgent) -> ManagementNode:
+    """Serve the management node through `core` and announce it in the router's open."""
+    node = ManagementNode(agent)
+    for address in NODE_ADDRESSES:
+        core.register_local_endpoint(address, node)
+    if MGMT_CAPABILITY not in core.offered_capabilities:
+        core.offered_capabilities = (*core.offered_capabilities, MGMT_CAPABILITY)
+    core.open_properties[MGMT_NODE_PROPERTY] = NODE_ADDRESS
+    return node

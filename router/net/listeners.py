@@ -1,0 +1,167 @@
+"""The AMQP listeners that are open right now, by name, and their accept loops.
+
+    listeners = AmqpListeners(handler)            # handler(stream, listener): runs one connection
+    port = listeners.open(listener)               # bound synchronously: the port is known at once
+    listeners.serve(accept_nursery, connection_nursery)
+    listeners.close("amqp")                       # stops accepting; its connections carry on
+
+Owns: binding (synchronously, so that a management request that creates a listener can answer
+with the bound port in the same call, and a request that deletes one returns only after the port
+refuses connections), one accept task per socket that can end alone, and closing.
+Must not touch: what a connection does once accepted (the handler's), the listener's settings.
+
+Deleting a listener closes its sockets only. Connections it accepted keep running with the
+settings they were accepted with: an operator who removes a listener to stop new clients should
+not cut off the ones that are working (qdrouterd behaves the same); closing those is a
+separate, explicit act.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket as stdsocket
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+import trio
+
+from ..config.models import Listener
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[trio.SocketStream, Listener], Awaitable[None]]
+
+# Accept errors that mean "out of file descriptors or memory for now": wait and try again
+# rather than end the listener (trio.serve_listeners does the same).
+CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+CAPACITY_SLEEP_S = 0.1
+
+
+@dataclass
+class _Open:
+    listener: Listener
+    sockets: list[trio.SocketListener]
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    started: bool = False
+
+    @property
+    def port(self) -> int:
+        # With port 0 every socket (one per address of the host) gets its own port: the first
+        # one is the one we report.
+        port: int = self.sockets[0].socket.getsockname()[1]
+        return port
+
+
+def bind_tcp(host: str, port: int) -> list[trio.SocketListener]:
+    """Listening sockets for every address of `host`, bound now (like trio.open_tcp_listeners,
+    which is async only because of the name lookup; the hosts of listeners are addresses or
+    names the system resolves locally, so the lookup does not wait on the network)."""
+    infos = stdsocket.getaddrinfo(host or None, port, type=stdsocket.SOCK_STREAM, flags=stdsocket.AI_PASSIVE)
+    sockets: list[trio.SocketListener] = []
+    try:
+        for family, kind, proto, _, address in infos:
+            sock = stdsocket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
+                if family == stdsocket.AF_INET6:
+                    sock.setsockopt(stdsocket.IPPROTO_IPV6, stdsocket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(stdsocket.SOMAXCONN)
+                sock.setblocking(False)
+            except BaseException:
+                sock.close()
+                raise
+            sockets.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+    except BaseException:
+        for listener in sockets:
+            listener.socket.close()
+        raise
+    if not sockets:
+        raise OSError(errno.EADDRNOTAVAIL, f"no address to listen on for {host!r}")
+    return sockets
+
+
+class AmqpListeners:
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._open: dict[str, _Open] = {}
+        self._accepting: trio.Nursery | None = None
+        self._connections: trio.Nursery | None = None
+
+    def ports(self) -> dict[str, int]:
+        """The bound port of every open listener, by name."""
+        return {name: entry.port for name, entry in self._open.items()}
+
+    def get(self, name: str) -> Listener | None:
+        entry = self._open.get(name)
+        return entry.listener if entry is not None else None
+
+    def open(self, listener: Listener) -> int:
+        """Bind `listener` (OSError if its port is taken) and start accepting once serving."""
+        if listener.name in self._open:
+            raise ValueError(f"listener {listener.name!r} exists")
+        entry = _Open(listener, bind_tcp(listener.host, listener.port))
+        self._open[listener.name] = entry
+        log.info("listener %s on %s:%d", listener.name, listener.host, entry.port)
+        if self._accepting is not None:
+            self._start(entry)
+        return entry.port
+
+    def open_all(self, listeners: Iterable[Listener]) -> list[int]:
+        """open() each of `listeners`, or none of them (the first failure closes the others)."""
+        try:
+            return [self.open(listener) for listener in listeners]
+        except BaseException:
+            self.close_all()
+            raise
+
+    def close(self, name: str) -> bool:
+        """Stop accepting on `name` now (its sockets are closed before this returns); False if
+        there is no such listener. Connections already accepted are not touched."""
+        entry = self._open.pop(name, None)
+        if entry is None:
+            return False
+        entry.scope.cancel()
+        # Closed here rather than by the accept tasks as they end: the port must refuse new
+        # connections as soon as the caller has its answer. trio's close wakes a task waiting
+        # on the socket with ClosedResourceError, which the accept loop takes as its end.
+        for sock in entry.sockets:
+            sock.socket.close()
+        log.info("listener %s closed", name)
+        return True
+
+    def close_all(self) -> None:
+        for name in list(self._open):
+            self.close(name)
+
+    def serve(self, accepting: trio.Nursery, connections: trio.Nursery) -> None:
+        """Accept on every open listener (and on those opened later) in `accepting`; run each
+        connection in `connections`."""
+        self._accepting, self._connections = accepting, connections
+        for entry in self._open.values():
+            self._start(entry)
+
+    def _start(self, entry: _Open) -> None:
+        assert self._accepting is not None
+        if entry.started:
+            return
+        entry.started = True
+        for sock in entry.sockets:
+            self._accepting.start_soon(self._accept, entry, sock)
+
+    async def _accept(self, entry: _Open, sock: trio.SocketListener) -> None:
+        assert self._connections is not None
+        with entry.scope:
+            while True:
+                try:
+                    stream = await sock.accept()
+                except trio.ClosedResourceError:
+                    return  # close() closed it
+                except OSError as exc:
+                    if exc.errno not in CAPACITY_ERRNOS:
+                        raise
+                    log.error("listener %s: cannot accept (%s); trying again", entry.listener.name, exc)
+                    await trio.sleep(CAPACITY_SLEEP_S)
+                else:
+                    self._connections.start_soon(self._handler, stream, entry.listener)

@@ -1,0 +1,34 @@
+"""Wiring the management agent into the network layer.
+
+    agent = new_agent(core, config, server)   # server: the ConfigControl (listeners at run time)
+    install_management(core, agent)           # the AMQP node at $management, _local/$management
+    app = http_app(agent, healthy=..., after_call=...)   # the HTTP listeners' ASGI application
+
+Owns: which agent a router runs (the standard entity types plus `memory`, which reads this
+process) and how the HTTP face is assembled (the agent, a metrics registry of its own, health).
+Must not touch: what the agent or the faces do (router.management).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..config.models import RouterConfig
+from ..management import ConfigControl, ManagementAgent, install
+from ..management.http import ManagementApp
+from ..management.metrics import MemoryType, metrics_registry
+
+
+def new_agent(core: Any, config: RouterConfig, control: ConfigControl) -> ManagementAgent:
+    agent = ManagementAgent(core, config, control)
+    agent.register(MemoryType())
+    return agent
+
+
+def install_management(core: Any, agent: ManagementAgent) -> None:
+    install(core, agent)
+
+
+def http_app(agent: ManagementAgent, *, healthy: Callable[[], bool], after_call: Callable[[], None]) -> ManagementApp:
+    return ManagementApp(agent, healthy=healthy, registry=metrics_registry(agent), after_call=after_call)
