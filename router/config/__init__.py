@@ -1,9 +1,9 @@
 """Router configuration: pydantic models (the schema) and the YAML loader."""
 
 from .loader import ConfigError, load_config, parse_config, schema
-from .models import AddressConfig, HttpListener, Limits, Listener, RouterConfig, RouterSection, User
+from .models import AddressConfig, Connector, HttpListener, Limits, Listener, RouterConfig, RouterSection, User
 
 __all__ = [
-    "AddressConfig", "ConfigError", "HttpListener", "Limits", "Listener", "RouterConfig", "RouterSection", "User",
+    "AddressConfig", "ConfigError", "Connector", "HttpListener", "Limits", "Listener", "RouterConfig", "RouterSection", "User",
     "load_config", "parse_config", "schema",
 ]  # fmt: skip

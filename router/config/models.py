@@ -30,25 +30,31 @@ def _default_router_id() -> str:
 
 class RouterSection(Model):
     id: Name = Field(default_factory=_default_router_id, description="unique in the network; defaults to the host name")
-    mode: Literal["standalone", "interior", "edge"] = "standalone"
+    mode: Literal["standalone", "interior", "edge"] = Field(
+        default="standalone",
+        description="standalone: no other routers; interior: a router of the mesh; edge: a leaf with an uplink to interiors",
+    )
+    hello_interval_s: float = Field(default=1.0, gt=0, description="HELLO to each neighbour this often")
+    dead_interval_s: float = Field(default=3.0, gt=0, description="a neighbour silent this long is lost")
 
     @model_validator(mode="after")
     def _id_has_no_slash(self) -> RouterSection:
         if "/" in self.id:
             raise ValueError("router id must not contain '/' (it is a word of _topo/0/<id>/ addresses)")
+        if self.dead_interval_s <= self.hello_interval_s:
+            raise ValueError("dead_interval_s must be longer than hello_interval_s")
         return self
 
 
-class Listener(Model):
-    name: Name = "amqp"
-    host: str = "127.0.0.1"
-    port: Port = 5672
-    role: Literal["normal", "inter-router", "edge"] = "normal"
+COST_MAX = 2**31 - 1
+
+
+class ConnectionSettings(Model):
+    """What every connection needs, whichever side opened it: listeners and connectors share it."""
+
     link_capacity: int = Field(default=250, ge=1, le=1_000_000, description="credit window given to each sender link")
     max_frame_size: int = Field(default=65536, ge=512, le=0xFFFFFFFF)
     idle_timeout_s: float = Field(default=16.0, ge=0, description="close a silent peer after this long; 0 disables")
-    sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
-    require_sasl: bool = Field(default=False, description="refuse clients that skip the SASL layer")
     max_sessions_per_connection: int = Field(default=256, ge=1, le=65536)
     max_links_per_connection: int = Field(default=4096, ge=1)
     read_high_water_bytes: int = Field(
@@ -60,10 +66,48 @@ class Listener(Model):
         description="send no more deliveries to a connection while this many bytes wait to be written",
     )
 
+
+class Listener(ConnectionSettings):
+    name: Name = "amqp"
+    host: str = "127.0.0.1"
+    port: Port = 5672
+    role: Literal["normal", "inter-router", "edge"] = Field(
+        default="normal",
+        description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers",
+    )
+    cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
+    sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
+    require_sasl: bool = Field(default=False, description="refuse clients that skip the SASL layer")
+
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
         if not self.sasl_mechanisms:
             raise ValueError("sasl_mechanisms must name at least one mechanism")
+        return self
+
+
+class Connector(ConnectionSettings):
+    """An outgoing connection to another router, kept up: after a failure it is retried with a
+    jittered exponential backoff (reconnect_initial_s doubling up to reconnect_max_s)."""
+
+    name: Name
+    host: str
+    port: Annotated[int, Field(ge=1, le=65535)]
+    role: Literal["inter-router", "edge"] = Field(
+        default="inter-router", description="inter-router: to another interior router; edge: from an edge router to an interior one"
+    )
+    cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
+    sasl_username: str | None = Field(default=None, description="SASL PLAIN user; ANONYMOUS when not set")
+    sasl_password: str | None = None
+    reconnect_initial_s: float = Field(default=0.5, gt=0)
+    reconnect_max_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Connector:
+        if (self.sasl_username is None) != (self.sasl_password is None):
+            raise ValueError("give both sasl_username and sasl_password, or neither")
+        if self.reconnect_max_s < self.reconnect_initial_s:
+            raise ValueError("reconnect_max_s must be >= reconnect_initial_s")
         return self
 
 
@@ -106,6 +150,7 @@ class Limits(Model):
 class RouterConfig(Model):
     router: RouterSection = Field(default_factory=RouterSection)
     listeners: tuple[Listener, ...] = (Listener(),)
+    connectors: tuple[Connector, ...] = Field(default=(), description="outgoing connections to other routers")
     http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
     users: tuple[User, ...] = ()
@@ -116,11 +161,30 @@ class RouterConfig(Model):
         for what, names in (
             ("listener", [listener.name for listener in self.listeners]),
             ("http listener", [http.name for http in self.http]),
+            ("connector", [connector.name for connector in self.connectors]),
         ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
                 raise ValueError(f"{what} names must be unique: {', '.join(duplicates)}")
+        self._roles_fit_mode()
         plain = any("PLAIN" in listener.sasl_mechanisms for listener in self.listeners)
         if plain and not self.users:
             raise ValueError("a listener offers PLAIN but no users are configured")
         return self
+
+    def _roles_fit_mode(self) -> None:
+        """Which connection roles each router mode may use (the anchors' rules: interior routers
+        link to each other and accept edges; an edge router only has uplinks to interiors)."""
+        mode = self.router.mode
+        allowed = {
+            "standalone": ({"normal"}, set()),
+            "interior": ({"normal", "inter-router", "edge"}, {"inter-router"}),
+            "edge": ({"normal"}, {"edge"}),
+        }[mode]
+        for listener in self.listeners:
+            if listener.role not in allowed[0]:
+                raise ValueError(f"listener {listener.name!r}: role {listener.role} needs router mode interior (mode is {mode})")
+        for connector in self.connectors:
+            if connector.role not in allowed[1]:
+                need = "interior" if connector.role == "inter-router" else "edge"
+                raise ValueError(f"connector {connector.name!r}: role {connector.role} needs router mode {need} (mode is {mode})")
