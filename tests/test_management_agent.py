@@ -18,7 +18,8 @@ from .support.mgmt import StubControl
 
 
 def agent(control: Any = None, **config: Any) -> ManagementAgent:
-    cfg = RouterConfig(router=RouterSection(id="A"), **config)
+    config.setdefault("router", RouterSection(id="A"))
+    cfg = RouterConfig(**config)
     return ManagementAgent(RouterCore(cfg), cfg, control, 100.0, clock=lambda: 130.0)
 
 
@@ -109,15 +110,31 @@ class Connectors:
 def test_connectors_go_to_a_connector_control() -> None:
     control = Connectors()
     assert isinstance(control, ConnectorControl)
-    a = agent(control)
-    a.create("connector", {"name": "c", "host": "peer", "saslMechanisms": "PLAIN", "saslUsername": "u"})
-    assert control.started == ["c"] and a.connectors[0].sasl_mechanisms == ("PLAIN",)
-    assert a.read("connector", name="c")["saslMechanisms"] == "PLAIN"
-    a.update("connector", "c", {"cost": 5})
-    assert control.started == ["c"] and a.connectors[0].cost == 5
+    a = agent(control, router=RouterSection(id="A", mode="interior"))
+    a.create("connector", {"name": "c", "host": "peer", "port": 5673, "saslUsername": "u", "saslPassword": "secret"})
+    assert control.started == ["c"] and a.config.connectors[0].sasl_password == "secret"
+    read = a.read("connector", name="c")
+    assert read["saslUsername"] == "u" and read["saslPassword"] == "********"  # never shown
+    assert read["role"] == "inter-router" and read["reconnectMaxSeconds"] == 30.0
+    a.update("connector", "c", {**read, "cost": 5})  # the mask sent back leaves the password alone
+    assert control.started == ["c"] and a.connectors[0].cost == 5 and a.connectors[0].sasl_password == "secret"
+    assert a.update("connector", "c", {"cost": 5})["cost"] == 5 and control.started == ["c"]  # no change: no restart
     a.delete("connector", "c")
-    assert control.started == [] and a.connectors == ()
-    assert error(a.create, "connector", {"host": "no-name"}).status == 400
+    assert control.started == [] and a.connectors == () and a.config.connectors == ()
+    assert error(a.create, "connector", {"host": "no-name", "port": 1}).status == 400
+    assert error(a.create, "connector", {"name": "p", "host": "h", "port": 1, "saslUsername": "u"}).status == 400
+    assert control.started == []
+
+
+def test_connectors_follow_the_roles_the_mode_allows() -> None:
+    control = Connectors()
+    standalone = agent(control)
+    refused = error(standalone.create, "connector", {"name": "c", "host": "peer", "port": 5673})
+    assert refused.status == 400 and "needs router mode interior" in refused.description and control.started == []
+    edge = agent(control, router=RouterSection(id="E", mode="edge"))
+    assert edge.create("connector", {"name": "up", "host": "hub", "port": 5673, "role": "edge"})["role"] == "edge"
+    assert error(edge.create, "connector", {"name": "up", "host": "hub", "port": 1, "role": "edge"}).status == 409
+    assert control.started == ["up"]
 
 
 def test_address_rules_switch_between_prefix_and_pattern() -> None:

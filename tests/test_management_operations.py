@@ -148,13 +148,14 @@ def test_listeners_change_through_the_control() -> None:
     assert status == 409 and "in use" in description and len(m.agent.config.listeners) == 1
 
 
-def test_connectors_are_stored() -> None:
-    m = MgmtHarness()
+def test_connectors_are_configuration() -> None:
+    m = MgmtHarness(RouterConfig(router=RouterSection(id="R1", mode="interior")))
     status, _, connector = m.op("CREATE", {"host": "peer", "port": 5673, "role": "inter-router", "cost": 3},
                                 type="org.apache.qpid.dispatch.connector", name="to-peer")  # fmt: skip
     assert status == 201 and connector["cost"] == 3 and connector["role"] == "inter-router"
-    assert [c.name for c in m.agent.connectors] == ["to-peer"]
-    assert m.op("DELETE", type="connector", name="to-peer")[0] == 204 and m.agent.connectors == ()
+    assert connector["identity"] == "connector/to-peer" and connector["saslPassword"] is None
+    assert [c.name for c in m.agent.config.connectors] == ["to-peer"]
+    assert m.op("DELETE", type="connector", name="to-peer")[0] == 204 and m.agent.config.connectors == ()
 
 
 def test_log_levels_change_at_run_time() -> None:

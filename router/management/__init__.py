@@ -34,7 +34,7 @@ clock seconds, for uptimes); without it the agent's clock is used. An entity is 
 from __future__ import annotations
 
 from .agent import ManagementAgent
-from .config_entities import Connector
+from ..config.models import Connector
 from .model import Attribute, ConfigControl, ConnectorControl, EntityType, ManagementError, etag
 from .node import ManagementNode, install
 

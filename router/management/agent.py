@@ -1,7 +1,8 @@
 """The management agent: the single entry point every face (AMQP, HTTP, metrics, CLI) calls.
 
-Owns: the registry of entity types, the live configuration (a RouterConfig, plus connectors
-and named address rules, starting from the configuration the router started with), looking
+Owns: the registry of entity types, the live configuration (a RouterConfig, listeners and
+connectors included, plus named address rules, starting from the configuration the router
+started with), looking
 entities up by identity or name, paging, version checks (If-Match: 409 with the current
 description), and the memory of deleted entities (410 instead of 404, WD14 §5.2).
 Must not touch: message formats (the faces'), sockets (configuration changes go through the
@@ -16,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..config.models import RouterConfig
-from .config_entities import AddressRule, AddressRuleType, Connector, ConnectorType, ListenerType
+from ..config.models import Connector, RouterConfig
+from .config_entities import AddressRule, AddressRuleType, ConnectorType, ListenerType
 from .entities import ConnectionType, LinkType, LogType, NodeType, RouterAddressType, RouterType
 from .model import ConfigControl, EntityType, ManagementError, etag
 
@@ -51,9 +52,6 @@ class ManagementAgent:
         self.control = control
         self.clock = clock
         self.started_at = clock() if started_at is None else started_at
-        # Connectors are stored (and handed to a ConnectorControl) until the mesh issue gives
-        # RouterConfig its own connectors section.
-        self.connectors: tuple[Connector, ...] = tuple(getattr(config, "connectors", ()))
         self._rule_ids = itertools.count()
         self.address_rules: list[AddressRule] = [self.new_rule(rule) for rule in config.addresses]
         self.bound_ports: dict[str, int] = {}  # ports reported by the control on create
@@ -63,6 +61,10 @@ class ManagementAgent:
         for etype in (RouterType(), ListenerType(), ConnectorType(), AddressRuleType(), ConnectionType(),
                       LinkType(), RouterAddressType(), NodeType(), LogType()):  # fmt: skip
             self.register(etype)
+
+    @property
+    def connectors(self) -> tuple[Connector, ...]:
+        return self.config.connectors
 
     def new_rule(self, rule: Any, name: str | None = None) -> AddressRule:
         identity = f"address/{next(self._rule_ids)}"

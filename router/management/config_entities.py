@@ -2,10 +2,11 @@
 
 Owns: the mapping between the configuration models' snake_case fields and the management
 attributes (camelCase, the anchors' names where the concept is the same: `idle_timeout_s` is
-`idleTimeoutSeconds`, `max_sessions_per_connection` is `maxSessions`), validation of created
-and updated entities by those same models, the Connector model (a placeholder until the mesh
-issue moves it into router.config), and applying changes: listeners and connectors through the
-agent's control, address rules directly in the core's AddressTable.
+`idleTimeoutSeconds`, `max_sessions_per_connection` is `maxSessions`, `sasl_username` is
+`saslUsername`), validation of created and updated entities by those same models and by
+RouterConfig's cross-field rules (unique names, the roles a router mode allows), hiding secrets
+(a connector's `saslPassword` reads as a mask), and applying changes: listeners and connectors
+through the agent's control, address rules directly in the core's AddressTable.
 Must not touch: sockets (the control's), entries already in the address table (a new or changed
 rule applies to addresses looked up from now on; an existing entry keeps its distribution until
 it is unused and dropped).
@@ -15,35 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..config.loader import problems_of
-from ..config.models import AddressConfig, Listener, Model, Name, Port, RouterConfig
+from ..config.models import AddressConfig, Connector, Listener, RouterConfig
 from .model import Attribute, ConnectorControl, EntityType, ManagementError
 
 if TYPE_CHECKING:
     from .agent import ManagementAgent
 
-M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
-
-
-class Connector(Model):
-    """A connection the router opens itself (to another router or a broker). The mesh issue acts
-    on connectors; until then management stores them (and tells a ConnectorControl, if any)."""
-
-    name: Name
-    host: str = "127.0.0.1"
-    port: Port = 5672
-    role: Literal["normal", "inter-router", "edge", "route-container"] = "normal"
-    cost: int = Field(default=1, ge=1, le=2**31 - 1, description="cost of the inter-router link")
-    link_capacity: int = Field(default=250, ge=1, le=1_000_000, description="credit window given to each sender link")
-    max_frame_size: int = Field(default=65536, ge=512, le=0xFFFFFFFF)
-    idle_timeout_s: float = Field(default=16.0, ge=0, description="close a silent peer after this long; 0 disables")
-    sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
-    sasl_username: str | None = None
 
 
 # Descriptions for model fields that carry none.
@@ -54,8 +38,12 @@ _DESCRIPTIONS = {
     "max_links_per_connection": "Links per connection", "sasl_username": "User name for SASL PLAIN",
     "prefix": "Address prefix (matches the address and its '.' or '/' sub-addresses)",
     "pattern": "Address pattern ('*' one word, '#' zero or more; words split on '.' or '/')",
-    "distribution": "closest, balanced or multicast",
+    "distribution": "closest, balanced or multicast", "port": "TCP port",
+    "sasl_password": "Password for SASL PLAIN (write-only: reads as ********)",
+    "reconnect_initial_s": "Delay before the first retry after a failure (doubles, with jitter, up to reconnectMaxSeconds)",
+    "reconnect_max_s": "Longest delay between retries",
 }  # fmt: skip
+MASK = "********"  # what a secret reads as (the anchors' tools print passwords the same way)
 _RENAMED = {"max_sessions_per_connection": "maxSessions"}  # the anchors' name for the concept
 
 
@@ -81,10 +69,11 @@ def amqp_type(annotation: Any) -> str:
 class FieldMap:
     """Management attributes <-> the fields of a configuration model."""
 
-    def __init__(self, model: type[BaseModel], writable: bool = True) -> None:
+    def __init__(self, model: type[BaseModel], writable: bool = True, secrets: tuple[str, ...] = ()) -> None:
         self.model = model
         self.fields: dict[str, str] = {}  # attribute -> field
         self.lists: set[str] = set()  # fields rendered as space-separated words
+        self.secrets = set(secrets)  # fields never shown (MASK when set)
         attributes = []
         for field, info in model.model_fields.items():
             name = camel(field)
@@ -101,6 +90,8 @@ class FieldMap:
         return tuple(a for a in self.attributes if a.name != "name")
 
     def _render(self, field: str, value: Any) -> Any:
+        if field in self.secrets:
+            return None if value is None else MASK
         return " ".join(str(v) for v in value) if field in self.lists else value
 
     def render(self, obj: BaseModel) -> dict[str, Any]:
@@ -108,7 +99,8 @@ class FieldMap:
 
     def parse(self, attributes: Mapping[str, Any], read_only: tuple[str, ...] = ()) -> dict[str, Any]:
         """Model fields from attributes (camelCase, or the configuration file's snake_case).
-        Read-only attributes are ignored: a client may send back what it read (WD14 §5.6.2)."""
+        Read-only attributes, and secrets given as the mask they read as, are ignored: a client
+        may send back what it read (WD14 §5.6.2)."""
         out: dict[str, Any] = {}
         for key, value in attributes.items():
             if key in read_only:
@@ -116,6 +108,8 @@ class FieldMap:
             field = self.fields.get(key) or (key if key in self.model.model_fields else None)
             if field is None:
                 raise ManagementError(400, f"unknown attribute {key!r} (known: {', '.join(self.fields)})")
+            if field in self.secrets and value == MASK:
+                continue
             if field in self.lists and isinstance(value, str):
                 value = tuple(value.replace(",", " ").split())
             out[field] = value
@@ -163,7 +157,7 @@ def act(what: str, call: Callable[[], T]) -> T:
 
 
 LISTENER = FieldMap(Listener)
-CONNECTOR = FieldMap(Connector)
+CONNECTOR = FieldMap(Connector, secrets=("sasl_password",))
 ADDRESS = FieldMap(AddressConfig)
 
 
@@ -233,43 +227,53 @@ class ListenerType(EntityType):
 
 class ConnectorType(EntityType):
     short_name = "connector"
-    description = "A connection the router opens (acted on by the mesh; stored until then)"
+    description = ("A connection this router opens to another router and keeps up (retried with backoff); "
+                   "interior routers connect inter-router, edge routers edge")  # fmt: skip
     attributes = CONNECTOR.without_name()
     operations = ("CREATE", "READ", "UPDATE", "DELETE")
     configuration = True
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
-        for connector in agent.connectors:
-            attrs = CONNECTOR.render(connector)
-            del attrs["name"]
-            yield self.entity(f"connector/{connector.name}", connector.name, **attrs)
+        for connector in agent.config.connectors:
+            yield self._entity(connector)
+
+    def _entity(self, connector: Connector) -> dict[str, Any]:
+        return self.entity(f"connector/{connector.name}", connector.name, **_without_name(CONNECTOR.render(connector)))
 
     @staticmethod
     def _control(agent: ManagementAgent) -> ConnectorControl | None:
+        # Without one (a network layer that does not run connectors) connectors are only stored.
         return agent.control if isinstance(agent.control, ConnectorControl) else None
 
     def create(self, agent: ManagementAgent, attributes: dict[str, Any], now: float) -> dict[str, Any]:
         connector: Connector = CONNECTOR.build(CONNECTOR.parse(attributes), "connector")
-        if any(existing.name == connector.name for existing in agent.connectors):
+        if any(existing.name == connector.name for existing in agent.config.connectors):
             raise ManagementError(409, f"there is a connector named {connector.name!r} already")
+        # Checked before the control acts: a role the router's mode does not allow is a 400.
+        candidate = with_config(agent, connectors=(*agent.config.connectors, connector))
         if (control := self._control(agent)) is not None:
             act(f"start connector {connector.name}", lambda: control.create_connector(connector))
-        agent.connectors = (*agent.connectors, connector)
-        return self.entity(f"connector/{connector.name}", connector.name, **_without_name(CONNECTOR.render(connector)))
+        agent.config = candidate
+        return self._entity(connector)
 
     def update(self, agent: ManagementAgent, entity: dict[str, Any], attributes: dict[str, Any], now: float) -> dict[str, Any]:
-        old = next(x for x in agent.connectors if x.name == entity["name"])
+        old = next(x for x in agent.config.connectors if x.name == entity["name"])
         new: Connector = CONNECTOR.build(CONNECTOR.merge(old, CONNECTOR.parse(attributes)), "connector")
-        if new != old and (control := self._control(agent)) is not None:
+        if new == old:
+            return entity
+        candidate = with_config(agent, connectors=tuple(new if x is old else x for x in agent.config.connectors))
+        # Restarted with the new settings (the old connection closes, a new one is opened).
+        if (control := self._control(agent)) is not None:
             act(f"stop connector {old.name}", lambda: control.delete_connector(old.name))
             act(f"start connector {new.name}", lambda: control.create_connector(new))
-        agent.connectors = tuple(new if x is old else x for x in agent.connectors)
-        return self.entity(entity["identity"], new.name, **_without_name(CONNECTOR.render(new)))
+        agent.config = candidate
+        return self._entity(new)
 
     def delete(self, agent: ManagementAgent, entity: dict[str, Any]) -> None:
+        candidate = with_config(agent, connectors=tuple(x for x in agent.config.connectors if x.name != entity["name"]))
         if (control := self._control(agent)) is not None:
             act(f"stop connector {entity['name']}", lambda: control.delete_connector(entity["name"]))
-        agent.connectors = tuple(x for x in agent.connectors if x.name != entity["name"])
+        agent.config = candidate
 
 
 def _without_name(attrs: dict[str, Any]) -> dict[str, Any]:

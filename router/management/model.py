@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from ..amqp.message import Message
 from ..amqp.messaging import AmqpValue
-from ..config.models import Listener
+from ..config.models import Connector, Listener
 
 if TYPE_CHECKING:
     from .agent import ManagementAgent
-    from .config_entities import Connector
 
 # The anchors' type names (Qpid Dispatch's schema): tools send the long form, we accept both.
 TYPE_PREFIX = "org.apache.qpid.dispatch."
@@ -216,8 +215,9 @@ class ConfigControl(Protocol):
 
 @runtime_checkable
 class ConnectorControl(Protocol):
-    """Optional (the mesh issue): a control that also implements these acts on connectors;
-    otherwise connector entities are only stored."""
+    """Optional: a control that also implements these starts a connector created by management
+    at once and stops a deleted one (an update is a delete then a create); without it connector
+    entities are only stored in the configuration. Raising ManagementError refuses the change."""
 
     def create_connector(self, connector: Connector) -> None: ...
 
