@@ -10,7 +10,9 @@ import pytest
 
 from router.config.models import Listener, RouterConfig, RouterSection
 from router.core.router import RouterCore
-from router.management import Connector, ConnectorControl, ManagementAgent, ManagementError, etag
+from router.management import (
+    Connector, ConnectorControl, ConnectorStatusSource, ManagementAgent, ManagementError, etag,
+)  # fmt: skip
 from router.management.agent import ManagementAgent as Agent
 from router.management.entities import NodeType
 
@@ -106,16 +108,20 @@ class Connectors:
         self.started.remove(name)
         return True
 
+    def connector_status(self, name: str) -> tuple[str, str] | None:
+        return ("FAILED", "Connection refused") if name in self.started else None
+
 
 def test_connectors_go_to_a_connector_control() -> None:
     control = Connectors()
-    assert isinstance(control, ConnectorControl)
+    assert isinstance(control, ConnectorControl) and isinstance(control, ConnectorStatusSource)
     a = agent(control, router=RouterSection(id="A", mode="interior"))
     a.create("connector", {"name": "c", "host": "peer", "port": 5673, "saslUsername": "u", "saslPassword": "secret"})
     assert control.started == ["c"] and a.config.connectors[0].sasl_password == "secret"
     read = a.read("connector", name="c")
     assert read["saslUsername"] == "u" and read["saslPassword"] == "********"  # never shown
     assert read["role"] == "inter-router" and read["reconnectMaxSeconds"] == 30.0
+    assert (read["connectionStatus"], read["connectionMsg"]) == ("FAILED", "Connection refused")
     a.update("connector", "c", {**read, "cost": 5})  # the mask sent back leaves the password alone
     assert control.started == ["c"] and a.connectors[0].cost == 5 and a.connectors[0].sasl_password == "secret"
     assert a.update("connector", "c", {"cost": 5})["cost"] == 5 and control.started == ["c"]  # no change: no restart

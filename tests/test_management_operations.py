@@ -154,6 +154,7 @@ def test_connectors_are_configuration() -> None:
                                 type="org.apache.qpid.dispatch.connector", name="to-peer")  # fmt: skip
     assert status == 201 and connector["cost"] == 3 and connector["role"] == "inter-router"
     assert connector["identity"] == "connector/to-peer" and connector["saslPassword"] is None
+    assert connector["connectionStatus"] is None  # the stub control runs no connectors
     assert [c.name for c in m.agent.config.connectors] == ["to-peer"]
     assert m.op("DELETE", type="connector", name="to-peer")[0] == 204 and m.agent.config.connectors == ()
 

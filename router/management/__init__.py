@@ -35,10 +35,12 @@ from __future__ import annotations
 
 from .agent import ManagementAgent
 from ..config.models import Connector
-from .model import Attribute, ConfigControl, ConnectorControl, EntityType, ManagementError, etag
+from .model import (
+    Attribute, ConfigControl, ConnectorControl, ConnectorStatusSource, EntityType, ManagementError, etag,
+)  # fmt: skip
 from .node import ManagementNode, install
 
 __all__ = [
-    "Attribute", "ConfigControl", "Connector", "ConnectorControl", "EntityType", "ManagementAgent",
+    "Attribute", "ConfigControl", "Connector", "ConnectorControl", "ConnectorStatusSource", "EntityType", "ManagementAgent",
     "ManagementError", "ManagementNode", "etag", "install",
 ]  # fmt: skip

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..config.loader import problems_of
 from ..config.models import AddressConfig, Connector, Listener, RouterConfig
-from .model import Attribute, ConnectorControl, EntityType, ManagementError
+from .model import Attribute, ConnectorControl, ConnectorStatusSource, EntityType, ManagementError
 
 if TYPE_CHECKING:
     from .agent import ManagementAgent
@@ -229,16 +229,26 @@ class ConnectorType(EntityType):
     short_name = "connector"
     description = ("A connection this router opens to another router and keeps up (retried with backoff); "
                    "interior routers connect inter-router, edge routers edge")  # fmt: skip
-    attributes = CONNECTOR.without_name()
+    attributes = CONNECTOR.without_name() + (
+        Attribute("connectionStatus", "string", "CONNECTING, SUCCESS (connected) or FAILED (waiting to retry)"),
+        Attribute("connectionMsg", "string", "Why the last attempt failed"),
+    )
     operations = ("CREATE", "READ", "UPDATE", "DELETE")
     configuration = True
+    status_attributes = ("connectionStatus", "connectionMsg")
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         for connector in agent.config.connectors:
-            yield self._entity(connector)
+            yield self._entity(agent, connector)
 
-    def _entity(self, connector: Connector) -> dict[str, Any]:
-        return self.entity(f"connector/{connector.name}", connector.name, **_without_name(CONNECTOR.render(connector)))
+    def _entity(self, agent: ManagementAgent, connector: Connector) -> dict[str, Any]:
+        source = agent.control if isinstance(agent.control, ConnectorStatusSource) else None
+        status = source.connector_status(connector.name) if source is not None else None
+        return self.entity(
+            f"connector/{connector.name}", connector.name, **_without_name(CONNECTOR.render(connector)),
+            connectionStatus=status[0] if status is not None else None,
+            connectionMsg=status[1] if status is not None else None,
+        )  # fmt: skip
 
     @staticmethod
     def _control(agent: ManagementAgent) -> ConnectorControl | None:
@@ -246,7 +256,7 @@ class ConnectorType(EntityType):
         return agent.control if isinstance(agent.control, ConnectorControl) else None
 
     def create(self, agent: ManagementAgent, attributes: dict[str, Any], now: float) -> dict[str, Any]:
-        connector: Connector = CONNECTOR.build(CONNECTOR.parse(attributes), "connector")
+        connector: Connector = CONNECTOR.build(CONNECTOR.parse(attributes, self.status_attributes), "connector")
         if any(existing.name == connector.name for existing in agent.config.connectors):
             raise ManagementError(409, f"there is a connector named {connector.name!r} already")
         # Checked before the control acts: a role the router's mode does not allow is a 400.
@@ -254,11 +264,11 @@ class ConnectorType(EntityType):
         if (control := self._control(agent)) is not None:
             act(f"start connector {connector.name}", lambda: control.create_connector(connector))
         agent.config = candidate
-        return self._entity(connector)
+        return self._entity(agent, connector)
 
     def update(self, agent: ManagementAgent, entity: dict[str, Any], attributes: dict[str, Any], now: float) -> dict[str, Any]:
         old = next(x for x in agent.config.connectors if x.name == entity["name"])
-        new: Connector = CONNECTOR.build(CONNECTOR.merge(old, CONNECTOR.parse(attributes)), "connector")
+        new: Connector = CONNECTOR.build(CONNECTOR.merge(old, CONNECTOR.parse(attributes, self.status_attributes)), "connector")
         if new == old:
             return entity
         candidate = with_config(agent, connectors=tuple(new if x is old else x for x in agent.config.connectors))
@@ -267,7 +277,7 @@ class ConnectorType(EntityType):
             act(f"stop connector {old.name}", lambda: control.delete_connector(old.name))
             act(f"start connector {new.name}", lambda: control.create_connector(new))
         agent.config = candidate
-        return self._entity(new)
+        return self._entity(agent, new)
 
     def delete(self, agent: ManagementAgent, entity: dict[str, Any]) -> None:
         candidate = with_config(agent, connectors=tuple(x for x in agent.config.connectors if x.name != entity["name"]))

@@ -222,3 +222,14 @@ class ConnectorControl(Protocol):
     def create_connector(self, connector: Connector) -> None: ...
 
     def delete_connector(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class ConnectorStatusSource(Protocol):
+    """Optional: a control that also implements this fills the connector entities' read-only
+    `connectionStatus` (CONNECTING, SUCCESS or FAILED, as the anchors say) and `connectionMsg`
+    (the last error, or "" when there is none); they are null without it."""
+
+    def connector_status(self, name: str) -> tuple[str, str] | None:
+        """(status, message) of connector `name`, or None when it is not running."""
+        ...
