@@ -1,0 +1,135 @@
+"""The `topology` CLI: the pure answers (links, paths, choices) from canned management entities,
+the drawings, and the command against a real router process (errors are one line, exit 1)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from topology.cli import render
+from topology.cli.network import AddressInfo, Network, RouterInfo, as_json, choose
+
+from .support.router_process import RouterProcess, router_env
+
+# A ring  A -1- B -1- C -1- D -5- A  (D's end of D-A says 5, A's says 1: the link costs 5).
+RING = {
+    "A": {"B": 1, "D": 1},
+    "B": {"A": 1, "C": 1},
+    "C": {"B": 1, "D": 1},
+    "D": {"C": 1, "A": 5},
+}
+
+
+def ring(bus: str = "A") -> Network:
+    routers = {rid: RouterInfo(rid, link_costs=dict(peers)) for rid, peers in RING.items()}  # type: ignore[arg-type]
+    return Network(bus=bus, routers=routers)
+
+
+def text(renderable: object) -> str:
+    console = Console(record=True, width=200)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_links_cost_the_larger_end_and_one_way_claims_show() -> None:
+    network = ring()
+    network.routers["C"].link_costs["X"] = 2  # X never lists C
+    network.routers["X"] = RouterInfo("X")
+    links = {(link.a, link.b): link for link in network.links()}
+    assert links[("A", "D")].cost == 5 and links[("A", "D")].two_way
+    assert links[("A", "B")].cost == 1
+    assert not links[("C", "X")].two_way and links[("C", "X")].cost == 2
+    assert "one-way" in text(render.links_table(network))
+
+
+def test_paths_follow_each_routers_next_hop() -> None:
+    network = ring()
+    # Computed from link states (no router answered): A reaches D through B and C (cost 3 < 5).
+    assert network.routes_of("A")["D"] == ("B", 3)
+    assert network.path("A", "D") == ["A", "B", "C", "D"]
+    # A router's own answer wins over the computation.
+    network.routers["B"].routes = {"D": ("A", 9), "A": ("A", 1), "C": ("C", 1)}
+    with pytest.raises(LookupError, match="routing loop"):
+        network.path("A", "D")
+
+
+def test_closest_picks_the_least_cost_and_explains() -> None:
+    network = ring()
+    info = AddressInfo("orders", "closest", local_consumers=0, remote_routers=["C", "D"])
+    choice = choose(network, "A", info)
+    assert choice.candidates == {"C": 2, "D": 3} and choice.chosen == ["C"]
+    assert choice.paths["C"] == ["A", "B", "C"] and "least cost 2" in choice.reason
+    local = choose(network, "A", AddressInfo("orders", "closest", 1, ["C"]))
+    assert local.chosen == ["A"] and local.paths["A"] == ["A"]
+    assert "delivered locally" in text(render.choice_view(local))
+
+
+def test_equal_costs_round_robin_and_multicast_takes_all() -> None:
+    network = ring("B")
+    tie = choose(network, "B", AddressInfo("q", "closest", 0, ["A", "C"]))
+    assert tie.chosen == ["A", "C"] and "round robin among 2" in tie.reason
+    fan = choose(network, "A", AddressInfo("q", "multicast", 1, ["C", "D"]))
+    assert fan.chosen == ["A", "C", "D"]
+    balanced = choose(network, "A", AddressInfo("q", "balanced", 0, ["B", "D"]))
+    assert balanced.chosen == ["B"] and "outstanding" in balanced.reason
+
+
+def test_no_consumers_reachable_is_a_lookup_error() -> None:
+    network = ring()
+    with pytest.raises(LookupError, match="no consumers"):
+        choose(network, "A", AddressInfo("q", "closest", 0, ["Z"]))
+
+
+def test_tree_table_and_json() -> None:
+    network = ring()
+    network.routers["Z"] = RouterInfo("Z", reachable=False)
+    drawing = text(render.tree(network, "A"))
+    assert "D (cost 3)" in drawing and "Z: unreachable" in drawing
+    assert drawing.index("B (cost 1)") < drawing.index("C (cost 2)") < drawing.index("D (cost 3)")
+    table = text(render.routes_table(network, "A"))
+    assert "A -> B -> C -> D" in table and "computed from link states" in table
+    data = as_json(network.links())
+    assert {"a": "A", "b": "D", "cost_a": 1, "cost_b": 5, "cost": 5, "two_way": True} in data
+    json.dumps(as_json(network.routers))  # plain JSON all the way down
+
+
+def test_png_drawing(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "net.png"
+    render.write_png(ring(), target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _topology(*args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "topology.cli.main", *args], capture_output=True, text=True, env=router_env(), timeout=60
+    )
+
+
+@pytest.mark.process
+def test_against_a_standalone_router(tmp_path: Path) -> None:
+    with RouterProcess.running(tmp_path, {"router": {"id": "solo"}, "listeners": [{"name": "amqp", "port": 0}]}) as router:
+        bus = f"127.0.0.1:{router.ports['amqp']}"
+        listed = _topology("routers", "-b", bus, "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert list(json.loads(listed.stdout)) == ["solo"]
+        drawn = _topology("links", "-b", bus)
+        assert drawn.returncode == 0 and "solo (cost 0)" in drawn.stdout
+        missing = _topology("path", "--address", "nowhere", "-b", bus)
+        assert missing.returncode == 1 and missing.stdout == ""
+        assert missing.stderr.strip().splitlines() == ["error: solo knows no address 'nowhere' (no consumers for it anywhere in the network)"]
+        unknown = _topology("routes", "--router", "nosuch", "-b", bus)
+        assert unknown.returncode == 1 and "unknown router 'nosuch'" in unknown.stderr
+        assert "Traceback" not in unknown.stderr
+
+
+def test_unreachable_router_is_one_line() -> None:
+    result = _topology("routers", "-b", "127.0.0.1:1", "--timeout", "2")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "127.0.0.1:1" in result.stderr

@@ -1,0 +1,132 @@
+"""How the `topology` CLI draws the network: rich tables and trees, and an optional PNG.
+
+Owns: columns, labels and drawings. Must not touch: asking routers (gather.py), deciding
+paths (network.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from .network import AddressInfo, Choice, Network
+
+
+def _cost(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def routers_table(network: Network) -> Table:
+    table = Table(title=f"Routers in the network (seen from {network.bus})")
+    for column in ("router", "reachable", "next hop", "cost", "neighbours", "instance"):
+        table.add_column(column)
+    for rid, info in sorted(network.routers.items()):
+        hop = "(self)" if rid == network.bus else (info.next_hop or "-")
+        table.add_row(
+            rid, "yes" if info.reachable else "NO", hop, _cost(info.cost),
+            ", ".join(sorted(info.link_costs)) or "-", "-" if info.instance is None else str(info.instance),
+        )  # fmt: skip
+    return table
+
+
+def links_table(network: Network) -> Table:
+    table = Table(title="Inter-router links (cost = the larger of both ends')")
+    for column in ("router", "router", "cost", "ends' costs", "state"):
+        table.add_column(column)
+    for link in network.links():
+        state = "up" if link.two_way else "one-way (not used)"
+        table.add_row(link.a, link.b, _cost(link.cost), f"{_cost(link.cost_a)} / {_cost(link.cost_b)}", state)
+    return table
+
+
+def tree(network: Network, root: str) -> Tree:
+    """The least-cost tree from `root`: each router under the one before it on its path."""
+    top = Tree(Text(f"{root} (cost 0)", style="bold"))
+    nodes = {root: top}
+    routes = network.routes_of(root)
+    for dest in sorted(routes, key=lambda d: (routes[d][1], d)):
+        try:
+            path = network.path(root, dest)
+        except LookupError as exc:
+            top.add(Text(f"{dest}: {exc}", style="red"))
+            continue
+        for before, router in zip(path, path[1:]):
+            if router not in nodes:
+                cost = routes.get(router, ("", None))[1]
+                nodes[router] = nodes[before].add(f"{router} (cost {_cost(cost)})")
+    unreachable = sorted(set(network.routers) - set(nodes))
+    for rid in unreachable:
+        top.add(Text(f"{rid}: unreachable", style="red"))
+    return top
+
+
+def routes_table(network: Network, router: str) -> Table:
+    info = network.routers.get(router)
+    source = "its own answer" if info is not None and info.routes is not None else "computed from link states"
+    table = Table(title=f"Routes of {router} ({source})")
+    for column in ("destination", "next hop", "cost", "path"):
+        table.add_column(column)
+    routes = network.routes_of(router)
+    for dest in sorted(routes):
+        hop, cost = routes[dest]
+        try:
+            path = " -> ".join(network.path(router, dest))
+        except LookupError as exc:
+            path = str(exc)
+        table.add_row(dest, hop, str(cost), path)
+    if info is not None and info.error:
+        table.caption = f"{router} did not answer ({info.error}); routes computed from link states"
+    return table
+
+
+def choice_view(choice: Choice) -> RenderableType:
+    where = Table(title=f"Routers with consumers for {choice.address!r} (from {choice.source})")
+    for column in ("router", "cost", "chosen"):
+        where.add_column(column)
+    for rid, cost in sorted(choice.candidates.items(), key=lambda item: (item[1], item[0])):
+        where.add_row(rid + (" (local)" if rid == choice.source else ""), str(cost), "yes" if rid in choice.chosen else "")
+    paths = Tree(Text(f"{choice.source}: {choice.reason}", style="bold"))
+    for rid in choice.chosen:
+        paths.add(" -> ".join(choice.paths[rid]) + (" (delivered locally)" if rid == choice.source else ""))
+    return Group(where, paths)
+
+
+def address_table(address: str, seen: list[tuple[str, AddressInfo | None, str | None]]) -> Table:
+    table = Table(title=f"Where {address!r} has consumers")
+    for column in ("router", "local consumers", "distribution", "routers with consumers (its view)"):
+        table.add_column(column)
+    for rid, info, error in seen:
+        if error is not None:
+            table.add_row(rid, "?", "?", Text(f"no answer: {error}", style="red"))
+        elif info is None:
+            table.add_row(rid, "0", "-", "-")
+        else:
+            table.add_row(rid, str(info.local_consumers), info.distribution, ", ".join(sorted(info.remote_routers)) or "-")
+    return table
+
+
+def write_png(network: Network, path: Path) -> None:
+    """The router graph as a PNG (networkx + matplotlib; ImportError when matplotlib is missing)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    graph: nx.Graph[str] = nx.Graph()
+    graph.add_nodes_from(sorted(network.routers))
+    for link in network.links():
+        if link.two_way:
+            graph.add_edge(link.a, link.b, cost=link.cost)
+    layout = nx.spring_layout(graph, seed=1)  # fixed seed: the same network draws the same
+    figure = plt.figure(figsize=(8, 6))
+    colours = ["tab:orange" if n == network.bus else "tab:blue" for n in graph.nodes]
+    nx.draw_networkx(graph, layout, node_color=colours, font_color="white", node_size=900)
+    nx.draw_networkx_edge_labels(graph, layout, edge_labels=nx.get_edge_attributes(graph, "cost"))
+    plt.axis("off")
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
