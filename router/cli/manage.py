@@ -5,7 +5,7 @@
     router manage create --type address prefix=orders distribution=closest   (or --stdin JSON)
     router manage update --type log --name ROUTER enable=debug+
     router manage delete --type address --name orders
-    router manage get-types | get-mgmt-nodes
+    router manage get-types [TYPE] | get-attributes [TYPE] | get-operations [TYPE] | get-mgmt-nodes
 
 Owns: the verbs, their options and their output (JSON on stdout; one error line on stderr and a
 non-zero exit when the router is unreachable or answers with a non-2xx status).
@@ -158,19 +158,44 @@ def delete(
     _run(bus, go)
 
 
-@app.command("get-types")
-def get_types(
-    type: Annotated[str | None, typer.Argument(help="only this type")] = None,
-    bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S, indent: Indent = 2,
-) -> None:  # fmt: skip
-    """Print the entity types the router manages."""
-
+def _describe_types(operation: str, type: str | None, bus: str, router: str | None, timeout: float, indent: int) -> None:
     async def go(host: str, port: int) -> int:
         async with session(host, port, timeout) as mgmt:
-            _print(await mgmt.get_types(type, address=target(router)), indent)
+            call = {"types": mgmt.get_types, "attributes": mgmt.get_attributes, "operations": mgmt.get_operations}
+            _print(await call[operation](type, address=target(router)), indent)
         return 0
 
     _run(bus, go)
+
+
+TypeArgument = Annotated[str | None, typer.Argument(help="only this type")]
+
+
+@app.command("get-types")
+def get_types(
+    type: TypeArgument = None, bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S,
+    indent: Indent = 2,
+) -> None:  # fmt: skip
+    """Print the entity types the router manages (each with its base types)."""
+    _describe_types("types", type, bus, router, timeout, indent)
+
+
+@app.command("get-attributes")
+def get_attributes(
+    type: TypeArgument = None, bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S,
+    indent: Indent = 2,
+) -> None:  # fmt: skip
+    """Print the attribute names of every entity type (or of TYPE)."""
+    _describe_types("attributes", type, bus, router, timeout, indent)
+
+
+@app.command("get-operations")
+def get_operations(
+    type: TypeArgument = None, bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S,
+    indent: Indent = 2,
+) -> None:  # fmt: skip
+    """Print the operations every entity type (or TYPE) allows."""
+    _describe_types("operations", type, bus, router, timeout, indent)
 
 
 @app.command("get-mgmt-nodes")

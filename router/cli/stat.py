@@ -47,6 +47,7 @@ class View:
     title: str
     columns: tuple[tuple[str, str], ...]  # (header, attribute)
     single: bool = False  # one entity shown as attribute/value rows
+    empty: str = "none"  # what an empty table reads as
 
 
 VIEWS: dict[ViewName, View] = {
@@ -80,7 +81,7 @@ VIEWS: dict[ViewName, View] = {
     ViewName.nodes: View("router.node", "Routers in the Network", (
         ("router-id", "id"), ("next-hop", "nextHop"), ("link", "routerLink"), ("cost", "cost"),
         ("neighbors", "linkState"), ("valid-origins", "validOrigins"),
-    )),
+    ), empty="none (no other router is known: a standalone router, or not in a mesh yet)"),
     ViewName.memory: View("memory", "Memory", (
         ("Resident Memory", "residentMemoryBytes"), ("Virtual Memory", "virtualMemoryBytes"),
         ("Peak Resident Memory", "peakResidentMemoryBytes"), ("Python Objects (GC-tracked)", "pythonObjects"),
@@ -141,8 +142,15 @@ def cell(attribute: str, value: Any) -> str:
     return _text(value)
 
 
+def _blank(value: Any) -> bool:
+    return value is None or value == ""
+
+
 def render(view: View, data: Any, router_id: str | None, console: Console) -> None:
     title = f"{view.title}" + (f" (router {router_id})" if router_id else "")
+    if not data:
+        console.print(f"{title}: {view.empty}")  # one line rather than an empty table
+        return
     if view.single:
         table = Table("attribute", "value", title=title, title_justify="left")
         shown = set()
@@ -154,12 +162,12 @@ def render(view: View, data: Any, router_id: str | None, console: Console) -> No
             if attribute not in shown and attribute not in ("identity", "name", "type"):
                 table.add_row(attribute, cell(attribute, value))
     else:
-        present = [(h, a) for h, a in view.columns if any(a in row for row in data)] or list(view.columns)
+        # A column no row has a value for says nothing (e.g. the peer's host when the network
+        # layer does not report it): left out.
+        present = [(h, a) for h, a in view.columns if any(not _blank(row.get(a)) for row in data)]
         table = Table(*(h for h, _ in present), title=title, title_justify="left")
         for row in data:
             table.add_row(*(cell(a, row.get(a)) for _, a in present))
-        if not data:
-            table.caption = "(none)"
     console.print(table)
 
 

@@ -142,7 +142,7 @@ class ConnectionType(EntityType):
         properties = {str(k): v for k, v in (remote.properties or {}).items()} if remote is not None else None
         return self.entity(
             str(state.id), f"connection/{state.id}", container=remote.container_id if remote is not None else None,
-            host=state.host, role=state.listener.role, dir="in", protocol="amqp", listener=state.listener.name,
+            host=state.host or None, role=state.listener.role, dir="in", protocol="amqp", listener=state.listener.name,
             sasl=mechanism, isAuthenticated=mechanism not in (None, "ANONYMOUS"), user=engine.user,
             isEncrypted=False, properties=properties, opened=state.opened,
             operStatus="closing" if state.closed else "up", adminStatus="enabled",

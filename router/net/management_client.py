@@ -160,6 +160,12 @@ class ManagementSession:
     async def get_types(self, type: str | None = None, *, address: str = DEFAULT_NODE) -> Any:
         return await self.call("GET-TYPES", address=address, type=NODE_TYPE, name="self", entityType=type)
 
+    async def get_attributes(self, type: str | None = None, *, address: str = DEFAULT_NODE) -> Any:
+        return await self.call("GET-ATTRIBUTES", address=address, type=NODE_TYPE, name="self", entityType=type)
+
+    async def get_operations(self, type: str | None = None, *, address: str = DEFAULT_NODE) -> Any:
+        return await self.call("GET-OPERATIONS", address=address, type=NODE_TYPE, name="self", entityType=type)
+
     async def get_mgmt_nodes(self, *, address: str = DEFAULT_NODE) -> list[str]:
         body = await self.call("GET-MGMT-NODES", address=address, type=NODE_TYPE, name="self")
         return [str(node) for node in body or []]

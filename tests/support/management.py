@@ -1,8 +1,13 @@
-"""An in-process router with an HTTP listener, and a small HTTP client, for the management tests.
+"""Routers with an HTTP listener, a small HTTP client and the management CLI, for the tests.
 
-    async with managed_router() as router:        # AMQP and HTTP on 127.0.0.1, ephemeral ports
+    async with managed_router() as router:        # in process: AMQP and HTTP on 127.0.0.1, ephemeral ports
         status, headers, body = await router.http("GET", "/management/listener")
         router.amqp_port, router.server, router.id
+
+    with router_with_http(tmp_path, "cli-router") as proc:   # `router run` as a subprocess
+        result = cli("stat", "links", "--json", "-b", proc.bus)  # `router ...`, output captured
+        with live_traffic(proc.amqp_port, "orders", 3):          # links that stay attached
+            ...
 
 The HTTP client is urllib in a worker thread (the router keeps running on the trio thread);
 every request has a time-out, so a hung router fails the test instead of hanging it.
@@ -11,17 +16,28 @@ every request has a time-out, so a hung router fails the test instead of hanging
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
+import yaml
 
+from router.amqp.message import Message
 from router.config.models import HttpListener, Listener, RouterConfig, RouterSection
+from router.net.client import connect
 from router.net.server import RouterServer
+
+from . import router_process
+from .router_process import RouterProcess, router_command, router_env
 
 MEDIA_TYPE = "application/amqp-management+json"
 HTTP_TIMEOUT_S = 5.0
@@ -92,3 +108,118 @@ async def managed_router(config: RouterConfig | None = None) -> AsyncIterator[Ma
             server.shutdown()
             with trio.fail_after(5):
                 await server.wait_stopped()
+
+
+# --- `router run` with an HTTP listener, and the CLI -----------------------------------------------
+
+# router_process.LISTENING knows amqp:// lines only; `router run` prints http:// ones too.
+LISTENING_ANY = re.compile(r"^listening (\S+) (?:amqp|http)://\[?([^\]]+)\]?:(\d+)$")
+CLI_TIMEOUT_S = 30.0
+
+
+@dataclass
+class ProcessRouter:
+    process: RouterProcess
+    id: str
+
+    @property
+    def amqp_port(self) -> int:
+        return self.process.ports["amqp"]
+
+    @property
+    def http_port(self) -> int:
+        return self.process.ports["http"]
+
+    @property
+    def bus(self) -> str:
+        return f"127.0.0.1:{self.amqp_port}"
+
+
+@contextmanager
+def router_with_http(directory: Path, router_id: str, **config: Any) -> Iterator[ProcessRouter]:
+    """`router run` on a file with an AMQP listener `amqp` and an HTTP listener `http` (both on
+    127.0.0.1, port 0); stopped with SIGTERM on exit, which must end it with code 0."""
+    settings: dict[str, Any] = {
+        "router": {"id": router_id},
+        "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}],
+        "http": [{"name": "http", "host": "127.0.0.1", "port": 0}],
+        **config,
+    }
+    path = directory / "router.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    process = RouterProcess(path, listeners=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(router_process, "LISTENING", LISTENING_ANY)
+        process.start()
+    try:
+        yield ProcessRouter(process, router_id)
+    finally:
+        if process.proc is not None and process.proc.poll() is None:
+            code = process.stop()
+            assert code == 0, f"router exited with {code}:\n{process.output}"
+        process.kill()
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`router ARGS...` as a subprocess, its output captured as text."""
+    return subprocess.run(
+        router_command(*args), input=stdin, capture_output=True, text=True, env=router_env(), timeout=CLI_TIMEOUT_S,
+        check=False,
+    )  # fmt: skip
+
+
+def cli_json(*args: str, stdin: str | None = None) -> Any:
+    """`router ARGS...`, which must succeed; its stdout parsed as JSON."""
+    result = cli(*args, stdin=stdin)
+    assert result.returncode == 0 and result.stderr == "", result
+    return json.loads(result.stdout)
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    """The failed command's only stderr line (which starts with `error:`); nothing on stdout."""
+    assert result.returncode == code, result
+    assert "Traceback" not in result.stderr and result.stdout == "", result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@contextmanager
+def live_traffic(port: int, address: str, count: int, timeout_s: float = 10.0) -> Iterator[str]:
+    """A client (trio, in a thread of its own) that sends `count` messages to `address` through
+    the router on `port`, its receiver accepting each, and keeps both links attached until the
+    block ends. Yields the client's container id."""
+    ready, done = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+    container: list[str] = []
+
+    async def main() -> None:
+        async with connect("127.0.0.1", port) as client:
+            container.append(client.engine.config.container_id)
+            receiver = await client.open_receiver(address, credit=count)
+            sender = await client.open_sender(address)
+            for i in range(count):
+                tracker = await sender.start_send(Message.value(i))
+                receiver.accept(await receiver.receive())
+                await tracker.wait()
+            ready.set()
+            await trio.to_thread.run_sync(done.wait)
+
+    def run() -> None:
+        try:
+            trio.run(main)
+        except BaseException as exc:  # reported by the test's thread
+            failures.append(exc)
+        finally:
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(timeout_s), "the traffic did not flow in time"
+        if failures:
+            raise failures[0]
+        yield container[0]
+    finally:
+        done.set()
+        thread.join(timeout_s)
