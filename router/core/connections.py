@@ -1,8 +1,11 @@
-"""Turning a listener's configuration into a connection engine, and per-connection router state.
+"""Turning a listener's or connector's configuration into a connection engine, and
+per-connection router state.
 
 Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms and the
-PLAIN credential check from the configured users), and ConnState, the router's view of one
-connection (its listener, its links, backpressure flags).
+PLAIN credential check from the configured users), the client-side engine of a connector
+(container-id = our router id, SASL PLAIN with the connector's credentials, else ANONYMOUS), and
+ConnState, the router's view of one connection (the listener or connector it belongs to, its
+role and cost, its links, backpressure flags).
 Must not touch: routing decisions, I/O.
 """
 
@@ -13,8 +16,8 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.connection import Connection, ConnectionConfig
-from ..amqp.sasl import SaslServerConfig
-from ..config.models import Listener, RouterConfig
+from ..amqp.sasl import SaslClientConfig, SaslServerConfig
+from ..config.models import Connector, Listener, RouterConfig
 
 if TYPE_CHECKING:
     from .links import InLink, OutLink
@@ -53,17 +56,45 @@ def new_engine(config: RouterConfig, listener: Listener) -> Connection:
     return Connection(engine_config(config, listener))
 
 
+def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connection:
+    """The client-side engine of a connection `connector` opens to another router. Its open is
+    sent by `RouterCore.connect`, which also registers it."""
+    if connector.sasl_username is not None:
+        sasl = SaslClientConfig(mechanisms=("PLAIN",), username=connector.sasl_username,
+                                password=connector.sasl_password, hostname=connector.host)  # fmt: skip
+    else:
+        sasl = SaslClientConfig(mechanisms=("ANONYMOUS",), hostname=connector.host)
+    return Connection(
+        ConnectionConfig(
+            container_id=config.router.id,
+            server=False,
+            max_frame_size=connector.max_frame_size,
+            channel_max=connector.max_sessions_per_connection - 1,
+            idle_timeout_s=connector.idle_timeout_s or None,
+            sasl_client=sasl,
+        )
+    )
+
+
 class ConnState:
     """The router's state for one connection (hung on `engine.context`)."""
 
     __slots__ = (
         "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
-        "opened", "closed", "opened_at", "host", "sasl_mechanism",
+        "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
     )  # fmt: skip
 
-    def __init__(self, engine: Connection, listener: Listener) -> None:
+    def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
         self.engine = engine
+        # The listener that accepted it, or the connector that opened it (both carry the
+        # connection settings: link capacity, high-water marks, limits).
         self.listener = listener
+        self.outgoing = isinstance(listener, Connector)
+        # normal (clients), inter-router or edge: what the listener or connector is for.
+        self.role: str = listener.role
+        # The peer router (router.core.interrouter.Peer) once an inter-router or edge
+        # connection is recognised; None for clients.
+        self.peer: Any = None
         self.id = next(_ids)
         self.in_links: set[InLink] = set()
         self.out_links: set[OutLink] = set()
@@ -80,6 +111,11 @@ class ConnState:
         self.opened_at: float | None = None
         self.host = ""
         self.sasl_mechanism: str | None = None
+
+    @property
+    def cost(self) -> int:
+        """This end's configured cost for an inter-router connection."""
+        return self.listener.cost
 
     @property
     def link_count(self) -> int:

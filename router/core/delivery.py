@@ -1,7 +1,8 @@
 """Records of deliveries in flight through the router: the only per-message state it keeps.
 
 Owns: Forward (one incoming delivery, linked to its outgoing delivery for anycast, or to its
-copies for multicast) and Copy (one multicast copy), and SessionMaps (per session: the
+copies for multicast), Copy (one multicast copy), Meta (what routers say about a delivery that
+crosses the mesh: router.core.annotations reads and writes it) and SessionMaps (per session: the
 deliveries received on it awaiting settlement, and the ones sent on it, by delivery-id).
 A Forward holds the message's frames only while it cannot be sent yet (waiting for consumer
 credit) or while a multicast copy still needs them; once sent, only ids remain.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..amqp.peek import RoutingView
 from ..amqp.session import Session
 
 Payload = bytes | memoryview
@@ -25,7 +27,7 @@ class Forward:
     __slots__ = (
         "in_link", "in_id", "in_session", "presettled", "frames", "complete", "size", "entry",
         "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
-        "message_format", "state", "arrived",
+        "message_format", "state", "arrived", "view", "meta", "rframe",
     )  # fmt: skip
 
     def __init__(
@@ -55,9 +57,39 @@ class Forward:
         self.done = False  # finished: outcome relayed, released, expired or aborted
         self.message_format = message_format
         self.state: Any = None  # the outcome told to the producer (multicast: the strongest)
+        # The first frame's routing view (where its annotations are), kept for the mesh.
+        self.view: RoutingView | None = None
+        # Router annotations: set when it came from another router or goes to one.
+        self.meta: Meta | None = None
+        self.rframe: Payload | None = None  # multicast: the first frame for other routers
 
     def __repr__(self) -> str:
         return f"Forward(in={self.in_id}, out={self.out_id}, done={self.done})"
+
+
+class Meta:
+    """The routing metadata of one delivery that may cross routers.
+
+    `span`/`insert_at` locate the message-annotations section in the delivery's first frame as
+    it is held now (`raw`: still with the router annotations it arrived with)."""
+
+    __slots__ = ("to", "explicit_to", "ingress", "trace", "span", "insert_at", "raw", "came_from")
+
+    def __init__(
+        self, to: str | None, explicit_to: bool, ingress: str | None, trace: tuple[str, ...],
+        span: tuple[int, int] | None, insert_at: int, raw: bool, came_from: str | None = None,
+    ) -> None:  # fmt: skip
+        self.to = to
+        self.explicit_to = explicit_to  # `to` travels as x-opt-qd.to (it is not properties.to)
+        self.ingress = ingress  # None: this router (the message entered the mesh here)
+        self.trace = trace
+        self.span = span
+        self.insert_at = insert_at
+        self.raw = raw
+        self.came_from = came_from  # the neighbour router it arrived from
+
+    def __repr__(self) -> str:
+        return f"Meta(to={self.to!r}, ingress={self.ingress!r}, trace={self.trace!r})"
 
 
 class Copy:

@@ -7,7 +7,10 @@ undecodable: rejected decode-error; no destination or expired: released, or drop
 presettled), stripping router annotations clients must not set, the distributions (closest:
 round robin; balanced: least outstanding; multicast: a copy per consumer), streaming later frames
 and aborts, deliveries waiting for credit (and their expiry), and consumer credit and drain.
-Must not touch: outcome bookkeeping (settlement.py), attach handling (links.py).
+In a mesh it also sends to other routers over the inter-router data links: the paths are chosen
+by remote.py, the router annotations written by annotate.py (only on deliveries that cross
+routers: a router's local traffic never pays for them).
+Must not touch: outcome bookkeeping (settlement.py), attach handling (links.py), the topology.
 """
 
 from __future__ import annotations
@@ -18,22 +21,20 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
-from ..amqp.decode import decode_at
-from ..amqp.encode import encode
 from ..amqp.errors import DecodeError
 from ..amqp.events import FlowReceived, TransferReceived
-from ..amqp.messaging import ACCEPTED, RELEASED, MessageAnnotations, Rejected
+from ..amqp.messaging import ACCEPTED, RELEASED, Rejected
 from ..amqp.peek import RoutingView, peek
 from ..amqp.performatives import RECEIVER, SND_SETTLED, SND_UNSETTLED, Error
+from . import annotate, remote
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .links import InLink, OutLink, alive
 from .settlement import DELIVERY_FAILED, Settlement
-from .table import NOWHERE
+from .table import NOWHERE, AddressEntry
 
 if TYPE_CHECKING:
     from .router import RouterCore
 
-ROUTER_ANNOTATION_PREFIX = "x-opt-qd."
 LOCAL_MESSAGE_LIMIT = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
 
 
@@ -51,6 +52,7 @@ class Forwarder(Settlement):
     def on_transfer(self, event: TransferReceived, now: float) -> None:
         inl = event.link.context
         if type(inl) is not InLink:
+            self.core.mesh.on_transfer(event, now)  # a control message between routers
             return
         if event.first:
             self._first_frame(inl, event, now)
@@ -86,13 +88,22 @@ class Forwarder(Settlement):
                 self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {exc.description}")
                 return
             view = None  # a first frame cut inside the properties: route by the link alone
+        meta = None
         if entry is None:
             assert view is not None
-            if not view.to:
+            to = view.to
+            if inl.peer is not None:  # from another router: routed by its annotations
+                try:
+                    meta = annotate.parse(payload, view, inl.peer)
+                except DecodeError as exc:
+                    self._refuse(inl, event, E.DECODE_ERROR, f"malformed router annotations: {exc.description}")
+                    return
+                to = meta.to
+            if not to:
                 self._refuse(inl, event, E.PRECONDITION_FAILED,
                              "routing failure: no address (properties.to) on an anonymous link")  # fmt: skip
                 return
-            entry = self.core.table.find(view.to)
+            entry = self.core.table.lookup(to)
         settled = event.settled
         fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
@@ -103,6 +114,12 @@ class Forwarder(Settlement):
             inl.presettled += 1
         if event.more:
             inl.streaming = fwd
+        if meta is not None:
+            fwd.meta = meta
+            if remote.looped(self.core.mesh, meta):
+                self.core.mesh.dropped_loop += 1
+                self.unroutable(fwd)
+                return
         if entry is None or not entry.has_destination:
             self.unroutable(fwd)
             return
@@ -115,8 +132,13 @@ class Forwarder(Settlement):
                     self.unroutable(fwd)
                     return
                 fwd.expiry = expiry
-            if view.annotations_span is not None and inl.conn.listener.role == "normal":
-                fwd.frames = [_strip_router_annotations(payload, view.annotations_span)]
+            if view.annotations_span is not None and inl.peer is None:
+                stripped, view = annotate.strip_client(payload, view)
+                fwd.frames = [stripped]
+            fwd.view = view
+            if meta is None and entry.remote:  # it may leave this router: the address travels
+                address = inl.address
+                fwd.meta = annotate.for_client_delivery(view, address or view.to, address is not None)
         self._route(fwd)
 
     def _next_frame(self, inl: InLink, fwd: Forward, event: TransferReceived) -> None:
@@ -218,12 +240,75 @@ class Forwarder(Settlement):
         if entry.distribution == "multicast":
             self._multicast(fwd)
             return
+        if entry.remote:
+            self._anycast_mesh(fwd)
+            return
         out = self._pick(entry.consumers, entry.rr, entry.distribution == "balanced")
         if out is None:
             self._wait(fwd)
         else:
             entry.rr += 1
             self._send(fwd, out)
+
+    def _anycast_mesh(self, fwd: Forward) -> None:
+        """Anycast where other routers have consumers too: local consumers cost 0 (closest
+        always takes them when there are any); otherwise remote.anycast chooses."""
+        entry = fwd.entry
+        balanced = entry.distribution == "balanced"
+        local = None
+        if entry.consumers:
+            local = self._pick(entry.consumers, entry.rr, balanced)
+            if not balanced:
+                if local is None:
+                    self._wait(fwd)
+                else:
+                    entry.rr += 1
+                    self._send(fwd, local)
+                return
+        choice = remote.anycast(self.core.mesh, fwd, balanced)
+        if local is not None and (choice is None or not choice[2] or local.outstanding <= choice[1]):
+            entry.rr += 1
+            self._send(fwd, local)
+        elif choice is None:
+            if fwd.meta is not None and fwd.meta.ingress is not None and not entry.consumers:
+                self.unroutable(fwd)  # no way on from here: the previous router hears released
+            else:
+                self._wait(fwd)  # a path may come back (routes changing): routed again then
+        elif choice[2]:
+            self._send(fwd, choice[0])
+        elif entry.consumers:
+            self._wait(fwd)
+        else:
+            self._queue_on(choice[0], fwd)
+
+    def _queue_on(self, out: OutLink, fwd: Forward) -> None:
+        """Wait for credit on an inter-router data link."""
+        if fwd.frames is not None:
+            fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
+        if out.pending is None:
+            out.pending = deque()
+        out.pending.append(fwd)
+        self._wait_bytes(fwd, +1)
+
+    def _egress(self, fwd: Forward, out: OutLink, frames: list[Payload]) -> list[Payload]:
+        """The frames as `out` must get them: with router annotations for another router,
+        without them for a consumer."""
+        meta = fwd.meta
+        if out.neighbour is not None:
+            if meta is None:  # it had no remote destination when it arrived
+                view = fwd.view if fwd.view is not None else peek(frames[0])
+                inl = fwd.in_link
+                to = inl.address if inl is not None and inl.address else view.to or fwd.entry.address
+                meta = fwd.meta = annotate.for_client_delivery(view, to, True)
+            first = fwd.rframe
+            if first is None:
+                first = annotate.for_router(frames[0], meta, self.core.router_id)
+                if fwd.copies is not None:
+                    fwd.rframe = first
+            return [first, *frames[1:]]
+        if meta is not None and meta.raw:
+            frames[0] = annotate.strip(frames[0], meta)
+        return frames
 
     @staticmethod
     def _pick(consumers: list[OutLink], rr: int, balanced: bool) -> OutLink | None:
@@ -249,6 +334,8 @@ class Forwarder(Settlement):
     def _send(self, fwd: Forward, out: OutLink) -> None:
         frames = fwd.frames
         assert frames is not None
+        if fwd.meta is not None or out.neighbour is not None:
+            frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
         tag = out.next_tag()
@@ -259,9 +346,15 @@ class Forwarder(Settlement):
                                         message_format=fwd.message_format)  # fmt: skip
         fwd.out, fwd.out_id = out, out_id
         fwd.frames = None
-        fwd.entry.deliveries_egress += 1
         out.delivered += 1
         self.core.touch(out.conn.engine)
+        if out.neighbour is None:
+            fwd.entry.deliveries_egress += 1
+        else:
+            fwd.entry.deliveries_transit += 1
+            if not settled:
+                counts = fwd.entry.remote_out
+                counts[out] = counts.get(out, 0) + 1
         if not settled:
             maps_of(link.session).outbound[out_id] = fwd
             out.outstanding += 1
@@ -289,8 +382,23 @@ class Forwarder(Settlement):
         self._release_window(fwd)
 
     def _multicast(self, fwd: Forward) -> None:
-        consumers = fwd.entry.consumers
-        fwd.copies = [Copy(fwd, out) for out in consumers]
+        entry = fwd.entry
+        targets: list[OutLink] = []
+        mesh = self.core.mesh
+        if fwd.meta is None or remote.local_ok(mesh, fwd.meta):
+            targets.extend(entry.consumers)
+            if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
+                alias = self.core.table.entries.get("L" + entry.key[1:])
+                if alias is not None:
+                    targets.extend(alias.consumers)
+        elif not entry.remote:
+            mesh.dropped_invalid_origin += 1
+        if entry.remote:
+            targets.extend(remote.multicast(mesh, fwd))
+        if not targets:
+            self.unroutable(fwd)
+            return
+        fwd.copies = [Copy(fwd, out) for out in targets]
         fwd.remaining = len(fwd.copies)
         for copy in fwd.copies:
             out = copy.out
@@ -309,6 +417,8 @@ class Forwarder(Settlement):
     def _send_copy(self, copy: Copy) -> None:
         fwd, out = copy.forward, copy.out
         frames = fwd.frames or []
+        if frames and (fwd.meta is not None or out.neighbour is not None):
+            frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
         tag = out.next_tag()
@@ -317,7 +427,10 @@ class Forwarder(Settlement):
             copy.out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
                                              message_format=fwd.message_format)  # fmt: skip
         copy.sent_frames = len(frames)
-        fwd.entry.deliveries_egress += 1
+        if out.neighbour is None:
+            fwd.entry.deliveries_egress += 1
+        else:
+            fwd.entry.deliveries_transit += 1
         out.delivered += 1
         self.core.touch(out.conn.engine)
         if not settled:
@@ -362,11 +475,13 @@ class Forwarder(Settlement):
     def send_from_router(self, to: str, payload: bytes) -> bool:
         """Route a message the router itself originates (presettled), e.g. a management reply.
         False when `to` has no destination (the message is dropped and counted)."""
-        entry = self.core.table.find(to)
+        entry = self.core.table.lookup(to)
         if entry is None or not entry.has_destination:
             self.router_dropped += 1
             return False
         fwd = Forward(None, -1, True, [payload], True, entry, 0)
+        if entry.remote:
+            fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
         entry.deliveries_ingress += 1
         self.router_sent += 1
         self._route(fwd)
@@ -394,7 +509,14 @@ class Forwarder(Settlement):
         link = out.link
         pending = out.pending
         while pending and link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
-            copy = pending.popleft()
+            item = pending.popleft()
+            if type(item) is Forward:  # anycast, waiting for an inter-router link's credit
+                if not item.done:
+                    self._wait_bytes(item, -1)
+                    self._send(item, out)
+                continue
+            copy = item
+            assert isinstance(copy, Copy)
             if not copy.done and not copy.forward.done:
                 self._send_copy(copy)
                 fwd = copy.forward
@@ -420,6 +542,8 @@ class Forwarder(Settlement):
         out = event.link.context
         if type(out) is OutLink:
             self.consumer_ready(out, now)
+        else:
+            self.core.mesh.on_flow(event)  # a control link between routers
 
     def expire(self, now: float) -> None:
         heap = self._expiring
@@ -453,18 +577,37 @@ class Forwarder(Settlement):
             elif not fwd.done:
                 self.relay_outcome(fwd, DELIVERY_FAILED)
                 fwd.done = True
-        for copy in out.pending or ():  # never sent: released
-            if not copy.done and not copy.forward.done:
-                self._copy_failed(copy)
+        for item in out.pending or ():  # never sent: released
+            if type(item) is Forward:
+                if not item.done:
+                    self._wait_bytes(item, -1)
+                    self.unroutable(item)
+            else:
+                assert isinstance(item, Copy)
+                if not item.done and not item.forward.done:
+                    self._copy_failed(item)
         out.pending = None
-        if not entry.consumers:
-            while entry.pending:
-                fwd = entry.pending.popleft()
-                if not fwd.done:
-                    self._wait_bytes(fwd, -1)
-                    self.unroutable(fwd)
+        if not entry.consumers and out.neighbour is None:
+            if entry.key[0] == "M":
+                self.core.mesh.local_consumers(entry, False)
+            self.reroute(entry)  # to other routers, or released when there are none
             for producer in entry.producers:
                 self.credit_dirty(producer)  # no destination any more: drain their credit
+
+    def reroute(self, entry: AddressEntry) -> None:
+        """Route again the deliveries waiting at `entry` (its destinations changed)."""
+        if not entry.pending:
+            return
+        waiting = list(entry.pending)
+        entry.pending.clear()
+        for fwd in waiting:
+            if fwd.done:
+                continue
+            self._wait_bytes(fwd, -1)
+            if entry.has_destination:
+                self._route(fwd)
+            else:
+                self.unroutable(fwd)
 
     def producer_gone(self, inl: InLink, now: float) -> None:
         entry = inl.entry
@@ -493,16 +636,3 @@ def _expiry(view: RoutingView, now: float) -> float | None:
         by_ttl = start + view.ttl_ms / 1000
         expiry = by_ttl if expiry is None else min(expiry, by_ttl)
     return expiry
-
-
-def _strip_router_annotations(payload: Payload, span: tuple[int, int]) -> Payload:
-    """Remove `x-opt-qd.*` keys a client set: only routers may set router annotations."""
-    start, stop = span
-    section, _ = decode_at(payload, start, stop)
-    if not isinstance(section, MessageAnnotations):
-        return payload
-    kept = {k: v for k, v in section.value.items() if not str(k).startswith(ROUTER_ANNOTATION_PREFIX)}
-    if len(kept) == len(section.value):
-        return payload
-    middle = encode(MessageAnnotations(value=kept)) if kept else b""
-    return b"".join((payload[:start], middle, payload[stop:]))

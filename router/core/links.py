@@ -3,7 +3,9 @@
 Owns: InLink (a client sends to the router: our receiver link), OutLink (the router sends to a
 client: our sender link), answering attaches (address lookup, dynamic and anonymous termini,
 refusals with the right condition, link limits), and tearing links down on detach, session end
-or connection loss, which hands in-flight deliveries to the forwarder for reporting.
+or connection loss, which hands in-flight deliveries to the forwarder for reporting. Links of
+inter-router connections are the same classes (an InLink with `peer`, an OutLink with
+`neighbour` set); their attaches are answered by router.core.interrouter.
 Must not touch: message bytes, disposition bookkeeping (forwarder/settlement).
 """
 
@@ -37,14 +39,22 @@ class InLink:
     __slots__ = (
         "link", "conn", "entry", "capacity", "inflight", "streaming", "discarding", "gone",
         "delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped", "id",
+        "address", "peer",
     )  # fmt: skip
 
-    def __init__(self, link: Link, conn: ConnState, entry: AddressEntry | None) -> None:
+    def __init__(
+        self, link: Link, conn: ConnState, entry: AddressEntry | None, address: str | None = None,
+        peer: str | None = None, capacity: int = 0,
+    ) -> None:  # fmt: skip
         self.id = next(_ids)
         self.link = link
         self.conn = conn
         self.entry = entry  # None: an anonymous link, routed per message by properties.to
-        self.capacity = conn.listener.link_capacity
+        self.address = address  # the target address as attached (x-opt-qd.to when forwarded)
+        # The neighbour router this inter-router data link comes from: deliveries on it are
+        # routed by their router annotations (x-opt-qd.to, ingress, trace).
+        self.peer = peer
+        self.capacity = capacity or conn.listener.link_capacity
         self.inflight = 0  # deliveries taken from this link without a final outcome yet
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
         self.discarding = False  # dropping the remaining frames of a refused delivery
@@ -61,16 +71,20 @@ class OutLink:
 
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
-        "capacity", "delivered", "accepted", "rejected", "released", "modified", "id",
+        "capacity", "delivered", "accepted", "rejected", "released", "modified", "id", "neighbour",
     )  # fmt: skip
 
-    def __init__(self, link: Link, conn: ConnState, entry: AddressEntry) -> None:
+    def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
         self.id = next(_ids)
         self.link = link
         self.conn = conn
+        # The consumed address; for an inter-router data link a private entry of its own.
         self.entry = entry
+        self.neighbour = neighbour  # set on the data link to that neighbour router
         self.outstanding = 0  # sent and unsettled: the "balanced" load measure
-        self.pending: deque[Copy] | None = None  # multicast copies waiting for this link's credit
+        # Deliveries waiting for this link's credit: multicast copies, and on an inter-router
+        # data link anycast deliveries too.
+        self.pending: deque[Copy | Forward] | None = None
         self.streaming: Forward | Copy | None = None  # a multi-frame delivery being sent on it
         self.gone = False
         self.tags = 0
@@ -113,6 +127,9 @@ def attach_link(core: RouterCore, conn: ConnState, link: Link, now: float) -> No
     """Answer a client's attach: register a producer or a consumer, or refuse it."""
     if conn.closed or link.state.local is not UNINIT or conn.engine.state.local is not ACTIVE:
         return
+    if conn.role != "normal":  # links between routers (router.core.interrouter)
+        core.mesh.peer_attach(conn, link)
+        return
     if conn.link_count >= conn.listener.max_links_per_connection:
         _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
                 f"link limit ({conn.listener.max_links_per_connection}) reached on this connection")  # fmt: skip
@@ -136,7 +153,7 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link) -> None:
         if not source.address:
             _refuse(link, E.INVALID_FIELD, "a receiving link needs a source address (or dynamic)")
             return
-        maybe = table.get_or_create(source.address)
+        maybe = table.get_or_create(source.address, consumer=True)
         if maybe is None:
             _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {core.router_id}")
             return
@@ -150,6 +167,8 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link) -> None:
     if first:  # a destination appeared: its producers may now have credit
         for producer in entry.producers:
             core.forwarder.credit_dirty(producer)
+        if entry.key[0] == "M":  # the mesh learns of it (router.core.mesh)
+            core.mesh.local_consumers(entry, True)
 
 
 def _attach_producer(core: RouterCore, conn: ConnState, link: Link) -> None:
@@ -160,10 +179,12 @@ def _attach_producer(core: RouterCore, conn: ConnState, link: Link) -> None:
         return
     entry: AddressEntry | None = None
     answer: Any = target
+    address: str | None = target.address if target is not None else None
     if target is not None and target.dynamic:
         entry = core.table.get_or_create(f"_$temp.{secrets.token_urlsafe(9)}")
         assert entry is not None
         answer = Target(address=entry.address, dynamic=True, capabilities=target.capabilities)
+        address = entry.address
     elif target is not None and target.address:
         entry = core.table.get_or_create(target.address)
         if entry is None:
@@ -172,7 +193,7 @@ def _attach_producer(core: RouterCore, conn: ConnState, link: Link) -> None:
     limit = core.config.limits.max_message_size
     link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
     link.attach(source=link.remote_source, target=answer, max_message_size=limit)
-    inl = InLink(link, conn, entry)
+    inl = InLink(link, conn, entry, address)
     link.context = inl
     conn.in_links.add(inl)
     if entry is not None:

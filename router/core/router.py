@@ -2,13 +2,15 @@
 
     core = RouterCore(config)
     state = core.accept(engine, listener)       # a new connection's engine (router.core.connections)
+    state = core.connect(engine, connector, now) # an engine from new_outgoing_engine: we open it
     core.handle(engine, engine.events(), now)    # now = wall-clock seconds
     for engine in core.take_touched(): wake its writer
     core.tick(now) at core.next_deadline()
     core.shutdown(now)                           # close everything with amqp:connection:forced
 
 Owns: connection, session and link life cycles as the router sees them, limits, and dispatch
-to the address table (table.py), forwarding (forwarding.py) and settlement (settlement.py).
+to the address table (table.py), forwarding (forwarding.py), settlement (settlement.py) and, on
+an interior router, the mesh (mesh.py: the topology engine, inter-router connections).
 The core calls engine commands directly; the network layer only flushes the engines it touched.
 Must not touch: sockets, tasks, clocks (time comes in as `now`).
 """
@@ -22,17 +24,21 @@ from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
-from ..config.models import Listener, RouterConfig
+from ..config.models import Connector, Listener, RouterConfig
 from .connections import ConnState
 from .forwarding import Forwarder
+from .interrouter import check_open, open_properties
 from .links import GoneTotals, attach_link, detach_link, link_gone, session_ended
+from .mesh import Mesh
 from .table import AddressTable, LocalEndpoint
 
 OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY",)
 
 
 class RouterCore:
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(self, config: RouterConfig, *, instance: int | None = None) -> None:
+        """`instance`: the router's boot instance in the inter-router protocol (it must grow
+        when the router restarts); by default the first `now` given, in milliseconds."""
         self.config = config
         self.router_id = config.router.id
         self.connections: dict[Connection, ConnState] = {}
@@ -46,6 +52,7 @@ class RouterCore:
         # Counters of links that are gone (management's router-wide totals).
         self.gone_in = GoneTotals()
         self.gone_out = GoneTotals()
+        self.mesh = Mesh(self, config, instance)
 
     # --- the surface the network layer uses -----------------------------------------------------
 
@@ -54,6 +61,18 @@ class RouterCore:
         state = ConnState(engine, listener)
         engine.context = state
         self.connections[engine] = state
+        return state
+
+    def connect(self, engine: Connection, connector: Connector, now: float) -> ConnState:
+        """Register the engine of a connection we open to another router (from
+        connections.new_outgoing_engine) and send our open; the network layer flushes it."""
+        state = ConnState(engine, connector)
+        engine.context = state
+        self.connections[engine] = state
+        if self.mesh.enabled:
+            self.mesh.start(now)
+        engine.open(offered_capabilities=self.offered_capabilities, properties=open_properties(self, state))
+        self.touch(engine)
         return state
 
     def handle(self, engine: Connection, events: list[ev.Event], now: float) -> None:
@@ -68,6 +87,9 @@ class RouterCore:
             state.output_blocked = True
         forwarder = self.forwarder
         forwarder.now = now
+        mesh = self.mesh
+        if mesh.enabled and mesh.node is None:
+            mesh.start(now)
         for event in events:
             t = type(event)
             if t is ev.TransferReceived:
@@ -78,6 +100,8 @@ class RouterCore:
                 forwarder.on_flow(event, now)  # type: ignore[arg-type]
             else:
                 self._lifecycle(state, event, now)
+        if mesh.dirty or now >= mesh.deadline:
+            mesh.service(now)
         forwarder.flush()
 
     def take_touched(self) -> set[Connection]:
@@ -91,10 +115,25 @@ class RouterCore:
     def tick(self, now: float) -> None:
         self.forwarder.now = now
         self.forwarder.expire(now)
+        if self.mesh.enabled:
+            self.mesh.start(now)
+            self.mesh.service(now)
         self.forwarder.flush()
 
     def next_deadline(self) -> float | None:
-        return self.forwarder.next_deadline()
+        deadline = self.forwarder.next_deadline()
+        mesh = self.mesh.next_deadline()
+        if mesh is not None and (deadline is None or mesh < deadline):
+            return mesh
+        return deadline
+
+    def close_connection(self, state: ConnState, error: Error, now: float) -> None:
+        """Close a connection ourselves: what is in flight on it is reported first."""
+        self._connection_gone(state, now)
+        engine = state.engine
+        if engine.state.local is not CLOSED and not engine.finished:
+            engine.close(error)
+        self.touch(engine)
 
     def set_output_blocked(self, engine: Connection, blocked: bool, now: float) -> None:
         """The network layer says whether `engine`'s socket can take more bytes right now."""
@@ -161,7 +200,7 @@ class RouterCore:
         match event:
             case ev.RemoteOpen():
                 state.opened_at = now
-                self._on_open(state)
+                self._on_open(state, now)
             case ev.Authenticated():
                 state.sasl_mechanism = event.mechanism
             case ev.RemoteBegin():
@@ -187,8 +226,16 @@ class RouterCore:
             case _:
                 pass
 
-    def _on_open(self, state: ConnState) -> None:
+    def _on_open(self, state: ConnState, now: float) -> None:
         engine = state.engine
+        if state.outgoing:  # we opened it (connect): check who answered
+            error, cost = check_open(self, state)
+            if error is not None:
+                self.close_connection(state, error, now)
+                return
+            state.opened = True
+            self.mesh.peer_opened(state, cost, now)
+            return
         if engine.state.local is not UNINIT:
             return  # the engine closed it already (a violation read together with the open)
         if self.shutting_down:
@@ -204,8 +251,17 @@ class RouterCore:
                 )
             )
             return
+        error, cost = check_open(self, state)
+        if error is not None:
+            engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
+            engine.close(error)
+            return
         state.opened = True
-        engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
+        if state.role == "normal":
+            engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
+            return
+        engine.open(offered_capabilities=self.offered_capabilities, properties=open_properties(self, state))
+        self.mesh.peer_opened(state, cost, now)
 
     def _connection_gone(self, state: ConnState, now: float) -> None:
         """Every link of the connection is gone: report in-flight deliveries (released/modified)."""
@@ -214,3 +270,5 @@ class RouterCore:
         state.closed = True
         for session in state.engine.sessions:
             session_ended(self, session, now)
+        if state.peer is not None:
+            self.mesh.peer_gone(state, now)

@@ -6,7 +6,12 @@ temporary addresses, removal of unused entries).
 
 Keys follow the anchors' address classes: "M<address>" for mobile addresses and
 "L<address>" for addresses local to this router (`_local/x`, `_topo/0/<this-router>/x`,
-dynamic `temp.<id>`). `_topo/0/<other-router>/x` has no key on a standalone router.
+dynamic `temp.<id>`). In a mesh (router mode interior) "R<router-id>" holds every
+`_topo/0/<other-router>/...` address (its destination is that router, docs/mesh.md) and
+"T<x>" is `_topo/0/all/x` (every router's local `x`); a standalone router has no R keys and
+treats `_topo/0/all/x` as its own `_local/x`.
+Remote destinations (`AddressEntry.remote`: router ids) are written by router.core.mesh from
+the topology's address table and routes.
 Must not touch: links' protocol state, message bytes.
 """
 
@@ -37,6 +42,7 @@ class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
+        "remote", "remote_out", "deliveries_transit",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -58,10 +64,15 @@ class AddressEntry:
         self.dropped = 0
         self.expired = 0
         self.rejected = 0
+        # Other routers with consumers (mobile), the target router (R), every router (T).
+        self.remote: frozenset[str] = frozenset()
+        # Balanced anycast: unsettled deliveries of this address per inter-router link.
+        self.remote_out: dict[OutLink, int] = {}
+        self.deliveries_transit = 0  # sent to another router
 
     @property
     def has_destination(self) -> bool:
-        return bool(self.consumers) or self.local is not None
+        return bool(self.consumers) or self.local is not None or bool(self.remote)
 
     @property
     def unused(self) -> bool:
@@ -75,10 +86,17 @@ class AddressEntry:
 NOWHERE = AddressEntry("-", "<no destination>", DEFAULT_DISTRIBUTION)
 
 
+def _no_remote(_key: str) -> frozenset[str]:
+    return frozenset()
+
+
 class AddressTable:
     def __init__(self, config: RouterConfig) -> None:
         self.router_id = config.router.id
+        self.mesh = config.router.mode == "interior"
         self.entries: dict[str, AddressEntry] = {}
+        # key -> routers that are destinations of it now (set by the mesh): fills new entries.
+        self.remote_for: Callable[[str], frozenset[str]] = _no_remote
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         for rule in config.addresses:
@@ -102,9 +120,24 @@ class AddressTable:
         parsed = classify(address, self.router_id)
         if parsed.kind is Kind.MOBILE:
             return "M" + parsed.key, parsed.key
-        if parsed.kind in (Kind.LOCAL, Kind.ALL_ROUTERS):
+        if parsed.kind is Kind.LOCAL or (parsed.kind is Kind.ALL_ROUTERS and not self.mesh):
             return "L" + parsed.key, parsed.key
-        return None
+        if not self.mesh:
+            return None
+        if parsed.kind is Kind.ALL_ROUTERS:
+            return "T" + parsed.key, parsed.key
+        assert parsed.router is not None
+        return "R" + parsed.router, parsed.key
+
+    def consumer_key(self, address: str) -> tuple[str, str] | None:
+        """The key a consumer of `address` subscribes to: `_topo/0/all/x` is this router's own
+        `x`, and no one consumes at another router's address (the anchors refuse it too)."""
+        key = self.key_of(address)
+        if key is None or key[0][0] == "R":
+            return None
+        if key[0][0] == "T":
+            return "L" + key[0][1:], key[1]
+        return key
 
     def distribution_for(self, address: str) -> str:
         rule = self.matcher.lookup(address)
@@ -114,14 +147,30 @@ class AddressTable:
         key = self.key_of(address)
         return self.entries.get(key[0]) if key is not None else None
 
-    def get_or_create(self, address: str) -> AddressEntry | None:
-        key = self.key_of(address)
+    def get_or_create(self, address: str, consumer: bool = False) -> AddressEntry | None:
+        key = self.consumer_key(address) if consumer else self.key_of(address)
         if key is None:
             return None
         entry = self.entries.get(key[0])
         if entry is None:
-            entry = AddressEntry(key[0], address, self.distribution_for(key[1]))
+            kind = key[0][0]
+            # R: one destination router (closest); T: a copy for every router (multicast).
+            distribution = {"R": "closest", "T": "multicast"}.get(kind) or self.distribution_for(key[1])
+            entry = AddressEntry(key[0], address, distribution)
+            if kind != "L":
+                entry.remote = self.remote_for(key[0])
             self.entries[key[0]] = entry
+        return entry
+
+    def lookup(self, address: str) -> AddressEntry | None:
+        """The entry a delivery to `address` goes to: an existing one, or one created for an
+        address that has destinations on other routers only (never for a plain unknown one)."""
+        key = self.key_of(address)
+        if key is None:
+            return None
+        entry = self.entries.get(key[0])
+        if entry is None and key[0][0] != "L" and self.remote_for(key[0]):
+            entry = self.get_or_create(address)
         return entry
 
     def new_dynamic(self) -> AddressEntry:

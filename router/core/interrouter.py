@@ -1,0 +1,182 @@
+"""Inter-router connections: recognising the peer router, and the links between two routers.
+
+Owns: the connection properties a router puts in its open (`mesh.role`, `mesh.version`,
+`mesh.cost`: docs/mesh.md, "Connection roles and properties"), the checks on the peer's open
+(a router on a client listener, a client on a router listener, a bad or duplicate router id, a
+bad cost: each refused with a clear condition), and the links each router attaches on an
+inter-router connection: one control link (`qd.router` capability; HELLO, RA, ... as AMQP
+messages) and one data link (`qd.router-data`, anonymous target: every routed delivery) per
+direction. Each router attaches its own sending links in a session of its own and answers the
+peer's: the setup is symmetric, so it does not matter which side connected.
+Must not touch: the topology protocol (router.core.mesh drives it), routing decisions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..amqp import errors as E
+from ..amqp.endpoints import ACTIVE
+from ..amqp.link import Link
+from ..amqp.messaging import Source, Target
+from ..amqp.performatives import Error
+from ..config.models import COST_MAX
+from .connections import ConnState
+from .links import InLink, OutLink
+from .table import AddressEntry
+
+if TYPE_CHECKING:
+    from .router import RouterCore
+
+ROLE_PROPERTY = "mesh.role"  # normal (or absent), inter-router, edge
+VERSION_PROPERTY = "mesh.version"  # of the inter-router link setup below
+COST_PROPERTY = "mesh.cost"  # this end's configured cost; the link's is the max of both ends'
+MESH_VERSION = 1
+CONTROL_CAPABILITY = "qd.router"
+DATA_CAPABILITY = "qd.router-data"
+CONTROL_CREDIT = 256  # control messages in flight per direction (topped up at half)
+DATA_WINDOW_MIN = 1000  # the data link's credit window: max(this, 4 x link capacity)
+
+
+class Peer:
+    """The router at the other end of one inter-router connection."""
+
+    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "queue", "partial", "dropped")
+
+    def __init__(self, router_id: str, conn: ConnState, cost: int) -> None:
+        self.id = router_id
+        self.conn = conn
+        self.cost = cost  # max(mine, theirs)
+        self.control_out: Link | None = None
+        self.data_out: OutLink | None = None
+        self.queue: deque[bytes] = deque()  # encoded control messages waiting for credit
+        self.partial: list[bytes] = []  # a multi-frame control message arriving
+        self.dropped = 0  # control messages dropped because the queue was full
+
+    def __repr__(self) -> str:
+        return f"Peer({self.id!r}, conn #{self.conn.id}, cost {self.cost})"
+
+
+class ControlIn:
+    """Context of the control link on which a peer sends us control messages."""
+
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+
+
+class ControlOut:
+    """Context of our control link to a peer."""
+
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+
+
+def open_properties(core: RouterCore, state: ConnState) -> dict[str, Any]:
+    """What our open carries on `state`: the router's properties, plus role, version and cost
+    on a connection between routers."""
+    properties = dict(core.open_properties)
+    if state.role != "normal":
+        properties.update({ROLE_PROPERTY: state.role, VERSION_PROPERTY: MESH_VERSION, COST_PROPERTY: state.cost})
+    return properties
+
+
+def _refusal(description: str, condition: str = E.NOT_ALLOWED) -> Error:
+    return Error(condition=condition, description=description)
+
+
+def check_open(core: RouterCore, state: ConnState) -> tuple[Error | None, int]:
+    """Check the peer's open on `state`: (an error to close with, or None; the link cost)."""
+    remote = state.engine.remote_open
+    assert remote is not None
+    props = {str(k): v for k, v in (remote.properties or {}).items()}
+    claimed = props.get(ROLE_PROPERTY)
+    what = f"{'connector' if state.outgoing else 'listener'} {state.listener.name!r}"
+    if state.role == "normal":
+        if claimed in ("inter-router", "edge"):
+            return _refusal(f"{what} is for clients (role normal): connect a router with role "
+                            f"{claimed} to a listener with that role"), 0  # fmt: skip
+        return None, 0
+    if claimed != state.role:
+        return _refusal(f"{what} is for routers with role {state.role}: the peer's open must carry "
+                        f"the connection property {ROLE_PROPERTY}={state.role!r} (got {claimed!r})"), 0  # fmt: skip
+    if state.role == "edge":
+        return _refusal("edge connections are not supported by this router yet"), 0
+    if state.role == "inter-router" and core.config.router.mode != "interior":
+        return _refusal(f"router {core.router_id} is not an interior router (mode {core.config.router.mode})"), 0
+    version = props.get(VERSION_PROPERTY)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return _refusal(f"{VERSION_PROPERTY} must be a positive integer: {version!r}", E.INVALID_FIELD), 0
+    peer_id = remote.container_id
+    if not peer_id or "/" in peer_id or len(peer_id) > 255:
+        return _refusal(f"a router's container-id is its router id (1-255 characters, no '/'): {peer_id!r}",
+                        E.INVALID_FIELD), 0  # fmt: skip
+    if peer_id == core.router_id:
+        return _refusal(f"the peer has this router's id {peer_id!r}: router ids must be unique"), 0
+    cost = props.get(COST_PROPERTY, 1)
+    if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= COST_MAX:
+        return _refusal(f"{COST_PROPERTY} must be an integer in [1, {COST_MAX}]: {cost!r}", E.INVALID_FIELD), 0
+    return None, max(int(cost), state.cost)
+
+
+def attach_links(core: RouterCore, peer: Peer) -> None:
+    """Attach our sending links to `peer`: control and data, in a session of our own."""
+    conn = peer.conn
+    session = conn.engine.begin_session()
+    control = session.attach_sender(f"{core.router_id}>{peer.id}/control", source=Source(address=None),
+                                    target=Target(address=None, capabilities=(CONTROL_CAPABILITY,)))  # fmt: skip
+    control.context = ControlOut(peer)
+    peer.control_out = control
+    data = session.attach_sender(f"{core.router_id}>{peer.id}/data", source=Source(address=None),
+                                 target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
+    private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
+    out = OutLink(data, conn, private, neighbour=peer.id)
+    data.context = out
+    conn.out_links.add(out)
+    peer.data_out = out
+
+
+def _capabilities(terminus: Any) -> tuple[str, ...]:
+    caps = getattr(terminus, "capabilities", None)
+    if caps is None:
+        return ()
+    if isinstance(caps, str):
+        return (str(caps),)
+    return tuple(str(c) for c in caps)
+
+
+def answer_attach(core: RouterCore, peer: Peer | None, conn: ConnState, link: Link) -> None:
+    """The peer router attached a link: its control or data link (we receive on it). Anything
+    else on a connection between routers is refused."""
+    if peer is None:
+        link.reject(_refusal("the inter-router connection is not set up (or was replaced)"))
+        return
+    caps = _capabilities(link.remote_target)
+    if link.is_sender or not caps:
+        link.reject(_refusal("only the control and data links of the peer router may attach on an "
+                             f"inter-router connection (target capability {CONTROL_CAPABILITY} or {DATA_CAPABILITY})"))  # fmt: skip
+        return
+    if CONTROL_CAPABILITY in caps:
+        link.attach(source=link.remote_source, target=link.remote_target)
+        link.context = ControlIn(peer)
+        link.flow(CONTROL_CREDIT)
+    elif DATA_CAPABILITY in caps:
+        link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
+        link.attach(source=link.remote_source, target=link.remote_target, max_message_size=core.config.limits.max_message_size)
+        window = max(DATA_WINDOW_MIN, 4 * conn.listener.link_capacity)
+        inl = InLink(link, conn, None, peer=peer.id, capacity=window)
+        link.context = inl
+        conn.in_links.add(inl)
+        core.forwarder.credit_dirty(inl)  # a window at once: not tied to destinations
+    else:
+        link.reject(_refusal(f"unknown inter-router link capabilities {list(caps)}"))
+
+
+def top_up_control(link: Link) -> None:
+    """Receiver side of a control link: keep the peer's credit up."""
+    if link.credit <= CONTROL_CREDIT // 2 and link.state.local is ACTIVE:
+        link.flow(CONTROL_CREDIT)

@@ -1,0 +1,279 @@
+"""The routing core's side of the mesh: drives the topology engine (topology.TopologyNode) and
+applies what it computes to the address table.
+
+Owns: the node (created at the first call that brings the time, its instance = that time in
+milliseconds unless given), the peers (one active inter-router connection per neighbour router,
+a deterministic choice when two exist), control messages in and out (an amqp-value map body
+from topology.messages plus the application property `opcode`, sent presettled on the control
+links, queued while a link has no credit), when to tick the node, and applying its events:
+RoutesChanged -> the routes forwarding reads and the destinations of `_topo` addresses;
+AddressesChanged -> the remote routers of mobile addresses. Producers gain or lose credit when
+an address gains its first or loses its last destination anywhere; deliveries waiting for a
+path are routed again when routes change.
+Must not touch: the protocol's rules (topology/), message bytes of routed deliveries, choosing
+destinations (forwarding.py, remote.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from topology.config import TopologyConfig
+from topology.events import AddressesChanged, RoutesChanged, TopologyEvent
+from topology.messages import ControlMessage, MalformedMessage, Unsupported, from_map, to_map
+from topology.node import TopologyNode
+from topology.routes import Routes, compute_routes
+
+from ..amqp import errors as E
+from ..amqp.errors import DecodeError
+from ..amqp.events import FlowReceived, TransferReceived
+from ..amqp.link import Link
+from ..amqp.message import Message, decode_message, encode_message
+from ..amqp.messaging import ACCEPTED
+from ..amqp.performatives import Error
+from ..config.models import RouterConfig
+from .connections import ConnState
+from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_links, top_up_control
+from .links import OutLink, alive
+from .table import AddressEntry
+
+if TYPE_CHECKING:
+    from .router import RouterCore
+
+CONTROL_QUEUE_MAX = 4096  # control messages waiting for credit per peer (oldest dropped first)
+CONTROL_MESSAGE_MAX = 16 << 20  # a longer control message closes the connection
+
+
+def encode_control(message: ControlMessage) -> bytes:
+    return encode_message(Message.value(to_map(message), application_properties={"opcode": message.OPCODE}))
+
+
+def decode_control(payload: bytes) -> ControlMessage | Unsupported:
+    try:
+        body = decode_message(payload).body_value
+    except TypeError as exc:
+        raise MalformedMessage("a control message body is one amqp-value section") from exc
+    return from_map(body)
+
+
+class Mesh:
+    """See the module docstring. `enabled` only on an interior router."""
+
+    def __init__(self, core: RouterCore, config: RouterConfig, instance: int | None = None) -> None:
+        self.core = core
+        self.me = config.router.id
+        self.enabled = config.router.mode == "interior"
+        self.topology_config = TopologyConfig(hello_interval_s=config.router.hello_interval_s,
+                                              dead_interval_s=config.router.dead_interval_s)  # fmt: skip
+        self._instance = instance
+        self.node: TopologyNode | None = None
+        self.routes: Routes = compute_routes({}, self.me)
+        self.peers: dict[str, Peer] = {}  # neighbour id -> its active connection
+        self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it
+        self.dirty = False  # an input since the last service(): tick the node at once
+        self.deadline = math.inf
+        # Counters (management, tests).
+        self.dropped_loop = 0  # deliveries whose trace shows a loop or is longer than radius + 1
+        self.dropped_invalid_origin = 0  # multicast copies not delivered here (duplicate path)
+        self.malformed_control = 0
+        self.replaced_connections = 0
+        self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
+        core.table.remote_for = self.remote_for
+
+    # --- the node ---------------------------------------------------------------------------------
+
+    def start(self, now: float) -> TopologyNode:
+        if self.node is None:
+            instance = self._instance if self._instance is not None else int(now * 1000)
+            self.node = TopologyNode(self.me, instance, self.topology_config)
+            self.dirty = True
+        return self.node
+
+    def service(self, now: float) -> None:
+        """Run the node's due timers, send its messages, apply its events."""
+        node = self.node
+        if node is None:
+            return
+        self.dirty = False
+        node.tick(now)
+        outgoing = node.take_outgoing()
+        if outgoing:
+            encoded: dict[int, bytes] = {}
+            for to, message in outgoing:
+                payload = encoded.get(id(message))
+                if payload is None:
+                    payload = encoded[id(message)] = encode_control(message)
+                if to is None:
+                    for peer in self.peers.values():
+                        self._send(peer, payload)
+                else:
+                    target = self.peers.get(to)
+                    if target is not None:
+                        self._send(target, payload)
+        for event in node.take_events():
+            self.events.append(event)
+            if isinstance(event, RoutesChanged):
+                self._routes_changed(event.routes)
+            elif isinstance(event, AddressesChanged):
+                for address, routers in event.changes.items():
+                    entry = self.core.table.entries.get("M" + address)
+                    if entry is not None:
+                        self._set_remote(entry, routers)
+        del self.events[:-256]
+        self.deadline = node.next_deadline()
+
+    def next_deadline(self) -> float | None:
+        return self.node.next_deadline() if self.node is not None else None
+
+    # --- peers ------------------------------------------------------------------------------------
+
+    def peer_opened(self, state: ConnState, cost: int, now: float) -> None:
+        """Both opens of an inter-router connection are exchanged and checked."""
+        remote = state.engine.remote_open
+        assert remote is not None
+        peer_id = remote.container_id
+        node = self.start(now)
+        existing = self.peers.get(peer_id)
+        if existing is not None and existing.conn is not state:
+            # Two connections to one router (both connect to each other, or a reconnect before
+            # the old one is seen to fail). Same direction: the newer wins; otherwise both
+            # routers keep the one the smaller router id opened.
+            keep_new = existing.conn.outgoing == state.outgoing or state.outgoing == (self.me < peer_id)
+            error = Error(condition=E.CONNECTION_FORCED,
+                          description=f"another connection to router {peer_id} is in use")  # fmt: skip
+            self.replaced_connections += 1
+            if not keep_new:
+                self.core.close_connection(state, error, now)
+                return
+            del self.peers[peer_id]
+            self.links.pop(peer_id, None)
+            self.core.close_connection(existing.conn, error, now)
+        peer = Peer(peer_id, state, cost)
+        state.peer = peer
+        self.peers[peer_id] = peer
+        attach_links(self.core, peer)
+        assert peer.data_out is not None
+        self.links[peer_id] = peer.data_out
+        node.neighbour_up(peer_id, cost, now=now)
+        self.dirty = True
+
+    def peer_gone(self, state: ConnState, now: float) -> None:
+        """An inter-router connection closed or failed: the neighbour is lost at once."""
+        peer = state.peer
+        if not isinstance(peer, Peer):
+            return
+        state.peer = None
+        if self.peers.get(peer.id) is peer:
+            del self.peers[peer.id]
+            self.links.pop(peer.id, None)
+            if self.node is not None:
+                self.node.neighbour_down(peer.id, now=now)
+                self.dirty = True
+
+    def peer_attach(self, state: ConnState, link: Link) -> None:
+        peer = state.peer if isinstance(state.peer, Peer) else None
+        answer_attach(self.core, peer, state, link)
+
+    # --- control messages -------------------------------------------------------------------------
+
+    def _send(self, peer: Peer, payload: bytes) -> None:
+        if len(peer.queue) >= CONTROL_QUEUE_MAX:
+            peer.queue.popleft()  # the protocol recovers (periodic RA, retried requests)
+            peer.dropped += 1
+        peer.queue.append(payload)
+        self._flush_control(peer)
+
+    def _flush_control(self, peer: Peer) -> None:
+        link = peer.control_out
+        if link is None or not peer.queue or not alive(link):
+            return
+        while peer.queue and link.credit > 0:
+            link.send_transfer(b"c", peer.queue.popleft(), settled=True)
+        self.core.touch(peer.conn.engine)
+
+    def on_flow(self, event: FlowReceived) -> None:
+        ctx = event.link.context
+        if type(ctx) is ControlOut:
+            self._flush_control(ctx.peer)
+
+    def on_transfer(self, event: TransferReceived, now: float) -> None:
+        ctx = event.link.context
+        if type(ctx) is not ControlIn:
+            return
+        peer, link = ctx.peer, event.link
+        if event.aborted:
+            peer.partial.clear()
+            return
+        peer.partial.append(bytes(event.payload))
+        if not event.settled and not event.more:
+            link.dispose(event.delivery_id, state=ACCEPTED, settled=True)
+        if alive(link):
+            top_up_control(link)
+        if event.more:
+            if sum(map(len, peer.partial)) > CONTROL_MESSAGE_MAX:
+                self.core.close_connection(peer.conn, Error(condition=E.RESOURCE_LIMIT_EXCEEDED,
+                                           description="control message too large"), now)  # fmt: skip
+            return
+        payload = b"".join(peer.partial)
+        peer.partial.clear()
+        try:
+            message = decode_control(payload)
+        except DecodeError:
+            self.malformed_control += 1
+            return
+        if self.node is not None and self.peers.get(peer.id) is peer:
+            self.node.receive(peer.id, message, now)
+            self.dirty = True
+
+    # --- what the node computed -------------------------------------------------------------------
+
+    def remote_for(self, key: str) -> frozenset[str]:
+        """The routers that are destinations of table key `key` now."""
+        kind, name = key[0], key[1:]
+        if kind == "M":
+            return self.node.routers_for(name) if self.node is not None else frozenset()
+        if kind == "R":
+            return frozenset((name,)) if name in self.routes.next_hops else frozenset()
+        if kind == "T":
+            return self.routes.reachable
+        return frozenset()
+
+    def _routes_changed(self, routes: Routes) -> None:
+        self.routes = routes
+        table = self.core.table
+        for entry in list(table.entries.values()):
+            kind = entry.key[0]
+            if kind in "RT":
+                self._set_remote(entry, self.remote_for(entry.key))
+            elif entry.pending and not entry.consumers:
+                self.core.forwarder.reroute(entry)
+
+    def _set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None:
+        forwarder = self.core.forwarder
+        had = entry.has_destination
+        entry.remote = routers
+        if had != entry.has_destination:
+            for producer in entry.producers:
+                forwarder.credit_dirty(producer)  # credit now, or drained
+        if entry.pending and not entry.consumers:
+            forwarder.reroute(entry)  # a new path, or none (released)
+        self.core.table.discard_if_unused(entry)
+
+    def local_consumers(self, entry: AddressEntry, present: bool) -> None:
+        """Mobile address `entry` gained its first or lost its last local consumer."""
+        if not self.enabled or self.node is None:
+            return
+        address = entry.key[1:]
+        if present:
+            self.node.set_local_addresses(added=(address,))
+        else:
+            self.node.set_local_addresses(removed=(address,))
+        self.dirty = True
+
+    def info(self) -> dict[str, Any]:
+        """Counters for management."""
+        return {
+            "droppedLoop": self.dropped_loop, "droppedInvalidOrigin": self.dropped_invalid_origin,
+            "malformedControl": self.malformed_control, "replacedConnections": self.replaced_connections,
+        }  # fmt: skip

@@ -1,0 +1,189 @@
+"""MeshHarness: several RouterCores in one process, wired back to back, no sockets, no tasks.
+
+Routers are joined by inter-router connections made exactly as the network layer makes them:
+one side's engine comes from `new_outgoing_engine` and is opened by `core.connect` (with a
+Connector), the other is accepted by `core.accept` on an inter-router Listener. Clients are
+plain engines as in RouterHarness. `pump()` moves bytes and events until everything is quiet;
+`advance(seconds)` moves the virtual clock in steps, ticking every core whose deadline passed;
+`converge()` advances until every router reaches every other and knows the same addresses.
+
+    h = MeshHarness()
+    h.router("A"); h.router("B"); h.link("A", "B", cost=1)
+    h.converge()
+    producer, consumer = h.client("A", "p"), h.client("B", "c")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from router.amqp.connection import Connection, ConnectionConfig
+from router.config.models import Connector, Listener, RouterConfig, RouterSection
+from router.core.connections import new_engine, new_outgoing_engine
+from router.core.router import RouterCore
+from tests.routerharness import Client
+
+CLIENTS = Listener(name="amqp", port=5672)
+INTER_ROUTER = Listener(name="inter-router", port=5673, role="inter-router")
+
+
+@dataclass
+class Wire:
+    """Two engines back to back: each end belongs to a core or to a client."""
+
+    a: Connection
+    b: Connection
+    a_core: RouterCore | None
+    b_core: RouterCore | None
+    a_client: Client | None = None
+    b_client: Client | None = None
+    name: str = ""
+
+    def ends(self) -> tuple[tuple[Connection, Connection, RouterCore | None, Client | None], ...]:
+        return ((self.a, self.b, self.b_core, self.b_client), (self.b, self.a, self.a_core, self.a_client))
+
+
+class MeshHarness:
+    def __init__(self, now: float = 1_000_000.0, **router: Any) -> None:
+        self.now = now
+        self.cores: dict[str, RouterCore] = {}
+        self.wires: list[Wire] = []
+        self.router_defaults = router
+
+    # --- building the network ---------------------------------------------------------------
+
+    def router(self, router_id: str, instance: int | None = None, **config: Any) -> RouterCore:
+        section = RouterSection(id=router_id, mode="interior", **self.router_defaults)
+        config.setdefault("listeners", (CLIENTS, INTER_ROUTER))
+        core = RouterCore(RouterConfig(router=section, **config), instance=instance)
+        self.cores[router_id] = core
+        return core
+
+    def link(self, a: str, b: str, cost: int = 1, b_cost: int | None = None, pump: bool = True) -> Wire:
+        """An inter-router connection from `a` (connector, cost `cost`) to `b` (listener, cost
+        `b_cost`, default the same)."""
+        core_a, core_b = self.cores[a], self.cores[b]
+        connector = Connector(name=f"to-{b}", host="127.0.0.1", port=5673, cost=cost)
+        listener = INTER_ROUTER.model_copy(update={"cost": b_cost if b_cost is not None else cost})
+        engine_a = new_outgoing_engine(core_a.config, connector)
+        engine_b = new_engine(core_b.config, listener)
+        core_b.accept(engine_b, listener)
+        core_a.connect(engine_a, connector, self.now)
+        wire = Wire(engine_a, engine_b, core_a, core_b, name=f"{a}->{b}")
+        self.wires.append(wire)
+        if pump:
+            self.pump()
+        return wire
+
+    def client(self, router_id: str, name: str, listener: Listener = CLIENTS, **cfg: Any) -> Client:
+        core = self.cores[router_id]
+        router_side = new_engine(core.config, listener)
+        core.accept(router_side, listener)
+        engine = Connection(ConnectionConfig(container_id=name, **cfg))
+        client = Client(name, engine, router_side)
+        self.wires.append(Wire(engine, router_side, None, core, a_client=client, name=f"{name}@{router_id}"))
+        engine.open()
+        self.pump()
+        client.session = engine.begin_session()
+        self.pump()
+        return client
+
+    def wire_between(self, a: str, b: str) -> Wire:
+        core_a, core_b = self.cores[a], self.cores[b]
+        for wire in self.wires:
+            if {id(wire.a_core), id(wire.b_core)} == {id(core_a), id(core_b)}:
+                return wire
+        raise KeyError(f"no connection between {a} and {b}")
+
+    def cut(self, wire: Wire) -> None:
+        """The TCP connection drops: both ends see end of stream at once."""
+        self.wires.remove(wire)
+        for engine, core, client in ((wire.a, wire.a_core, wire.a_client), (wire.b, wire.b_core, wire.b_client)):
+            engine.receive_data(b"", self.now)
+            events = engine.events()
+            if core is not None:
+                core.handle(engine, events, self.now)
+            elif client is not None:
+                client.on_events(events)
+        self.pump()
+
+    def kill(self, router_id: str) -> None:
+        """A router dies: every connection to it drops."""
+        core = self.cores.pop(router_id)
+        for wire in [w for w in self.wires if core in (w.a_core, w.b_core)]:
+            self.wires.remove(wire)
+            for engine, other_core, client in ((wire.a, wire.a_core, wire.a_client), (wire.b, wire.b_core, wire.b_client)):
+                if other_core is core:
+                    continue
+                engine.receive_data(b"", self.now)
+                events = engine.events()
+                if other_core is not None:
+                    other_core.handle(engine, events, self.now)
+                elif client is not None:
+                    client.on_events(events)
+        self.pump()
+
+    # --- running ------------------------------------------------------------------------------
+
+    def pump(self, rounds: int = 100_000) -> None:
+        for _ in range(rounds):
+            moved = False
+            for wire in list(self.wires):
+                for src, dst, dst_core, dst_client in wire.ends():
+                    data = src.data_to_send()
+                    if data:
+                        moved = True
+                        dst.receive_data(data, self.now)
+                    events = dst.events()
+                    if events:
+                        moved = True
+                        if dst_core is not None:
+                            dst_core.handle(dst, events, self.now)
+                        elif dst_client is not None:
+                            dst_client.on_events(events)
+            for core in self.cores.values():
+                core.take_touched()
+            if not moved:
+                return
+        raise AssertionError("mesh harness never went quiet")
+
+    def advance(self, seconds: float, step: float = 0.001) -> None:
+        """Move the clock by `seconds`, ticking every core when its deadline passes (a core
+        whose deadline stays in the past moves the clock by `step` at most)."""
+        end = self.now + seconds
+        while True:
+            for core in list(self.cores.values()):
+                deadline = core.next_deadline()
+                if deadline is not None and deadline <= self.now:
+                    core.tick(self.now)
+            self.pump()
+            if self.now >= end:
+                return
+            due = [d for d in (c.next_deadline() for c in self.cores.values()) if d is not None]
+            nxt = min([end, *[d for d in due if d > self.now]])
+            if any(d <= self.now for d in due):
+                nxt = min(nxt, self.now + step)
+            self.now = nxt
+
+    def converged(self) -> bool:
+        ids = set(self.cores)
+        tables = []
+        for rid, core in self.cores.items():
+            node = core.mesh.node
+            if node is None or set(node.routes.reachable) != ids - {rid}:
+                return False
+            tables.append({a: set(r) | ({rid} if a in node.local_addresses else set()) for a, r in node.address_table().items()})
+            for address in node.local_addresses:
+                tables[-1].setdefault(address, set()).add(rid)
+        return all(t == tables[0] for t in tables)
+
+    def converge(self, limit_s: float = 60.0) -> float:
+        """Advance until converged; returns the virtual seconds it took."""
+        start = self.now
+        while not self.converged():
+            if self.now - start > limit_s:
+                raise AssertionError(f"no convergence in {limit_s} s: " + ", ".join(
+                    f"{rid}: {sorted(c.mesh.routes.reachable)}" for rid, c in self.cores.items()))
+            self.advance(0.25)
+        return self.now - start
