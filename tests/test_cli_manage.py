@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import trio
@@ -29,7 +30,7 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessRouter]:
         yield proc
 
 
-def manage(router: ProcessRouter, *args: str, stdin: str | None = None) -> object:
+def manage(router: ProcessRouter, *args: str, stdin: str | None = None) -> Any:
     return cli_json("manage", *args, "-b", router.bus, stdin=stdin)
 
 
@@ -44,9 +45,8 @@ def test_types_attributes_operations_and_nodes(router: ProcessRouter) -> None:
         PREFIX + "router.address": [PREFIX + "entity", PREFIX + "operationalEntity"]
     }
     attributes = manage(router, "get-attributes", "router.address")
-    assert {"name", "distribution", "subscriberCount", "remoteCount", "deliveriesIngress", "deliveriesEgress"} <= set(
-        attributes[PREFIX + "router.address"]  # type: ignore[index]
-    )
+    wanted = {"name", "distribution", "subscriberCount", "remoteCount", "deliveriesIngress", "deliveriesEgress"}
+    assert wanted <= set(attributes[PREFIX + "router.address"])
     assert manage(router, "get-operations", "log") == {PREFIX + "log": ["READ", "UPDATE"]}
     assert manage(router, "get-mgmt-nodes") == [f"amqp:/_topo/0/{ROUTER_ID}/$management"]
     # The same through the mesh address of this router.
@@ -54,12 +54,12 @@ def test_types_attributes_operations_and_nodes(router: ProcessRouter) -> None:
 
 
 def test_query_with_and_without_attribute_names(router: ProcessRouter) -> None:
-    [listener] = manage(router, "query", "--type", "listener")  # type: ignore[misc]
+    [listener] = manage(router, "query", "--type", "listener")
     assert listener["name"] == "amqp" and listener["boundPort"] == router.amqp_port and listener["maxSessions"] == 256
     rows = manage(router, "query", "--type", "org.apache.qpid.dispatch.router.address", "name", "subscriberCount")
     assert isinstance(rows, list) and all(set(row) == {"name", "subscriberCount"} for row in rows)
     assert "M0$management" in {row["name"] for row in rows}
-    [router_entity] = manage(router, "query", "--type", "router", "id", "mode", "--router", ROUTER_ID)  # type: ignore[misc]
+    [router_entity] = manage(router, "query", "--type", "router", "id", "mode", "--router", ROUTER_ID)
     assert router_entity == {"id": ROUTER_ID, "mode": "standalone"}
     one_line = cli("manage", "query", "--type", "router", "id", "--indent", "0", "-b", router.bus)
     assert one_line.stdout == f'[{{"id": "{ROUTER_ID}"}}]\n'
@@ -89,7 +89,7 @@ def test_create_from_stdin_json(router: ProcessRouter) -> None:
     batch = [{"type": "address", "name": "cli-a", "prefix": "a"}, {"type": "address", "name": "cli-b", "prefix": "b"}]
     made = manage(router, "create", "--stdin", stdin=json.dumps(batch))
     assert isinstance(made, list) and [m["name"] for m in made] == ["cli-a", "cli-b"]
-    names = {row["name"] for row in manage(router, "query", "--type", "address", "name")}  # type: ignore[attr-defined]
+    names = {row["name"] for row in manage(router, "query", "--type", "address", "name")}
     assert {"cli-one", "cli-a", "cli-b"} <= names
     for name in ("cli-one", "cli-a", "cli-b"):
         assert cli("manage", "delete", "--type", "address", "--name", name, "-b", router.bus).returncode == 0
@@ -138,7 +138,7 @@ def test_errors_the_router_answers_are_one_line(router: ProcessRouter) -> None:
     remote = one_line_error(cli("manage", "query", "--type", "router", "--router", "elsewhere", "-b", bus))
     assert remote == f"error: {bus}: no management node at _topo/0/elsewhere/$management (is the router id right?)"
     # Nothing above changed the router.
-    assert [r["name"] for r in manage(router, "query", "--type", "address")] == []  # type: ignore[attr-defined]
+    assert [r["name"] for r in manage(router, "query", "--type", "address")] == []
 
 
 def test_usage_and_connection_errors_are_one_line(router: ProcessRouter) -> None:
