@@ -1,0 +1,260 @@
+"""Multi-hop anycast, sans-IO: deliveries cross routers with router annotations (to, ingress,
+trace), consumers get them without; closest and balanced over path costs; every outcome and
+settlement travels back hop by hop (accepted, rejected, released, modified; unsettled and
+presettled); streaming messages cross routers frame by frame."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from router.amqp.events import TransferReceived
+from router.amqp.message import Message, decode_message, encode_message
+from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Properties, Rejected
+from router.amqp.peek import peek
+from router.amqp.performatives import Error
+from router.config.models import AddressConfig
+from router.core import annotate
+from router.core.links import InLink
+from tests.meshharness import MeshHarness
+from tests.routerharness import Client
+
+
+def _line(*ids: str, **router: Any) -> MeshHarness:
+    h = MeshHarness()
+    for i, rid in enumerate(ids):
+        h.router(rid, instance=i + 1, **router)
+    for a, b in zip(ids, ids[1:]):
+        h.link(a, b)
+    h.converge()
+    return h
+
+
+def _spy(h: MeshHarness, rid: str) -> list[bytes]:
+    """Payloads of first frames arriving at `rid` from other routers."""
+    seen: list[bytes] = []
+    forwarder = h.cores[rid].forwarder
+    original = forwarder.on_transfer
+
+    def on_transfer(event: TransferReceived, now: float) -> None:
+        ctx = event.link.context
+        if isinstance(ctx, InLink) and ctx.peer is not None and event.first:
+            seen.append(bytes(event.payload))
+        original(event, now)
+
+    forwarder.on_transfer = on_transfer  # type: ignore[method-assign]
+    return seen
+
+
+def _pair(h: MeshHarness, at_p: str, at_c: str, address: str = "orders", credit: int = 100) -> tuple[Client, Client, Any, Any]:
+    producer, consumer = h.client(at_p, "p"), h.client(at_c, "c")
+    rx = consumer.receiver(address)
+    h.advance(0.5)
+    rx.flow(credit)
+    tx = producer.sender(address)
+    h.pump()
+    return producer, consumer, tx, rx
+
+
+def test_three_routers_in_a_line_deliver_and_annotate_each_hop() -> None:
+    h = _line("A", "B", "C")
+    at_b, at_c = _spy(h, "B"), _spy(h, "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C")
+    message = Message.value("m", message_annotations={"x-opt-app": 7, "x-opt-qd.trace": ["forged"]})
+    delivery = producer.send(tx, message)
+    h.pump()
+    (received,) = consumer.received[rx]
+    # the consumer sees the client's own annotations, no router ones (and not the forged trace)
+    assert received.message.message_annotations == {"x-opt-app": 7}
+    assert isinstance(producer.outcomes[delivery], Accepted) and delivery in producer.settled
+    hop1 = decode_message(at_b[0]).message_annotations
+    hop2 = decode_message(at_c[0]).message_annotations
+    assert hop1 == {"x-opt-app": 7, "x-opt-qd.ingress": "A", "x-opt-qd.trace": ["A"], "x-opt-qd.to": "orders"}
+    assert hop2 == {"x-opt-app": 7, "x-opt-qd.ingress": "A", "x-opt-qd.trace": ["A", "B"], "x-opt-qd.to": "orders"}
+
+
+def test_the_bare_message_keeps_its_exact_bytes_across_routers() -> None:
+    h = _line("A", "B", "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C")
+    sent = encode_message(Message.value({"k": [1, 2, 3]}, properties=Properties(message_id="m-1", subject="s"),
+                                        application_properties={"a": 1}))  # fmt: skip
+    producer.send(tx, sent)
+    h.pump()
+    assert consumer.received[rx][0].payload == sent
+
+
+def test_an_anonymous_producer_is_routed_by_properties_to_across_routers() -> None:
+    h = _line("A", "B", "C")
+    at_c = _spy(h, "C")
+    producer, consumer, _, rx = _pair(h, "A", "C")
+    anonymous = producer.sender(None)
+    h.pump()
+    producer.send(anonymous, Message.value("x", properties=Properties(to="orders")))
+    h.pump()
+    assert consumer.bodies(rx) == ["x"]
+    # properties.to is enough downstream: no x-opt-qd.to is added
+    assert "x-opt-qd.to" not in (decode_message(at_c[0]).message_annotations or {})
+
+
+OUTCOMES = [
+    ACCEPTED,
+    Rejected(error=Error(condition="app:bad", description="no", info={"sku": "x1"})),
+    RELEASED,
+    Modified(delivery_failed=True, undeliverable_here=True, message_annotations={"x-retry": 3}),
+]
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES, ids=lambda o: type(o).__name__)
+def test_every_outcome_travels_back_over_three_routers(outcome: Any) -> None:
+    h = _line("A", "B", "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C")
+    consumer.auto_accept = False
+    delivery = producer.send(tx, Message.value("m"))
+    h.pump()
+    (received,) = consumer.received[rx]
+    rx.dispose(received.delivery_id, state=outcome, settled=True)
+    h.pump()
+    assert producer.outcomes[delivery] == outcome
+    assert delivery in producer.settled
+    for core in h.cores.values():  # nothing left in flight anywhere
+        for state in core.connections.values():
+            assert all(out.outstanding == 0 for out in state.out_links)
+            assert all(inl.inflight == 0 for inl in state.in_links)
+
+
+def test_presettled_deliveries_cross_routers_without_dispositions() -> None:
+    h = _line("A", "B", "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C")
+    for i in range(10):
+        producer.send(tx, Message.value(i), settled=True)
+    h.pump()
+    assert consumer.bodies(rx) == list(range(10))
+    assert all(r.settled for r in consumer.received[rx])
+    assert producer.outcomes == {}
+
+
+def test_producer_settling_first_settles_downstream_hop_by_hop() -> None:
+    h = _line("A", "B", "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C")
+    consumer.auto_accept = False
+    delivery = producer.send(tx, Message.value("m"))
+    h.pump()
+    tx.dispose(delivery, settled=True)  # the producer no longer cares
+    h.pump()
+    for core in h.cores.values():
+        for state in core.connections.values():
+            assert all(out.outstanding == 0 for out in state.out_links)
+
+
+def test_a_streamed_message_crosses_routers_frame_by_frame() -> None:
+    h = _line("A", "B", "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C")
+    body = bytes(range(256)) * 1200  # ~300 KiB: several frames on every hop
+    delivery = producer.send(tx, Message.data(body))
+    h.pump()
+    assert consumer.received[rx][0].message.body_bytes == body
+    assert isinstance(producer.outcomes[delivery], Accepted)
+
+
+def test_closest_prefers_the_lower_cost_router_and_round_robins_equal_costs() -> None:
+    h = MeshHarness()
+    for i, rid in enumerate("ABC"):
+        h.router(rid, instance=i + 1, addresses=(AddressConfig(prefix="q", distribution="closest"),))
+    h.link("A", "B", cost=1)
+    h.link("A", "C", cost=5)
+    h.converge()
+    producer = h.client("A", "p")
+    receivers = {rid: h.client(rid, f"c{rid}") for rid in "BC"}
+    links = {rid: c.receiver("q") for rid, c in receivers.items()}
+    h.advance(0.5)
+    for link in links.values():
+        link.flow(100)
+    tx = producer.sender("q")
+    h.pump()
+    for i in range(6):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    assert len(receivers["B"].bodies(links["B"])) == 6 and receivers["C"].bodies(links["C"]) == []
+    # equal costs: C's link becomes as cheap as B's
+    h.cut(h.wire_between("A", "C"))
+    h.link("A", "C", cost=1)
+    h.converge()
+    h.advance(0.5)
+    for i in range(6):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    assert len(receivers["B"].bodies(links["B"])) == 9 and len(receivers["C"].bodies(links["C"])) == 3
+
+
+def test_closest_takes_a_local_consumer_over_remote_ones() -> None:
+    h = MeshHarness()
+    for i, rid in enumerate("AB"):
+        h.router(rid, instance=i + 1, addresses=(AddressConfig(prefix="q", distribution="closest"),))
+    h.link("A", "B")
+    h.converge()
+    local, far = h.client("A", "local"), h.client("B", "far")
+    lrx, frx = local.receiver("q"), far.receiver("q")
+    h.advance(0.5)
+    lrx.flow(100)
+    frx.flow(100)
+    producer = h.client("A", "p")
+    tx = producer.sender("q")
+    h.pump()
+    for i in range(5):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    assert local.bodies(lrx) == [0, 1, 2, 3, 4] and far.bodies(frx) == []
+
+
+def test_balanced_spreads_by_outstanding_work_plus_path_cost() -> None:
+    h = _line("A", "B")
+    local, far = h.client("A", "local"), h.client("B", "far")
+    local.auto_accept = far.auto_accept = False  # nothing settles: outstanding work grows
+    lrx, frx = local.receiver("work"), far.receiver("work")
+    h.advance(0.5)
+    lrx.flow(100)
+    frx.flow(100)
+    producer = h.client("A", "p")
+    tx = producer.sender("work")
+    h.pump()
+    for i in range(21):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    # local: value = outstanding; remote: outstanding + cost 1 -> local takes one more
+    assert (len(local.bodies(lrx)), len(far.bodies(frx))) == (11, 10)
+
+
+def test_a_router_that_loses_its_consumers_releases_what_arrives_for_them() -> None:
+    h = _line("A", "B", "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C")
+    consumer.auto_accept = False
+    delivery = producer.send(tx, Message.value("m"))
+    h.pump()
+    rx.detach()  # the consumer leaves with the delivery unsettled: in doubt
+    h.pump()
+    assert isinstance(producer.outcomes[delivery], Modified)
+    assert producer.outcomes[delivery].delivery_failed
+
+
+def test_unsettled_traffic_is_all_accounted_under_load() -> None:
+    h = _line("A", "B", "C")
+    producer, consumer, tx, rx = _pair(h, "A", "C", credit=1000)
+    ids = [producer.send(tx, Message.value(i)) for i in range(200)]
+    h.pump()
+    assert Counter(type(producer.outcomes[i]).__name__ for i in ids) == {"Accepted": 200}
+    assert consumer.bodies(rx) == list(range(200))
+
+
+def test_router_annotations_are_spliced_without_touching_other_sections() -> None:
+    message = Message.value("body", properties=Properties(to="orders"), message_annotations={"x-opt-a": 1})
+    payload = encode_message(message)
+    view = peek(payload)
+    meta = annotate.for_client_delivery(view, "orders", True)
+    routed = annotate.for_router(payload, meta, "R1")
+    assert routed.endswith(payload[view.annotations_span[1]:])  # type: ignore[index]
+    parsed = annotate.parse(routed, peek(routed), "R1")
+    assert (parsed.to, parsed.ingress, parsed.trace) == ("orders", "R1", ("R1",))
+    clean = annotate.strip(routed, parsed)
+    assert decode_message(bytes(clean)) == message
