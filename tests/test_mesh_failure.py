@@ -1,0 +1,130 @@
+"""Failures in the mesh, sans-IO: an inter-router connection or a whole router lost mid-stream.
+Routes are recomputed at once, deliveries not yet sent out are released, sent-but-unsettled ones
+become modified (delivery-failed), new deliveries take the surviving path, and every delivery is
+accounted for at its producer."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from router.amqp.message import Message
+from router.amqp.messaging import Accepted, Modified, Released
+from router.config.models import AddressConfig
+from tests.meshharness import MeshHarness
+from tests.routerharness import Client
+
+RING = [("A", "B"), ("B", "C"), ("C", "D"), ("D", "A")]
+
+
+def _ring(**router: Any) -> MeshHarness:
+    h = MeshHarness()
+    for i, rid in enumerate("ABCD"):
+        h.router(rid, instance=i + 1, **router)
+    for a, b in RING:
+        h.link(a, b)
+    h.converge()
+    return h
+
+
+def _setup(h: MeshHarness, address: str = "orders") -> tuple[Client, Client, Any, Any]:
+    consumer = h.client("C", "c")
+    consumer.auto_accept = False  # deliveries stay unsettled at the consumer until we say
+    rx = consumer.receiver(address)
+    h.advance(0.5)
+    rx.flow(10_000)
+    producer = h.client("A", "p")
+    tx = producer.sender(address)
+    h.pump()
+    return producer, consumer, tx, rx
+
+
+def _outcomes(producer: Client, ids: list[int]) -> Counter[str]:
+    return Counter(type(producer.outcomes.get(i)).__name__ for i in ids)
+
+
+def test_a_lost_link_mid_stream_reports_every_delivery_and_traffic_moves_over() -> None:
+    h = _ring()
+    producer, consumer, tx, rx = _setup(h)
+    assert h.cores["A"].mesh.routes.next_hops["C"] == "B"  # equal costs: the smaller id
+    in_flight = [producer.send(tx, Message.value(i)) for i in range(50)]
+    h.pump()
+    assert len(consumer.received[rx]) == 50  # at the consumer, unsettled
+    # B cannot write to C for a while: the next deliveries wait at B, not sent out
+    b_to_c = h.cores["B"].mesh.peers["C"].conn.engine
+    h.cores["B"].set_output_blocked(b_to_c, True, h.now)
+    waiting = [producer.send(tx, Message.value(i)) for i in range(50, 70)]
+    h.pump()
+    assert len(consumer.received[rx]) == 50
+    h.cut(h.wire_between("B", "C"))
+    assert _outcomes(producer, in_flight) == {"Modified": 50}
+    assert all(producer.outcomes[i].delivery_failed for i in in_flight)
+    assert _outcomes(producer, waiting) == {"Released": 20}
+    assert set(in_flight + waiting) <= producer.settled
+    h.advance(0.2)  # routes recomputed: C is reached through D now
+    assert h.cores["A"].mesh.routes.next_hops["C"] == "D"
+    consumer.auto_accept = True
+    after = [producer.send(tx, Message.value(i)) for i in range(70, 100)]
+    h.pump()
+    assert _outcomes(producer, after) == {"Accepted": 30}
+    bodies = consumer.bodies(rx)
+    assert bodies[-30:] == list(range(70, 100))
+    assert not set(bodies) & set(range(50, 70))  # released means: never delivered
+
+
+def test_a_router_dying_mid_stream_moves_traffic_to_the_other_path() -> None:
+    h = _ring()
+    producer, consumer, tx, rx = _setup(h)
+    sent = [producer.send(tx, Message.value(i)) for i in range(40)]
+    h.pump()
+    h.kill("B")
+    # what went through B and is unsettled is in doubt; nothing is left without an outcome
+    assert _outcomes(producer, sent) == {"Modified": 40}
+    consumer.auto_accept = True
+    during = [producer.send(tx, Message.value(i)) for i in range(40, 45)]  # before new routes
+    h.pump()
+    h.advance(0.2)
+    after = [producer.send(tx, Message.value(i)) for i in range(45, 85)]
+    h.pump()
+    for i in during:  # either on the new path already, or released (the producer may resend)
+        assert isinstance(producer.outcomes.get(i), (Accepted, Released))
+    assert _outcomes(producer, after) == {"Accepted": 40}
+    assert h.cores["A"].mesh.routes.next_hops == {"C": "D", "D": "D"}
+
+
+def test_deliveries_waiting_for_a_path_take_the_new_one() -> None:
+    h = _ring()
+    producer, consumer, tx, rx = _setup(h)
+    consumer.auto_accept = True
+    h.cut(h.wire_between("A", "B"))
+    # A's routes still say B until they are recomputed: nothing is lost meanwhile
+    waiting = [producer.send(tx, Message.value(i)) for i in range(5)]
+    h.pump()
+    h.advance(0.2)
+    assert _outcomes(producer, waiting) == {"Accepted": 5}
+    assert consumer.bodies(rx) == list(range(5))
+
+
+def test_multicast_copies_on_a_lost_link_are_reported_and_combined() -> None:
+    h = _ring(addresses=(AddressConfig(prefix="mc", distribution="multicast"),))
+    consumers = {}
+    for rid in "BC":
+        client = h.client(rid, f"c{rid}")
+        client.auto_accept = False
+        consumers[rid] = (client, client.receiver("mc.x"))
+    h.advance(0.5)
+    for client, link in consumers.values():
+        link.flow(100)
+    producer = h.client("A", "p")
+    tx = producer.sender("mc.x")
+    h.pump()
+    delivery = producer.send(tx, Message.value("m"))
+    h.pump()
+    client_b, link_b = consumers["B"]
+    link_b.dispose(client_b.received[link_b][0].delivery_id, state=Accepted(), settled=True)
+    h.pump()
+    assert delivery not in producer.settled  # B holds its copy's outcome until C's copy is terminal
+    h.cut(h.wire_between("A", "B"))
+    # A sent one copy (B and C share the next hop B): B had not settled it, so it is in doubt
+    outcome = producer.outcomes[delivery]
+    assert isinstance(outcome, Modified) and outcome.delivery_failed and delivery in producer.settled
