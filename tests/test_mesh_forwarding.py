@@ -224,6 +224,13 @@ def test_balanced_spreads_by_outstanding_work_plus_path_cost() -> None:
     h.pump()
     # local: value = outstanding; remote: outstanding + cost 1 -> local takes one more
     assert (len(local.bodies(lrx)), len(far.bodies(frx))) == (11, 10)
+    entry = h.cores["A"].table.find("work")
+    assert entry is not None and sum(entry.remote_out.values()) == 10
+    for client, link in ((local, lrx), (far, frx)):
+        for received in client.received[link]:
+            link.dispose(received.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert entry.remote_out == {}  # settled: no outstanding work towards B any more
 
 
 def test_a_router_that_loses_its_consumers_releases_what_arrives_for_them() -> None:

@@ -218,7 +218,7 @@ class Forwarder(Settlement):
                     self.core.touch(out.conn.engine)
                 maps = out.link.session.context
                 if maps is not None and maps.outbound.pop(record.out_id, None) is not None:
-                    out.outstanding -= 1
+                    self.unsettled_out(record, out)
                 self.consumer_ready(out)
         if fwd.out is None and fwd.copies is None:
             self._wait_bytes(fwd, -1)  # it was waiting for credit (removed from the queue lazily)

@@ -17,7 +17,7 @@ destinations (forwarding.py, remote.py).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from topology.config import TopologyConfig
 from topology.events import AddressesChanged, RoutesChanged, TopologyEvent
@@ -36,6 +36,7 @@ from ..config.models import RouterConfig
 from .connections import ConnState
 from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_links, top_up_control
 from .links import OutLink, alive
+from .meshread import MeshReadApi
 from .table import AddressEntry
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def decode_control(payload: bytes) -> ControlMessage | Unsupported:
     return from_map(body)
 
 
-class Mesh:
+class Mesh(MeshReadApi):
     """See the module docstring. `enabled` only on an interior router."""
 
     def __init__(self, core: RouterCore, config: RouterConfig, instance: int | None = None) -> None:
@@ -79,6 +80,7 @@ class Mesh:
         self.malformed_control = 0
         self.replaced_connections = 0
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
+        self.last_change: float | None = None  # when routes last changed (wall clock)
         core.table.remote_for = self.remote_for
 
     # --- the node ---------------------------------------------------------------------------------
@@ -114,6 +116,7 @@ class Mesh:
         for event in node.take_events():
             self.events.append(event)
             if isinstance(event, RoutesChanged):
+                self.last_change = now
                 self._routes_changed(event.routes)
             elif isinstance(event, AddressesChanged):
                 for address, routers in event.changes.items():
@@ -270,10 +273,3 @@ class Mesh:
         else:
             self.node.set_local_addresses(removed=(address,))
         self.dirty = True
-
-    def info(self) -> dict[str, Any]:
-        """Counters for management."""
-        return {
-            "droppedLoop": self.dropped_loop, "droppedInvalidOrigin": self.dropped_invalid_origin,
-            "malformedControl": self.malformed_control, "replacedConnections": self.replaced_connections,
-        }  # fmt: skip

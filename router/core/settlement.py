@@ -119,7 +119,7 @@ class Settlement:
     def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
         out = record.out
         assert out is not None
-        out.outstanding -= 1
+        self.unsettled_out(record, out)
         _count(out, state)
         if not consumer_settled and alive(out.link):  # rcv-settle-mode second: we settle
             self.dispose(out.link.session, SENDER, record.out_id, state, True)
@@ -180,8 +180,20 @@ class Settlement:
         if out is not None and fwd.out_id >= 0 and alive(out.link):
             maps = out.link.session.context
             if isinstance(maps, SessionMaps) and maps.outbound.pop(fwd.out_id, None) is not None:
-                out.outstanding -= 1
+                self.unsettled_out(fwd, out)
                 self.dispose(out.link.session, SENDER, fwd.out_id, None, True)
+
+    @staticmethod
+    def unsettled_out(record: Forward | Copy, out: OutLink) -> None:
+        """`record`, sent on `out`, is no longer unsettled there (the balanced load measures)."""
+        out.outstanding -= 1
+        if out.neighbour is not None and type(record) is Forward:
+            counts = record.entry.remote_out
+            left = counts.get(out, 0) - 1
+            if left > 0:
+                counts[out] = left
+            else:
+                counts.pop(out, None)
 
     # --- failures -------------------------------------------------------------------------------
 
@@ -209,7 +221,7 @@ class Settlement:
         for delivery_id, record in list(maps.outbound.items()):
             if record.out is out:
                 del maps.outbound[delivery_id]
-                out.outstanding -= 1
+                self.unsettled_out(record, out)
                 if type(record) is Copy:
                     self._copy_outcome(record, DELIVERY_FAILED)
                 else:
