@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.models import Connector, RouterConfig
 from .config_entities import AddressRule, AddressRuleType, ConnectorType, ListenerType
-from .entities import ConnectionType, LinkType, LogType, NodeType, RouterAddressType, RouterType
+from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
+from .logs import LogType
 from .model import ConfigControl, EntityType, ManagementError, etag
 
 if TYPE_CHECKING:
