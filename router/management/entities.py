@@ -303,4 +303,14 @@ class NodeType(EntityType):
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
-        return iter(())  # filled by the mesh issue (it registers its own router.node type)
+        """One entity per other router this router knows (the core's mesh read API)."""
+        mesh = agent.core.mesh
+        changed = int(mesh.last_change) if mesh.last_change is not None else None
+        for index, info in enumerate(mesh.routers(), start=1):
+            rid = info["id"]
+            yield self.entity(
+                rid, rid, id=rid, protocolVersion=1, instance=info["instance"], linkState=info["neighbours"],
+                nextHop=info["next_hop"], validOrigins=info["valid_origins"], address=f"_topo/0/{rid}/",
+                routerLink=str(info["link"]) if info["link"] is not None else None, cost=info["cost"],
+                lastTopoChange=changed, index=index,
+            )  # fmt: skip
