@@ -225,3 +225,31 @@ def test_the_mapping_answers_without_a_server() -> None:
     assert app.handle("GET", "/metrics", "", {}, b"").status == 404  # no registry: no metrics
     root: Any = json.loads(app.handle("GET", "/", "", {}, b"").body)
     assert root["management"] == "/management"
+
+
+async def test_every_status_code_the_issue_names() -> None:
+    """200, 201, 204, 304, 400, 404, 406, 409, 410 and 415 over HTTP, each from the request
+    that should produce it (the AMQP face's are in test_management_proton.py)."""
+    async with managed_router() as router:
+        statuses = {}
+        listed = await router.http("GET", ADDRESS)
+        statuses[200] = listed.status
+        created = await router.http("POST", ADDRESS, {"name": "codes", "prefix": "codes"})
+        statuses[201] = created.status
+        location, tag = created.headers["location"], created.headers["etag"]
+        statuses[304] = (await router.http("GET", location, headers={"If-None-Match": tag})).status
+        statuses[400] = (await router.http("POST", ADDRESS, {"prefix": "x", "pattern": "y"})).status
+        statuses[404] = (await router.http("GET", "/management/address/nobody")).status
+        refused = await router.http("POST", ADDRESS, {"name": "html", "prefix": "h"}, headers={"Accept": "text/html"})
+        statuses[406] = refused.status
+        assert (await router.http("GET", "/management/address/html")).status == 404  # refused before acting
+        assert (await router.http("GET", ADDRESS, headers={"Accept": "text/html, application/json;q=0.5"})).status == 200
+        assert (await router.http("GET", ADDRESS, headers={"Accept": "application/json;q=0"})).status == 406
+        assert (await router.http("GET", "/metrics", headers={"Accept": "text/plain"})).status == 200
+        changed = await router.http("PUT", location, {"distribution": "closest"}, headers={"If-Match": tag})
+        assert changed.status == 200
+        statuses[409] = (await router.http("PUT", location, {"distribution": "multicast"}, headers={"If-Match": tag})).status
+        statuses[204] = (await router.http("DELETE", location)).status
+        statuses[410] = (await router.http("GET", location)).status
+        statuses[415] = (await router.http("POST", ADDRESS, raw=b"<a/>", headers={"Content-Type": "application/xml"})).status
+        assert statuses == {code: code for code in statuses}

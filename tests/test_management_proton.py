@@ -1,78 +1,201 @@
-"""The management node over a real socket with python-qpid-proton as the client: the requests
-the anchors' tools send (a QUERY of router.address) and a WD14 GET of the discovery document,
-from a BlockingConnection with a dynamic receiver as reply-to."""
+"""The management node over a real socket with python-qpid-proton as the client (a
+BlockingConnection, a dynamic receiver as reply-to, a sender to `$management`), against a
+router whose agent acts for real (a listener created by management listens).
+
+- The operation dialect the anchors' tools speak: QUERY, GET-TYPES, GET-ATTRIBUTES,
+  GET-OPERATIONS, GET-MGMT-NODES, CREATE/READ/DELETE of an address rule (which takes effect)
+  and of a listener (which accepts a Proton connection, then refuses once deleted), and an
+  unknown operation (an error reply, the node carries on).
+- AMQP Management WD14 over HTTP-over-AMQP: every status code the issue names (200, 201, 204,
+  304, 400, 404, 406, 409, 410, 415), `$top`/`$skip` paging, ETag/If-None-Match.
+"""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
-from proton import Message, symbol
+from proton import ConnectionException, Message, symbol
 from proton.utils import BlockingConnection
 
-from router.core.router import RouterCore
-from router.management import ManagementAgent, install
-from router.net.server import RouterServer
-
 from .support.interop import run_in_thread
-from .support.mgmt import StubControl
-from .support.router_process import router_server
+from .support.management import managed_router
 
-__all__ = ["router_server"]  # the fixture, imported for pytest
 pytestmark = pytest.mark.interop
 
 TIMEOUT_S = 10.0
+PREFIX = "org.apache.qpid.dispatch."
+NODE = {"type": "org.amqp.management", "name": "self"}  # node operations, as the anchors' tools send them
+MEDIA = "application/amqp-management+amqp"
 
 
-def _session(port: int) -> dict[str, Any]:
-    conn = BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
+class Management:
+    """Requests and replies over one Proton connection (blocking: run it in a thread)."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
+        self.replies = self.conn.create_receiver(None, dynamic=True)
+        self.reply_to = self.replies.remote_source.address
+        self.requests = self.conn.create_sender("$management")
+        self.ids = 0
+
+    def ask(self, request: Message) -> Message:
+        self.ids += 1
+        request.id = f"req-{self.ids}"
+        request.reply_to = self.reply_to
+        self.requests.send(request, timeout=TIMEOUT_S)
+        reply = self.replies.receive(timeout=TIMEOUT_S)  # replies come presettled: nothing to accept
+        assert reply.correlation_id == request.id
+        return reply
+
+    def op(self, operation: Any, body: Any = None, **properties: Any) -> tuple[int, str, Any]:
+        reply = self.ask(Message(properties={"operation": operation, **properties}, body=body if body is not None else {}))
+        return reply.properties["statusCode"], reply.properties["statusDescription"], reply.body
+
+    def http(self, method: str, to: str, body: Any = None, content_type: str | None = None, **headers: Any) -> Message:
+        request = Message(subject=method, address=to, properties={"http:request": "1.1", **headers}, body=body)
+        if content_type is not None:
+            request.content_type = content_type
+        reply = self.ask(request)
+        assert reply.properties["http:response"] == "1.1" and reply.properties["http:reason"]
+        return reply
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _connects(port: int) -> bool:
     try:
-        offered = conn.conn.remote_offered_capabilities
-        node = conn.conn.remote_properties.get(symbol("amqp:mgmt-node"))
-        consumer = conn.create_receiver("orders")  # something to see in router.address
-        replies = conn.create_receiver(None, dynamic=True)
-        reply_to = replies.remote_source.address
-        requests = conn.create_sender("$management")
+        BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S).close()
+        return True
+    except ConnectionException:
+        return False
 
-        def ask(request: Message) -> Message:
-            request.reply_to = reply_to
-            requests.send(request, timeout=TIMEOUT_S)
-            return replies.receive(timeout=TIMEOUT_S)  # replies come presettled: nothing to accept
 
-        query = ask(Message(
-            correlation_id="q-1",
-            properties={"operation": "QUERY", "type": "org.amqp.management", "name": "self",
-                        "entityType": "org.apache.qpid.dispatch.router.address"},
-            body={"attributeNames": ["name", "distribution", "subscriberCount", "remoteCount",
-                                     "deliveriesIngress", "deliveriesEgress"]},
-        ))  # fmt: skip
-        discovery = ask(Message(id="get-1", subject="GET", address="$management", properties={"http:request": "1.1"}))
+def operation_dialect(port: int, router_id: str) -> dict[str, Any]:
+    m = Management(port)
+    got: dict[str, Any] = {
+        "offered": [str(c) for c in m.conn.conn.remote_offered_capabilities or []],
+        "node": m.conn.conn.remote_properties.get(symbol("amqp:mgmt-node")),
+    }
+    try:
+        consumer = m.conn.create_receiver("orders")  # something to see in router.address
+        names = ["name", "distribution", "subscriberCount", "remoteCount", "deliveriesIngress", "deliveriesEgress"]
+        got["query"] = m.op("QUERY", {"attributeNames": names}, entityType=PREFIX + "router.address", **NODE)
+        got["types"] = m.op("GET-TYPES", **NODE)
+        got["attributes"] = m.op("GET-ATTRIBUTES", entityType=PREFIX + "listener", **NODE)
+        got["operations"] = m.op("GET-OPERATIONS", entityType="router.config.address", **NODE)
+        got["nodes"] = m.op("GET-MGMT-NODES", **NODE)
+        # An address rule: created, in effect for an address looked up afterwards, deleted.
+        got["rule"] = m.op("CREATE", {"prefix": "proton.q", "distribution": "closest"},
+                           type=PREFIX + "router.config.address", name="proton-rule")  # fmt: skip
+        queue = m.conn.create_receiver("proton.q.one")
+        got["ruled"] = m.op("READ", type=PREFIX + "router.address", name="proton.q.one")
+        queue.close()
+        got["rule_read"] = m.op("READ", type="address", name="proton-rule")
+        got["rule_deleted"] = m.op("DELETE", type=PREFIX + "router.config.address", name="proton-rule")
+        got["rule_gone"] = m.op("READ", type="address", name="proton-rule")
+        # A listener: created (it listens at once), then deleted (it refuses at once).
+        got["listener"] = m.op("CREATE", {"host": "127.0.0.1", "port": 0}, type=PREFIX + "listener", name="proton-extra")
+        extra = got["listener"][2]["boundPort"]
+        got["extra_accepts"] = _connects(extra)
+        got["listener_deleted"] = m.op("DELETE", type=PREFIX + "listener", identity="listener/proton-extra")
+        got["extra_refuses"] = not _connects(extra)
+        # Operations the node does not know, or cannot read: error replies.
+        got["unknown"] = m.op("FROBNICATE", **NODE)
+        got["not_a_string"] = m.op(42, **NODE)
+        got["after"] = m.op("READ", type="router", name=router_id)
         consumer.close()
-        return {"offered": list(offered or []), "node": node, "query": query, "discovery": discovery}
     finally:
-        conn.close()
+        m.close()
+    return got
 
 
-async def test_proton_client_queries_and_discovers(router_server: tuple[RouterServer, int]) -> None:
-    server, port = router_server
-    assert isinstance(server.core, RouterCore)
-    install(server.core, ManagementAgent(server.core, server.config, StubControl(), time.time()))
-    got = await run_in_thread(_session, port, timeout_s=TIMEOUT_S + 5)
+async def test_operation_dialect_with_proton() -> None:
+    async with managed_router() as router:
+        got = await run_in_thread(operation_dialect, router.amqp_port, router.id, timeout_s=4 * TIMEOUT_S)
+    assert "AMQP_MGMT_V1_0" in got["offered"] and got["node"] == "$management"
 
-    assert "AMQP_MGMT_V1_0" in [str(c) for c in got["offered"]] and got["node"] == "$management"
-    query: Message = got["query"]
-    assert query.correlation_id == "q-1"
-    assert query.properties["statusCode"] == 200 and query.properties["statusDescription"] == "OK"
-    names = query.body["attributeNames"]
-    rows = {row[0]: dict(zip(names, row)) for row in query.body["results"]}
+    status, description, body = got["query"]
+    assert (status, description) == (200, "OK")
+    rows = {row[0]: dict(zip(body["attributeNames"], row)) for row in body["results"]}
     assert rows["M0orders"]["subscriberCount"] == 1 and rows["M0orders"]["distribution"] == "balanced"
     assert rows["M0$management"]["deliveriesIngress"] >= 1
 
+    status, _, types = got["types"]
+    assert status == 200 and types[PREFIX + "router.address"] == [PREFIX + "entity", PREFIX + "operationalEntity"]
+    assert {PREFIX + t for t in ("router", "listener", "connector", "router.config.address", "connection",
+                                 "router.link", "router.node", "log", "memory")} <= set(types)  # fmt: skip
+    status, _, attributes = got["attributes"]
+    assert status == 200 and {"host", "port", "role", "linkCapacity", "boundPort"} <= set(attributes[PREFIX + "listener"])
+    assert got["operations"][2] == {PREFIX + "router.config.address": ["CREATE", "READ", "UPDATE", "DELETE"]}
+    assert got["nodes"][:2] == (200, "OK") and got["nodes"][2] == [f"amqp:/_topo/0/{router.id}/$management"]
+
+    status, _, rule = got["rule"]
+    assert status == 201 and (rule["name"], rule["prefix"], rule["distribution"]) == ("proton-rule", "proton.q", "closest")
+    assert got["ruled"][0] == 200 and got["ruled"][2]["distribution"] == "closest"
+    assert got["rule_read"][0] == 200 and got["rule_read"][2] == rule
+    assert got["rule_deleted"][:2] == (204, "No Content")
+    assert got["rule_gone"][0] == 404
+
+    status, _, listener = got["listener"]
+    assert status == 201 and listener["identity"] == "listener/proton-extra" and listener["boundPort"] > 0
+    assert got["extra_accepts"] and got["listener_deleted"][0] == 204 and got["extra_refuses"]
+
+    status, description, body = got["unknown"]
+    assert status == 501 and "FROBNICATE" in description and body == {}
+    assert got["not_a_string"][0] == 400
+    assert got["after"][0] == 200 and got["after"][2]["id"] == router.id
+
+
+def wd14(port: int) -> dict[Any, Any]:
+    m = Management(port)
+    got: dict[Any, Any] = {}
+    try:
+        discovery = m.http("GET", "$management")
+        got["discovery"] = discovery
+        got[200] = discovery.subject
+        got[304] = m.http("GET", "$management", **{"If-None-Match": discovery.properties["ETag"]}).subject
+        created = m.http("POST", "$management/router.config.address", {"name": "wd14", "prefix": "wd14"})
+        got[201], got["created"] = created.subject, created
+        location, tag = created.properties["Location"], created.properties["ETag"]
+        got[400] = m.http("POST", "$management/router.config.address", {"prefix": "a", "pattern": "b"}).subject
+        got[404] = m.http("GET", "$management/router.config.address/nobody").subject
+        got[406] = m.http("GET", location, Accept="application/json").subject
+        got[415] = m.http("POST", "$management/router.config.address", b"{}", content_type="application/json").subject
+        current = m.http("GET", location).body
+        got["updated"] = m.http("PUT", location, dict(current, distribution="multicast"))
+        got[409] = m.http("PUT", location, dict(current, distribution="closest", tag=tag.strip('"'))).subject
+        got[204] = m.http("DELETE", location).subject
+        got[410] = m.http("GET", location).subject
+        for i in range(4):
+            m.http("POST", "$management/router.config.address", {"name": f"page{i}", "prefix": f"page{i}"})
+        got["page"] = m.http("GET", "$management/router.config.address?$top=2&$skip=1")
+        got["empty_page"] = m.http("GET", "$management/router.config.address?$skip=10")
+    finally:
+        m.close()
+    return got
+
+
+async def test_wd14_status_codes_paging_and_etags_with_proton() -> None:
+    async with managed_router() as router:
+        got = await run_in_thread(wd14, router.amqp_port, timeout_s=4 * TIMEOUT_S)
+    for code in (200, 201, 204, 304, 400, 404, 406, 409, 410, 415):
+        assert got[code] == str(code), (code, got[code])
+
     discovery: Message = got["discovery"]
-    assert discovery.correlation_id == "get-1" and discovery.subject == "200"
-    assert discovery.properties["http:response"] == "1.1" and discovery.properties["http:reason"] == "OK"
-    assert discovery.content_type == "application/amqp-management+amqp; type=discovery-document"
-    collections = discovery.body["collections"]
-    assert collections["router.address"]["address"] == "router.address"
-    assert collections["entities"]["address"] == "entities" and discovery.body["types"]["address"] == "types"
+    assert discovery.content_type == f"{MEDIA}; type=discovery-document"
+    assert discovery.body["collections"]["router.address"]["address"] == "router.address"
+    assert discovery.body["types"]["address"] == "types"
+    created: Message = got["created"]
+    assert created.properties["Location"] == created.body["self"] == "$management/router.config.address/address%2F0"
+    assert created.properties["ETag"] == f'"{created.body["tag"]}"'
+    updated: Message = got["updated"]
+    assert updated.subject == "200" and updated.body["distribution"] == "multicast"
+    assert updated.properties["ETag"] != created.properties["ETag"]
+
+    page: Message = got["page"]
+    assert page.subject == "200" and [e["name"] for e in page.body] == ["page1", "page2"]
+    assert page.content_type == f"{MEDIA}; type=entity-collection"
+    empty: Message = got["empty_page"]
+    assert empty.subject == "204" and empty.body is None

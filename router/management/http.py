@@ -17,7 +17,7 @@ any other type gets 415. An entity's ETag is the agent's tag (the AMQP face's to
 a digest of its JSON, so either changes whenever the content does (WD14 §5.2). A PUT body may be
 the entity as it was read: attributes whose value did not change are not sent to the agent.
 The statuses are the agent's (400, 404, 405, 409, 410) plus the HTTP layer's own (400 for
-bad JSON or paging, 405, 413, 415). An empty page is `200 []` rather than WD14's `204`: a
+bad JSON or paging, 405, 406 when Accept admits no JSON, 413, 415). An empty page is `200 []` rather than WD14's `204`: a
 JSON client can parse every collection answer the same way.
 
 Owns: the HTTP mapping (paths, methods, statuses, headers, JSON) over the agent's methods. The
@@ -165,6 +165,9 @@ class ManagementApp:
             return self._only(method, "GET", lambda: _json(200, {"management": f"/{PREFIX}", "metrics": "/metrics", "healthz": "/healthz"}))
         if segments[0] != PREFIX:
             return _error(404, f"no resource at {path}")
+        accept = headers.get("accept")
+        if accept is not None and not _accepts_json(accept):  # RFC 7231 §6.5.6, before any change
+            return _error(406, f"only {MEDIA_TYPE} (or application/json) is available")
         if method in ("POST", "PUT") and not _is_json(headers.get("content-type")):
             return _error(415, f"request bodies must be {MEDIA_TYPE} (got {headers.get('content-type') or 'no content-type'})")
         try:
@@ -293,6 +296,20 @@ def _with_tag(response: Response, entity: Mapping[str, Any]) -> Response:
 
 def _is_json(content_type: str | None) -> bool:
     return content_type is not None and content_type.split(";", 1)[0].strip().lower() in JSON_TYPES
+
+
+def _accepts_json(accept: str) -> bool:
+    """Whether an Accept header (RFC 7231 §5.3.2) admits one of our JSON media types."""
+    for item in accept.split(","):
+        media, *params = (p.strip().lower() for p in item.split(";"))
+        q = next((p[2:] for p in params if p.startswith("q=")), "1")
+        try:
+            wanted = float(q) > 0
+        except ValueError:
+            wanted = True
+        if wanted and media in ("*/*", "application/*", *JSON_TYPES):
+            return True
+    return False
 
 
 def _body_map(body: bytes) -> dict[str, Any]:
