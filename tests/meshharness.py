@@ -15,6 +15,7 @@ plain engines as in RouterHarness. `pump()` moves bytes and events until everyth
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,11 @@ class MeshHarness:
         self.cores: dict[str, RouterCore] = {}
         self.wires: list[Wire] = []
         self.router_defaults = router
+        self.taps: dict[int, list[Callable[[list[Any]], None]]] = {}  # id(core) -> event observers
+
+    def tap(self, router_id: str, observer: Callable[[list[Any]], None]) -> None:
+        """Call `observer` with every batch of events the router's engines hand to its core."""
+        self.taps.setdefault(id(self.cores[router_id]), []).append(observer)
 
     # --- building the network ---------------------------------------------------------------
 
@@ -139,6 +145,8 @@ class MeshHarness:
                     if events:
                         moved = True
                         if dst_core is not None:
+                            for observer in self.taps.get(id(dst_core), ()):
+                                observer(events)
                             dst_core.handle(dst, events, self.now)
                         elif dst_client is not None:
                             dst_client.on_events(events)

@@ -33,18 +33,17 @@ def _line(*ids: str, **router: Any) -> MeshHarness:
 
 
 def _spy(h: MeshHarness, rid: str) -> list[bytes]:
-    """Payloads of first frames arriving at `rid` from other routers."""
+    """Payloads of first frames arriving at `rid` from other routers (on data links)."""
     seen: list[bytes] = []
-    forwarder = h.cores[rid].forwarder
-    original = forwarder.on_transfer
 
-    def on_transfer(event: TransferReceived, now: float) -> None:
-        ctx = event.link.context
-        if isinstance(ctx, InLink) and ctx.peer is not None and event.first:
-            seen.append(bytes(event.payload))
-        original(event, now)
+    def observe(events: list[object]) -> None:
+        for event in events:
+            if isinstance(event, TransferReceived) and event.first:
+                ctx = event.link.context
+                if isinstance(ctx, InLink) and ctx.peer is not None:
+                    seen.append(bytes(event.payload))
 
-    forwarder.on_transfer = on_transfer  # type: ignore[method-assign]
+    h.tap(rid, observe)
     return seen
 
 
