@@ -158,10 +158,14 @@ class MobileDb:
             for address in copy.addresses:
                 self._unpublish(origin, address)
 
-    def advertised(self, origin: str, instance: int, seq: int, digest: bytes) -> None:
-        """The owner reached `seq` with `digest` (from its RA, an LSU or a MAU)."""
+    def advertised(self, origin: str, instance: int, seq: int, digest: bytes, *, owner: bool = False) -> None:
+        """The owner reached `seq` with `digest`. `owner`: heard in the owner's own RA, which
+        every router floods verbatim, so its digest overrides one relayed for the same seq (an
+        LSU's, or a MAU's that was altered on the way): otherwise a wrong digest heard first
+        would vouch for a wrong copy until the owner's seq moved on, and the drift would stay
+        silent (skupper-router #473 in reference §9)."""
         copy = self._copy(origin, instance)
-        if seq > copy.adv_seq:  # one digest per (instance, seq): the first one heard stands
+        if seq > copy.adv_seq or (owner and seq == copy.adv_seq):
             copy.adv_seq, copy.adv_digest = seq, digest
 
     def should_flood(self, origin: str, instance: int, seq: int) -> bool:

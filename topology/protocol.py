@@ -185,11 +185,12 @@ class Protocol:
                     target_instance=key[0], mobile_seq=key[1], have_seq=self._mobile.held_seq(target),
                 ))  # fmt: skip
 
-    def _note_advert(self, origin: str, instance: int, ls_seq: int, mobile_seq: int, digest: bytes) -> None:
-        """An RA or LSU told us where `origin` is: pull what we lack, check the digest."""
+    def _note_advert(self, origin: str, instance: int, ls_seq: int, mobile_seq: int, digest: bytes,
+                     *, owner: bool) -> None:  # fmt: skip
+        """An RA (`owner`) or LSU told us where `origin` is: pull what we lack, check the digest."""
         self._ls.advertise(origin, ls_seq)
         self._request_ls(origin)
-        self._mobile.advertised(origin, instance, mobile_seq, digest)
+        self._mobile.advertised(origin, instance, mobile_seq, digest, owner=owner)
         held = self._mobile.held_seq(origin)
         self._request_mobile(origin, "digest" if held == mobile_seq else None)
 
@@ -211,7 +212,7 @@ class Protocol:
         if not self._observe(origin, message.instance) or not self._ls.accept_ra(message, neighbour, self._now):
             return
         self._flood_on(message, neighbour)  # reference §3.2: RA is flooded to every router
-        self._note_advert(origin, message.instance, message.ls_seq, message.mobile_seq, message.digest)
+        self._note_advert(origin, message.instance, message.ls_seq, message.mobile_seq, message.digest, owner=True)
 
     def _on_lsr(self, neighbour: str, message: LinkStateRequest) -> None:
         target, key = message.target, (message.target_instance, message.ls_seq)
@@ -238,7 +239,9 @@ class Protocol:
         if held is not None:
             for asker in self._ls_requests.take_crumbs(origin, held):
                 self._send(asker, self._lsu(origin))
-        self._note_advert(origin, message.instance, message.link_state.seq, message.mobile_seq, message.digest)
+        self._note_advert(
+            origin, message.instance, message.link_state.seq, message.mobile_seq, message.digest, owner=False
+        )
 
     def _on_mar(self, neighbour: str, message: MobileAddressRequest) -> None:
         target, key = message.target, (message.target_instance, message.mobile_seq)
