@@ -175,15 +175,22 @@ class MeshHarness:
             self.now = nxt
 
     def converged(self) -> bool:
+        """Every router reaches every other, and all hold the same address -> routers table."""
         ids = set(self.cores)
         tables = []
         for rid, core in self.cores.items():
             node = core.mesh.node
-            if node is None or set(node.routes.reachable) != ids - {rid}:
+            if node is None:
+                if len(ids) > 1:
+                    return False
+                tables.append({})
+                continue
+            if set(node.routes.reachable) != ids - {rid}:
                 return False
-            tables.append({a: set(r) | ({rid} if a in node.local_addresses else set()) for a, r in node.address_table().items()})
+            table = {a: set(r) for a, r in node.address_table().items()}
             for address in node.local_addresses:
-                tables[-1].setdefault(address, set()).add(rid)
+                table.setdefault(address, set()).add(rid)
+            tables.append(table)
         return all(t == tables[0] for t in tables)
 
     def converge(self, limit_s: float = 60.0) -> float:

@@ -73,7 +73,7 @@ class Meta:
     `span`/`insert_at` locate the message-annotations section in the delivery's first frame as
     it is held now (`raw`: still with the router annotations it arrived with)."""
 
-    __slots__ = ("to", "explicit_to", "ingress", "trace", "span", "insert_at", "raw", "came_from")
+    __slots__ = ("to", "explicit_to", "ingress", "trace", "span", "insert_at", "raw", "came_from", "kept")
 
     def __init__(
         self, to: str | None, explicit_to: bool, ingress: str | None, trace: tuple[str, ...],
@@ -87,6 +87,9 @@ class Meta:
         self.insert_at = insert_at
         self.raw = raw
         self.came_from = came_from  # the neighbour router it arrived from
+        # The encoded entries of the annotations that are not router annotations (the client's
+        # own), once known: rewriting then needs no second scan.
+        self.kept: list[bytes] | None = None
 
     def __repr__(self) -> str:
         return f"Meta(to={self.to!r}, ingress={self.ingress!r}, trace={self.trace!r})"
