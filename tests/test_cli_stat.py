@@ -8,13 +8,22 @@ sender and a receiver attached where a view must show them.
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
-from .support.management import ProcessRouter, cli, cli_json, live_traffic, one_line_error, router_with_http
+from router.management.agent import ManagementAgent
+from router.management.entities import NodeType
+
+from .support.management import (
+    ProcessRouter, cli, cli_json, live_traffic, managed_router, one_line_error, router_with_http,
+)  # fmt: skip
+from .support.router_process import router_command, router_env
 
 ROUTER_ID = "stat-router"
 VIEWS = ("general", "connections", "links", "addresses", "nodes", "memory")
@@ -111,3 +120,22 @@ def test_errors_are_one_line(router: ProcessRouter, tmp_path: Path) -> None:
     assert refused == f"error: cannot connect to 127.0.0.1:{closed}: Connection refused"
     both = one_line_error(cli("stat", "--router", "x", "--all-routers", "-b", router.bus), code=2)
     assert both == "error: give --router or --all-routers, not both"
+
+
+async def test_all_routers_reports_a_router_that_cannot_answer_and_shows_the_rest() -> None:
+    class Nodes(NodeType):  # a router the mesh lists with a path, whose node cannot be reached
+        def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
+            yield self.entity("ghost", "ghost", id="ghost", nextHop="ghost", cost=1)
+
+    async with managed_router() as router:
+        router.server.agent.register(Nodes())
+        with trio.fail_after(30):
+            result = await trio.run_process(
+                router_command("stat", "general", "--all-routers", "--json", "-b", f"127.0.0.1:{router.amqp_port}"),
+                capture_stdout=True, capture_stderr=True, check=False, env=router_env(),
+            )  # fmt: skip
+    assert result.returncode == 1
+    assert list(json.loads(result.stdout)) == [router.id]
+    assert result.stderr.decode().splitlines() == [
+        "error: router ghost: no management node at _topo/0/ghost/$management (is the router id right?)"
+    ]

@@ -4,12 +4,16 @@ requests and replies through a real RouterCore and client engines (tests/support
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Data, Properties, Rejected
 from router.config.models import AddressConfig, Listener, RouterConfig, RouterSection
+from router.management.agent import ManagementAgent
+from router.management.entities import NodeType
 
 from .support.mgmt import MgmtHarness, StubControl
 
@@ -267,3 +271,15 @@ def test_the_node_is_announced_and_reachable_by_its_local_and_topo_addresses() -
     for to in ("_topo/0/R9/$management", "_local/$management", "$management"):
         reply = m.request({"operation": "GET-MGMT-NODES"}, {}, to=to, link=anonymous)
         assert reply.body_value == ["amqp:/_topo/0/R9/$management"]
+
+
+def test_mgmt_nodes_lists_only_routers_with_a_path() -> None:
+    class Nodes(NodeType):  # as the mesh fills it: C is known but unreachable (no next hop)
+        def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
+            yield self.entity("B", "B", id="B", nextHop="B", cost=1)
+            yield self.entity("C", "C", id="C", nextHop=None, cost=None)
+
+    m = MgmtHarness(RouterConfig(router=RouterSection(id="A", mode="interior")))
+    m.agent.register(Nodes())
+    nodes = m.op("GET-MGMT-NODES", {}, **NODE)[2]
+    assert nodes == ["amqp:/_topo/0/A/$management", "amqp:/_topo/0/B/$management"]

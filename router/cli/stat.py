@@ -5,7 +5,8 @@
 
 Owns: the views (which entity type each one queries, which attributes become which columns,
 how values read: durations, yes/no, lists), asking one router, a remote one through the mesh
-(`_topo/0/<id>/$management`) or all of them (GET-MGMT-NODES, then each), and rendering.
+(`_topo/0/<id>/$management`) or all of them (GET-MGMT-NODES, then each; one that fails is an
+error line on stderr and exit 1, the others are still shown), and rendering.
 Must not touch: the router's internals; everything goes through the management client.
 """
 
@@ -20,8 +21,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..net.errors import ClientError
 from ..net.management_client import ManagementSession
-from .common import parse_bus, run_async
+from .common import parse_bus, run_async, stderr
 from .mgmt import (
     DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, RouterId, Timeout, router_of, session, strip_scheme, target,
     to_json, usage_error,
@@ -197,17 +199,25 @@ async def _stat(host: str, port: int, name: ViewName, router: str | None, all_ro
                 as_json: bool, limit: int | None, timeout: float) -> int:  # fmt: skip
     view = VIEWS[name]
     results: list[tuple[str | None, Any]] = []
+    failed = False
     async with session(host, port, timeout) as mgmt:
         for rid, address in await _targets(mgmt, router, all_routers):
-            results.append((rid, await _fetch(mgmt, view, address, limit)))
+            try:
+                results.append((rid, await _fetch(mgmt, view, address, limit)))
+            except ClientError as exc:
+                if not all_routers:
+                    raise
+                # One router that cannot answer (gone since it was listed) must not hide the others.
+                stderr.print(f"error: router {rid}: {exc}", markup=False)
+                failed = True
     if as_json:
         value = {str(rid): data for rid, data in results} if all_routers else results[0][1]
         sys.stdout.write(to_json(value) + "\n")
         sys.stdout.flush()
-        return 0
-    for rid, data in results:
-        render(view, data, rid if (all_routers or router) else None, stdout)
-    return 0
+    else:
+        for rid, data in results:
+            render(view, data, rid if (all_routers or router) else None, stdout)
+    return 1 if failed else 0
 
 
 def stat(

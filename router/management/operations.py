@@ -136,10 +136,14 @@ def _get_annotations(agent: ManagementAgent, app: Mapping[str, Any], body: Any, 
 
 
 def _get_mgmt_nodes(agent: ManagementAgent, app: Mapping[str, Any], body: Any, now: float) -> tuple[int, Any]:
-    """Every router's management node, this one included (the anchors list their router.node
-    entities, which include themselves), in the anchors' `amqp:/_topo/0/<id>/$management` form."""
+    """The management node of every router reachable from here, this one included (the anchors
+    list their router.node entities, which include themselves), in the anchors'
+    `amqp:/_topo/0/<id>/$management` form. A router the mesh still knows but has no path to
+    (no next hop) is left out: a request to its node could not arrive."""
     ids = [agent.config.router.id]
-    ids += [str(n["id"]) for n in agent.entities("router.node", now=now) if n.get("id") not in ids]
+    for node in agent.entities("router.node", now=now):
+        if node.get("id") not in ids and node.get("nextHop") is not None:
+            ids.append(str(node["id"]))
     return 200, [f"amqp:/_topo/0/{router_id}/$management" for router_id in ids]
 
 

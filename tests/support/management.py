@@ -138,16 +138,17 @@ class ProcessRouter:
 @contextmanager
 def router_with_http(directory: Path, router_id: str, **config: Any) -> Iterator[ProcessRouter]:
     """`router run` on a file with an AMQP listener `amqp` and an HTTP listener `http` (both on
-    127.0.0.1, port 0); stopped with SIGTERM on exit, which must end it with code 0."""
+    127.0.0.1, port 0; `config` adds sections or replaces these); stopped with SIGTERM on exit,
+    which must end it with code 0. `process.ports` has every listener's port by name."""
     settings: dict[str, Any] = {
         "router": {"id": router_id},
         "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}],
         "http": [{"name": "http", "host": "127.0.0.1", "port": 0}],
         **config,
     }
-    path = directory / "router.yaml"
+    path = directory / f"{router_id}.yaml"
     path.write_text(yaml.safe_dump(settings))
-    process = RouterProcess(path, listeners=2)
+    process = RouterProcess(path, listeners=len(settings["listeners"]) + len(settings["http"]))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(router_process, "LISTENING", LISTENING_ANY)
         process.start()
