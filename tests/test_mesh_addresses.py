@@ -66,6 +66,9 @@ def test_a_sender_gets_credit_for_a_remote_consumer_and_is_drained_when_it_goes(
     h.advance(0.5)
     assert sender.credit == 0  # the last destination anywhere left: drained
     assert entry.remote == frozenset()
+    sender.detach()
+    h.pump()
+    assert h.cores["A"].table.find("orders") is None  # unused and advertised by no one: gone
 
 
 def test_consumers_on_two_routers_are_both_destinations() -> None:
@@ -85,7 +88,8 @@ def test_an_anonymous_sender_reaches_an_address_known_only_remotely() -> None:
     receiver.flow(5)
     anonymous = producer.sender(None)
     h.pump()
-    assert h.cores["A"].table.find("remote-only") is None  # no entry until a delivery needs one
+    entry = h.cores["A"].table.find("remote-only")  # every router lists every mobile address
+    assert entry is not None and entry.remote == {"B"} and not entry.consumers
     delivery = producer.send(anonymous, Message.value("hi", properties=_to("remote-only")))
     h.pump()
     assert consumer.bodies(receiver) == ["hi"]

@@ -119,10 +119,13 @@ class Mesh(MeshReadApi):
                 self.last_change = now
                 self._routes_changed(event.routes)
             elif isinstance(event, AddressesChanged):
+                table = self.core.table
                 for address, routers in event.changes.items():
-                    entry = self.core.table.entries.get("M" + address)
+                    entry = table.entries.get("M" + address)
                     if entry is not None:
                         self._set_remote(entry, routers)
+                    elif routers:
+                        table.get_or_create(address)  # remote destinations from remote_for
         del self.events[:-256]
         self.deadline = node.next_deadline()
 

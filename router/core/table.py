@@ -76,7 +76,12 @@ class AddressEntry:
 
     @property
     def unused(self) -> bool:
-        return not self.consumers and not self.producers and not self.pending and self.local is None
+        """Nothing here needs the entry. A mobile address other routers advertise keeps its
+        entry (as the anchors' address table: every router lists every mobile address)."""
+        return (
+            not self.consumers and not self.producers and not self.pending and self.local is None
+            and not (self.remote and self.key[0] == "M")
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"AddressEntry({self.key!r}, {self.distribution}, {len(self.consumers)} consumers)"
