@@ -119,7 +119,10 @@ class Settlement:
     def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
         out = record.out
         assert out is not None
-        self.unsettled_out(record, out)
+        if out.neighbour is None:
+            out.outstanding -= 1
+        else:
+            self.unsettled_out(record, out)
         _count(out, state)
         if not consumer_settled and alive(out.link):  # rcv-settle-mode second: we settle
             self.dispose(out.link.session, SENDER, record.out_id, state, True)
