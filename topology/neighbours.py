@@ -72,7 +72,9 @@ class NeighbourTable:
         """Forget neighbours silent for longer than their dead interval; True if any were."""
         expired = False
         for neighbour in self.connected.values():
-            if neighbour.heard_at is not None and now - neighbour.heard_at >= neighbour.dead_s:
+            # The same sum as next_expiry(): `now - heard_at >= dead_s` can be false at the
+            # deadline by one rounding step, and a driver ticking at the deadline would spin.
+            if neighbour.heard_at is not None and now >= neighbour.heard_at + neighbour.dead_s:
                 neighbour.heard_at, neighbour.lists_me = None, False
                 expired = True
         return expired
