@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.events import RemoteClose
+from router.amqp.message import Message
 from router.amqp.sasl import SaslServerConfig
 from router.config.models import Connector, Listener, RouterConfig, RouterSection
 from router.core.connections import new_engine, new_outgoing_engine
@@ -186,3 +187,28 @@ def test_two_connections_between_the_same_routers_keep_one() -> None:
     h.link("A", "B")
     h.converge()
     assert a.peers["B"].conn is not None and a.replaced_connections == 2
+
+
+def test_a_peer_detaching_a_router_link_gets_the_connection_closed() -> None:
+    h = _line("A", "B", "C")
+    h.converge()
+    b = h.cores["B"].mesh
+    b.peers["C"].data_out.link.detach()  # type: ignore[union-attr]
+    h.pump()
+    assert "B" not in h.cores["C"].mesh.peers and "C" not in b.peers
+    h.advance(0.2)
+    assert dict(h.cores["A"].mesh.routes.next_hops) == {"B": "B"}
+
+
+def test_topo_all_reaches_local_consumers_on_a_lone_interior_router() -> None:
+    h = MeshHarness()
+    h.router("A", instance=1)
+    consumer, producer = h.client("A", "c"), h.client("A", "p")
+    rx = consumer.receiver("_local/svc")
+    h.pump()
+    rx.flow(5)
+    tx = producer.sender("_topo/0/all/svc")
+    h.pump()
+    producer.send(tx, Message.value("me too"))
+    h.pump()
+    assert consumer.bodies(rx) == ["me too"]

@@ -241,8 +241,8 @@ class Mesh(MeshReadApi):
             return self.node.routers_for(name) if self.node is not None else frozenset()
         if kind == "R":
             return frozenset((name,)) if name in self.routes.next_hops else frozenset()
-        if kind == "T":
-            return self.routes.reachable
+        if kind == "T":  # every router, this one included (its consumers of _local/x)
+            return self.routes.reachable | {self.me}
         return frozenset()
 
     def _routes_changed(self, routes: Routes) -> None:

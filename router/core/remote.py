@@ -49,7 +49,7 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
         if hop is None or hop == came_from or hop in trace:
             continue
         out = links.get(hop)
-        if out is None:
+        if out is None or out.gone:  # the peer may end the data link's session: then no path
             continue
         cost = routes.costs[router]
         if ingress is not None and not routes.is_valid_origin(router, ingress):
@@ -90,7 +90,7 @@ def multicast(mesh: Mesh, fwd: Forward) -> list[OutLink]:
         if ingress is not None and routes.upstream(router, ingress) != came_from:
             continue  # another router forwards this origin's traffic to `router`
         hops.add(hop)
-    return [links[hop] for hop in sorted(hops) if hop in links]
+    return [links[hop] for hop in sorted(hops) if hop in links and not links[hop].gone]
 
 
 def local_ok(mesh: Mesh, meta: Meta | None) -> bool:

@@ -209,6 +209,10 @@ class RouterCore:
                     session.begin()
             case ev.RemoteAttach():
                 attach_link(self, state, event.link, now)
+            case ev.RemoteDetach() if state.peer is not None and engine.state.local is ACTIVE:
+                self._broken(state, "a link between routers was detached", now)
+            case ev.RemoteEnd() if state.peer is not None and engine.state.local is ACTIVE:
+                self._broken(state, "a session between routers was ended", now)
             case ev.RemoteDetach():
                 detach_link(self, event.link, event.closed, event.error, now)
             case ev.RemoteEnd():
@@ -225,6 +229,11 @@ class RouterCore:
                 self._connection_gone(state, now)
             case _:
                 pass
+
+    def _broken(self, state: ConnState, what: str, now: float) -> None:
+        """Routers keep their links and sessions for the life of the connection: one going
+        away leaves the connection half working, so it is closed (the connector reconnects)."""
+        self.close_connection(state, Error(condition=E.CONNECTION_FORCED, description=f"{what}: closing the connection"), now)
 
     def _on_open(self, state: ConnState, now: float) -> None:
         engine = state.engine
