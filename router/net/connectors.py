@@ -37,7 +37,7 @@ STABLE_S = 5.0  # a connection up this long resets the backoff
 
 def backoff_delay(connector: Connector, failures: int, rng: random.Random) -> float:
     """The wait before the next dial after `failures` consecutive failures (>= 1)."""
-    ceiling = min(connector.reconnect_max_s, connector.reconnect_initial_s * 2 ** min(failures - 1, 32))
+    ceiling = min(connector.reconnect_max_s, connector.reconnect_initial_s * 2.0 ** min(failures - 1, 32))
     return ceiling / 2 + rng.uniform(0, ceiling / 2)
 
 
@@ -60,6 +60,10 @@ class _Dialler:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     started: bool = False
     stopping: bool = False
+
+
+def _stopping(dialler: _Dialler) -> bool:
+    return dialler.stopping
 
 
 class Connectors:
@@ -125,7 +129,7 @@ class Connectors:
                 status.state, status.next_attempt_at = "CONNECTING", None
                 status.attempts += 1
                 error = await self._once(connector, status)
-                if dialler.stopping:
+                if _stopping(dialler):  # stopped while connected (a call: mypy keeps the loop's narrowing)
                     return
                 if error is None:
                     status.failures = 0

@@ -30,8 +30,9 @@ import trio
 
 from ..amqp.connection import Connection
 from ..amqp.events import Event
-from ..config.models import Listener, RouterConfig
-from ..core.connections import new_engine
+from ..config.models import Connector, ConnectionSettings, Listener, RouterConfig
+from ..core.connections import new_engine, new_outgoing_engine
+from .connectors import Connectors
 from .driver import ConnectionDriver
 from .http_server import serve_http
 from .listeners import AmqpListeners
@@ -49,6 +50,7 @@ class Core(Protocol):
     @property
     def router_id(self) -> str: ...
     def accept(self, engine: Connection, listener: Listener) -> Any: ...
+    def connect(self, engine: Connection, connector: Connector, now: float) -> Any: ...
     def handle(self, engine: Connection, events: list[Event], now: float) -> None: ...
     def take_touched(self) -> set[Connection]: ...
     def tick(self, now: float) -> None: ...
@@ -91,6 +93,9 @@ class RouterServer:
         self.addresses: list[BoundAddress] = []
         self.http_addresses: list[BoundAddress] = []
         self._listeners = AmqpListeners(self.serve_stream)
+        self._connectors = Connectors(self.serve_outgoing)
+        for connector in config.connectors:
+            self._connectors.add(connector)
         self._drivers: dict[Connection, ConnectionDriver] = {}
         self._paused: set[ConnectionDriver] = set()
         self._ids = itertools.count(1)
@@ -159,6 +164,7 @@ class RouterServer:
                 async with trio.open_nursery() as connections:
                     # Accept loops live beside the connections: each has its own cancel scope.
                     self._listeners.serve(connections, connections)
+                    self._connectors.serve(connections)
                     connections.start_soon(self._timer)
                     task_status.started()
                     await self._stop.wait()
@@ -170,6 +176,7 @@ class RouterServer:
 
     async def _stop_gracefully(self) -> None:
         self._listeners.close_all()
+        self._connectors.stop_dialling()  # their open connections close with the others
         log.info("shutting down: closing %d connection(s)", len(self._drivers))
         self.core.shutdown(time.time())
         self._after_core()
@@ -197,6 +204,21 @@ class RouterServer:
         """The bound port of every open AMQP listener, by name."""
         return self._listeners.ports()
 
+    def create_connector(self, connector: Connector) -> None:
+        """Start keeping `connector` up now (ValueError if the name is taken)."""
+        if self.stopping:
+            raise RuntimeError("the router is shutting down")
+        self._connectors.add(connector)
+
+    def delete_connector(self, name: str) -> bool:
+        """Stop dialling connector `name` and drop its connection (False if there is none)."""
+        return self._connectors.remove(name)
+
+    def connector_status(self, name: str) -> tuple[str, str] | None:
+        """(CONNECTING | SUCCESS | FAILED, the last error) of connector `name` for management."""
+        status = self._connectors.status(name)
+        return None if status is None else (status.state, status.last_error)
+
     def _http_app(self) -> Any:
         """The ASGI application of every HTTP listener (one: its metrics registry reads the router
         once per scrape, whichever listener the scrape came in on)."""
@@ -214,11 +236,20 @@ class RouterServer:
 
     async def serve_stream(self, stream: trio.abc.Stream, listener: Listener) -> None:
         """Run one connection (accepted on `listener`) over `stream` until it is over."""
+        engine = new_engine(self.config, listener)
+        self.core.accept(engine, listener)
+        await self._drive(stream, engine, listener, f"from {_peer_name(stream)} on listener {listener.name}")
+
+    async def serve_outgoing(self, stream: trio.abc.Stream, connector: Connector) -> None:
+        """Run the connection a connector dialled over `stream` until it is over."""
+        engine = new_outgoing_engine(self.config, connector)
+        self.core.connect(engine, connector, time.time())
+        await self._drive(stream, engine, connector, f"to {_peer_name(stream)} by connector {connector.name}")
+
+    async def _drive(self, stream: trio.abc.Stream, engine: Connection, settings: ConnectionSettings, label: str) -> None:
         # No socket options to set: trio's SocketStream turns TCP_NODELAY on for every TCP
         # stream (checked by the server tests). With Nagle on, a small disposition or flow
         # would wait for the peer's delayed ACK, costing ~40 ms per round trip.
-        engine = new_engine(self.config, listener)
-        self.core.accept(engine, listener)
         conn_id = next(self._ids)
 
         def pause_reading() -> bool:
@@ -236,11 +267,12 @@ class RouterServer:
             engine,
             partial(self._on_events, engine),
             pause_reading=pause_reading,
-            write_high_water=listener.write_high_water_bytes,
+            write_high_water=settings.write_high_water_bytes,
             on_output_blocked=output_blocked,
         )
         self._drivers[engine] = driver
-        log.info("connection %d from %s on listener %s", conn_id, _peer_name(stream), listener.name)
+        driver.wake()  # an outgoing connection's engine has its header and open queued already
+        log.info("connection %d %s", conn_id, label)
         try:
             await driver.run()
         except Exception:
