@@ -32,3 +32,7 @@ class TopologyConfig:
                 raise ValueError(f"{f.name} must be positive")
         if self.dead_interval_s <= self.hello_interval_s:
             raise ValueError("dead_interval_s must be longer than hello_interval_s")
+        # A router's RA is what keeps its link state alive elsewhere: with a shorter max age
+        # every router would drop every other one between two adverts, and churn.
+        if self.remote_ls_max_age_s <= self.ra_interval_s:
+            raise ValueError("remote_ls_max_age_s must be longer than ra_interval_s")
