@@ -27,6 +27,7 @@ from tests.routerharness import Client
 
 CLIENTS = Listener(name="amqp", port=5672)
 INTER_ROUTER = Listener(name="inter-router", port=5673, role="inter-router")
+EDGE = Listener(name="edge", port=5674, role="edge")
 
 
 @dataclass
@@ -59,9 +60,9 @@ class MeshHarness:
 
     # --- building the network ---------------------------------------------------------------
 
-    def router(self, router_id: str, instance: int | None = None, **config: Any) -> RouterCore:
-        section = RouterSection(id=router_id, mode="interior", **self.router_defaults)
-        config.setdefault("listeners", (CLIENTS, INTER_ROUTER))
+    def router(self, router_id: str, instance: int | None = None, mode: str = "interior", **config: Any) -> RouterCore:
+        section = RouterSection(id=router_id, mode=mode, **self.router_defaults)
+        config.setdefault("listeners", (CLIENTS, INTER_ROUTER, EDGE) if mode == "interior" else (CLIENTS,))
         core = RouterCore(RouterConfig(router=section, **config), instance=instance)
         self.cores[router_id] = core
         return core
@@ -77,6 +78,20 @@ class MeshHarness:
         core_b.accept(engine_b, listener)
         core_a.connect(engine_a, connector, self.now)
         wire = Wire(engine_a, engine_b, core_a, core_b, name=f"{a}->{b}")
+        self.wires.append(wire)
+        if pump:
+            self.pump()
+        return wire
+
+    def uplink(self, edge: str, interior: str, pump: bool = True) -> Wire:
+        """An edge connection from edge router `edge` (connector, role edge) to `interior`."""
+        core_e, core_i = self.cores[edge], self.cores[interior]
+        connector = Connector(name=f"up-{interior}", host="127.0.0.1", port=5674, role="edge")
+        engine_e = new_outgoing_engine(core_e.config, connector)
+        engine_i = new_engine(core_i.config, EDGE)
+        core_i.accept(engine_i, EDGE)
+        core_e.connect(engine_e, connector, self.now)
+        wire = Wire(engine_e, engine_i, core_e, core_i, name=f"{edge}=>{interior}")
         self.wires.append(wire)
         if pump:
             self.pump()
@@ -176,9 +191,10 @@ class MeshHarness:
 
     def converged(self) -> bool:
         """Every router reaches every other, and all hold the same address -> routers table."""
-        ids = set(self.cores)
+        interiors = {rid: core for rid, core in self.cores.items() if not core.mesh.edge}
+        ids = set(interiors)
         tables = []
-        for rid, core in self.cores.items():
+        for rid, core in interiors.items():
             node = core.mesh.node
             if node is None:
                 if len(ids) > 1:

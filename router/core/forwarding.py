@@ -99,6 +99,10 @@ class Forwarder(Settlement):
                     self._refuse(inl, event, E.DECODE_ERROR, f"malformed router annotations: {exc.description}")
                     return
                 to = meta.to
+                if inl.conn.role == "edge" and not self.core.mesh.edge:
+                    # From an edge router: it enters the mesh here (the edge takes no part in
+                    # routes, valid origins or traces); `came_from` still stops an echo.
+                    meta.ingress, meta.trace = None, ()
             if not to:
                 self._refuse(inl, event, E.PRECONDITION_FAILED,
                              "routing failure: no address (properties.to) on an anonymous link")  # fmt: skip
@@ -385,8 +389,12 @@ class Forwarder(Settlement):
         entry = fwd.entry
         targets: list[OutLink] = []
         mesh = self.core.mesh
-        if fwd.meta is None or remote.local_ok(mesh, fwd.meta):
-            targets.extend(entry.consumers)
+        meta = fwd.meta
+        if meta is None or remote.local_ok(mesh, meta):
+            if meta is not None and meta.came_from is not None:  # never back where it came from
+                targets.extend(out for out in entry.consumers if out.neighbour != meta.came_from)
+            else:
+                targets.extend(entry.consumers)
             if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
                 alias = self.core.table.entries.get("L" + entry.key[1:])
                 if alias is not None:
@@ -522,6 +530,8 @@ class Forwarder(Settlement):
                 fwd = copy.forward
                 if not any(c.sent_frames == 0 and not c.done for c in fwd.copies or ()):
                     fwd.frames = None
+        if out.neighbour is not None and out.conn.role == "edge":
+            self.core.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
         while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
             fwd = queue.popleft()

@@ -42,7 +42,7 @@ DATA_WINDOW_MIN = 1000  # the data link's credit window: max(this, 4 x link capa
 class Peer:
     """The router at the other end of one inter-router connection."""
 
-    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "queue", "partial", "dropped")
+    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "queue", "partial", "dropped", "edge")
 
     def __init__(self, router_id: str, conn: ConnState, cost: int) -> None:
         self.id = router_id
@@ -53,6 +53,7 @@ class Peer:
         self.queue: deque[bytes] = deque()  # encoded control messages waiting for credit
         self.partial: list[bytes] = []  # a multi-frame control message arriving
         self.dropped = 0  # control messages dropped because the queue was full
+        self.edge = False  # an edge connection (router.core.edge), not a neighbour in the mesh
 
     def __repr__(self) -> str:
         return f"Peer({self.id!r}, conn #{self.conn.id}, cost {self.cost})"
@@ -104,8 +105,6 @@ def check_open(core: RouterCore, state: ConnState) -> tuple[Error | None, int]:
     if claimed != state.role:
         return _refusal(f"{what} is for routers with role {state.role}: the peer's open must carry "
                         f"the connection property {ROLE_PROPERTY}={state.role!r} (got {claimed!r})"), 0  # fmt: skip
-    if state.role == "edge":
-        return _refusal("edge connections are not supported by this router yet"), 0
     if state.role == "inter-router" and core.config.router.mode != "interior":
         return _refusal(f"router {core.router_id} is not an interior router (mode {core.config.router.mode})"), 0
     version = props.get(VERSION_PROPERTY)

@@ -1,7 +1,7 @@
 """The routing core's side of the mesh: drives the topology engine (topology.TopologyNode) and
 applies what it computes to the address table.
 
-Owns: the node (created at the first call that brings the time, its instance = that time in
+Owns: the node of an interior router (created at the first call that brings the time, its instance = that time in
 milliseconds unless given), the peers (one active inter-router connection per neighbour router,
 a deterministic choice when two exist), control messages in and out (an amqp-value map body
 from topology.messages plus the application property `opcode`, sent presettled on the control
@@ -11,7 +11,8 @@ AddressesChanged -> the remote routers of mobile addresses. Producers gain or lo
 an address gains its first or loses its last destination anywhere; deliveries waiting for a
 path are routed again when routes change.
 Must not touch: the protocol's rules (topology/), message bytes of routed deliveries, choosing
-destinations (forwarding.py, remote.py).
+destinations (forwarding.py, remote.py), edge connections (edge.py: an edge router has no
+node; the Mesh hands its connections and control messages to Edges).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..amqp.messaging import ACCEPTED
 from ..amqp.performatives import Error
 from ..config.models import RouterConfig
 from .connections import ConnState
+from .edge import Edges
 from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_links, top_up_control
 from .links import OutLink, alive
 from .meshread import MeshReadApi
@@ -59,12 +61,13 @@ def decode_control(payload: bytes) -> ControlMessage | Unsupported:
 
 
 class Mesh(MeshReadApi):
-    """See the module docstring. `enabled` only on an interior router."""
+    """See the module docstring. `enabled` on interior and edge routers; `edge` on an edge."""
 
     def __init__(self, core: RouterCore, config: RouterConfig, instance: int | None = None) -> None:
         self.core = core
         self.me = config.router.id
-        self.enabled = config.router.mode == "interior"
+        self.enabled = config.router.mode in ("interior", "edge")
+        self.edge = config.router.mode == "edge"
         self.topology_config = TopologyConfig(hello_interval_s=config.router.hello_interval_s,
                                               dead_interval_s=config.router.dead_interval_s)  # fmt: skip
         self._instance = instance
@@ -81,21 +84,24 @@ class Mesh(MeshReadApi):
         self.replaced_connections = 0
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (wall clock)
+        self.edges = Edges(self)
         core.table.remote_for = self.remote_for
+        core.table.keep_advertised = not self.edge
 
     # --- the node ---------------------------------------------------------------------------------
 
-    def start(self, now: float) -> TopologyNode:
-        if self.node is None:
+    def start(self, now: float) -> None:
+        if self.node is None and not self.edge:
             instance = self._instance if self._instance is not None else int(now * 1000)
             self.node = TopologyNode(self.me, instance, self.topology_config)
             self.dirty = True
-        return self.node
 
     def service(self, now: float) -> None:
         """Run the node's due timers, send its messages, apply its events."""
         node = self.node
         if node is None:
+            self.dirty = False
+            self.edges.service()
             return
         self.dirty = False
         node.tick(now)
@@ -108,11 +114,11 @@ class Mesh(MeshReadApi):
                     payload = encoded[id(message)] = encode_control(message)
                 if to is None:
                     for peer in self.peers.values():
-                        self._send(peer, payload)
+                        self.send_control(peer, payload)
                 else:
                     target = self.peers.get(to)
                     if target is not None:
-                        self._send(target, payload)
+                        self.send_control(target, payload)
         for event in node.take_events():
             self.events.append(event)
             if isinstance(event, RoutesChanged):
@@ -123,7 +129,7 @@ class Mesh(MeshReadApi):
                 for address, routers in event.changes.items():
                     entry = table.entries.get("M" + address)
                     if entry is not None:
-                        self._set_remote(entry, routers)
+                        self.set_remote(entry, routers)
                     elif routers:
                         table.get_or_create(address)  # remote destinations from remote_for
         del self.events[:-256]
@@ -138,8 +144,13 @@ class Mesh(MeshReadApi):
         """Both opens of an inter-router connection are exchanged and checked."""
         remote = state.engine.remote_open
         assert remote is not None
+        if state.role == "edge":
+            self.edges.opened(state, cost, now)
+            return
         peer_id = remote.container_id
-        node = self.start(now)
+        self.start(now)
+        node = self.node
+        assert node is not None
         existing = self.peers.get(peer_id)
         if existing is not None and existing.conn is not state:
             # Two connections to one router (both connect to each other, or a reconnect before
@@ -170,7 +181,9 @@ class Mesh(MeshReadApi):
         if not isinstance(peer, Peer):
             return
         state.peer = None
-        if self.peers.get(peer.id) is peer:
+        if peer.edge:
+            self.edges.gone(peer, now)
+        elif self.peers.get(peer.id) is peer:
             del self.peers[peer.id]
             self.links.pop(peer.id, None)
             if self.node is not None:
@@ -183,7 +196,7 @@ class Mesh(MeshReadApi):
 
     # --- control messages -------------------------------------------------------------------------
 
-    def _send(self, peer: Peer, payload: bytes) -> None:
+    def send_control(self, peer: Peer, payload: bytes) -> None:
         if len(peer.queue) >= CONTROL_QUEUE_MAX:
             peer.queue.popleft()  # the protocol recovers (periodic RA, retried requests)
             peer.dropped += 1
@@ -223,6 +236,9 @@ class Mesh(MeshReadApi):
             return
         payload = b"".join(peer.partial)
         peer.partial.clear()
+        if peer.edge:
+            self.edges.on_control(peer, payload)
+            return
         try:
             message = decode_control(payload)
         except DecodeError:
@@ -237,6 +253,9 @@ class Mesh(MeshReadApi):
     def remote_for(self, key: str) -> frozenset[str]:
         """The routers that are destinations of table key `key` now."""
         kind, name = key[0], key[1:]
+        if self.edge:  # everything not local goes to the uplink in use
+            active = self.edges.active
+            return frozenset((active,)) if active is not None and kind != "L" else frozenset()
         if kind == "M":
             return self.node.routers_for(name) if self.node is not None else frozenset()
         if kind == "R":
@@ -251,11 +270,12 @@ class Mesh(MeshReadApi):
         for entry in list(table.entries.values()):
             kind = entry.key[0]
             if kind in "RT":
-                self._set_remote(entry, self.remote_for(entry.key))
+                self.set_remote(entry, self.remote_for(entry.key))
             elif entry.pending and not entry.consumers:
                 self.core.forwarder.reroute(entry)
+            table.discard_if_unused(entry)  # e.g. entries a delivery to another router needed once
 
-    def _set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None:
+    def set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None:
         forwarder = self.core.forwarder
         had = entry.has_destination
         entry.remote = routers
@@ -268,7 +288,10 @@ class Mesh(MeshReadApi):
 
     def local_consumers(self, entry: AddressEntry, present: bool) -> None:
         """Mobile address `entry` gained its first or lost its last local consumer."""
-        if not self.enabled or self.node is None:
+        if self.edge:
+            self.edges.local_changed()
+            return
+        if self.node is None:
             return
         address = entry.key[1:]
         if present:

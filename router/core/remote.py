@@ -31,8 +31,9 @@ def usable(out: OutLink) -> bool:
 
 
 def _origin(meta: Meta | None) -> tuple[str | None, str | None, tuple[str, ...]]:
-    """(ingress router, neighbour it came from, trace): all empty for a local origin."""
-    if meta is None or meta.ingress is None:
+    """(ingress router, neighbour it came from, trace); the ingress is None when the delivery
+    entered the mesh here (from a client, or from an edge router: then it came from that edge)."""
+    if meta is None:
         return None, None, ()
     return meta.ingress, meta.came_from, meta.trace
 
@@ -97,9 +98,12 @@ def local_ok(mesh: Mesh, meta: Meta | None) -> bool:
     """May a multicast copy from another router be delivered here? Only if it came the way the
     ingress router's canonical path to this router goes (otherwise it is a duplicate)."""
     ingress, came_from, _ = _origin(meta)
-    return ingress is None or mesh.routes.upstream(mesh.me, ingress) == came_from
+    return ingress is None or mesh.edge or mesh.routes.upstream(mesh.me, ingress) == came_from
 
 
 def looped(mesh: Mesh, meta: Meta) -> bool:
-    """The trace shows a loop: this router is in it, or it is longer than radius + 1."""
+    """The trace shows a loop: this router is in it, or it is longer than radius + 1 (an edge
+    router keeps no routes: it only takes what its uplink sends and never sends it back)."""
+    if mesh.edge:
+        return False
     return mesh.me in meta.trace or len(meta.trace) > mesh.routes.radius + 1

@@ -76,12 +76,8 @@ class AddressEntry:
 
     @property
     def unused(self) -> bool:
-        """Nothing here needs the entry. A mobile address other routers advertise keeps its
-        entry (as the anchors' address table: every router lists every mobile address)."""
-        return (
-            not self.consumers and not self.producers and not self.pending and self.local is None
-            and not (self.remote and self.key[0] == "M")
-        )  # fmt: skip
+        """No local consumer, producer, waiting delivery or in-process endpoint needs it."""
+        return not self.consumers and not self.producers and not self.pending and self.local is None
 
     def __repr__(self) -> str:
         return f"AddressEntry({self.key!r}, {self.distribution}, {len(self.consumers)} consumers)"
@@ -102,6 +98,10 @@ class AddressTable:
         self.entries: dict[str, AddressEntry] = {}
         # key -> routers that are destinations of it now (set by the mesh): fills new entries.
         self.remote_for: Callable[[str], frozenset[str]] = _no_remote
+        # Interior: keep entries of mobile addresses other routers advertise (router.address
+        # lists them). Edge: `fallback` takes deliveries to addresses with no entry (the uplink).
+        self.keep_advertised = True
+        self.fallback: AddressEntry | None = None
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         for rule in config.addresses:
@@ -174,8 +174,11 @@ class AddressTable:
         if key is None:
             return None
         entry = self.entries.get(key[0])
-        if entry is None and key[0][0] != "L" and self.remote_for(key[0]):
-            entry = self.get_or_create(address)
+        if entry is None and key[0][0] != "L":
+            if self.fallback is not None:
+                return self.fallback
+            if self.remote_for(key[0]):
+                entry = self.get_or_create(address)
         return entry
 
     def new_dynamic(self) -> AddressEntry:
@@ -190,5 +193,9 @@ class AddressTable:
         return entry
 
     def discard_if_unused(self, entry: AddressEntry) -> None:
+        """Remove an unused entry; on an interior router a mobile address other routers
+        advertise keeps its entry (as the anchors' table: every router lists every one)."""
         if entry.unused and self.entries.get(entry.key) is entry:
+            if self.keep_advertised and entry.remote and entry.key[0] == "M":
+                return
             del self.entries[entry.key]
