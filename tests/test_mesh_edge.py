@@ -48,6 +48,9 @@ def test_edges_take_no_part_in_the_topology() -> None:
     assert h.cores["E1"].mesh.node is None
     assert h.cores["E1"].mesh.edges.active == "A"
     assert sorted(h.cores["A"].mesh.edges.edges) == ["E1"] and sorted(h.cores["B"].mesh.edges.edges) == ["E1", "E2"]
+    assert h.cores["E1"].mesh.edge_connections() == {"uplinks": ["A", "B"], "active": "A", "failovers": 0}
+    _consumer(h, "E2", "x")
+    assert h.cores["B"].mesh.edge_connections() == {"edges": {"E1": [], "E2": ["x"]}}
 
 
 def test_an_interior_delivers_to_a_consumer_on_an_edge() -> None:

@@ -17,6 +17,7 @@ from .interrouter import Peer
 from .links import OutLink
 
 if TYPE_CHECKING:
+    from .edge import Edges
     from .router import RouterCore
 
 
@@ -33,6 +34,7 @@ class MeshReadApi:
     dropped_invalid_origin: int
     malformed_control: int
     replaced_connections: int
+    edges: Edges
 
     def remote_for(self, key: str) -> frozenset[str]:
         raise NotImplementedError
@@ -44,6 +46,11 @@ class MeshReadApi:
             "malformedControl": self.malformed_control, "replacedConnections": self.replaced_connections,
             "droppedControl": sum(p.dropped for p in self.peers.values()),
         }  # fmt: skip
+
+    def edge_connections(self) -> dict[str, Any]:
+        """Interior: {"edges": {edge id: [addresses it consumes]}}; edge: {"uplinks": [interior
+        ids, oldest first], "active": the one in use, "failovers": count}."""
+        return self.edges.read()
 
     def link_states(self) -> dict[str, dict[str, int]]:
         """Every router's link state as this router holds it: router -> {neighbour: its cost}
