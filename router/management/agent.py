@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.models import Connector, RouterConfig
-from .config_entities import AddressRule, AddressRuleType, ConnectorType, ListenerType
+from .address_rules import AddressRule, AddressRuleType
+from .config_entities import ConnectorType, ListenerType
 from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
 from .logs import LogType
 from .model import ConfigControl, EntityType, ManagementError, etag

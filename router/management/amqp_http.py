@@ -48,7 +48,7 @@ from urllib.parse import parse_qs, quote, unquote
 from ..amqp.message import Message
 from ..amqp.types import Symbol
 from ..core.addressing import strip_scheme
-from .model import ManagementError, Reply, body_of, etag, reason
+from .model import ManagementError, Reply, accepts, body_of, etag, reason
 
 if TYPE_CHECKING:
     from .agent import ManagementAgent
@@ -69,20 +69,6 @@ def _reply(status: int, body: Any = None, *, kind: str | None = None, **headers:
 def error_reply(status: int, description: str, **headers: str) -> Reply:
     reply = _reply(status, **headers)
     return reply._replace(body=description, has_body=True, content_type="text/plain; charset=utf-8")
-
-
-def _acceptable(accept: str) -> bool:
-    """Whether an Accept header admits our one media type (RFC 7231 §5.3.2)."""
-    for item in accept.split(","):
-        media, *params = (p.strip().lower() for p in item.split(";"))
-        q = next((p[2:] for p in params if p.startswith("q=")), "1")
-        try:
-            wanted = float(q) > 0
-        except ValueError:
-            wanted = True
-        if wanted and media in ("*/*", "application/*", MEDIA):
-            return True
-    return False
 
 
 def parse_target(to: str | None) -> tuple[str, list[str], dict[str, str]]:
@@ -153,7 +139,7 @@ class Request:
         if self.method not in METHODS:
             raise ManagementError(501, f"method {self.method} is not implemented")
         accept = self.header("accept")
-        if accept is not None and not _acceptable(accept):
+        if accept is not None and not accepts(accept, (MEDIA,)):
             raise ManagementError(406, f"only {MEDIA} is available")
         path = self.path
         if not path:

@@ -37,7 +37,7 @@ from urllib.parse import parse_qs, quote, unquote
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from .agent import ManagementAgent
-from .model import ManagementError, etag
+from .model import ManagementError, accepts, etag
 
 MEDIA_TYPE = "application/amqp-management+json"
 JSON_TYPES = (MEDIA_TYPE, "application/json")
@@ -166,7 +166,7 @@ class ManagementApp:
         if segments[0] != PREFIX:
             return _error(404, f"no resource at {path}")
         accept = headers.get("accept")
-        if accept is not None and not _accepts_json(accept):  # RFC 7231 §6.5.6, before any change
+        if accept is not None and not accepts(accept, JSON_TYPES):  # RFC 7231 §6.5.6, before any change
             return _error(406, f"only {MEDIA_TYPE} (or application/json) is available")
         if method in ("POST", "PUT") and not _is_json(headers.get("content-type")):
             return _error(415, f"request bodies must be {MEDIA_TYPE} (got {headers.get('content-type') or 'no content-type'})")
@@ -296,20 +296,6 @@ def _with_tag(response: Response, entity: Mapping[str, Any]) -> Response:
 
 def _is_json(content_type: str | None) -> bool:
     return content_type is not None and content_type.split(";", 1)[0].strip().lower() in JSON_TYPES
-
-
-def _accepts_json(accept: str) -> bool:
-    """Whether an Accept header (RFC 7231 §5.3.2) admits one of our JSON media types."""
-    for item in accept.split(","):
-        media, *params = (p.strip().lower() for p in item.split(";"))
-        q = next((p[2:] for p in params if p.startswith("q=")), "1")
-        try:
-            wanted = float(q) > 0
-        except ValueError:
-            wanted = True
-        if wanted and media in ("*/*", "application/*", *JSON_TYPES):
-            return True
-    return False
 
 
 def _body_map(body: bytes) -> dict[str, Any]:

@@ -175,6 +175,21 @@ def body_of(request: Message) -> Any:
     raise ManagementError(400, "the request body must be one amqp-value section (an AMQP-encoded map)")
 
 
+def accepts(accept: str, media_types: tuple[str, ...]) -> bool:
+    """Whether an Accept header (RFC 7231 §5.3.2) admits one of `media_types` (wildcards and
+    q-values understood; a q-value that is not a number counts as 1)."""
+    for item in accept.split(","):
+        media, *params = (p.strip().lower() for p in item.split(";"))
+        q = next((p[2:] for p in params if p.startswith("q=")), "1")
+        try:
+            wanted = float(q) > 0
+        except ValueError:
+            wanted = True
+        if wanted and media in ("*/*", "application/*", *media_types):
+            return True
+    return False
+
+
 def etag(entity: Mapping[str, Any]) -> str:
     """A digest of an entity's attributes (WD14 §4.3.3 `tag`): it changes whenever the
     description does. WD14's own decorations (tag, self) are left out."""
