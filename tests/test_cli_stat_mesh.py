@@ -54,7 +54,9 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ProcessRout
 def test_nodes_view_and_mgmt_nodes(mesh: tuple[ProcessRouter, ProcessRouter]) -> None:
     a, _ = mesh
     nodes = cli_json("stat", "nodes", "--json", "-b", a.bus)
-    assert [n["id"] for n in nodes] == ["B"] and nodes[0]["nextHop"] == "B" and nodes[0]["cost"] == 1
+    # The router itself first (as qdstat -n shows it), then the others.
+    assert [(n["id"], n["nextHop"], n["cost"]) for n in nodes] == [("A", "(self)", 0), ("B", "B", 1)]
+    assert nodes[0]["linkCosts"] == {"B": 1} and nodes[1]["linkCosts"] == {"A": 1}
     table = cli("stat", "nodes", "-b", a.bus)
     assert table.returncode == 0 and "B" in table.stdout and "none" not in table.stdout
     assert sorted(cli_json("manage", "get-mgmt-nodes", "-b", a.bus)) == [
@@ -66,8 +68,8 @@ def test_a_remote_router_through_the_mesh(mesh: tuple[ProcessRouter, ProcessRout
     a, _ = mesh
     remote = cli_json("stat", "general", "--json", "--router", "B", "-b", a.bus)
     assert (remote["id"], remote["mode"], remote["nodeCount"]) == ("B", "interior", 1)
-    [node] = cli_json("manage", "query", "--type", "router.node", "id", "nextHop", "--router", "B", "-b", a.bus)
-    assert node == {"id": "A", "nextHop": "A"}
+    nodes = cli_json("manage", "query", "--type", "router.node", "id", "nextHop", "--router", "B", "-b", a.bus)
+    assert nodes == [{"id": "B", "nextHop": "(self)"}, {"id": "A", "nextHop": "A"}]
     table = cli("stat", "general", "--router", "B", "-b", a.bus)
     assert table.returncode == 0 and table.stdout.startswith("Router Statistics (router B)")
 

@@ -30,11 +30,12 @@ def _line(ids: str = "ABC", cost: int = 1, **router: Any) -> tuple[MeshHarness, 
 def test_router_node_lists_every_other_router_with_its_route() -> None:
     h, agents = _line(cost=2)
     nodes = list(agents["A"].entity_type("router.node").entities(agents["A"], 10.0))
-    assert [n["id"] for n in nodes] == ["B", "C"]
-    b, c = nodes
+    assert [n["id"] for n in nodes] == ["A", "B", "C"]  # itself first, as qdstat -n shows it
+    me, b, c = nodes
+    assert (me["nextHop"], me["cost"], me["linkState"], me["linkCosts"]) == ("(self)", 0, ["B"], {"B": 2})
     assert (b["nextHop"], b["cost"], b["instance"], b["address"]) == ("B", 2, 101, "_topo/0/B/")
     assert (c["nextHop"], c["cost"], c["linkState"]) == ("B", 4, ["B"])
-    assert b["linkState"] == ["A", "C"] and b["protocolVersion"] == 1
+    assert b["linkState"] == ["A", "C"] and b["protocolVersion"] == 1 and b["linkCosts"] == {"A": 2, "C": 2}
     assert b["routerLink"] is not None and b["routerLink"] == c["routerLink"]  # both through B
     # valid origins at A: the routers whose traffic to B and C passes through A (none: A is an end)
     assert b["validOrigins"] == [] and c["validOrigins"] == []
@@ -85,4 +86,4 @@ def test_a_remote_routers_nodes_are_queried_through_the_mesh() -> None:
     h.pump()
     (reply,) = client.received[replies]
     assert reply.message.application_properties["statusCode"] == 200  # type: ignore[index]
-    assert reply.message.body_value["results"] == [["A", "B", 2], ["B", "B", 1]]
+    assert reply.message.body_value["results"] == [["C", "(self)", 0], ["A", "B", 2], ["B", "B", 1]]

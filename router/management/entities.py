@@ -116,7 +116,7 @@ class RouterType(EntityType):
         yield self.entity(
             router.id, router.id, id=router.id, mode=router.mode, version=_version(),
             defaultDistribution="balanced", addrCount=len(core.table.entries), linkCount=len(_links(agent)),
-            nodeCount=sum(1 for _ in agent.entity_type("router.node").entities(agent, now)),
+            nodeCount=sum(1 for n in agent.entity_type("router.node").entities(agent, now) if n.get("nextHop") != "(self)"),
             connectionCount=sum(1 for s in states if s.opened and not s.closed),
             presettledDeliveries=_total("presettled", core.gone_in, ins),
             droppedPresettledDeliveries=_total("dropped", core.gone_in, ins),
@@ -300,17 +300,29 @@ class NodeType(EntityType):
         Attribute("address", "string", "Its router address"), Attribute("routerLink", "string", "Link towards it"),
         Attribute("cost", "ulong", "Path cost to it"), Attribute("lastTopoChange", "ulong", "Last topology change"),
         Attribute("index", "ulong", "Its index"),
+        Attribute("linkCosts", "map", "Its link state with costs: neighbour id -> the cost it configures for that link"),
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         """One entity per other router this router knows (the core's mesh read API)."""
         mesh = agent.core.mesh
         changed = int(mesh.last_change) if mesh.last_change is not None else None
+        if mesh.node is None:
+            return  # standalone: no mesh, no nodes
+        states = mesh.link_states()
+        # This router first, as the anchors' qdstat -n shows it: next hop "(self)", cost 0,
+        # its own link state (so that a client sees every link with both ends' costs).
+        me = mesh.me
+        yield self.entity(
+            me, me, id=me, protocolVersion=1, instance=mesh.node.instance, linkState=sorted(states.get(me, {})),
+            nextHop="(self)", validOrigins=[], address=f"_topo/0/{me}/", routerLink=None, cost=0,
+            lastTopoChange=changed, index=0, linkCosts=states.get(me, {}),
+        )  # fmt: skip
         for index, info in enumerate(mesh.routers(), start=1):
             rid = info["id"]
             yield self.entity(
                 rid, rid, id=rid, protocolVersion=1, instance=info["instance"], linkState=info["neighbours"],
                 nextHop=info["next_hop"], validOrigins=info["valid_origins"], address=f"_topo/0/{rid}/",
                 routerLink=str(info["link"]) if info["link"] is not None else None, cost=info["cost"],
-                lastTopoChange=changed, index=index,
+                lastTopoChange=changed, index=index, linkCosts=states.get(rid, {}),
             )  # fmt: skip

@@ -23,7 +23,8 @@ ADDRESS = "org.apache.qpid.dispatch.router.address"
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    # int(): AMQP longs arrive as an int subclass that prints as Long(1).
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _link_costs(row: dict[str, Any]) -> dict[str, int | None]:
