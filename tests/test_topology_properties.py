@@ -138,3 +138,13 @@ def test_multicast_reaches_every_target_exactly_once(states: dict[str, LinkState
         assert all(count == 1 for count in received.values())
         on_paths = {m for t in reachable - {origin} for m in ref.path(origin, t)[1:]}
         assert set(received) == on_paths
+
+
+@given(topologies())
+def test_bulk_valid_origins_match_one_destination_at_a_time(states: dict[str, LinkState]) -> None:
+    """all_valid_origins() skips the Dijkstra of destinations no neighbour reaches through me."""
+    for me in states:
+        bulk = compute_routes(states, me).all_valid_origins()
+        single = compute_routes(states, me)
+        assert bulk == {d: single.valid_origins(d) for d in single.next_hops}
+        assert set(bulk) == set(single.reachable)
