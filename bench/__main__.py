@@ -16,7 +16,7 @@ from rich.table import Table
 
 from . import micro, scenarios
 
-SUITES = {"micro": micro.run, "router": scenarios.run}
+SUITES = {"micro": micro.run, "router": scenarios.run, "chain": scenarios.run_chain}
 
 
 def python_build() -> str:
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
         if name not in SUITES:
             console.print(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
             return 2
-        results = scenarios.run(quick) if name == "router" else SUITES[name]()
+        results = SUITES[name](quick) if name in ("router", "chain") else SUITES[name]()
         table = Table("metric", "value", title=f"bench: {name}")
         for key, value in _flatten(results).items():
             table.add_row(key, f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}")

@@ -49,12 +49,15 @@ class Router:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
         )  # fmt: skip
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        match = LISTENING.match(line.strip())
-        if not match:
-            self.stop()
-            raise RuntimeError(f"router did not start: {line!r}")
-        self.port = int(match[3])
+        self.ports: dict[str, int] = {}
+        while len(self.ports) < len(config["listeners"]):
+            line = self.proc.stdout.readline()
+            match = LISTENING.match(line.strip())
+            if not match:
+                self.stop()
+                raise RuntimeError(f"router did not start: {line!r}")
+            self.ports[match[1]] = int(match[3])
+        self.port = self.ports["amqp"]
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
 
     def cpu_seconds(self) -> float:
@@ -131,6 +134,51 @@ def throughput(binary: Path, *, size: int, presettled: bool, count: int, direct_
         "size": size, "presettled": presettled, "count": count,
         "direct_msgs_per_s": direct_rate, "router_msgs_per_s": router_rate,
         "ratio": router_rate / direct_rate, "router_cpu_us_per_msg": statistics.median(cpu),
+        "runs": {"direct": direct, "router": routed},
+    }  # fmt: skip
+
+
+@contextmanager
+def chain(length: int) -> Iterator[list[Router]]:
+    """Interior routers in a line, R1 - R2 - ... ; each dials the one before it."""
+    routers: list[Router] = []
+    try:
+        for i in range(1, length + 1):
+            listeners: list[dict[str, Any]] = [{"name": "amqp", "host": "127.0.0.1", "port": 0}]
+            if i < length:
+                listeners.append({"name": "inter", "host": "127.0.0.1", "port": 0, "role": "inter-router"})
+            connectors = [] if i == 1 else [{"name": "up", "host": "127.0.0.1", "port": routers[-1].ports["inter"]}]
+            routers.append(Router({
+                "router": {"id": f"R{i}", "mode": "interior"}, "listeners": listeners, "connectors": connectors,
+            }))  # fmt: skip
+        yield routers
+    finally:
+        for r in routers:
+            r.stop()
+
+
+def through_chain(binary: Path, *, size: int, count: int, direct_count: int, rounds: int, length: int = 3) -> dict[str, Any]:
+    """Send into the first router of a chain, receive from the last; alternate with direct runs.
+    The sender gets credit once the receiver's address has reached the first router."""
+    direct, routed, cpu = [], [], []
+    with chain(length) as routers:
+        first, last = routers[0], routers[-1]
+        for _ in range(rounds):
+            direct.append(run_direct(direct_count, size, presettled=False, binary=binary)["listen"]["msgs_per_s"])
+            address = f"chain-{time.monotonic_ns()}"
+            common = ["--host", "127.0.0.1", "--address", address, "--count", str(count)]
+            receiver = _loadgen(binary, "receive", *common, "--port", str(last.port))
+            time.sleep(0.3)
+            cpu0 = [r.cpu_seconds() for r in routers]
+            sender = _loadgen(binary, "send", *common, "--port", str(first.port), "--size", str(size))
+            _finish("send", sender)
+            routed.append(_finish("receive", receiver)["msgs_per_s"])
+            cpu.append([(r.cpu_seconds() - c) / count * 1e6 for r, c in zip(routers, cpu0)])
+    direct_rate, router_rate = statistics.median(direct), statistics.median(routed)
+    return {
+        "routers": length, "size": size, "count": count,
+        "direct_msgs_per_s": direct_rate, "router_msgs_per_s": router_rate, "ratio": router_rate / direct_rate,
+        "cpu_us_per_msg_each_router": [statistics.median(c[i] for c in cpu) for i in range(length)],
         "runs": {"direct": direct, "router": routed},
     }  # fmt: skip
 
@@ -231,6 +279,13 @@ trio.run(main)
 """
 
 
+def run_chain(quick: bool = False) -> dict[str, Any]:
+    """Scenario 7 alone (`python -m bench chain`)."""
+    n = int(200_000 * (0.2 if quick else 1.0))
+    rounds = 1 if quick else 3
+    return {"7_chain_of_3_100b_unsettled": through_chain(build(BUILD), size=100, count=n // 2, direct_count=5 * n, rounds=rounds)}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     binary = build(BUILD)
     scale = 0.2 if quick else 1.0
@@ -243,4 +298,5 @@ def run(quick: bool = False) -> dict[str, Any]:
         "4_pingpong_latency": pingpong(binary, count=int(5000 * scale), rounds=rounds),
         "5_idle_connections": idle_connections(int(1000 * scale)),
         "6_slow_consumer": slow_consumer(binary, count=int(100_000 * scale), size=1024),
+        "7_chain_of_3_100b_unsettled": through_chain(binary, size=100, count=n // 2, direct_count=5 * n, rounds=rounds),
     }
