@@ -264,3 +264,17 @@ def test_router_annotations_are_spliced_without_touching_other_sections() -> Non
     assert (parsed.to, parsed.ingress, parsed.trace) == ("orders", "R1", ("R1",))
     clean = annotate.strip(routed, parsed)
     assert decode_message(bytes(clean)) == message
+
+
+def test_a_first_frame_too_short_to_route_by_is_not_sent_to_another_router() -> None:
+    h = _line("A", "B")
+    producer, consumer, tx, rx = _pair(h, "A", "B")
+    payload = encode_message(Message.value("x" * 100, properties=Properties(message_id="m", subject="s" * 50)))
+    delivery = tx.send_transfer(b"t", payload[:7], more=True)  # cut inside the properties
+    tx.send_transfer(b"t", payload[7:], more=False)
+    h.pump()  # no exception out of the core
+    assert type(producer.outcomes[delivery]).__name__ == "Released"
+    assert consumer.bodies(rx) == []
+    ok = producer.send(tx, Message.value("whole"))  # the link still works
+    h.pump()
+    assert consumer.bodies(rx) == ["whole"] and isinstance(producer.outcomes[ok], Accepted)

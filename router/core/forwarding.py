@@ -83,9 +83,10 @@ class Forwarder(Settlement):
         entry = inl.entry
         try:
             view: RoutingView | None = peek(payload, need_to=entry is None)
-        except DecodeError as exc:
+        except (DecodeError, IndexError) as exc:  # peek may index past a cut frame's end
             if entry is None or not event.more:
-                self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {exc.description}")
+                detail = exc.description if isinstance(exc, DecodeError) else "truncated"
+                self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {detail}")
                 return
             view = None  # a first frame cut inside the properties: route by the link alone
         meta = None
@@ -244,8 +245,11 @@ class Forwarder(Settlement):
         if entry.distribution == "multicast":
             self._multicast(fwd)
             return
-        if entry.remote:
+        if entry.remote and (fwd.meta is not None or fwd.view is not None):
             self._anycast_mesh(fwd)
+            return
+        if entry.remote and not entry.consumers:  # only other routers, but its first frame
+            self.unroutable(fwd)  # says too little to route it by (or to annotate)
             return
         out = self._pick(entry.consumers, entry.rr, entry.distribution == "balanced")
         if out is None:
@@ -300,7 +304,8 @@ class Forwarder(Settlement):
         meta = fwd.meta
         if out.neighbour is not None:
             if meta is None:  # it had no remote destination when it arrived
-                view = fwd.view if fwd.view is not None else peek(frames[0])
+                view = fwd.view
+                assert view is not None  # without one a delivery is never routed to a router
                 inl = fwd.in_link
                 to = inl.address if inl is not None and inl.address else view.to or fwd.entry.address
                 meta = fwd.meta = annotate.for_client_delivery(view, to, True)
@@ -401,7 +406,7 @@ class Forwarder(Settlement):
                     targets.extend(alias.consumers)
         elif not entry.remote:
             mesh.dropped_invalid_origin += 1
-        if entry.remote:
+        if entry.remote and (meta is not None or fwd.view is not None):
             targets.extend(remote.multicast(mesh, fwd))
         if not targets:
             self.unroutable(fwd)
@@ -489,7 +494,11 @@ class Forwarder(Settlement):
             return False
         fwd = Forward(None, -1, True, [payload], True, entry, 0)
         if entry.remote:
-            fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
+            try:
+                fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
+            except (DecodeError, IndexError):
+                self.router_dropped += 1  # an in-process endpoint's bug: nothing to route by
+                return False
         entry.deliveries_ingress += 1
         self.router_sent += 1
         self._route(fwd)
