@@ -187,3 +187,15 @@ async def test_slow_consumer_blocks_output_and_pauses_the_producer(nursery: trio
             outcomes = {type(await tracker.wait()).__name__ for tracker in trackers}
         assert outcomes == {"Accepted"}
         assert server.stats() == {"connections": 2, "reading_paused": 0, "output_blocked": 0}
+
+
+async def test_connections_know_the_peer_address(router_server: tuple[RouterServer, int]) -> None:
+    """Management's connection entities show where each peer connected from."""
+    server, port = router_server
+    async with connect("127.0.0.1", port) as client:
+        await client.open_receiver("anything", credit=1)  # a round trip: the open was handled
+        stream = client.driver.stream
+        assert isinstance(stream, trio.SocketStream)
+        local_port = stream.socket.getsockname()[1]
+        (entity,) = [c for c in server.agent.entities("connection") if c.get("role") == "normal"]
+        assert entity["host"] == f"127.0.0.1:{local_port}"

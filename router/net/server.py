@@ -44,6 +44,12 @@ SHUTDOWN_FLUSH_S = 2.0  # how long writers may flush the closes before sockets a
 BoundAddress = tuple[str, str, int]  # (listener name, host, port)
 
 
+def _set_host(state: Any, stream: trio.abc.Stream) -> None:
+    """Tell the core's connection state the peer's address (management shows it as `host`)."""
+    if hasattr(state, "host"):
+        state.host = _peer_name(stream)
+
+
 class Core(Protocol):
     """What the server needs from the routing core (router.core.router.RouterCore)."""
 
@@ -237,13 +243,15 @@ class RouterServer:
     async def serve_stream(self, stream: trio.abc.Stream, listener: Listener) -> None:
         """Run one connection (accepted on `listener`) over `stream` until it is over."""
         engine = new_engine(self.config, listener)
-        self.core.accept(engine, listener)
+        state = self.core.accept(engine, listener)
+        _set_host(state, stream)
         await self._drive(stream, engine, listener, f"from {_peer_name(stream)} on listener {listener.name}")
 
     async def serve_outgoing(self, stream: trio.abc.Stream, connector: Connector) -> None:
         """Run the connection a connector dialled over `stream` until it is over."""
         engine = new_outgoing_engine(self.config, connector)
-        self.core.connect(engine, connector, time.time())
+        state = self.core.connect(engine, connector, time.time())
+        _set_host(state, stream)
         await self._drive(stream, engine, connector, f"to {_peer_name(stream)} by connector {connector.name}")
 
     async def _drive(self, stream: trio.abc.Stream, engine: Connection, settings: ConnectionSettings, label: str) -> None:
