@@ -128,7 +128,10 @@ class Client:
         if self.engine.state.local.name != "CLOSED":
             self.engine.close(error)
             self.driver.wake()
-        with trio.move_on_after(5):
+        # A peer that never opened (it does not speak AMQP, or never answered) will not
+        # answer our close either: give it only a moment to take the bytes.
+        opened = self._opened.is_set()
+        with trio.move_on_after(5 if opened else 0.2):
             await self.driver.wait_closed()
 
     # --- plumbing ------------------------------------------------------------------------------
