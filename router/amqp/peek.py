@@ -88,9 +88,17 @@ def _properties(payload: Buffer, pos: int, stop: int, need_to: bool) -> tuple[An
 def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
     """The routing view of an encoded message (at least its first transfer frame's bytes).
 
-    Raises DecodeError when the sections it reads are malformed; a message cut short after the
-    properties (a first frame of a streamed message) is fine.
+    Raises DecodeError when the sections it reads are malformed or cut short before the end of
+    the properties (a first frame of a streamed message may end anywhere: the router needs at
+    least the properties in it); a message cut short after the properties is fine.
     """
+    try:
+        return _peek(payload, need_to)
+    except IndexError:  # the inline walks index past the end of a cut frame
+        raise DecodeError("message cut short before the end of its properties") from None
+
+
+def _peek(payload: Buffer, need_to: bool) -> RoutingView:
     ttl = to = expiry = created = None
     annotations: tuple[int, int] | None = None
     pos, end = 0, len(payload)

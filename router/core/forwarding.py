@@ -83,10 +83,9 @@ class Forwarder(Settlement):
         entry = inl.entry
         try:
             view: RoutingView | None = peek(payload, need_to=entry is None)
-        except (DecodeError, IndexError) as exc:  # peek may index past a cut frame's end
+        except DecodeError as exc:  # malformed, or a first frame cut before the end of its properties
             if entry is None or not event.more:
-                detail = exc.description if isinstance(exc, DecodeError) else "truncated"
-                self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {detail}")
+                self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {exc.description}")
                 return
             view = None  # a first frame cut inside the properties: route by the link alone
         meta = None
@@ -496,7 +495,7 @@ class Forwarder(Settlement):
         if entry.remote:
             try:
                 fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
-            except (DecodeError, IndexError):
+            except DecodeError:
                 self.router_dropped += 1  # an in-process endpoint's bug: nothing to route by
                 return False
         entry.deliveries_ingress += 1

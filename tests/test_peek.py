@@ -1,0 +1,59 @@
+"""peek() on every prefix of real messages: a first transfer frame may end anywhere, and the
+answer is then a routing view (cut after the properties) or DecodeError, never another error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from router.amqp.errors import DecodeError
+from router.amqp.message import Message, encode_message
+from router.amqp.messaging import Header, Properties
+from router.amqp.peek import peek
+from router.amqp.types import Symbol
+
+short_text = st.text(max_size=40)
+properties = st.builds(
+    Properties,
+    message_id=st.one_of(st.none(), short_text, st.integers(0, 2**64 - 1)),
+    to=st.one_of(st.none(), short_text),
+    subject=st.one_of(st.none(), short_text),
+    reply_to=st.one_of(st.none(), short_text),
+    absolute_expiry_time=st.one_of(st.none(), st.integers(0, 2**62)),
+    creation_time=st.one_of(st.none(), st.integers(0, 2**62)),
+    group_id=st.one_of(st.none(), short_text),
+)
+sections: dict[str, Any] = {
+    "header": st.one_of(st.none(), st.builds(Header, ttl=st.one_of(st.none(), st.integers(0, 2**32 - 1)))),
+    "message_annotations": st.one_of(st.none(), st.dictionaries(st.text(st.characters(min_codepoint=97, max_codepoint=122), min_size=1, max_size=10).map(lambda s: Symbol("x-opt-" + s)), short_text, max_size=3)),
+    "properties": st.one_of(st.none(), properties),
+    "application_properties": st.one_of(st.none(), st.dictionaries(short_text, st.integers(-(2**63), 2**63 - 1), max_size=3)),
+}
+messages = st.builds(lambda body, **kw: Message.value(body, **kw), st.one_of(short_text, st.binary(max_size=300)), **sections)
+
+
+@given(messages)
+def test_every_prefix_is_a_view_or_a_decode_error(message: Message) -> None:
+    payload = encode_message(message)
+    whole = peek(payload)
+    if message.properties is not None:
+        assert whole.to == message.properties.to
+    for cut in range(len(payload)):
+        try:
+            view = peek(payload[:cut])
+        except DecodeError:
+            continue
+        if message.properties is not None and view.to is not None:
+            assert view.to == message.properties.to  # never a wrong address from a cut frame
+
+
+def test_a_frame_cut_inside_the_properties_list_header_is_a_decode_error() -> None:
+    payload = encode_message(Message.value("x", properties=Properties(message_id="m", to="orders")))
+    start = payload.index(b"\x00\x53\x73")
+    for cut in range(start + 3, start + 8):  # inside the list's constructor, size and count
+        try:
+            peek(payload[:cut])
+        except DecodeError as exc:
+            assert "cut short" in str(exc) or exc.description
