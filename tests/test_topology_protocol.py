@@ -399,3 +399,19 @@ def test_chaos_then_calm_converges(seed: int) -> None:
     for link in links:
         link.loss = 0.0
     net.run_until(lambda: not net.problems(), limit=120, check_every=0.25)
+
+
+def test_valid_origins_change_is_reported_even_when_my_paths_do_not() -> None:
+    net = Network()
+    net.build("M -1- O -5- D -1- M")
+    net.run_until_converged()
+    assert net.node("M").routes.valid_origins("D") == {"O"}
+    for a, b in (("O", "D"), ("D", "O")):
+        net.get_link(a, b).cost_a = net.get_link(a, b).cost_b = 1
+        net.node(a).neighbour_up(b, 1, now=net.now)
+        net._after(a)
+    net.run_until_converged(limit=2)
+    last = net.events("M", RoutesChanged)[-1]
+    assert last.routes is net.node("M").routes
+    assert last.routes.valid_origins("D") == frozenset()
+    assert last.changed == frozenset()  # no next hop or cost of M's moved

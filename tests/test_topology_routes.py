@@ -253,6 +253,21 @@ def test_same_as_and_inputs_are_not_mutated() -> None:
         first.next_hops["C"] = "C"  # type: ignore[index]
 
 
+def test_routes_differ_when_only_valid_origins_do() -> None:
+    r"""
+        M -1- O         O-D costs 5, then 1: O stops sending to D through M. Nothing changes
+         \    |         in M's own paths, but its valid origins for D do, so the routes are
+          1-- D         not the same.
+    """
+    before = routes_of("M -1- O -5- D -1- M", "M")
+    after = routes_of("M -1- O -1- D -1- M", "M")
+    assert dict(before.next_hops) == dict(after.next_hops) and dict(before.costs) == dict(after.costs)
+    assert before.valid_origins("D") == {"O"} and after.valid_origins("D") == frozenset()
+    assert not before.same_as(after)
+    assert before.same_as(routes_of("D -1- M -1- O -5- D", "M"))
+    assert before.same_as(routes_of("M -1- O -5- D -1- M\nX -1- Y", "M"))  # unreachable: moot
+
+
 def test_link_state_validation() -> None:
     with pytest.raises(ValueError):
         LinkState(seq=1, peers={"": 1})

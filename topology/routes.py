@@ -110,7 +110,7 @@ class _Graph:
         self.index = index = {rid: i for i, rid in enumerate(ids)}
         self.adj: list[list[tuple[int, int]]] = [[] for _ in ids]
         adj = self.adj
-        # Neighbour order is irrelevant: every tie below is decided by comparing ids.
+        # Neighbour order does not matter to the trees: every tie is decided by comparing ids.
         for a, state in link_states.items():
             i = index[a]
             for b, cost_a in state.peers.items():
@@ -122,6 +122,8 @@ class _Graph:
                         j = index[b]
                         adj[i].append((j, cost))
                         adj[j].append((i, cost))
+        for edges in adj:
+            edges.sort()  # canonical, so that two graphs compare equal (Routes.same_as)
 
     def tree(self, root: int, me: int | None = None) -> tuple[list[int], list[int], list[int]]:
         """Dijkstra from `root`: (dist, parent, order). `dist[i]` = -1 when unreachable;
@@ -198,7 +200,7 @@ class Routes:
     - `radius`: max of `hops` (0 when alone); the hop limit for a trace is radius + 1.
     """
 
-    __slots__ = ("me", "next_hops", "costs", "hops", "radius", "_graph", "_cache")
+    __slots__ = ("me", "next_hops", "costs", "hops", "radius", "_graph", "_cache", "_shape")
 
     def __init__(self, me: str, graph: _Graph) -> None:
         i_me = graph.index[me]
@@ -216,6 +218,7 @@ class Routes:
         self.radius: int = max((hops[v] for v in reached), default=0)
         self._graph = graph
         self._cache: dict[str, Mapping[str, str]] = {me: self._below(parent, order, i_me)}
+        self._shape: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] | None = None
 
     @property
     def reachable(self) -> frozenset[str]:
@@ -223,13 +226,25 @@ class Routes:
         return frozenset(self.next_hops)
 
     def same_as(self, other: Routes) -> bool:
-        """Same next hops, costs and hops (so the same valid origins: same input graph)."""
+        """Same next hops, costs and hops over the same graph. The graph matters on its own: a
+        link between two other routers can change their paths, hence my valid origins, while
+        every path from me stays as it was."""
         return (
             self.me == other.me
             and self.next_hops == other.next_hops
             and self.costs == other.costs
             and self.hops == other.hops
+            and self._component() == other._component()
         )
+
+    def _component(self) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+        """The links of my part of the network, by id (link states of routers I cannot reach
+        are left out: they cannot change a path or a tree that I use)."""
+        if self._shape is None:
+            ids, adj = self._graph.ids, self._graph.adj
+            mine = sorted(self._graph.index[rid] for rid in (self.me, *self.next_hops))
+            self._shape = tuple((ids[i], tuple((ids[j], c) for j, c in adj[i])) for i in mine)
+        return self._shape
 
     def _below(self, parent: list[int], order: list[int], i_me: int) -> Mapping[str, str]:
         """origin -> my child through which it hangs below me, in a tree settled in `order`."""
