@@ -281,6 +281,10 @@ class MobileDb:
     def routers_for(self, address: str) -> frozenset[str]:
         return frozenset(self._table.get(address, ()))
 
+    @property
+    def has_dirty(self) -> bool:
+        return bool(self._dirty)
+
     def take_dirty(self) -> Mapping[str, frozenset[str]]:
         """Addresses whose router set changed since the last call, with the set now."""
         changes = {a: frozenset(self._table.get(a, ())) for a in sorted(self._dirty)}

@@ -80,8 +80,13 @@ class NeighbourTable:
         return expired
 
     def next_expiry(self) -> float | None:
-        times = [n.heard_at + n.dead_s for n in self.connected.values() if n.heard_at is not None]
-        return min(times, default=None)
+        first = None
+        for n in self.connected.values():  # polled after every input: no list, no min()
+            if n.heard_at is not None:
+                t = n.heard_at + n.dead_s
+                if first is None or t < first:
+                    first = t
+        return first
 
     def heard(self) -> tuple[str, ...]:
         """Ids to list in my HELLO: neighbours heard within their dead interval."""

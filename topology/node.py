@@ -156,7 +156,7 @@ class TopologyNode(Protocol):
         RoutesChanged and one AddressesChanged summarising everything since the last call."""
         events, self._events = self._events, []
         old, new = self._published, self._routes
-        if not new.same_as(old):
+        if new is not old and not new.same_as(old):
             self._published = new
             added = new.reachable - old.reachable
             removed = old.reachable - new.reachable
@@ -165,7 +165,7 @@ class TopologyNode(Protocol):
                 if new.next_hops[d] != old.next_hops[d] or new.costs[d] != old.costs[d]
             )  # fmt: skip
             events.append(RoutesChanged(routes=new, added=added, removed=removed, changed=changed))
-        changes = self._mobile.take_dirty()
+        changes = self._mobile.take_dirty() if self._mobile.has_dirty else None
         if changes:
             events.append(AddressesChanged(changes=changes))
         return events
