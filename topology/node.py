@@ -157,7 +157,6 @@ class TopologyNode(Protocol):
         events, self._events = self._events, []
         old, new = self._published, self._routes
         if new is not old and not new.same_as(old):
-            self._published = new
             added = new.reachable - old.reachable
             removed = old.reachable - new.reachable
             changed = frozenset(
@@ -165,6 +164,7 @@ class TopologyNode(Protocol):
                 if new.next_hops[d] != old.next_hops[d] or new.costs[d] != old.costs[d]
             )  # fmt: skip
             events.append(RoutesChanged(routes=new, added=added, removed=removed, changed=changed))
+        self._published = new  # an equal value needs no event, nor another comparison
         changes = self._mobile.take_dirty() if self._mobile.has_dirty else None
         if changes:
             events.append(AddressesChanged(changes=changes))
