@@ -22,6 +22,9 @@ from proton import Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from router.net.client import connect
+from router.net.management_client import management_session
+
 from .support.interop import run_container, run_in_thread
 from .support.mesh_process import MeshProcesses
 
@@ -128,9 +131,11 @@ class KillMidStream(Scenario):
     Released or modified messages are sent again; the scenario ends when every message id has
     been accepted."""
 
-    def __init__(self, mesh: MeshProcesses, total: int, kill_after: int, kill: Callable[[], None]) -> None:
+    def __init__(self, mesh: MeshProcesses, total: int, kill_after: int, kill: Callable[[], None], *,
+                 source: str = "A", target: str = "C", address: str = "ring") -> None:  # fmt: skip
         super().__init__(mesh, auto_accept=True)
         self.total, self.kill_after, self.kill = total, kill_after, kill
+        self.source, self.target, self.address = source, target, address
         self.pending: list[int] = list(range(total))
         self.accepted: set[int] = set()
         self.outcomes: Counter[str] = Counter()
@@ -140,8 +145,8 @@ class KillMidStream(Scenario):
         self.in_flight = 0
 
     def on_start(self, event: Any) -> None:
-        event.container.create_receiver(self.connect(event.container, "C"), "ring")
-        event.container.create_sender(self.connect(event.container, "A"), "ring")
+        event.container.create_receiver(self.connect(event.container, self.target), self.address)
+        event.container.create_sender(self.connect(event.container, self.source), self.address)
 
     def on_sendable(self, event: Any) -> None:
         # A bounded window keeps deliveries in flight on the path when the router dies.
@@ -327,3 +332,36 @@ async def test_a_router_restarting_with_the_same_id_rejoins(tmp_path: Path) -> N
         scenario = EveryOutcome(mesh, "A", "C", per_outcome=5)
         await run_handler(scenario)
         assert not scenario.errors and len(scenario.learned) == 20
+
+
+async def test_edge_routers_on_two_interiors_fail_over(tmp_path: Path) -> None:
+    """E1 (producer) hangs off X, E2 (consumer) off Y. E1 is given a second uplink, to Y, at run
+    time through management; when X dies mid-stream E1 fails over to Y and every message is
+    accepted in the end (released or modified ones are sent again)."""
+    with MeshProcesses(tmp_path, "X-Y", edge_routers={"E1": ["X"], "E2": ["Y"]}) as mesh:
+        await mesh.wait_converged()
+        async with connect("127.0.0.1", mesh.port("E1")) as client, management_session(client) as mgmt:
+            created = await mgmt.create(
+                "connector", {"host": "127.0.0.1", "port": mesh.ports["Y"]["edge"], "role": "edge"}, name="up-Y"
+            )
+            assert created["role"] == "edge"
+            with trio.fail_after(10):
+                while True:  # both uplinks up: X first (the active one), Y standing by
+                    rows = await mgmt.query_dicts("org.apache.qpid.dispatch.connection")
+                    if sorted(r["connector"] for r in rows if r.get("role") == "edge" and r.get("opened")) == ["up-X", "up-Y"]:
+                        break
+                    await trio.sleep(0.05)
+        scenario = KillMidStream(mesh, total=1000, kill_after=200, kill=lambda: mesh.kill("X"), source="E1", target="E2",
+                                 address="work")  # fmt: skip
+        await run_handler(scenario, timeout_s=30)
+        assert not scenario.errors
+        assert scenario.accepted == set(range(1000))
+        assert set(scenario.received) == set(range(1000))
+        assert sum(n - 1 for n in scenario.received.values()) <= scenario.outcomes["modified"]
+        assert scenario.first_accept_after_kill is not None and scenario.killed_at is not None
+        assert scenario.first_accept_after_kill - scenario.killed_at < 5.0
+        async with connect("127.0.0.1", mesh.port("E1")) as client, management_session(client) as mgmt:
+            rows = await mgmt.query_dicts("org.apache.qpid.dispatch.connection")
+            assert [r["connector"] for r in rows if r.get("role") == "edge" and r.get("opened")] == ["up-Y"]
+            status = {r["name"]: r["connectionStatus"] for r in await mgmt.query_dicts("org.apache.qpid.dispatch.connector")}
+            assert status == {"up-X": "FAILED", "up-Y": "SUCCESS"} or status["up-X"] == "CONNECTING", status

@@ -45,7 +45,8 @@ def parse_edges(spec: str) -> list[tuple[str, str, int]]:
 
 class MeshProcesses:
     def __init__(self, directory: Path, edges: str, *, hello_interval_s: float = 0.2, dead_interval_s: float = 0.8,
-                 extra: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
+                 extra: dict[str, dict[str, Any]] | None = None,
+                 edge_routers: dict[str, list[str]] | None = None) -> None:  # fmt: skip
         self.directory = directory
         self.edges = parse_edges(edges)
         self.order: list[str] = []
@@ -53,12 +54,35 @@ class MeshProcesses:
             for name in (a, b):
                 if name not in self.order:
                     self.order.append(name)
+        # Edge routers (mode edge) start after the interiors; each dials its interiors' `edge`
+        # listeners, in the order given (one uplink is used at a time).
+        self.edge_routers = edge_routers or {}
+        self.interiors = list(self.order)
+        for name in self.edge_routers:
+            self.order.append(name)
         self.timers = {"hello_interval_s": hello_interval_s, "dead_interval_s": dead_interval_s}
         self.extra = extra or {}
         self.processes: dict[str, RouterProcess] = {}
         self.ports: dict[str, dict[str, int]] = {}
 
+    def _edge_config(self, name: str) -> dict[str, Any]:
+        ports = self.ports.get(name, {})
+        connectors = [
+            {"name": f"up-{interior}", "host": "127.0.0.1", "port": self.ports[interior]["edge"], "role": "edge",
+             "reconnect_initial_s": 0.1, "reconnect_max_s": 1.0}
+            for interior in self.edge_routers[name]
+        ]  # fmt: skip
+        config: dict[str, Any] = {
+            "router": {"id": name, "mode": "edge", **self.timers},
+            "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": ports.get("amqp", 0)}],
+            "connectors": connectors,
+        }
+        config.update(self.extra.get(name, {}))
+        return config
+
     def _config(self, name: str) -> dict[str, Any]:
+        if name in self.edge_routers:
+            return self._edge_config(name)
         dialled_by_later = any(
             (b == name and self.order.index(a) > self.order.index(b)) or (a == name and self.order.index(b) > self.order.index(a))
             for a, b, _ in self.edges
@@ -67,6 +91,8 @@ class MeshProcesses:
         listeners: list[dict[str, Any]] = [{"name": "amqp", "host": "127.0.0.1", "port": ports.get("amqp", 0)}]
         if dialled_by_later:
             listeners.append({"name": "inter", "host": "127.0.0.1", "port": ports.get("inter", 0), "role": "inter-router"})
+        if any(name in interiors for interiors in self.edge_routers.values()):
+            listeners.append({"name": "edge", "host": "127.0.0.1", "port": ports.get("edge", 0), "role": "edge"})
         connectors = []
         for a, b, cost in self.edges:
             for me, other in ((a, b), (b, a)):
@@ -121,7 +147,9 @@ class MeshProcesses:
 
     async def wait_converged(self, routers: list[str] | None = None, timeout_s: float = 15.0) -> None:
         """Until each of `routers` (default: all running) has a next hop to every other one."""
-        names = routers or [n for n, p in self.processes.items() if p.proc is not None and p.proc.poll() is None]
+        names = routers or [
+            n for n, p in self.processes.items() if n in self.interiors and p.proc is not None and p.proc.poll() is None
+        ]
         with trio.fail_after(timeout_s):
             while True:
                 done = True
