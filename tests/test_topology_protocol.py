@@ -415,3 +415,21 @@ def test_valid_origins_change_is_reported_even_when_my_paths_do_not() -> None:
     assert last.routes is net.node("M").routes
     assert last.routes.valid_origins("D") == frozenset()
     assert last.changed == frozenset()  # no next hop or cost of M's moved
+
+
+@pytest.mark.parametrize("n", [3, 5, 9])
+def test_a_link_failure_costs_distance_plus_two_rounds(n: int) -> None:
+    """A line of n routers loses its last link. The RA of the router left behind reaches the far
+    end after n-2 hops; each router pulls the new link state from the neighbour the RA came
+    from, which answers as soon as it holds it: one request and one answer more, not a round
+    trip to the owner per router."""
+    names = [chr(ord("A") + i) for i in range(n)]
+    net = Network()
+    net.build(" -1- ".join(names))
+    net.run_until_converged()
+    net.reset_rounds()
+    start = net.now
+    net.cut(names[-2], names[-1])
+    t = net.run_until_converged(limit=2)
+    assert net.rounds == (n - 2) + 2
+    assert t - start <= TopologyConfig().route_delay_s + net.rounds * net.delay + 1e-9

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topology.config import TopologyConfig
-from topology.messages import ControlMessage, MalformedMessage, Unsupported, decode_body, encode_body
+from topology.messages import ControlMessage, Hello, MalformedMessage, Unsupported, decode_body, encode_body
 from topology.node import TopologyNode
 from topology.routes import LinkState, compute_routes
 
@@ -84,10 +84,14 @@ class Network:
         self._adjacent: dict[str, dict[str, Link]] = {}
         self._events: dict[str, list[Any]] = {}  # name -> every event taken from the node
         self._order = itertools.count()
-        self._queue: list[tuple[float, int, str, str, int, Any]] = []  # messages in flight
+        self._queue: list[tuple[float, int, str, str, int, int, Any]] = []  # messages in flight
         self._timers: list[tuple[float, int, str, int]] = []  # (deadline, n, name, epoch)
         self._epoch: dict[str, int] = {}  # bumped when a router is replaced (restart)
         self._instances = itertools.count(1)
+        # Causal depth: a message sent by a router is one more than the deepest it received
+        # (HELLOs aside); `rounds` = the deepest delivered since reset_rounds().
+        self._depth: dict[str, int] = {}
+        self.rounds = 0
         self.addresses: dict[str, set[str]] = {}  # name -> the local addresses it should have
         self._truth_key: frozenset[tuple[str, LinkState]] = frozenset()
         self._expected: dict[str, Any] = {}  # router id -> the routes the truth gives it
@@ -186,9 +190,15 @@ class Network:
     def inject(self, sender: str, receiver: str, body: bytes | ControlMessage | Unsupported) -> None:
         """Deliver `body` to `receiver` as if `sender` (a linked neighbour) had sent it now."""
         link = self.get_link(sender, receiver)
-        self._push(self.now, sender, receiver, link.generation, body)
+        self._push(self.now, sender, receiver, link.generation, 0, body)
 
     # --- running -------------------------------------------------------------------------------
+
+    def reset_rounds(self) -> None:
+        """Count protocol rounds from now: the longest chain of control messages (HELLOs aside),
+        each sent in reaction to the one before, delivered from here on."""
+        self._depth.clear()
+        self.rounds = 0
 
     def _after(self, name: str) -> None:
         """After any call into a node: put its output on the links, re-arm its timer."""
@@ -218,10 +228,11 @@ class Network:
         if link.rewrite is not None:
             message = link.rewrite(sender, receiver, message)
         body = encode_body(message) if self.codec else message
-        self._push(self.now + link.delay, sender, receiver, link.generation, body)
+        depth = 0 if isinstance(message, Hello) else self._depth.get(sender, 0) + 1
+        self._push(self.now + link.delay, sender, receiver, link.generation, depth, body)
 
-    def _push(self, when: float, sender: str, receiver: str, generation: int, body: Any) -> None:
-        heapq.heappush(self._queue, (when, next(self._order), sender, receiver, generation, body))
+    def _push(self, when: float, sender: str, receiver: str, generation: int, depth: int, body: Any) -> None:
+        heapq.heappush(self._queue, (when, next(self._order), sender, receiver, generation, depth, body))
 
     def next_time(self) -> float:
         t_msg = self._queue[0][0] if self._queue else math.inf
@@ -235,7 +246,7 @@ class Network:
         if t_msg == t_tick == math.inf:
             return False
         if t_msg <= t_tick:
-            when, _, sender, receiver, generation, body = heapq.heappop(self._queue)
+            when, _, sender, receiver, generation, depth, body = heapq.heappop(self._queue)
             self.now = max(self.now, when)
             link = self._adjacent[sender].get(receiver)
             if link is None or not link.up or link.generation != generation:
@@ -250,6 +261,9 @@ class Network:
             else:
                 message = body
             self.stats.delivered += 1
+            if depth > self._depth.get(receiver, 0):
+                self._depth[receiver] = depth
+                self.rounds = max(self.rounds, depth)
             self.nodes[receiver].receive(self.nodes[sender].router_id, message, self.now)
             self._after(receiver)
             return True
