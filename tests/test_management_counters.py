@@ -1,7 +1,6 @@
 """The counters the management model shows per link (router.link) and per address
 (router.address): each is present, and each the core keeps moves with the traffic that should
-move it. Counters the core does not keep yet read as null (entities.CORE_PENDING); the tests
-that expect them to move are marked xfail until it does.
+move it.
 
 Sans-IO: a real RouterCore and client engines (tests/support/mgmt.py); outcomes are chosen by
 hand (the consumer does not auto-accept), time moves only when the test says so.
@@ -10,8 +9,6 @@ hand (the consumer does not auto-accept), time moves only when the test says so.
 from __future__ import annotations
 
 from typing import Any
-
-import pytest
 
 from router.amqp.link import Link
 from router.amqp.message import Message
@@ -153,7 +150,6 @@ def test_no_consumers_means_no_zero_credit_time() -> None:
     assert entry["subscriberCount"] == 0 and entry["zeroCreditSeconds"] is None and entry["creditAvailable"] == 0
 
 
-@pytest.mark.xfail(reason="the core does not count accepted/modified/presettled per address, nor rejected (entities.CORE_PENDING)")
 def test_address_outcome_counters_move() -> None:
     m = MgmtHarness()
     t = Traffic(m, "outcome.counters")
@@ -167,7 +163,6 @@ def test_address_outcome_counters_move() -> None:
     assert (entry["accepted"], entry["rejected"], entry["modified"], entry["presettled"]) == (1, 1, 1, 1)
 
 
-@pytest.mark.xfail(reason="the core does not record when a link's credit ran out (entities.CORE_PENDING)")
 def test_zero_credit_time_grows_while_a_consumer_has_no_credit() -> None:
     m = MgmtHarness()
     t = Traffic(m, "starved", credit=1)

@@ -87,3 +87,27 @@ def test_a_remote_routers_nodes_are_queried_through_the_mesh() -> None:
     (reply,) = client.received[replies]
     assert reply.message.application_properties["statusCode"] == 200  # type: ignore[index]
     assert reply.message.body_value["results"] == [["C", "(self)", 0], ["A", "B", 2], ["B", "B", 1]]
+
+
+def test_router_wide_transit_keeps_counting_deliveries_of_inter_router_links_that_are_gone() -> None:
+    h, agents = _line("AB")
+    consumer = h.client("B", "c")
+    rx = consumer.receiver("far")
+    h.advance(0.5)
+    rx.flow(10)
+    producer = h.client("A", "p")
+    tx = producer.sender("far")
+    h.pump()
+    for i in range(3):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    assert len(consumer.received[rx]) == 3
+
+    def totals() -> tuple[int, int]:
+        (router,) = agents["A"].entity_type("router").entities(agents["A"], 10.0)
+        return router["deliveriesTransit"], router["deliveriesEgress"]
+
+    assert totals() == (3, 0)
+    h.cut(h.wire_between("A", "B"))  # A's data link to B is gone
+    assert h.cores["A"].gone_transit.delivered == 3 and h.cores["A"].gone_out.delivered == 0
+    assert totals() == (3, 0)

@@ -44,7 +44,6 @@ class Forwarder(Settlement):
         self.max_message_size = core.config.limits.max_message_size
         self._expiring: list[tuple[float, int, Forward]] = []
         self._seq = itertools.count()
-        self.now = 0.0  # wall clock of the batch being handled (set by the core)
         self.router_sent = self.router_dropped = 0
 
     # --- arriving frames ------------------------------------------------------------------------
@@ -63,6 +62,8 @@ class Forwarder(Settlement):
 
     def _refuse(self, inl: InLink, event: TransferReceived, condition: str, description: str) -> None:
         inl.rejected += 1
+        if inl.entry is not None:
+            inl.entry.rejected += 1
         inl.discarding = event.more
         self.credit_dirty(inl)
         if not event.settled:
@@ -71,6 +72,8 @@ class Forwarder(Settlement):
 
     def _first_frame(self, inl: InLink, event: TransferReceived, now: float) -> None:
         inl.delivered += 1
+        if inl.link.credit == 0 and inl.zero_credit_since is None:
+            inl.zero_credit_since = now  # the producer used its last credit (in this batch)
         if event.aborted:
             return
         payload = event.payload
@@ -116,6 +119,7 @@ class Forwarder(Settlement):
             maps_of(event.link.session).inbound[event.delivery_id] = fwd
         else:
             inl.presettled += 1
+            fwd.entry.presettled += 1
         if event.more:
             inl.streaming = fwd
         if meta is not None:
@@ -355,6 +359,8 @@ class Forwarder(Settlement):
         fwd.out, fwd.out_id = out, out_id
         fwd.frames = None
         out.delivered += 1
+        if link.credit == 0 and out.zero_credit_since is None:
+            out.zero_credit_since = self.now
         self.core.touch(out.conn.engine)
         if out.neighbour is None:
             fwd.entry.deliveries_egress += 1
@@ -366,6 +372,8 @@ class Forwarder(Settlement):
         if not settled:
             maps_of(link.session).outbound[out_id] = fwd
             out.outstanding += 1
+        else:
+            out.presettled += 1
         if not fwd.complete:
             out.streaming = fwd
         elif fwd.presettled:
@@ -444,10 +452,14 @@ class Forwarder(Settlement):
         else:
             fwd.entry.deliveries_transit += 1
         out.delivered += 1
+        if link.credit == 0 and out.zero_credit_since is None:
+            out.zero_credit_since = self.now
         self.core.touch(out.conn.engine)
         if not settled:
             maps_of(link.session).outbound[copy.out_id] = copy
             out.outstanding += 1
+        else:
+            out.presettled += 1
         if not fwd.complete:
             out.streaming = copy
         elif fwd.presettled:
@@ -555,10 +567,16 @@ class Forwarder(Settlement):
         if link.drain and link.credit > 0 and not queue and not pending and out.streaming is None:
             link.complete_drain()  # nothing to send: give the credit back (transport §2.6.7)
             self.core.touch(out.conn.engine)
+            if out.zero_credit_since is None:
+                out.zero_credit_since = self.now
 
     def on_flow(self, event: FlowReceived, now: float) -> None:
         out = event.link.context
         if type(out) is OutLink:
+            if event.link.credit > 0:
+                out.zero_credit_since = None
+            elif out.zero_credit_since is None:
+                out.zero_credit_since = now
             self.consumer_ready(out, now)
         else:
             self.core.mesh.on_flow(event)  # a control link between routers

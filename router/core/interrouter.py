@@ -134,6 +134,7 @@ def attach_links(core: RouterCore, peer: Peer) -> None:
                                  target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
     private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
     out = OutLink(data, conn, private, neighbour=peer.id)
+    out.zero_credit_since = core.forwarder.now  # no credit until the peer gives some
     data.context = out
     conn.out_links.add(out)
     peer.data_out = out
@@ -168,6 +169,7 @@ def answer_attach(core: RouterCore, peer: Peer | None, conn: ConnState, link: Li
         link.attach(source=link.remote_source, target=link.remote_target, max_message_size=core.config.limits.max_message_size)
         window = max(DATA_WINDOW_MIN, 4 * conn.listener.link_capacity)
         inl = InLink(link, conn, None, peer=peer.id, capacity=window)
+        inl.zero_credit_since = core.forwarder.now  # until the flush gives it its window
         link.context = inl
         conn.in_links.add(inl)
         core.forwarder.credit_dirty(inl)  # a window at once: not tied to destinations

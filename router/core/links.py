@@ -39,7 +39,7 @@ class InLink:
     __slots__ = (
         "link", "conn", "entry", "capacity", "inflight", "streaming", "discarding", "gone",
         "delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped", "id",
-        "address", "peer",
+        "address", "peer", "zero_credit_since",
     )  # fmt: skip
 
     def __init__(
@@ -61,6 +61,8 @@ class InLink:
         self.gone = False
         self.delivered = self.accepted = self.rejected = self.released = 0
         self.modified = self.presettled = self.dropped = 0
+        # When the link's credit last dropped to zero (wall clock); None while it has credit.
+        self.zero_credit_since: float | None = None
 
     def __repr__(self) -> str:
         return f"InLink({self.link.name!r}, {self.entry.address if self.entry else '<anonymous>'})"
@@ -71,7 +73,8 @@ class OutLink:
 
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
-        "capacity", "delivered", "accepted", "rejected", "released", "modified", "id", "neighbour",
+        "capacity", "delivered", "accepted", "rejected", "released", "modified", "presettled", "id",
+        "neighbour", "zero_credit_since",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -90,6 +93,9 @@ class OutLink:
         self.tags = 0
         self.capacity = conn.listener.link_capacity
         self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
+        self.presettled = 0  # deliveries sent settled
+        # When the consumer's credit last dropped to zero (wall clock); None while it has credit.
+        self.zero_credit_since: float | None = None
 
     def next_tag(self) -> bytes:
         self.tags = (self.tags + 1) & 0xFFFFFFFF
@@ -114,8 +120,8 @@ class GoneTotals:
         self.rejected += link.rejected
         self.released += link.released
         self.modified += link.modified
+        self.presettled += link.presettled
         if isinstance(link, InLink):
-            self.presettled += link.presettled
             self.dropped += link.dropped
 
 
@@ -135,12 +141,12 @@ def attach_link(core: RouterCore, conn: ConnState, link: Link, now: float) -> No
                 f"link limit ({conn.listener.max_links_per_connection}) reached on this connection")  # fmt: skip
         return
     if link.is_sender:
-        _attach_consumer(core, conn, link)
+        _attach_consumer(core, conn, link, now)
     else:
-        _attach_producer(core, conn, link)
+        _attach_producer(core, conn, link, now)
 
 
-def _attach_consumer(core: RouterCore, conn: ConnState, link: Link) -> None:
+def _attach_consumer(core: RouterCore, conn: ConnState, link: Link, now: float) -> None:
     source = link.remote_source
     if not isinstance(source, Source):
         _refuse(link, E.INVALID_FIELD, "a receiving link needs a source")
@@ -160,6 +166,7 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link) -> None:
         entry, answer = maybe, source
     link.attach(source=answer, target=link.remote_target)
     out = OutLink(link, conn, entry)
+    out.zero_credit_since = now  # no credit until the consumer gives some
     link.context = out
     conn.out_links.add(out)
     first = not entry.consumers
@@ -171,7 +178,7 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link) -> None:
             core.mesh.local_consumers(entry, True)
 
 
-def _attach_producer(core: RouterCore, conn: ConnState, link: Link) -> None:
+def _attach_producer(core: RouterCore, conn: ConnState, link: Link, now: float) -> None:
     target = link.remote_target
     if target is not None and not isinstance(target, Target):
         # e.g. a transaction coordinator: without a link route there is no one to coordinate
@@ -194,6 +201,7 @@ def _attach_producer(core: RouterCore, conn: ConnState, link: Link) -> None:
     link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
     link.attach(source=link.remote_source, target=answer, max_message_size=limit)
     inl = InLink(link, conn, entry, address)
+    inl.zero_credit_since = now  # until the first flush gives it credit (when it has a destination)
     link.context = inl
     conn.in_links.add(inl)
     if entry is not None:
@@ -217,7 +225,8 @@ def link_gone(core: RouterCore, link: Link, now: float) -> None:
         ctx.conn.out_links.discard(ctx)
         core.forwarder.consumer_gone(ctx, now)
         core.table.discard_if_unused(ctx.entry)
-        core.gone_out.add(ctx)
+        # Management's router-wide egress counts consumers, transit the links to other routers.
+        (core.gone_out if ctx.neighbour is None else core.gone_transit).add(ctx)
     elif isinstance(ctx, InLink) and not ctx.gone:
         ctx.gone = True
         ctx.conn.in_links.discard(ctx)

@@ -49,9 +49,11 @@ class RouterCore:
         # What our open offers; the management node adds its capability and address.
         self.offered_capabilities: tuple[str, ...] = OFFERED_CAPABILITIES
         self.open_properties: dict[str, Any] = {"product": "amqp-mesh-router", "router-id": self.router_id}
-        # Counters of links that are gone (management's router-wide totals).
+        # Counters of links that are gone (management's router-wide totals): producers' links
+        # and inter-router links we receive on, consumers' links, inter-router links we send on.
         self.gone_in = GoneTotals()
         self.gone_out = GoneTotals()
+        self.gone_transit = GoneTotals()
         self.mesh = Mesh(self, config, instance)
 
     # --- the surface the network layer uses -----------------------------------------------------

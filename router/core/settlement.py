@@ -22,6 +22,7 @@ from .links import InLink, OutLink, alive
 
 if TYPE_CHECKING:
     from .router import RouterCore
+    from .table import AddressEntry
 
 DELIVERY_FAILED = Modified(delivery_failed=True)
 # multicast: the strongest outcome of all copies wins (the anchors' rule)
@@ -31,6 +32,7 @@ _RANK: dict[type, int] = {Rejected: 3, Accepted: 2, Modified: 1, Released: 0}
 class Settlement:
     def __init__(self, core: RouterCore) -> None:
         self.core = core
+        self.now = 0.0  # wall clock of the batch being handled (set by the core)
         self._credit_dirty: set[InLink] = set()
         self._dispositions: dict[tuple[Session, bool, bool], list[tuple[int, Any]]] = {}
 
@@ -51,11 +53,14 @@ class Settlement:
             if link.credit > 0:
                 link.flow(0, drain=True)
                 self.core.touch(inl.conn.engine)
+                if inl.zero_credit_since is None:
+                    inl.zero_credit_since = self.now
             return
         desired = inl.capacity - inl.inflight
         if desired > link.credit and link.credit <= inl.capacity // 2:
             link.flow(desired)
             self.core.touch(inl.conn.engine)
+            inl.zero_credit_since = None
 
     def _release_window(self, fwd: Forward) -> None:
         """The producer's window slot held by `fwd` is free again."""
@@ -155,6 +160,7 @@ class Settlement:
         if inl is None or inl.gone:
             return
         _count(inl, state)
+        _count_entry(fwd.entry, state)
         self._release_window(fwd)
         if fwd.presettled or not alive(inl.link):
             forget_inbound(fwd)
@@ -241,3 +247,13 @@ def _count(link: InLink | OutLink, state: Any) -> None:
         link.modified += 1
     elif kind is Rejected:
         link.rejected += 1
+
+
+def _count_entry(entry: AddressEntry, state: Any) -> None:
+    kind = type(state)
+    if kind is Accepted:
+        entry.accepted += 1
+    elif kind is Modified:
+        entry.modified += 1
+    elif kind is Rejected:
+        entry.rejected += 1

@@ -42,7 +42,7 @@ class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
-        "remote", "remote_out", "deliveries_transit",
+        "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -63,7 +63,10 @@ class AddressEntry:
         self.released = 0
         self.dropped = 0
         self.expired = 0
-        self.rejected = 0
+        # Outcomes told to the producers of deliveries to this address (as the links count them),
+        # and deliveries that arrived settled.
+        self.accepted = self.rejected = self.modified = 0
+        self.presettled = 0
         # Other routers with consumers (mobile), the target router (R), every router (T).
         self.remote: frozenset[str] = frozenset()
         # Balanced anycast: unsettled deliveries of this address per inter-router link.

@@ -109,7 +109,8 @@ class RouterType(EntityType):
         states = list(core.connections.values())
         ins = [link for s in states for link in s.in_links]
         outs = [link for s in states for link in s.out_links if link.neighbour is None]
-        transit = sum(link.delivered for s in states for link in s.out_links if link.neighbour is not None)
+        transit = core.gone_transit.delivered + sum(
+            link.delivered for s in states for link in s.out_links if link.neighbour is not None)
         router = agent.config.router
         # Identity = the router id: WD14's `id` (the identity, §4.3.3) and the anchors' `id`
         # attribute then agree.
