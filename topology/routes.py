@@ -234,8 +234,9 @@ class Routes:
             and self.next_hops == other.next_hops
             and self.costs == other.costs
             and self.hops == other.hops
-            and self._component() == other._component()
-        )
+            and (self._graph.ids == other._graph.ids and self._graph.adj == other._graph.adj
+                 or self._component() == other._component())
+        )  # fmt: skip
 
     def _component(self) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
         """The links of my part of the network, by id (link states of routers I cannot reach
