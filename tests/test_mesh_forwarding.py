@@ -97,6 +97,42 @@ def test_an_anonymous_producer_is_routed_by_properties_to_across_routers() -> No
     assert "x-opt-qd.to" not in (decode_message(at_c[0]).message_annotations or {})
 
 
+def test_each_delivery_gets_its_own_annotations_when_a_link_carries_many_kinds() -> None:
+    # Routers read a section seen before on a link from what they remember of it: deliveries
+    # with different annotations, addresses and producers (more than a link remembers) must
+    # each still be routed and annotated by their own.
+    h = _line("A", "B", "C")
+    at_c = _spy(h, "C")
+    producer, consumer = h.client("A", "p"), h.client("C", "c")
+    receivers = {address: consumer.receiver(address) for address in ("q1", "q2")}
+    h.advance(0.5)
+    for rx in receivers.values():
+        rx.flow(1000)
+    anonymous, targeted = producer.sender(None), producer.sender("q2")
+    h.pump()
+    expected: dict[str, list[Any]] = {"q1": [], "q2": []}
+    for i in range(annotate.SEEN_MAX + 50):
+        own = {"x-opt-seq": i % (annotate.SEEN_MAX + 20)} if i % 3 else None
+        if i % 2:
+            producer.send(targeted, Message.value(i, message_annotations=own))
+            expected["q2"].append((i, own))
+        else:
+            address = "q1" if i % 4 else "q2"
+            producer.send(anonymous, Message.value(i, message_annotations=own, properties=Properties(to=address)))
+            expected[address].append((i, own))
+    h.pump()
+    for address, rx in receivers.items():
+        got = [(r.message.body_value, r.message.message_annotations) for r in consumer.received[rx]]
+        assert got == expected[address]
+    for frame in at_c:
+        message = decode_message(frame)
+        routed = dict(message.message_annotations or {})
+        assert routed.pop("x-opt-qd.ingress") == "A" and routed.pop("x-opt-qd.trace") == ["A", "B"]
+        assert routed.pop("x-opt-qd.to", None) == ("q2" if message.properties is None else None)
+        i = message.body_value
+        assert routed == ({"x-opt-seq": i % (annotate.SEEN_MAX + 20)} if i % 3 else {})
+
+
 OUTCOMES = [
     ACCEPTED,
     Rejected(error=Error(condition="app:bad", description="no", info={"sku": "x1"})),

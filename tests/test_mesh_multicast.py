@@ -191,3 +191,17 @@ def test_malformed_router_annotations_are_rejected() -> None:
     outcome = fake.client.outcomes[bad]
     assert isinstance(outcome, Rejected) and outcome.error is not None
     assert outcome.error.condition == "amqp:decode-error"
+
+
+def test_a_router_annotation_that_is_not_utf8_is_rejected() -> None:
+    h = _mesh("AB", [("A", "B")])
+    _consumers(h, "mc.z")
+    fake = FakeRouter(h, "A")
+    message = Message.value("m", message_annotations={"x-opt-qd.to": "zz"}, properties=Properties(to="mc.z"))
+    payload = encode_message(message).replace(b"\xa1\x02zz", b"\xa1\x02\xff\xfe")
+    bad = fake.data.send_transfer(b"t", payload)
+    h.pump()
+    outcome = fake.client.outcomes[bad]
+    assert isinstance(outcome, Rejected) and outcome.error is not None
+    assert outcome.error.condition == "amqp:decode-error"
+    assert fake.send({"x-opt-qd.ingress": "X", "x-opt-qd.trace": ["X"]}) in fake.client.outcomes  # still works

@@ -59,6 +59,17 @@ def _properties(payload: Buffer, pos: int, stop: int, need_to: bool) -> tuple[An
     to = expiry = created = None
     last = 2 if count <= 8 else 9
     for index in range(min(count, last + 1)):
+        if index == 2 and need_to and pos + 2 <= stop and payload[pos] == 0xA1:
+            # str8, the usual encoding of `to`: read inline (anything odd goes to decode_at,
+            # which raises the error it always raised)
+            value_end = pos + 2 + payload[pos + 1]
+            if value_end <= stop:
+                try:
+                    to = bytes(payload[pos + 2 : value_end]).decode("utf-8")
+                    pos = value_end
+                    continue
+                except UnicodeDecodeError:
+                    pass
         if (index == 2 and need_to) or index >= 8:
             value, pos = decode_at(payload, pos, stop)
             if index == 2:
@@ -83,6 +94,18 @@ def _properties(payload: Buffer, pos: int, stop: int, need_to: bool) -> tuple[An
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise DecodeError("properties expiry and creation times must be timestamps")
     return to, expiry, created
+
+
+def _skip_map8(payload: Buffer, pos: int, end: int) -> int:
+    """The end of a well-formed map8 at `pos` (message annotations between routers always are
+    one), checked as skip_value checks it; -1 for anything else (skip_value then decides)."""
+    if pos + 3 > end or payload[pos] != 0xC1:
+        return -1
+    size, count = payload[pos + 1], payload[pos + 2]
+    stop = pos + 2 + size
+    if size < 1 or stop > end or count > size - 1 or count % 2:
+        return -1
+    return stop
 
 
 def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
@@ -113,7 +136,9 @@ def _peek(payload: Buffer, need_to: bool) -> RoutingView:
         if code == _PROPERTIES:  # the last section we read: no need to find its end first
             to, expiry, created = _properties(payload, value_pos, end, need_to)
             return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
-        stop = skip_value(payload, value_pos, end)
+        stop = _skip_map8(payload, value_pos, end) if code == _MESSAGE_ANNOTATIONS else -1
+        if stop < 0:
+            stop = skip_value(payload, value_pos, end)
         if code == _HEADER:
             header, _ = decode_at(payload, start, stop)
             if type(header) is not Header:

@@ -165,24 +165,57 @@ def _section(pieces: list[bytes], pairs: int) -> bytes:
     return _SECTION + b"\xd1" + (len(body) + 4).to_bytes(4, "big") + (2 * pairs).to_bytes(4, "big") + body
 
 
-def parse(payload: Payload, view: RoutingView, came_from: str) -> Meta:
-    """The metadata of a delivery that arrived from neighbour `came_from` (annotations trusted,
-    but checked: a malformed value raises DecodeError and the delivery is rejected)."""
+class Record:
+    """What one message-annotations section from another router says (parsed once per distinct
+    section on a link: consecutive deliveries between two routers nearly always carry the same
+    bytes), and the sections derived from it, built on first use."""
+
+    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped")
+
+    def __init__(self, to: str | None, ingress: str | None, trace: tuple[str, ...], kept: list[bytes]) -> None:
+        self.to = to  # x-opt-qd.to, or None: routed by properties.to
+        self.ingress = ingress
+        self.trace = trace
+        self.kept = kept  # the entries that are not router annotations, as bytes
+        self.routed: bytes | None = None  # the section for the next router (this one traced)
+        self.stripped: bytes | None = None  # the section for a consumer (b"": none at all)
+
+
+class Seen:
+    """The records of one inter-router receiving link, by section bytes (bounded)."""
+
+    __slots__ = ("came_from", "entering", "records")
+
+    def __init__(self, came_from: str, entering: bool = False) -> None:
+        self.came_from = came_from
+        # From an edge router: the message enters the mesh here (the edge takes no part in
+        # routes, valid origins or traces), so its ingress and trace are not kept.
+        self.entering = entering
+        self.records: dict[bytes, Record] = {}
+
+
+SEEN_MAX = 256  # distinct sections remembered per link (then it starts afresh)
+
+
+def _record(payload: Payload, span: tuple[int, int] | None, came_from: str, entering: bool) -> Record:
+    """Read and check the router annotations (a malformed value raises DecodeError)."""
     to = ingress = None
     trace: Any = ()
     kept: list[bytes] = []
-    span = view.annotations_span
     if span is not None:
         data = _head(payload, span)
-        for kind, k, value_at, end in _entries(data, span):
-            if kind == OTHER:
-                kept.append(data[k:end])
-            elif kind == KEY_TO:
-                to = _string(data, value_at, end)
-            elif kind == KEY_INGRESS:
-                ingress = _string(data, value_at, end)
-            elif kind == KEY_TRACE:
-                trace = _strings(data, value_at, end)
+        try:
+            for kind, k, value_at, end in _entries(data, span):
+                if kind == OTHER:
+                    kept.append(data[k:end])
+                elif kind == KEY_TO:
+                    to = _string(data, value_at, end)
+                elif kind == KEY_INGRESS:
+                    ingress = _string(data, value_at, end)
+                elif kind == KEY_TRACE:
+                    trace = _strings(data, value_at, end)
+        except UnicodeDecodeError:
+            raise DecodeError("a router annotation is not valid UTF-8") from None
     if to is not None and (type(to) is not str or not to):
         raise DecodeError(f"{TO} must be a non-empty string")
     if ingress is not None and (type(ingress) is not str or not ingress):
@@ -192,13 +225,33 @@ def parse(payload: Payload, view: RoutingView, came_from: str) -> Meta:
     for item in trace:
         if type(item) is not str:
             raise DecodeError(f"{TRACE} must be a list of router ids")
-    explicit = to is not None
-    if to is None:
-        to = view.to
-    if ingress is None:  # a router always sets it: take the neighbour as the ingress
-        ingress = came_from
-    meta = Meta(to, explicit, ingress, tuple(trace), span, view.insert_at, True, came_from)
-    meta.kept = kept
+    if entering:
+        return Record(to, None, (), kept)
+    # A router always sets the ingress: without one, take the neighbour as the ingress.
+    return Record(to, ingress if ingress is not None else came_from, tuple(trace), kept)
+
+
+def parse(payload: Payload, view: RoutingView, came_from: str, seen: Seen | None = None) -> Meta:
+    """The metadata of a delivery that arrived from neighbour `came_from` (annotations trusted,
+    but checked: a malformed value raises DecodeError and the delivery is rejected). With
+    `seen`, a section already read on that link is not read again."""
+    span = view.annotations_span
+    if seen is None:
+        record = _record(payload, span, came_from, False)
+    else:
+        key = b"" if span is None else bytes(payload[span[0] : span[1]])
+        found = seen.records.get(key)
+        if found is None:
+            found = _record(payload, span, came_from, seen.entering)
+            if len(seen.records) >= SEEN_MAX:
+                seen.records.clear()
+            seen.records[key] = found
+        record = found
+    to = record.to
+    meta = Meta(to if to is not None else view.to, to is not None, record.ingress, record.trace, span,
+                view.insert_at, True, came_from)  # fmt: skip
+    meta.kept = record.kept
+    meta.record = record
     return meta
 
 
@@ -210,19 +263,39 @@ def for_client_delivery(view: RoutingView | None, to: str | None, explicit_to: b
     return Meta(to, explicit_to, None, (), view.annotations_span, view.insert_at, False)
 
 
-def for_router(payload: Payload, meta: Meta, me: str) -> bytes:
-    """The first frame to send to the next router: the client's own annotations kept (their
-    bytes copied), the router annotations set (this router appended to the trace)."""
-    span = meta.span
-    pieces: list[bytes] = list(_kept_of(payload, meta))
+def _routed(kept: list[bytes], meta: Meta, me: str) -> bytes:
+    """The message-annotations section for the next router."""
+    pieces: list[bytes] = list(kept)
     pairs = len(pieces) + 2
     pieces.append(_K_INGRESS + _w_string(meta.ingress or me))
     pieces.append(_K_TRACE + _w_strings((*meta.trace, me)))
     if meta.explicit_to and meta.to is not None:
         pieces.append(_K_TO + _w_string(meta.to))
         pairs += 1
+    return _section(pieces, pairs)
+
+
+@lru_cache(maxsize=4096)
+def _entering(me: str, to: str | None) -> bytes:
+    """The section of a message that enters the mesh here with no annotations of its own."""
+    return _routed([], Meta(to, to is not None, None, (), None, 0, False), me)
+
+
+def for_router(payload: Payload, meta: Meta, me: str) -> bytes:
+    """The first frame to send to the next router: the client's own annotations kept (their
+    bytes copied), the router annotations set (this router appended to the trace)."""
+    span = meta.span
+    record = meta.record
+    if record is not None:  # from another router: built once per distinct section
+        section = record.routed
+        if section is None:
+            section = record.routed = _routed(record.kept, meta, me)
+    elif span is None and meta.ingress is None and not meta.trace:
+        section = _entering(me, meta.to if meta.explicit_to else None)
+    else:
+        section = _routed(_kept_of(payload, meta), meta, me)
     start, stop = span if span is not None else (meta.insert_at, meta.insert_at)
-    return b"".join((payload[:start], _section(pieces, pairs), payload[stop:]))
+    return b"".join((payload[:start], section, payload[stop:]))
 
 
 def strip(payload: Payload, meta: Meta) -> Payload:
@@ -234,7 +307,13 @@ def strip(payload: Payload, meta: Meta) -> Payload:
     meta.raw = False
     kept = _kept_of(payload, meta)
     start, stop = span
-    middle = _section(kept, len(kept)) if kept else b""
+    record = meta.record
+    if record is not None:  # from another router: built once per distinct section
+        middle = record.stripped
+        if middle is None:
+            middle = record.stripped = _section(kept, len(kept)) if kept else b""
+    else:
+        middle = _section(kept, len(kept)) if kept else b""
     meta.span = (start, start + len(middle)) if kept else None
     meta.insert_at = start
     return b"".join((payload[:start], middle, payload[stop:]))

@@ -19,6 +19,7 @@ from ..amqp.session import Session
 Payload = bytes | memoryview
 
 if TYPE_CHECKING:
+    from .annotate import Record
     from .links import InLink, OutLink
     from .table import AddressEntry
 
@@ -73,7 +74,7 @@ class Meta:
     `span`/`insert_at` locate the message-annotations section in the delivery's first frame as
     it is held now (`raw`: still with the router annotations it arrived with)."""
 
-    __slots__ = ("to", "explicit_to", "ingress", "trace", "span", "insert_at", "raw", "came_from", "kept")
+    __slots__ = ("to", "explicit_to", "ingress", "trace", "span", "insert_at", "raw", "came_from", "kept", "record")
 
     def __init__(
         self, to: str | None, explicit_to: bool, ingress: str | None, trace: tuple[str, ...],
@@ -90,6 +91,9 @@ class Meta:
         # The encoded entries of the annotations that are not router annotations (the client's
         # own), once known: rewriting then needs no second scan.
         self.kept: list[bytes] | None = None
+        # What its annotations said when it came from another router (annotate.Record): the
+        # sections for the next router and for consumers are built once per distinct record.
+        self.record: Record | None = None
 
     def __repr__(self) -> str:
         return f"Meta(to={self.to!r}, ingress={self.ingress!r}, trace={self.trace!r})"

@@ -97,15 +97,13 @@ class Forwarder(Settlement):
             to = view.to
             if inl.peer is not None:  # from another router: routed by its annotations
                 try:
-                    meta = annotate.parse(payload, view, inl.peer)
+                    # (from an edge router, `seen` drops ingress and trace: the delivery enters
+                    # the mesh here; `came_from` still stops an echo)
+                    meta = annotate.parse(payload, view, inl.peer, inl.seen)
                 except DecodeError as exc:
                     self._refuse(inl, event, E.DECODE_ERROR, f"malformed router annotations: {exc.description}")
                     return
                 to = meta.to
-                if inl.conn.role == "edge" and not self.core.mesh.edge:
-                    # From an edge router: it enters the mesh here (the edge takes no part in
-                    # routes, valid origins or traces); `came_from` still stops an echo.
-                    meta.ingress, meta.trace = None, ()
             if not to:
                 self._refuse(inl, event, E.PRECONDITION_FAILED,
                              "routing failure: no address (properties.to) on an anonymous link")  # fmt: skip

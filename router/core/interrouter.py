@@ -22,6 +22,7 @@ from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..config.models import COST_MAX
+from .annotate import Seen
 from .connections import ConnState
 from .links import InLink, OutLink
 from .table import AddressEntry
@@ -169,6 +170,8 @@ def answer_attach(core: RouterCore, peer: Peer | None, conn: ConnState, link: Li
         link.attach(source=link.remote_source, target=link.remote_target, max_message_size=core.config.limits.max_message_size)
         window = max(DATA_WINDOW_MIN, 4 * conn.listener.link_capacity)
         inl = InLink(link, conn, None, peer=peer.id, capacity=window)
+        # From an edge router a delivery enters the mesh here (docs/mesh.md, "Edge routers").
+        inl.seen = Seen(peer.id, entering=conn.role == "edge" and not core.mesh.edge)
         inl.zero_credit_since = core.forwarder.now  # until the flush gives it its window
         link.context = inl
         conn.in_links.add(inl)

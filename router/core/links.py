@@ -28,6 +28,8 @@ from .table import AddressEntry
 if TYPE_CHECKING:
     from collections import deque
 
+    from .annotate import Seen
+
     from .router import RouterCore
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
@@ -39,7 +41,7 @@ class InLink:
     __slots__ = (
         "link", "conn", "entry", "capacity", "inflight", "streaming", "discarding", "gone",
         "delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped", "id",
-        "address", "peer", "zero_credit_since",
+        "address", "peer", "zero_credit_since", "seen",
     )  # fmt: skip
 
     def __init__(
@@ -54,6 +56,8 @@ class InLink:
         # The neighbour router this inter-router data link comes from: deliveries on it are
         # routed by their router annotations (x-opt-qd.to, ingress, trace).
         self.peer = peer
+        # On such a link: the router annotations read lately, by their bytes (annotate.Seen).
+        self.seen: Seen | None = None
         self.capacity = capacity or conn.listener.link_capacity
         self.inflight = 0  # deliveries taken from this link without a final outcome yet
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
