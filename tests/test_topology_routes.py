@@ -186,6 +186,13 @@ def test_one_way_claim_is_ignored() -> None:
     assert lonely.radius == 0
 
 
+def test_router_listing_itself_is_no_link() -> None:
+    states = parse_topology("A -1- B")
+    states["A"] = LinkState(seq=2, peers={"A": 1, "B": 1})
+    a = compute_routes(states, "A")
+    assert dict(a.next_hops) == {"B": "B"} and a.valid_origins("A") == {"B"}
+
+
 def test_link_to_router_without_link_state_is_ignored() -> None:
     states = parse_topology("A -1- B")
     states["A"] = LinkState(seq=2, peers={"B": 1, "X": 1})  # X never advertised anything

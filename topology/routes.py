@@ -51,9 +51,10 @@ class LinkState:
     """One router's link state: `peers` maps each HELLO-confirmed neighbour to the cost this
     router configures for that link (reference §3.2, LSU `ls.peers`). Immutable."""
 
-    __slots__ = ("seq", "peers")
+    __slots__ = ("seq", "peers", "_peers")
     seq: int
     peers: Mapping[str, int]
+    _peers: dict[str, int]  # the dict behind `peers`, sorted by id: read directly by _Graph
 
     def __init__(self, *, seq: int, peers: Mapping[str, int]) -> None:
         for peer, cost in peers.items():
@@ -61,8 +62,10 @@ class LinkState:
                 raise ValueError(f"peer ids are non-empty strings: {peer!r}")
             if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= COST_MAX:
                 raise ValueError(f"link cost to {peer!r} must be an int in [1, {COST_MAX}]: {cost!r}")
+        ordered = dict(sorted(peers.items()))
         object.__setattr__(self, "seq", seq)
-        object.__setattr__(self, "peers", MappingProxyType(dict(sorted(peers.items()))))
+        object.__setattr__(self, "_peers", ordered)
+        object.__setattr__(self, "peers", MappingProxyType(ordered))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("LinkState is immutable")
@@ -109,21 +112,17 @@ class _Graph:
         self.ids = ids = sorted(set(link_states) | {me})
         self.index = index = {rid: i for i, rid in enumerate(ids)}
         self.adj: list[list[tuple[int, int]]] = [[] for _ in ids]
-        adj = self.adj
-        # Neighbour order does not matter to the trees: every tie is decided by comparing ids.
-        for a, state in link_states.items():
-            i = index[a]
-            for b, cost_a in state.peers.items():
-                if a < b:
-                    other = link_states.get(b)
-                    cost_b = None if other is None else other.peers.get(a)
+        # Each router's row is built from its own peers, which are sorted by id like `ids`: the
+        # rows come out sorted, so two graphs compare equal as lists (Routes.same_as).
+        peers_of = {rid: state._peers for rid, state in link_states.items()}
+        for a, mine in peers_of.items():
+            row = self.adj[index[a]]
+            for b, cost_a in mine.items():
+                theirs = peers_of.get(b)
+                if theirs is not None and b != a:  # a router listing itself is no link
+                    cost_b = theirs.get(a)
                     if cost_b is not None:
-                        cost = cost_a if cost_a > cost_b else cost_b
-                        j = index[b]
-                        adj[i].append((j, cost))
-                        adj[j].append((i, cost))
-        for edges in adj:
-            edges.sort()  # canonical, so that two graphs compare equal (Routes.same_as)
+                        row.append((index[b], cost_a if cost_a > cost_b else cost_b))
 
     def tree(self, root: int, me: int | None = None) -> tuple[list[int], list[int], list[int]]:
         """Dijkstra from `root`: (dist, parent, order). `dist[i]` = -1 when unreachable;
