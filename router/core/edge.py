@@ -128,6 +128,7 @@ class Edges:
             core.table.fallback = fallback
             self.dirty = mesh.dirty = True  # tell the new uplink our addresses
         mesh.last_change = now
+        mesh.paths.clear()  # new routes and links
         for entry in list(core.table.entries.values()):
             if entry.key[0] != "L":
                 mesh.set_remote(entry, mesh.remote_for(entry.key))

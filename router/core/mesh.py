@@ -39,6 +39,7 @@ from .edge import Edges
 from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_links, top_up_control
 from .links import OutLink, alive
 from .meshread import MeshReadApi
+from .remote import Paths
 from .table import AddressEntry
 
 if TYPE_CHECKING:
@@ -75,6 +76,8 @@ class Mesh(MeshReadApi):
         self.routes: Routes = compute_routes({}, self.me)
         self.peers: dict[str, Peer] = {}  # neighbour id -> its active connection
         self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it
+        # Path choices under these routes and links (remote.py): cleared when links change.
+        self.paths = Paths()
         self.dirty = False  # an input since the last service(): tick the node at once
         self.deadline = math.inf
         # Counters (management, tests).
@@ -165,6 +168,7 @@ class Mesh(MeshReadApi):
                 return
             del self.peers[peer_id]
             self.links.pop(peer_id, None)
+            self.paths.clear()
             self.core.close_connection(existing.conn, error, now)
         peer = Peer(peer_id, state, cost)
         state.peer = peer
@@ -172,6 +176,7 @@ class Mesh(MeshReadApi):
         attach_links(self.core, peer)
         assert peer.data_out is not None
         self.links[peer_id] = peer.data_out
+        self.paths.clear()
         node.neighbour_up(peer_id, cost, now=now)
         self.dirty = True
 
@@ -186,6 +191,7 @@ class Mesh(MeshReadApi):
         elif self.peers.get(peer.id) is peer:
             del self.peers[peer.id]
             self.links.pop(peer.id, None)
+            self.paths.clear()
             if self.node is not None:
                 self.node.neighbour_down(peer.id, now=now)
                 self.dirty = True

@@ -38,14 +38,57 @@ def _origin(meta: Meta | None) -> tuple[str | None, str | None, tuple[str, ...]]
     return meta.ingress, meta.came_from, meta.trace
 
 
-def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
-    """The best path to another router for `fwd`, or None when there is none."""
-    entry = fwd.entry
+Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data link to its next hop)
+Key = tuple[frozenset[str], "str | None", "str | None", tuple[str, ...]]
+PATHS_MAX = 1024  # choices remembered per kind (then it starts afresh)
+
+
+class Paths:
+    """The path choices made under the current routes and data links, by (destination routers,
+    ingress, came_from, trace): deliveries between two routers nearly all share one, so the
+    routes are consulted once per kind of delivery, not per delivery. Cleared when routes
+    (checked here) or data links (the mesh calls clear) change; a data link that is gone since
+    is noticed where a choice is used, and the choice made again."""
+
+    __slots__ = ("routes", "anycast", "multicast", "local")
+
+    def __init__(self) -> None:
+        # the topology.routes.Routes they were made under (only its identity is compared: the
+        # compiled build of this module does not see the topology package's types)
+        self.routes: object = None
+        # sorted candidates (valid for the ingress, else any: as skupper-router), and the
+        # lowest-cost ones among them
+        self.anycast: dict[Key, tuple[list[Candidate], list[Candidate]]] = {}
+        self.multicast: dict[Key, list[OutLink]] = {}
+        self.local: dict[tuple[str, str | None], bool] = {}
+
+    def clear(self) -> None:
+        self.anycast.clear()
+        self.multicast.clear()
+        self.local.clear()
+
+
+def _gone(candidates: list[Candidate]) -> bool:
+    for candidate in candidates:
+        if candidate[2].gone:
+            return True
+    return False
+
+
+def _paths(mesh: Mesh) -> Paths:
+    paths = mesh.paths
+    if paths.routes is not mesh.routes:
+        paths.clear()
+        paths.routes = mesh.routes
+    return paths
+
+
+def _candidates(mesh: Mesh, fwd: Forward) -> list[Candidate]:
     routes, links = mesh.routes, mesh.links
     ingress, came_from, trace = _origin(fwd.meta)
-    candidates: list[tuple[int, str, OutLink]] = []
-    fallback: list[tuple[int, str, OutLink]] = []
-    for router in entry.remote:
+    candidates: list[Candidate] = []
+    fallback: list[Candidate] = []
+    for router in fwd.entry.remote:
         hop = routes.next_hops.get(router)
         if hop is None or hop == came_from or hop in trace:
             continue
@@ -57,21 +100,36 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
             fallback.append((cost, router, out))
             continue
         candidates.append((cost, router, out))
+    # As skupper-router: when no destination is valid for the ingress (routes are changing),
+    # any router holding the address will do (trace and came-from still exclude loops).
+    chosen = candidates or fallback
+    chosen.sort()
+    return chosen
+
+
+def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
+    """The best path to another router for `fwd`, or None when there is none."""
+    entry = fwd.entry
+    paths = _paths(mesh)
+    ingress, came_from, trace = _origin(fwd.meta)
+    key = (entry.remote, ingress, came_from, trace)
+    known = paths.anycast.get(key)
+    if known is None or _gone(known[0] if balanced else known[1]):
+        candidates = _candidates(mesh, fwd)
+        best = [c for c in candidates if c[0] == candidates[0][0]] if candidates else []
+        if len(paths.anycast) >= PATHS_MAX:
+            paths.anycast.clear()
+        known = paths.anycast[key] = (candidates, best)
+    candidates, best = known
     if not candidates:
-        # As skupper-router: when no destination is valid for the ingress (routes are changing),
-        # any router holding the address will do (trace and came-from still exclude loops).
-        candidates = fallback
-        if not candidates:
-            return None
+        return None
     if not balanced:
-        candidates.sort()
-        best = [c for c in candidates if c[0] == candidates[0][0]]
         cost, _, out = best[entry.rr % len(best)]
         entry.rr += 1
         return out, cost, usable(out)
     counts = entry.remote_out
     choice: Choice | None = None
-    for cost, _, out in sorted(candidates):
+    for cost, _, out in candidates:
         value = cost + counts.get(out, 0)
         ok = usable(out)
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
@@ -81,8 +139,17 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
 
 def multicast(mesh: Mesh, fwd: Forward) -> list[OutLink]:
     """The data links to send a multicast copy on: one per distinct next hop."""
-    routes, links = mesh.routes, mesh.links
+    paths = _paths(mesh)
     ingress, came_from, trace = _origin(fwd.meta)
+    key = (fwd.entry.remote, ingress, came_from, trace)
+    known = paths.multicast.get(key)
+    if known is not None:
+        for out in known:
+            if out.gone:
+                break
+        else:
+            return known
+    routes, links = mesh.routes, mesh.links
     hops: set[str] = set()
     for router in fwd.entry.remote:
         hop = routes.next_hops.get(router)
@@ -91,14 +158,27 @@ def multicast(mesh: Mesh, fwd: Forward) -> list[OutLink]:
         if ingress is not None and routes.upstream(router, ingress) != came_from:
             continue  # another router forwards this origin's traffic to `router`
         hops.add(hop)
-    return [links[hop] for hop in sorted(hops) if hop in links and not links[hop].gone]
+    chosen = [links[hop] for hop in sorted(hops) if hop in links and not links[hop].gone]
+    if len(paths.multicast) >= PATHS_MAX:
+        paths.multicast.clear()
+    paths.multicast[key] = chosen
+    return chosen
 
 
 def local_ok(mesh: Mesh, meta: Meta | None) -> bool:
     """May a multicast copy from another router be delivered here? Only if it came the way the
     ingress router's canonical path to this router goes (otherwise it is a duplicate)."""
     ingress, came_from, _ = _origin(meta)
-    return ingress is None or mesh.edge or mesh.routes.upstream(mesh.me, ingress) == came_from
+    if ingress is None or mesh.edge:
+        return True
+    paths = _paths(mesh)
+    key = (ingress, came_from)
+    ok = paths.local.get(key)
+    if ok is None:
+        if len(paths.local) >= PATHS_MAX:
+            paths.local.clear()
+        ok = paths.local[key] = mesh.routes.upstream(mesh.me, ingress) == came_from
+    return ok
 
 
 def looped(mesh: Mesh, meta: Meta) -> bool:

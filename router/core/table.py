@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .links import InLink, OutLink
 
 DEFAULT_DISTRIBUTION = "balanced"
+KEYS_MAX = 4096  # addresses whose table key is remembered (then it starts afresh)
 
 # An in-process endpoint: given a complete encoded message (and the time), it returns the
 # outcome for the sender and the replies to route, as (to-address, encoded message) pairs.
@@ -107,6 +108,7 @@ class AddressTable:
         self.fallback: AddressEntry | None = None
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
+        self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
         for rule in config.addresses:
             self.add_rule(rule)
 
@@ -125,6 +127,17 @@ class AddressTable:
     def key_of(self, address: str) -> tuple[str, str] | None:
         """(table key, address as configuration matches it), or None when `address` is not
         routable from this router (another router's `_topo` address on a standalone router)."""
+        # Deliveries routed by their own address (anonymous producers, other routers) look it
+        # up one by one: a key is a function of the address alone, so it is worked out once.
+        keys = self._keys
+        if address in keys:
+            return keys[address]
+        if len(keys) >= KEYS_MAX:
+            keys.clear()
+        key = keys[address] = self._key_of(address)
+        return key
+
+    def _key_of(self, address: str) -> tuple[str, str] | None:
         parsed = classify(address, self.router_id)
         if parsed.kind is Kind.MOBILE:
             return "M" + parsed.key, parsed.key
