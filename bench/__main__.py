@@ -14,9 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import micro, scenarios
+from . import micro, scenarios, topology
 
-SUITES = {"micro": micro.run, "router": scenarios.run, "chain": scenarios.run_chain}
+SUITES = {"micro": micro.run, "router": scenarios.run, "chain": scenarios.run_chain, "topology": topology.run}
 
 
 def python_build() -> str:

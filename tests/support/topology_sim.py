@@ -13,7 +13,8 @@ was sent, and a link that goes down loses what is in flight (a new connection st
 
 Routers are named by their id; `add(name, router_id=...)` gives two routers one id (a
 configuration error the protocol must report). The clock only moves forward, to the next
-message or node deadline.
+message or node deadline. `problems()` says why the network has not converged yet; `rounds`
+counts the longest chain of control messages since `reset_rounds()` (bench/topology.py).
 """
 
 from __future__ import annotations
