@@ -170,7 +170,7 @@ class Record:
     section on a link: consecutive deliveries between two routers nearly always carry the same
     bytes), and the sections derived from it, built on first use."""
 
-    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped")
+    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped")
 
     def __init__(self, to: str | None, ingress: str | None, trace: tuple[str, ...], kept: list[bytes]) -> None:
         self.to = to  # x-opt-qd.to, or None: routed by properties.to
@@ -179,12 +179,15 @@ class Record:
         self.kept = kept  # the entries that are not router annotations, as bytes
         self.routed: bytes | None = None  # the section for the next router (this one traced)
         self.stripped: bytes | None = None  # the section for a consumer (b"": none at all)
+        # Whether the trace shows a loop (remote.looped), and under which routes that was found.
+        self.checked_under: object = None
+        self.looped = False
 
 
 class Seen:
     """The records of one inter-router receiving link, by section bytes (bounded)."""
 
-    __slots__ = ("came_from", "entering", "records")
+    __slots__ = ("came_from", "entering", "records", "last", "last_key")
 
     def __init__(self, came_from: str, entering: bool = False) -> None:
         self.came_from = came_from
@@ -192,6 +195,10 @@ class Seen:
         # routes, valid origins or traces), so its ingress and trace are not kept.
         self.entering = entering
         self.records: dict[bytes, Record] = {}
+        # The record of the previous delivery, and its section's bytes: the next one nearly
+        # always has the same, which a comparison in place finds without copying the section.
+        self.last: Record | None = None
+        self.last_key = b""
 
 
 SEEN_MAX = 256  # distinct sections remembered per link (then it starts afresh)
@@ -239,14 +246,20 @@ def parse(payload: Payload, view: RoutingView, came_from: str, seen: Seen | None
     if seen is None:
         record = _record(payload, span, came_from, False)
     else:
-        key = b"" if span is None else bytes(payload[span[0] : span[1]])
-        found = seen.records.get(key)
-        if found is None:
-            found = _record(payload, span, came_from, seen.entering)
-            if len(seen.records) >= SEEN_MAX:
-                seen.records.clear()
-            seen.records[key] = found
-        record = found
+        last = seen.last
+        if (last is not None and span is not None and isinstance(payload, bytes)
+                and span[1] - span[0] == len(seen.last_key) and payload.startswith(seen.last_key, span[0])):  # fmt: skip
+            record = last
+        else:
+            key = b"" if span is None else bytes(payload[span[0] : span[1]])
+            found = seen.records.get(key)
+            if found is None:
+                found = _record(payload, span, came_from, seen.entering)
+                if len(seen.records) >= SEEN_MAX:
+                    seen.records.clear()
+                seen.records[key] = found
+            record = seen.last = found
+            seen.last_key = key
     to = record.to
     meta = Meta(to if to is not None else view.to, to is not None, record.ingress, record.trace, span,
                 view.insert_at, True, came_from)  # fmt: skip

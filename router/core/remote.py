@@ -39,14 +39,17 @@ def _origin(meta: Meta | None) -> tuple[str | None, str | None, tuple[str, ...]]
 
 
 Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data link to its next hop)
-Key = tuple[frozenset[str], "str | None", "str | None", tuple[str, ...]]
+# (destination routers, where the delivery comes from): the record of its router annotations
+# (annotate.Record: one per distinct section and link, so it fixes ingress, trace and the
+# neighbour), or None for a delivery that entered the mesh here.
+Key = tuple[frozenset[str], object]
 PATHS_MAX = 1024  # choices remembered per kind (then it starts afresh)
 
 
 class Paths:
-    """The path choices made under the current routes and data links, by (destination routers,
-    ingress, came_from, trace): deliveries between two routers nearly all share one, so the
-    routes are consulted once per kind of delivery, not per delivery. Cleared when routes
+    """The path choices made under the current routes and data links, by Key: deliveries
+    between two routers nearly all share one, so the routes are consulted once per kind of
+    delivery, not per delivery. Cleared when routes
     (checked here) or data links (the mesh calls clear) change; a data link that is gone since
     is noticed where a choice is used, and the choice made again."""
 
@@ -111,8 +114,8 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
     """The best path to another router for `fwd`, or None when there is none."""
     entry = fwd.entry
     paths = _paths(mesh)
-    ingress, came_from, trace = _origin(fwd.meta)
-    key = (entry.remote, ingress, came_from, trace)
+    meta = fwd.meta
+    key: Key = (entry.remote, meta.record if meta is not None else None)
     known = paths.anycast.get(key)
     if known is None or _gone(known[0] if balanced else known[1]):
         candidates = _candidates(mesh, fwd)
@@ -140,8 +143,8 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
 def multicast(mesh: Mesh, fwd: Forward) -> list[OutLink]:
     """The data links to send a multicast copy on: one per distinct next hop."""
     paths = _paths(mesh)
-    ingress, came_from, trace = _origin(fwd.meta)
-    key = (fwd.entry.remote, ingress, came_from, trace)
+    meta = fwd.meta
+    key: Key = (fwd.entry.remote, meta.record if meta is not None else None)
     known = paths.multicast.get(key)
     if known is not None:
         for out in known:
@@ -150,6 +153,7 @@ def multicast(mesh: Mesh, fwd: Forward) -> list[OutLink]:
         else:
             return known
     routes, links = mesh.routes, mesh.links
+    ingress, came_from, trace = _origin(meta)
     hops: set[str] = set()
     for router in fwd.entry.remote:
         hop = routes.next_hops.get(router)
@@ -184,6 +188,11 @@ def local_ok(mesh: Mesh, meta: Meta | None) -> bool:
 def looped(mesh: Mesh, meta: Meta) -> bool:
     """The trace shows a loop: this router is in it, or it is longer than radius + 1 (an edge
     router keeps no routes: it only takes what its uplink sends and never sends it back)."""
-    if mesh.edge:
-        return False
-    return mesh.me in meta.trace or len(meta.trace) > mesh.routes.radius + 1
+    record = meta.record
+    routes = mesh.routes
+    if record is not None and record.checked_under is routes:  # known for this trace
+        return record.looped
+    result = not mesh.edge and (mesh.me in meta.trace or len(meta.trace) > routes.radius + 1)
+    if record is not None:
+        record.checked_under, record.looped = routes, result
+    return result
