@@ -130,7 +130,10 @@ def _peek(payload: Buffer, need_to: bool) -> RoutingView:
         if payload[pos] != 0x00:
             raise DecodeError(f"expected a message section at offset {pos}")
         start = pos
-        code, value_pos = section_descriptor(payload, pos + 1, end)
+        if pos + 3 <= end and payload[pos + 1] == 0x53:  # smallulong, as section_descriptor reads it
+            code, value_pos = payload[pos + 2], pos + 3
+        else:
+            code, value_pos = section_descriptor(payload, pos + 1, end)
         if code > _PROPERTIES:
             return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
         if code == _PROPERTIES:  # the last section we read: no need to find its end first
