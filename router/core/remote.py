@@ -117,7 +117,7 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
     meta = fwd.meta
     key: Key = (entry.remote, meta.record if meta is not None else None)
     known = paths.anycast.get(key)
-    if known is None or _gone(known[0] if balanced else known[1]):
+    if known is None or _gone(known[1]):
         candidates = _candidates(mesh, fwd)
         best = [c for c in candidates if c[0] == candidates[0][0]] if candidates else []
         if len(paths.anycast) >= PATHS_MAX:
@@ -133,8 +133,11 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
     counts = entry.remote_out
     choice: Choice | None = None
     for cost, _, out in candidates:
+        if out.gone:  # a data link went since the choice was made: make it again
+            del paths.anycast[key]
+            return anycast(mesh, fwd, balanced)
         value = cost + counts.get(out, 0)
-        ok = usable(out)
+        ok = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
             choice = (out, value, ok)
     return choice

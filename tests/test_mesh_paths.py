@@ -1,0 +1,64 @@
+"""Path choices are remembered per kind of delivery (router.core.remote.Paths): they must follow
+the routes and data links as they are now. Sans-IO, on a diamond A-B-D, A-C-D with consumers
+on B and C (both one hop from A)."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.amqp.message import Message, encode_message
+from router.amqp.messaging import Properties
+from router.config.models import AddressConfig
+from router.core import remote
+from router.core.delivery import Forward
+from tests.meshharness import MeshHarness
+
+
+def _diamond() -> MeshHarness:
+    h = MeshHarness()
+    for i, rid in enumerate("ABCD"):
+        h.router(rid, instance=i + 1, addresses=(AddressConfig(prefix="near", distribution="closest"),))
+    for a, b in (("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")):
+        h.link(a, b)
+    h.converge()
+    for rid in "BC":
+        consumer = h.client(rid, f"c{rid}")
+        for address in ("far", "near"):
+            consumer.receiver(address).flow(10)
+    h.advance(0.5)
+    return h
+
+
+@pytest.mark.parametrize("address", ["far", "near"], ids=["balanced", "closest"])
+def test_a_data_link_gone_since_a_choice_was_made_is_not_chosen(address: str) -> None:
+    h = _diamond()
+    mesh = h.cores["A"].mesh
+    entry = h.cores["A"].table.lookup(address)
+    assert entry is not None and entry.remote == {"B", "C"}
+    payload = encode_message(Message.value("m", properties=Properties(to=address)))
+    fwd = Forward(None, -1, True, [payload], True, entry, 0)
+    chosen = {remote.anycast(mesh, fwd, address == "far")[0].neighbour for _ in range(4)}  # type: ignore[index]
+    assert chosen == ({"B"} if address == "far" else {"B", "C"})  # balanced: the first of equals
+    # the link to B goes before the mesh hears of it (routes and links unchanged)
+    mesh.links["B"].gone = True
+    for _ in range(4):
+        choice = remote.anycast(mesh, fwd, address == "far")
+        assert choice is not None and choice[0] is mesh.links["C"]
+
+
+def test_choices_follow_the_routes_after_a_router_is_lost() -> None:
+    h = _diamond()
+    producer = h.client("A", "p")
+    tx = producer.sender("near")
+    h.pump()
+    for i in range(4):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    h.kill("B")
+    h.advance(1.0)  # routes recomputed without B
+    sent_via_c = h.cores["A"].mesh.links["C"].delivered
+    for i in range(4):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    assert h.cores["A"].mesh.links["C"].delivered == sent_via_c + 4
+    assert set(h.cores["A"].mesh.links) == {"C"}
