@@ -9,7 +9,9 @@ annotations and the inter-router data links:
   its trace; a delivery from another router goes only to destinations for which its ingress
   router is a valid origin, and for multicast only when it came through the neighbour the
   ingress's canonical path uses (`Routes.upstream`), which makes copies exactly-once even on
-  redundant meshes; local delivery of a multicast copy is checked the same way.
+  redundant meshes; local delivery of a multicast copy is checked the same way;
+- remembering the choices (`Paths`): by destination routers and annotation record, under the
+  routes and data links they were made with, so a kind of delivery consults the routes once.
 Must not touch: sending (forwarding.py), message bytes, the protocol.
 """
 
