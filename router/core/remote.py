@@ -115,11 +115,15 @@ def _candidates(mesh: Mesh, fwd: Forward) -> list[Candidate]:
 def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
     """The best path to another router for `fwd`, or None when there is none."""
     entry = fwd.entry
-    paths = _paths(mesh)
+    paths, routes = mesh.paths, mesh.routes
+    if paths.routes is not routes:
+        paths.clear()
+        paths.routes = routes
     meta = fwd.meta
     key: Key = (entry.remote, meta.record if meta is not None else None)
     known = paths.anycast.get(key)
-    if known is None or _gone(known[1]):
+    # (usually one best path: checked without a call)
+    if known is None or (known[1][0][2].gone if len(known[1]) == 1 else _gone(known[1])):
         candidates = _candidates(mesh, fwd)
         best = [c for c in candidates if c[0] == candidates[0][0]] if candidates else []
         if len(paths.anycast) >= PATHS_MAX:

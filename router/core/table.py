@@ -186,7 +186,7 @@ class AddressTable:
     def lookup(self, address: str) -> AddressEntry | None:
         """The entry a delivery to `address` goes to: an existing one, or one created for an
         address that has destinations on other routers only (never for a plain unknown one)."""
-        key = self.key_of(address)
+        key = self._keys.get(address) or self.key_of(address)  # (the memo first: no call)
         if key is None:
             return None
         entry = self.entries.get(key[0])
