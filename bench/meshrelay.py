@@ -71,6 +71,8 @@ class TimedMesh:
             moved = False
             for wire in self.h.wires:
                 for src, dst, dst_core, dst_client in wire.ends():
+                    if not src.pending_output:
+                        continue  # nothing to take (a router's writer is woken only when there is)
                     src_core = wire.a_core if src is wire.a else wire.b_core
                     if src_core is not None:
                         on = profiler is not None and src_core is profiled
