@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from collections import deque
 
     from .annotate import Seen
-
     from .router import RouterCore
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
