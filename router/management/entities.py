@@ -3,8 +3,7 @@ router.address (the live address table) and router.node (the mesh's routers).
 
 Owns: the attribute names (the anchors' camelCase names where the concept is the same, e.g.
 `subscriberCount`, `deliveriesIngress`, `acceptedDeliveries`) and how each is computed from the
-core's state. Counters the core does not keep yet (see CORE_PENDING) read as null rather than
-as a made-up number.
+core's state, including every counter the core keeps per link and per address.
 Must not touch: the core's state (read only), configuration (config_entities.py), logging
 (logs.py).
 
@@ -54,16 +53,11 @@ def table_key(key: str) -> str | None:
 # Fields the routing core does not have yet; these attributes read as null until it does (the
 # core's owner adds them with these names): per address, outcomes and presettled arrivals
 # counted like the links' counters; per link, when its credit last dropped to zero.
-CORE_PENDING = ("AddressEntry.accepted", "AddressEntry.modified", "AddressEntry.presettled",
-                "InLink/OutLink.zero_credit_since")  # fmt: skip
-
-
 def zero_credit_seconds(link: InLink | OutLink, now: float) -> int | None:
-    """Seconds since the link's credit dropped to zero (0 while it has credit); None when the
-    core does not say since when."""
+    """Seconds since the link's credit dropped to zero (0 while it has credit)."""
     if link.link.credit > 0:
         return 0
-    since = getattr(link, "zero_credit_since", None)
+    since = link.zero_credit_since
     return None if since is None else max(0, int(now - since))
 
 
@@ -270,8 +264,7 @@ class RouterAddressType(EntityType):
             zeroCreditSeconds=_zero_credit(e, now), deliveriesIngress=e.deliveries_ingress,
             deliveriesEgress=e.deliveries_egress, deliveriesTransit=e.deliveries_transit, deliveriesToContainer=0,
             deliveriesFromContainer=0, released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected,
-            accepted=getattr(e, "accepted", None), modified=getattr(e, "modified", None),
-            presettled=getattr(e, "presettled", None),
+            accepted=e.accepted, modified=e.modified, presettled=e.presettled,
         )  # fmt: skip
 
 
