@@ -16,7 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The checkout (or build directory) first, and not this directory: run as a script, bench/ would
+# be first on the path and bench/topology.py would hide the topology package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 from router.amqp.connection import Connection, ConnectionConfig  # noqa: E402
 from router.amqp.events import TransferReceived  # noqa: E402
