@@ -258,6 +258,10 @@ class Forwarder(Settlement):
         else:
             entry.rr += 1
             self._send(fwd, out)
+            # Sent to a local consumer: it will not be routed again, so the routing view need
+            # not stay alive until settlement (one object less per delivery in flight, which
+            # the garbage collector would otherwise walk again and again).
+            fwd.view = None
 
     def _anycast_mesh(self, fwd: Forward) -> None:
         """Anycast where other routers have consumers too: local consumers cost 0 (closest
