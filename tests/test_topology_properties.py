@@ -148,3 +148,22 @@ def test_bulk_valid_origins_match_one_destination_at_a_time(states: dict[str, Li
         single = compute_routes(states, me)
         assert bulk == {d: single.valid_origins(d) for d in single.next_hops}
         assert set(bulk) == set(single.reachable)
+
+
+@given(topologies())
+def test_costs_and_reachability_agree_with_networkx(states: dict[str, LinkState]) -> None:
+    """networkx's Dijkstra over the same graph (build_graph) is the reference for costs and
+    reachability; our own Dijkstra adds only the id tie-breaks networkx does not make."""
+    import networkx as nx
+
+    from topology.routes import build_graph
+
+    graph = build_graph(states)
+    for me in states:
+        routes = compute_routes(states, me)
+        expected = nx.single_source_dijkstra_path_length(graph, me, weight="cost") if me in graph else {me: 0}
+        assert dict(routes.costs) == {d: c for d, c in expected.items() if d != me}
+        for dest, hop in routes.next_hops.items():
+            # the next hop starts some least-cost path: cost(me, hop) + dist(hop, dest) == dist(me, dest)
+            via = graph[me][hop]["cost"] + nx.dijkstra_path_length(graph, hop, dest, weight="cost")
+            assert via == expected[dest]
