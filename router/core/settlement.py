@@ -159,8 +159,7 @@ class Settlement:
         inl = fwd.in_link
         if inl is None or inl.gone:
             return
-        _count(inl, state)
-        _count_entry(fwd.entry, state)
+        _count(inl, state, fwd.entry)
         self._release_window(fwd)
         if fwd.presettled or not alive(inl.link):
             forget_inbound(fwd)
@@ -237,23 +236,21 @@ class Settlement:
                     self.relay_outcome(record, DELIVERY_FAILED)
 
 
-def _count(link: InLink | OutLink, state: Any) -> None:
+def _count(link: InLink | OutLink, state: Any, entry: AddressEntry | None = None) -> None:
+    """Count outcome `state` on `link` and, for a producer's outcome, on its address `entry`
+    (whose `released` counts the router's own releases, not consumers', so it is not bumped)."""
     kind = type(state)
     if kind is Accepted:
         link.accepted += 1
+        if entry is not None:
+            entry.accepted += 1
     elif kind is Released:
         link.released += 1
     elif kind is Modified:
         link.modified += 1
+        if entry is not None:
+            entry.modified += 1
     elif kind is Rejected:
         link.rejected += 1
-
-
-def _count_entry(entry: AddressEntry, state: Any) -> None:
-    kind = type(state)
-    if kind is Accepted:
-        entry.accepted += 1
-    elif kind is Modified:
-        entry.modified += 1
-    elif kind is Rejected:
-        entry.rejected += 1
+        if entry is not None:
+            entry.rejected += 1
