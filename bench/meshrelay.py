@@ -31,10 +31,10 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 from router.amqp.connection import Connection  # noqa: E402
-from router.amqp.events import TransferReceived  # noqa: E402
 from router.amqp.message import Message, encode_message  # noqa: E402
-from router.amqp.messaging import ACCEPTED, Properties  # noqa: E402
+from router.amqp.messaging import Properties  # noqa: E402
 from router.core.router import RouterCore  # noqa: E402
+from bench.relay import consume  # noqa: E402
 from tests.meshharness import MeshHarness  # noqa: E402
 
 NAMES = "ABCDEFGH"
@@ -127,13 +127,7 @@ def run_chain(routers: int, count: int, presettled: bool, profile: str | None = 
 
     def on_client(engine: Connection, events: list[Any]) -> None:
         if engine is consumer.engine:
-            ids = [e.delivery_id for e in events if type(e) is TransferReceived]
-            if ids:
-                received.extend(ids)
-                if not presettled:
-                    receiver.dispose(ids[0], ids[-1], state=ACCEPTED, settled=True)
-                if receiver.credit < 500:
-                    receiver.flow(1000)
+            consume(events, receiver, presettled, received)
         elif not presettled:
             outcomes[0] += sum(e.last - e.first + 1 for e in events if type(e).__name__ == "DispositionReceived")
 
