@@ -67,6 +67,12 @@ def _print(as_json_output: bool, data: Any, *renderables: Any) -> None:
             stdout.print(renderable)
 
 
+async def _network(host: str, port: int, timeout: float, *, each_router: bool = True) -> Network:
+    """The network as the router at host:port sees it (and each router itself, by default)."""
+    async with session(host, port, timeout) as mgmt:
+        return await gather(mgmt, each_router=each_router)
+
+
 def _known(network: Network, router: str) -> str:
     if router not in network.routers:
         raise Failed(f"unknown router {router!r}; the network has: {', '.join(sorted(network.routers))}")
@@ -78,8 +84,7 @@ def routers(bus: Bus = DEFAULT_BUS, json: AsJson = False, timeout: Timeout = DEF
     """The routers in the network: reachable or not, next hop and cost from the bus router."""
 
     async def go(host: str, port: int) -> None:
-        async with session(host, port, timeout) as mgmt:
-            network = await gather(mgmt, each_router=False)
+        network = await _network(host, port, timeout, each_router=False)
         _print(json, network.routers, render.routers_table(network))
 
     _run(bus, go)
@@ -90,8 +95,7 @@ def links(bus: Bus = DEFAULT_BUS, json: AsJson = False, timeout: Timeout = DEFAU
     """The inter-router links with their costs, and the least-cost tree from the bus router."""
 
     async def go(host: str, port: int) -> None:
-        async with session(host, port, timeout) as mgmt:
-            network = await gather(mgmt)
+        network = await _network(host, port, timeout)
         _print(json, network.links(), render.links_table(network), render.tree(network, network.bus))
 
     _run(bus, go)
@@ -108,8 +112,7 @@ def routes(
     """Next hops and costs of a router (each router answers for itself)."""
 
     async def go(host: str, port: int) -> None:
-        async with session(host, port, timeout) as mgmt:
-            network = await gather(mgmt)
+        network = await _network(host, port, timeout)
         names = sorted(network.routers) if all_routers else [_known(network, router or network.bus)]
         data = {name: {d: {"next_hop": h, "cost": c} for d, (h, c) in network.routes_of(name).items()} for name in names}
         _print(json, data, *(render.routes_table(network, name) for name in names))
@@ -180,8 +183,7 @@ def graph(
     """The least-cost tree from a router, and optionally a PNG drawing of the whole graph."""
 
     async def go(host: str, port: int) -> None:
-        async with session(host, port, timeout) as mgmt:
-            network = await gather(mgmt)
+        network = await _network(host, port, timeout)
         root = _known(network, source or network.bus)
         if png is not None:
             try:
