@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -49,8 +48,6 @@ class ConnectorStatus:
     attempts: int = 0
     failures: int = 0  # consecutive, for the backoff
     last_error: str = ""
-    connected_since: float | None = None
-    next_attempt_at: float | None = None
 
 
 @dataclass
@@ -73,13 +70,6 @@ class Connectors:
         self._diallers: dict[str, _Dialler] = {}
         self._nursery: trio.Nursery | None = None
         self._stopped = False
-
-    def names(self) -> list[str]:
-        return list(self._diallers)
-
-    def get(self, name: str) -> Connector | None:
-        dialler = self._diallers.get(name)
-        return dialler.connector if dialler is not None else None
 
     def status(self, name: str) -> ConnectorStatus | None:
         dialler = self._diallers.get(name)
@@ -126,7 +116,7 @@ class Connectors:
         connector, status = dialler.connector, dialler.status
         with dialler.scope:
             while not dialler.stopping:
-                status.state, status.next_attempt_at = "CONNECTING", None
+                status.state = "CONNECTING"
                 status.attempts += 1
                 error = await self._once(connector, status)
                 if _stopping(dialler):  # stopped while connected (a call: mypy keeps the loop's narrowing)
@@ -138,7 +128,6 @@ class Connectors:
                 status.failures += 1
                 status.state, status.last_error = "FAILED", error
                 delay = backoff_delay(connector, status.failures, self._rng)
-                status.next_attempt_at = time.time() + delay
                 log.warning("connector %s: %s; retrying in %.1f s", connector.name, error, delay)
                 await trio.sleep(delay)
 
@@ -151,13 +140,10 @@ class Connectors:
         except (OSError, trio.TooSlowError) as exc:
             reason = "timed out" if isinstance(exc, trio.TooSlowError) else (exc.strerror or str(exc))
             return f"cannot connect to {connector.host}:{connector.port} ({reason})"
-        status.state, status.connected_since = "SUCCESS", time.time()
+        status.state = "SUCCESS"
         log.info("connector %s: connected to %s:%d", connector.name, connector.host, connector.port)
         started = trio.current_time()
-        try:
-            await self._run_connection(stream, connector)
-        finally:
-            status.connected_since = None
+        await self._run_connection(stream, connector)
         if trio.current_time() - started >= STABLE_S:
             return None
         return f"connection to {connector.host}:{connector.port} ended after {trio.current_time() - started:.1f} s"

@@ -16,8 +16,6 @@ where its neighbours redial (its id stays the same).
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -191,9 +189,3 @@ class MeshProcesses:
         else:
             for process in self.processes.values():
                 process.kill()
-
-
-@contextmanager
-def mesh_processes(directory: Path, edges: str, **kwargs: Any) -> Iterator[MeshProcesses]:
-    with MeshProcesses(directory, edges, **kwargs) as mesh:
-        yield mesh
