@@ -57,3 +57,20 @@ def test_a_frame_cut_inside_the_properties_list_header_is_a_decode_error() -> No
             peek(payload[:cut])
         except DecodeError as exc:
             assert "cut short" in str(exc) or exc.description
+
+
+def test_a_large_payload_seen_through_a_memoryview_is_peeked_like_bytes() -> None:
+    """Large payloads reach peek as views of the read; annotations longer than the prefix that
+    is copied for peeking still yield the address behind them."""
+    from router.amqp.peek import PEEK_PREFIX
+
+    for annotation in (100, PEEK_PREFIX - 40, PEEK_PREFIX + 500, 3 * PEEK_PREFIX):
+        message = Message.value(
+            "b" * 5000,
+            message_annotations={Symbol("x-opt-big"): "a" * annotation},
+            properties=Properties(to="far/away"),
+        )
+        payload = encode_message(message)
+        via_view = peek(memoryview(payload))
+        assert via_view.to == "far/away" == peek(payload).to
+        assert via_view.annotations_span == peek(payload).annotations_span

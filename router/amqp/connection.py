@@ -18,7 +18,7 @@ Must not touch: sockets, clocks (time is a parameter), routing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from . import errors as E
 from .decode import decode_at
@@ -66,11 +66,14 @@ from .sasl import SaslClient, SaslClientConfig, SaslProtocolError, SaslServer, S
 from .session import Session
 
 _unpack_frame_header = FRAME_HEADER.unpack_from
-_HEADER, _SASL, _AMQP, _DONE = 0, 1, 2, 3
+_HEADER: Final = 0
+_SASL: Final = 1
+_AMQP: Final = 2
+_DONE: Final = 3
 # Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
 # carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
 # (transport §2.7.1 MIN-MAX-FRAME-SIZE): cap the description well below that.
-_MAX_DESCRIPTION_BYTES = 256
+_MAX_DESCRIPTION_BYTES: Final = 256
 
 
 def _wire_error(condition: str, description: str) -> Error:
@@ -444,7 +447,10 @@ class Connection:
         channel = 0
         try:
             while n - pos >= 8 and not self.failed:
-                size, doff, ftype, channel = _unpack_frame_header(buf, pos)
+                # transport §2.3.1: size(4) doff(1) type(1) channel(2), read inline (bytes indexing
+                # compiles to a load; struct.unpack_from would build a tuple per frame)
+                size = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+                doff, ftype, channel = buf[pos + 4], buf[pos + 5], (buf[pos + 6] << 8) | buf[pos + 7]
                 if size > limit or size < 8 or doff < 2 or doff * 4 > size:
                     raise E.ProtocolError(
                         f"bad frame header: size {size}, doff {doff} (max-frame-size {limit})",

@@ -22,11 +22,9 @@ from .performatives import Disposition, Flow, Transfer
 
 Buffer = bytes | bytearray | memoryview
 
-_unpack_I = struct.Struct(">I").unpack_from
-_unpack_II = struct.Struct(">II").unpack_from
-_pack_header = struct.Struct(">IBBH").pack
-_pack_I = struct.Struct(">I").pack
-_pack_II = struct.Struct(">II").pack
+_pack_header: Final = struct.Struct(">IBBH").pack
+_pack_I: Final = struct.Struct(">I").pack
+_pack_II: Final = struct.Struct(">II").pack
 
 DESCRIPTOR_TRANSFER: Final = 0x14
 DESCRIPTOR_FLOW: Final = 0x13
@@ -42,7 +40,13 @@ _EMPTY_OUTCOMES: dict[int, Any] = {
 }
 
 
-def read_fields(buf: Buffer, pos: int, end: int) -> tuple[list[Any], int] | None:
+def _u32(buf: bytes, pos: int) -> int:
+    """The big-endian uint32 at `pos`. Byte reads of a `bytes` compile to plain loads (mypyc),
+    where struct.unpack_from costs a call and a tuple per field."""
+    return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+
+
+def read_fields(buf: bytes, pos: int, end: int) -> tuple[list[Any], int] | None:
     """The fields of the list at `pos` (a performative's body) and the offset after the list.
 
     Only null, uint, boolean and binary8 fields are read here, which is every field of a
@@ -56,8 +60,7 @@ def read_fields(buf: Buffer, pos: int, end: int) -> tuple[list[Any], int] | None
             size, count = buf[pos + 1], buf[pos + 2]
             stop, pos = pos + 2 + size, pos + 3
         elif code == 0xD0:
-            size, count = _unpack_II(buf, pos + 1)
-            stop, pos = pos + 5 + size, pos + 9
+            count, stop, pos = _u32(buf, pos + 5), pos + 5 + _u32(buf, pos + 1), pos + 9
         elif code == 0x45:
             return [], pos + 1
         else:
@@ -78,7 +81,7 @@ def read_fields(buf: Buffer, pos: int, end: int) -> tuple[list[Any], int] | None
                 append(0)
                 pos += 1
             elif code == 0x70:
-                append(_unpack_I(buf, pos + 1)[0])
+                append(_u32(buf, pos + 1))
                 pos += 5
             elif code == 0x41:
                 append(True)
@@ -88,7 +91,7 @@ def read_fields(buf: Buffer, pos: int, end: int) -> tuple[list[Any], int] | None
                 pos += 1
             elif code == 0xA0:
                 n = buf[pos + 1]
-                append(bytes(buf[pos + 2 : pos + 2 + n]))
+                append(buf[pos + 2 : pos + 2 + n])
                 pos += 2 + n
             elif code == 0x00 and buf[pos + 1] == 0x53 and buf[pos + 3] == 0x45:
                 state = _EMPTY_OUTCOMES.get(buf[pos + 2])
@@ -101,7 +104,7 @@ def read_fields(buf: Buffer, pos: int, end: int) -> tuple[list[Any], int] | None
         if pos != stop:
             raise DecodeError("performative list size disagrees with its fields")
         return fields, stop
-    except (IndexError, struct.error):
+    except IndexError:
         raise DecodeError("truncated performative") from None
 
 
@@ -156,33 +159,41 @@ def transfer_performative(
     return _list(_TRANSFER_DESCRIPTOR, count, body)
 
 
-# Frame header + the common transfer performative in one struct: size, doff 2, type 0, channel,
-# descriptor 0x00 0x53 0x14, list8 (size, count 6), smalluint handle, uint delivery-id, vbin8
-# tag length; then the tag bytes and a fixed tail (format 0, settled, more).
-_TRANSFER_HEAD = struct.Struct(">IBBH3sBBBBBBIBB")
-_TRANSFER_TAILS = (
+# The common transfer frame (handle < 256, tag < 200 bytes, message-format 0, no state):
+#   size(4) | doff 2, type 0, channel(2) | descriptor 00 53 14 | list8 size, count 6 |
+#   smalluint handle | 0x70 delivery-id(4) | vbin8 tag | uint0 format, settled, more
+# The bytes between size and delivery-id depend only on the link and the tag's length, so a
+# sender keeps them (transfer_middle) and each transfer is one concatenation of six pieces.
+_TRANSFER_TAILS: Final = (
     (b"\x43\x42\x42", b"\x43\x42\x41"),  # settled=False: more False/True
     (b"\x43\x41\x42", b"\x43\x41\x41"),  # settled=True
 )
 
 
-def transfer_frame_head(
-    channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, more: bool,
-    payload_size: int,
-) -> bytes | None:  # fmt: skip
-    """Frame header and performative of the common transfer (handle < 256, tag < 200 bytes,
-    message-format 0, no state) in one pack; None when the transfer is not the common kind."""
-    n = len(tag)
-    if handle > 255 or n > 200:
-        return None
+def transfer_middle(channel: int, handle: int, tag_length: int) -> bytes:
+    """The bytes after the frame size and before the delivery-id of a common transfer frame on
+    this channel and handle with a tag of this length; b"" when such a transfer is not the
+    common kind."""
+    if handle > 255 or tag_length > 200:
+        return b""
     # list8 size counts the count byte: handle(2) + delivery-id(5) + tag(2+n) + tail(3) + 1
-    list_size = 13 + n
-    perf = 5 + list_size  # descriptor(3) + list8 constructor and size(2) + list body
-    return (
-        _TRANSFER_HEAD.pack(8 + perf + payload_size, 2, 0, channel, b"\x00\x53\x14", 0xC0,
-                            list_size, 6, 0x52, handle, 0x70, delivery_id, 0xA0, n)
-        + tag + _TRANSFER_TAILS[settled][more]
-    )  # fmt: skip
+    return bytes((2, 0, channel >> 8, channel & 0xFF, 0x00, 0x53, 0x14, 0xC0, 13 + tag_length, 6,
+                  0x52, handle, 0x70))  # fmt: skip
+
+
+def transfer_frame(
+    middle: bytes, delivery_id: int, tag: bytes, settled: bool, more: bool, payload_size: int
+) -> bytes:
+    """Frame header and performative of a common transfer, from its link's `middle`."""
+    n = len(tag)
+    # header(8) + descriptor(3) + list8 head(3) + handle(2) + id(5) + tag(2+n) + tail(3)
+    return b"%b%b%b%b%b%b" % (
+        (26 + n + payload_size).to_bytes(4, "big"), middle, delivery_id.to_bytes(4, "big"),
+        _VBIN8_HEADS[n], tag, _TRANSFER_TAILS[settled][more],
+    )
+
+
+_VBIN8_HEADS: Final = tuple(bytes((0xA0, n)) for n in range(201))
 
 
 def frame_header(size: int, channel: int) -> bytes:
@@ -266,7 +277,7 @@ TransferFields = tuple[int, "int | None", "bytes | None", int, "bool | None", bo
                        Any, bool, bool, int]
 
 
-def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
+def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
     """(handle, delivery-id, tag, format, settled, more, rcv-settle-mode, state, resume, aborted,
     payload offset) of the transfer whose list starts at `pos` (just after its descriptor).
 
@@ -279,8 +290,7 @@ def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
         if code == 0xC0:
             count, stop, p = buf[pos + 2], pos + 2 + buf[pos + 1], pos + 3
         elif code == 0xD0:
-            size, count = _unpack_II(buf, pos + 1)
-            stop, p = pos + 5 + size, pos + 9
+            count, stop, p = _u32(buf, pos + 5), pos + 5 + _u32(buf, pos + 1), pos + 9
         else:
             return _transfer_general(buf, pos, end)
         if stop > end or count == 0:
@@ -293,7 +303,7 @@ def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
             handle = 0
             p += 1
         elif c == 0x70:
-            handle = _unpack_I(buf, p + 1)[0]
+            handle = _u32(buf, p + 1)
             p += 5
         else:
             return _transfer_general(buf, pos, end)
@@ -301,14 +311,14 @@ def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
         tag: bytes | None = None
         message_format = 0
         settled: bool | None = None
-        more = aborted = False
+        more = aborted = resume = False
         if count > 1:
             c = buf[p]
             if c == 0x52:
                 delivery_id = buf[p + 1]
                 p += 2
             elif c == 0x70:
-                delivery_id = _unpack_I(buf, p + 1)[0]
+                delivery_id = _u32(buf, p + 1)
                 p += 5
             elif c == 0x43:
                 delivery_id = 0
@@ -321,7 +331,7 @@ def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
             c = buf[p]
             if c == 0xA0:
                 n = buf[p + 1]
-                tag = bytes(buf[p + 2 : p + 2 + n])
+                tag = buf[p + 2 : p + 2 + n]
                 p += 2 + n
             elif c == 0x40:
                 p += 1
@@ -335,7 +345,7 @@ def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
                 message_format = buf[p + 1]
                 p += 2
             elif c == 0x70:
-                message_format = _unpack_I(buf, p + 1)[0]
+                message_format = _u32(buf, p + 1)
                 p += 5
             else:
                 return _transfer_general(buf, pos, end)
@@ -365,6 +375,8 @@ def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
                 elif c == 0x41 and index >= 8:
                     if index == 9:
                         aborted = True
+                    elif index == 8:
+                        resume = True
                     p += 1
                 else:
                     return _transfer_general(buf, pos, end)
@@ -372,9 +384,9 @@ def parse_transfer(buf: Buffer, pos: int, end: int) -> TransferFields:
                 return _transfer_general(buf, pos, end)
         if p != stop:
             raise DecodeError("transfer list size disagrees with its fields")
-        return (handle, delivery_id, tag, message_format, settled, more, None, None, False,
+        return (handle, delivery_id, tag, message_format, settled, more, None, None, resume,
                 aborted, stop)
-    except (IndexError, struct.error):
+    except IndexError:
         raise DecodeError("truncated transfer") from None
 
 
@@ -388,7 +400,7 @@ FlowFields = tuple["int | None", int, int, int, "int | None", "int | None", "int
                    "int | None", bool, bool]
 
 
-def parse_flow(buf: Buffer, pos: int, end: int) -> FlowFields:
+def parse_flow(buf: bytes, pos: int, end: int) -> FlowFields:
     """(next-incoming-id, incoming-window, next-outgoing-id, outgoing-window, handle,
     delivery-count, link-credit, available, drain, echo) of a flow (transport §2.7.4)."""
     parsed = read_fields(buf, pos, end)
@@ -413,7 +425,7 @@ def parse_flow(buf: Buffer, pos: int, end: int) -> FlowFields:
 DispositionFields = tuple[bool, int, "int | None", bool, Any]
 
 
-def parse_disposition(buf: Buffer, pos: int, end: int) -> DispositionFields:
+def parse_disposition(buf: bytes, pos: int, end: int) -> DispositionFields:
     """(role, first, last, settled, state) of a disposition (transport §2.7.6)."""
     parsed = read_fields(buf, pos, end)
     if parsed is None:

@@ -41,7 +41,7 @@ class Link:
         "remote_attach", "remote_closed", "remote_error",
         "delivery_count", "credit", "drain", "available", "initial_delivery_count",
         "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
-        "out_delivery", "out_tag", "detach_on_oversize", "granted_limit", "context",
+        "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "detach_on_oversize", "granted_limit", "context",
     )  # fmt: skip
 
     def __init__(self, session: Session, name: str, role: bool) -> None:
@@ -71,6 +71,10 @@ class Link:
         self.in_bytes = 0
         self.out_delivery: int | None = None  # sender: delivery-id being streamed out
         self.out_tag = b""
+        # sender: the constant part of this link's common transfer frames (fastpath.transfer_middle)
+        # for tags of out_middle_tag_length bytes; the handle and channel never change once set
+        self.out_middle = b""
+        self.out_middle_tag_length = -1
         self.detach_on_oversize = True
         # receiver: the highest delivery-limit (delivery-count + link-credit) we ever granted
         self.granted_limit: int | None = None
@@ -134,6 +138,7 @@ class Link:
         self.max_message_size = max_message_size
         try:
             self.local_handle = self.session.allocate_handle(self)
+            self.out_middle_tag_length = -1  # a new handle: transfer_middle again
         except LocalUsageError:
             self.state.local = UNINIT  # nothing was announced: the link can still be refused
             raise

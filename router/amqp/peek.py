@@ -10,26 +10,60 @@ Must not touch: the body, anything about routing decisions.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final
 
 from .decode import Buffer, decode_at, skip_value
 from .errors import DecodeError
 from .message import section_descriptor
 from .messaging import Header
 
-_HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS, _PROPERTIES = 0x70, 0x71, 0x72, 0x73
+_HEADER: Final = 0x70
+_DELIVERY_ANNOTATIONS: Final = 0x71
+_MESSAGE_ANNOTATIONS: Final = 0x72
+_PROPERTIES: Final = 0x73
 
 
-class RoutingView(NamedTuple):
-    ttl_ms: int | None
-    annotations_span: tuple[int, int] | None  # the whole message-annotations section
-    to: str | None
-    absolute_expiry_ms: int | None
-    creation_time_ms: int | None
-    insert_at: int  # where a message-annotations section would go if there is none
+class RoutingView:
+    """What routing reads from a message: the header's ttl, the message-annotations section's
+    span (for rewriting), `to`, the expiry and creation times from the properties, and where a
+    message-annotations section would go if there is none. (A plain class: mypyc builds it
+    natively, where a NamedTuple's constructor is a Python call.)"""
+
+    __slots__ = ("ttl_ms", "annotations_span", "to", "absolute_expiry_ms", "creation_time_ms", "insert_at")
+
+    def __init__(
+        self,
+        ttl_ms: int | None,
+        annotations_span: tuple[int, int] | None,
+        to: str | None,
+        absolute_expiry_ms: int | None,
+        creation_time_ms: int | None,
+        insert_at: int,
+    ) -> None:
+        self.ttl_ms = ttl_ms
+        self.annotations_span = annotations_span  # the whole message-annotations section
+        self.to = to
+        self.absolute_expiry_ms = absolute_expiry_ms
+        self.creation_time_ms = creation_time_ms
+        self.insert_at = insert_at  # where a message-annotations section would go if there is none
+
+    def with_annotations(self, span: tuple[int, int] | None, insert_at: int) -> RoutingView:
+        """This view of a message whose annotations section was rewritten."""
+        return RoutingView(self.ttl_ms, span, self.to, self.absolute_expiry_ms,
+                           self.creation_time_ms, insert_at)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (f"RoutingView(ttl_ms={self.ttl_ms}, annotations_span={self.annotations_span}, "
+                f"to={self.to!r}, absolute_expiry_ms={self.absolute_expiry_ms}, "
+                f"creation_time_ms={self.creation_time_ms}, insert_at={self.insert_at})")  # fmt: skip
 
 
-def _list_items(payload: Buffer, pos: int, stop: int) -> tuple[int, int]:
+# A view of a large payload (a memoryview) is peeked through a copy of its first bytes; the whole
+# payload is copied only when the sections routing reads go on past them (rare).
+PEEK_PREFIX: Final = 2048
+
+
+def _list_items(payload: bytes, pos: int, stop: int) -> tuple[int, int]:
     """(item count, offset of the first item) of the list at `pos`."""
     code = payload[pos]
     if code == 0x45:
@@ -37,19 +71,19 @@ def _list_items(payload: Buffer, pos: int, stop: int) -> tuple[int, int]:
     if code == 0xC0 and pos + 3 <= stop:
         return payload[pos + 2], pos + 3
     if code == 0xD0 and pos + 9 <= stop:
-        return int.from_bytes(payload[pos + 5 : pos + 9], "big"), pos + 9
+        return (payload[pos + 5] << 24) | (payload[pos + 6] << 16) | (payload[pos + 7] << 8) | payload[pos + 8], pos + 9
     raise DecodeError("section value must be a list")
 
 
 # Encodings of message-id/user-id/subject/reply-to... skipped inline: their width in bytes after
 # the constructor (None: variable, one length byte follows).
-_SKIP_WIDTH: dict[int, int | None] = {
+_SKIP_WIDTH: Final[dict[int, int | None]] = {
     0x40: 0, 0x44: 0, 0x43: 0, 0x53: 1, 0x52: 1, 0x98: 16, 0x80: 8, 0x70: 4,
     0xA0: None, 0xA1: None, 0xA3: None,
 }  # fmt: skip
 
 
-def _properties(payload: Buffer, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
+def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
     """(to, absolute-expiry-time, creation-time) from the properties list at `pos`.
 
     Fields are skipped without decoding, and the walk stops as soon as the list has nothing
@@ -65,7 +99,7 @@ def _properties(payload: Buffer, pos: int, stop: int, need_to: bool) -> tuple[An
             value_end = pos + 2 + payload[pos + 1]
             if value_end <= stop:
                 try:
-                    to = bytes(payload[pos + 2 : value_end]).decode("utf-8")
+                    to = payload[pos + 2 : value_end].decode("utf-8")
                     pos = value_end
                     continue
                 except UnicodeDecodeError:
@@ -96,7 +130,7 @@ def _properties(payload: Buffer, pos: int, stop: int, need_to: bool) -> tuple[An
     return to, expiry, created
 
 
-def _skip_map8(payload: Buffer, pos: int, end: int) -> int:
+def _skip_map8(payload: bytes, pos: int, end: int) -> int:
     """The end of a well-formed map8 at `pos` (message annotations between routers always are
     one), checked as skip_value checks it; -1 for anything else (skip_value then decides)."""
     if pos + 3 > end or payload[pos] != 0xC1:
@@ -116,12 +150,19 @@ def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
     least the properties in it); a message cut short after the properties is fine.
     """
     try:
-        return _peek(payload, need_to)
+        if type(payload) is bytes:
+            return _peek(payload, need_to, True)
+        if len(payload) > PEEK_PREFIX:
+            try:
+                return _peek(bytes(payload[:PEEK_PREFIX]), need_to, False)
+            except (DecodeError, IndexError):
+                pass  # the sections routing reads go on past the prefix: read them all
+        return _peek(bytes(payload), need_to, True)
     except IndexError:  # the inline walks index past the end of a cut frame
         raise DecodeError("message cut short before the end of its properties") from None
 
 
-def _peek(payload: Buffer, need_to: bool) -> RoutingView:
+def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
     ttl = to = expiry = created = None
     annotations: tuple[int, int] | None = None
     pos, end = 0, len(payload)
@@ -155,4 +196,6 @@ def _peek(payload: Buffer, need_to: bool) -> RoutingView:
         else:
             raise DecodeError(f"unknown message section {code:#04x}")
         pos = stop
+    if not whole:
+        raise DecodeError("no section after the annotations within the prefix")  # peek reads on
     return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])

@@ -11,7 +11,7 @@ Must not touch: bytes on the socket (the connection writes), routing decisions.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
@@ -23,10 +23,14 @@ from .events import (
     TransferReceived,
 )
 from .fastpath import (
+    DispositionFields,
+    FlowFields,
+    TransferFields,
     disposition_performative,
     flow_performative,
     frame_header,
-    transfer_frame_head,
+    transfer_frame,
+    transfer_middle,
     transfer_performative,
 )
 from .link import Link
@@ -36,9 +40,11 @@ from .serial import serial_add, serial_diff, serial_lt
 if TYPE_CHECKING:
     from .connection import Connection
 
-ZERO_COPY_MIN = 2048  # payloads larger than this are handed on as memoryviews of the read
-DEFAULT_WINDOW = 0x7FFFFFFF  # "no session-level limit": link credit is what bounds traffic
-_TRANSFER, _ORDERED, _LINK_FLOW = 0, 1, 2
+ZERO_COPY_MIN: Final = 2048  # payloads larger than this are handed on as memoryviews of the read
+DEFAULT_WINDOW: Final = 0x7FFFFFFF  # "no session-level limit": link credit is what bounds traffic
+_TRANSFER: Final = 0
+_ORDERED: Final = 1
+_LINK_FLOW: Final = 2
 
 
 class Session:
@@ -226,10 +232,12 @@ class Session:
             and self.remote_incoming_window > 0
             and len(payload) <= self.conn.remote_max_frame_size - 230
         ):  # fmt: skip
-            head = transfer_frame_head(channel, handle, delivery_id, tag, settled, more, len(payload))
-            if head is not None:  # the common transfer: one pack, one frame
+            if link.out_middle_tag_length != len(tag):
+                link.out_middle = transfer_middle(channel, handle, len(tag))
+                link.out_middle_tag_length = len(tag)
+            if link.out_middle:  # the common transfer: one concatenation, one frame
                 out = self.conn.output_buffer()
-                out.append(head)
+                out.append(transfer_frame(link.out_middle, delivery_id, tag, settled, more, len(payload)))
                 out.append(payload)
                 self.remote_incoming_window -= 1
                 self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
@@ -390,7 +398,7 @@ class Session:
             )
         return link
 
-    def on_flow(self, fields: tuple[Any, ...]) -> None:
+    def on_flow(self, fields: FlowFields) -> None:
         (next_in, in_window, next_out, out_window, handle, delivery_count, link_credit,
          available, drain, echo) = fields  # fmt: skip
         # transport §2.5.6: remote-incoming-window = next-incoming-id + incoming-window
@@ -438,7 +446,7 @@ class Session:
                 link.drain = False
             self.conn.emit(FlowReceived(link, drained))
 
-    def on_transfer(self, buf: bytes, fields: tuple[Any, ...], frame_end: int) -> None:
+    def on_transfer(self, buf: bytes, fields: TransferFields, frame_end: int) -> None:
         (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, state,
          _resume, aborted, payload_start) = fields  # fmt: skip
         link = self.links_by_remote.get(handle)
@@ -512,7 +520,7 @@ class Session:
             )  # fmt: skip
         )
 
-    def on_disposition(self, fields: tuple[Any, ...]) -> None:
+    def on_disposition(self, fields: DispositionFields) -> None:
         role, first, last, settled, state = fields
         if last is None:
             last = first

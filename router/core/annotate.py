@@ -223,4 +223,4 @@ def strip_client(payload: Payload, view: RoutingView) -> tuple[Payload, RoutingV
     meta = Meta(None, False, None, (), span, view.insert_at, True)
     meta.kept = [data[k:end] for kind, k, _, end in found if kind == OTHER]
     result = strip(payload, meta)
-    return result, view._replace(annotations_span=meta.span, insert_at=meta.insert_at)
+    return result, view.with_annotations(meta.span, meta.insert_at)

@@ -1,0 +1,126 @@
+"""The hot-path frame parsers and writers (router.amqp.fastpath) agree with the general,
+validating codec: every transfer, flow and disposition the general encoder writes parses to the
+same fields (or fails the same way), every prefix of one is refused with DecodeError, and the
+frames the fast writer builds decode to the transfer it was asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from router.amqp import performatives as p
+from router.amqp.decode import decode_at
+from router.amqp.encode import encode
+from router.amqp.errors import DecodeError
+from router.amqp.fastpath import (
+    parse_disposition,
+    parse_flow,
+    parse_transfer,
+    transfer_frame,
+    transfer_middle,
+)
+from router.amqp.framing import frame
+
+from .test_performatives import composites
+
+
+def _general(body: bytes) -> tuple[Any, int] | DecodeError:
+    try:
+        value, stop = decode_at(body, 0, len(body))
+    except DecodeError as exc:
+        return exc
+    return value, stop
+
+
+def _fast(parse: Any, body: bytes) -> Any:
+    try:
+        return parse(body, 3, len(body))  # after the 3-byte smallulong descriptor
+    except DecodeError as exc:
+        return exc
+
+
+def _transfer_fields(t: p.Transfer, stop: int) -> tuple[Any, ...]:
+    return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled, t.more,
+            t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)  # fmt: skip
+
+
+@given(transfer=composites(p.Transfer))
+def test_parse_transfer_agrees_with_the_general_decoder(transfer: p.Transfer) -> None:
+    body = encode(transfer)
+    general, fast = _general(body), _fast(parse_transfer, body)
+    if isinstance(general, DecodeError):
+        assert isinstance(fast, DecodeError)
+        return
+    value, stop = general
+    assert fast == _transfer_fields(value, stop)
+
+
+@given(flow=composites(p.Flow))
+def test_parse_flow_agrees_with_the_general_decoder(flow: p.Flow) -> None:
+    body = encode(flow)
+    general, fast = _general(body), _fast(parse_flow, body)
+    if isinstance(general, DecodeError):
+        assert isinstance(fast, DecodeError)
+        return
+    f, _ = general
+    assert fast == (f.next_incoming_id, f.incoming_window, f.next_outgoing_id, f.outgoing_window,
+                    f.handle, f.delivery_count, f.link_credit, f.available, f.drain, f.echo)  # fmt: skip
+
+
+@given(disposition=composites(p.Disposition))
+def test_parse_disposition_agrees_with_the_general_decoder(disposition: p.Disposition) -> None:
+    body = encode(disposition)
+    general, fast = _general(body), _fast(parse_disposition, body)
+    if isinstance(general, DecodeError):
+        assert isinstance(fast, DecodeError)
+        return
+    d, _ = general
+    assert fast == (d.role, d.first, d.last, d.settled, d.state)
+
+
+@pytest.mark.parametrize("parse", [parse_transfer, parse_flow, parse_disposition])
+def test_every_prefix_of_a_performative_is_refused(parse: Any) -> None:
+    performative = {
+        parse_transfer: p.Transfer(handle=7, delivery_id=70000, delivery_tag=b"tag", settled=False),
+        parse_flow: p.Flow(next_incoming_id=1, incoming_window=2048, next_outgoing_id=3,
+                           outgoing_window=2048, handle=1, delivery_count=9, link_credit=300),
+        parse_disposition: p.Disposition(role=True, first=5, last=70000, settled=True),
+    }[parse]  # fmt: skip
+    body = encode(performative)
+    for cut in range(3, len(body)):
+        with pytest.raises(DecodeError):
+            parse(body[:cut], 3, cut)
+
+
+@given(
+    channel=st.integers(0, 0xFFFF),
+    handle=st.integers(0, 255),
+    delivery_id=st.integers(0, 0xFFFFFFFF),
+    tag=st.binary(max_size=200),
+    settled=st.booleans(),
+    more=st.booleans(),
+    payload=st.binary(max_size=64),
+)
+def test_the_fast_transfer_frame_decodes_to_the_transfer_asked_for(
+    channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, more: bool, payload: bytes
+) -> None:
+    middle = transfer_middle(channel, handle, len(tag))
+    written = transfer_frame(middle, delivery_id, tag, settled, more, len(payload)) + payload
+    expected = frame(channel, p.Transfer(handle=handle, delivery_id=delivery_id, delivery_tag=tag,
+                                         message_format=0, settled=settled, more=more), payload)  # fmt: skip
+    assert written[:8] != b"" and int.from_bytes(written[:4], "big") == len(written)
+    assert written[6:8] == expected[6:8]  # channel
+    value, stop = decode_at(written, 8, len(written))
+    assert (value.handle, value.delivery_id, value.delivery_tag, value.message_format or 0,
+            bool(value.settled), value.more) == (handle, delivery_id, tag, 0, settled, more)  # fmt: skip
+    assert written[stop:] == payload
+    fields = parse_transfer(written, 11, len(written))
+    assert fields[:6] == (handle, delivery_id, tag, 0, settled, more) and fields[-1] == stop
+
+
+def test_transfers_the_fast_writer_cannot_express_are_left_to_the_general_one() -> None:
+    assert transfer_middle(0, 256, 4) == b""
+    assert transfer_middle(0, 1, 201) == b""
