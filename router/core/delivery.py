@@ -125,7 +125,9 @@ class SessionMaps:
 def forget_inbound(fwd: Forward) -> None:
     """Drop `fwd` from its producer session's map of deliveries awaiting settlement."""
     if fwd.in_session is not None:
-        maps_of(fwd.in_session).inbound.pop(fwd.in_id, None)
+        inbound = maps_of(fwd.in_session).inbound
+        if fwd.in_id in inbound:  # (`in` and `del` compile to dict calls; pop(k, None) is a method call)
+            del inbound[fwd.in_id]
 
 
 def maps_of(session: Session) -> SessionMaps:

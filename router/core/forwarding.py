@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp import errors as E
 from ..amqp.errors import DecodeError
@@ -35,7 +35,7 @@ from .table import NOWHERE, AddressEntry
 if TYPE_CHECKING:
     from .router import RouterCore
 
-LOCAL_MESSAGE_LIMIT = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
+LOCAL_MESSAGE_LIMIT: Final = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
 
 
 class Forwarder(Settlement):

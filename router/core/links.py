@@ -34,19 +34,30 @@ if TYPE_CHECKING:
 _ids = itertools.count(1)  # link identities (management), unique in this process
 
 
-class InLink:
+class LinkCounts:
+    """The delivery and outcome counters every producer and consumer link keeps (management).
+    One base class, so that code counting on either kind compiles to plain attribute access."""
+
+    __slots__ = ("delivered", "accepted", "rejected", "released", "modified", "presettled")
+
+    def __init__(self) -> None:
+        self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
+        self.presettled = 0
+
+
+class InLink(LinkCounts):
     """A link on which a client sends to the router (the router is the receiver)."""
 
     __slots__ = (
         "link", "conn", "entry", "capacity", "inflight", "streaming", "discarding", "gone",
-        "delivered", "accepted", "rejected", "released", "modified", "presettled", "dropped", "id",
-        "address", "peer", "zero_credit_since", "seen",
+        "dropped", "id", "address", "peer", "zero_credit_since", "seen",
     )  # fmt: skip
 
     def __init__(
         self, link: Link, conn: ConnState, entry: AddressEntry | None, address: str | None = None,
         peer: str | None = None, capacity: int = 0,
     ) -> None:  # fmt: skip
+        super().__init__()
         self.id = next(_ids)
         self.link = link
         self.conn = conn
@@ -62,8 +73,7 @@ class InLink:
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
         self.discarding = False  # dropping the remaining frames of a refused delivery
         self.gone = False
-        self.delivered = self.accepted = self.rejected = self.released = 0
-        self.modified = self.presettled = self.dropped = 0
+        self.dropped = 0
         # When the link's credit last dropped to zero (wall clock); None while it has credit.
         self.zero_credit_since: float | None = None
 
@@ -71,16 +81,16 @@ class InLink:
         return f"InLink({self.link.name!r}, {self.entry.address if self.entry else '<anonymous>'})"
 
 
-class OutLink:
+class OutLink(LinkCounts):
     """A link on which the router sends to a client (the router is the sender)."""
 
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
-        "capacity", "delivered", "accepted", "rejected", "released", "modified", "presettled", "id",
-        "neighbour", "zero_credit_since",
+        "capacity", "id", "neighbour", "zero_credit_since",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
+        super().__init__()
         self.id = next(_ids)
         self.link = link
         self.conn = conn
@@ -95,8 +105,6 @@ class OutLink:
         self.gone = False
         self.tags = 0
         self.capacity = conn.listener.link_capacity
-        self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
-        self.presettled = 0  # deliveries sent settled
         # When the consumer's credit last dropped to zero (wall clock); None while it has credit.
         self.zero_credit_since: float | None = None
 
@@ -117,7 +125,7 @@ class GoneTotals:
         self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
         self.presettled = self.dropped = 0
 
-    def add(self, link: InLink | OutLink) -> None:
+    def add(self, link: LinkCounts) -> None:
         self.delivered += link.delivered
         self.accepted += link.accepted
         self.rejected += link.rejected

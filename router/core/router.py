@@ -17,7 +17,7 @@ Must not touch: sockets, tasks, clocks (time comes in as `now`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from ..amqp import errors as E
 from ..amqp import events as ev
@@ -32,7 +32,7 @@ from .links import GoneTotals, attach_link, detach_link, link_gone, session_ende
 from .mesh import Mesh
 from .table import AddressTable, LocalEndpoint
 
-OFFERED_CAPABILITIES = ("ANONYMOUS-RELAY",)
+OFFERED_CAPABILITIES: Final = ("ANONYMOUS-RELAY",)
 
 
 class RouterCore:

@@ -4,13 +4,14 @@ Owns: relaying a consumer's disposition to the producer (anycast), combining mul
 (rejected > accepted > modified > released, settled upstream when every copy is terminal),
 producer-side settlement (rcv-settle-mode second, sender settling first), reporting failures
 (never sent: released; sent but unsettled when the consumer went away: modified with
-delivery-failed), the producers' credit windows, and batching dispositions into ranges.
+delivery-failed), the producers' credit windows, and which dispositions go out (dispositions.py
+batches them into ranges).
 Must not touch: choosing destinations or sending transfers (forwarding.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
@@ -18,15 +19,22 @@ from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
 from ..amqp.serial import serial_range
 from ..amqp.session import Session
 from .delivery import Copy, Forward, SessionMaps, forget_inbound, maps_of
-from .links import InLink, OutLink, alive
+from .dispositions import Dispositions
+from .links import InLink, LinkCounts, OutLink, alive
 
 if TYPE_CHECKING:
     from .router import RouterCore
     from .table import AddressEntry
 
-DELIVERY_FAILED = Modified(delivery_failed=True)
+DELIVERY_FAILED: Final = Modified(delivery_failed=True)
 # multicast: the strongest outcome of all copies wins (the anchors' rule)
-_RANK: dict[type, int] = {Rejected: 3, Accepted: 2, Modified: 1, Released: 0}
+# The outcome classes as module constants: mypyc keeps them in C statics, where the imported
+# names would be looked up in the module's dict on every delivery.
+_ACCEPTED: Final = Accepted
+_RELEASED: Final = Released
+_MODIFIED: Final = Modified
+_REJECTED: Final = Rejected
+_RANK: Final[dict[type, int]] = {Rejected: 3, Accepted: 2, Modified: 1, Released: 0}
 
 
 class Settlement:
@@ -34,7 +42,7 @@ class Settlement:
         self.core = core
         self.now = 0.0  # wall clock of the batch being handled (set by the core)
         self._credit_dirty: set[InLink] = set()
-        self._dispositions: dict[tuple[Session, bool, bool], list[tuple[int, Any]]] = {}
+        self._dispositions = Dispositions()
 
     # --- the producers' credit windows ----------------------------------------------------------
 
@@ -72,30 +80,13 @@ class Settlement:
     # --- dispositions ---------------------------------------------------------------------------
 
     def dispose(self, session: Session, role: bool, delivery_id: int, state: Any, settled: bool) -> None:
-        self._dispositions.setdefault((session, role, settled), []).append((delivery_id, state))
+        self._dispositions.add(session, role, delivery_id, state, settled)
 
     def flush(self) -> None:
         """Write batched dispositions as ranges, then top up producers' credit."""
-        if self._dispositions:
-            batches, self._dispositions = self._dispositions, {}
-            for (session, role, settled), items in batches.items():
-                conn = session.conn
-                # Nothing may follow our close (transport §2.4.3): a connection we closed (at
-                # shutdown, or on a violation) gets no more dispositions.
-                if session.state.local.name != "ACTIVE" or conn.state.local.name != "ACTIVE" or conn.finished:
-                    continue
-                items.sort(key=lambda item: item[0])
-                first, state = items[0]
-                last = first
-                for delivery_id, item_state in items[1:]:
-                    if delivery_id == last + 1 and (item_state is state or item_state == state):
-                        last = delivery_id
-                        continue
-                    session.disposition(role, first, last, state=state, settled=settled)
-                    first = last = delivery_id
-                    state = item_state
-                session.disposition(role, first, last, state=state, settled=settled)
-                self.core.touch(session.conn)
+        for batch in self._dispositions.take():
+            if batch.write():
+                self.core.touch(batch.session.conn)
         if self._credit_dirty:
             dirty, self._credit_dirty = self._credit_dirty, set()
             for inl in dirty:
@@ -111,14 +102,16 @@ class Settlement:
             if not outbound or not (settled or is_terminal(state)):
                 return  # non-terminal states (received) are not relayed
             for delivery_id in serial_range(event.first, event.last):
-                record = outbound.pop(delivery_id, None)
+                record = outbound.get(delivery_id)
                 if record is not None:
+                    del outbound[delivery_id]
                     self.consumer_outcome(record, state, settled)
         elif event.settled:  # the producer settles deliveries it sent us
             inbound = maps.inbound
             for delivery_id in serial_range(event.first, event.last):
-                fwd = inbound.pop(delivery_id, None)
+                fwd = inbound.get(delivery_id)
                 if fwd is not None:
+                    del inbound[delivery_id]
                     self._producer_settled(fwd)
 
     def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
@@ -236,21 +229,21 @@ class Settlement:
                     self.relay_outcome(record, DELIVERY_FAILED)
 
 
-def _count(link: InLink | OutLink, state: Any, entry: AddressEntry | None = None) -> None:
+def _count(link: LinkCounts, state: Any, entry: AddressEntry | None = None) -> None:
     """Count outcome `state` on `link` and, for a producer's outcome, on its address `entry`
     (whose `released` counts the router's own releases, not consumers', so it is not bumped)."""
     kind = type(state)
-    if kind is Accepted:
+    if kind is _ACCEPTED:
         link.accepted += 1
         if entry is not None:
             entry.accepted += 1
-    elif kind is Released:
+    elif kind is _RELEASED:
         link.released += 1
-    elif kind is Modified:
+    elif kind is _MODIFIED:
         link.modified += 1
         if entry is not None:
             entry.modified += 1
-    elif kind is Rejected:
+    elif kind is _REJECTED:
         link.rejected += 1
         if entry is not None:
             entry.rejected += 1

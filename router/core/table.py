@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import secrets
 from collections import deque
-from typing import TYPE_CHECKING
-
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..config.models import AddressConfig, RouterConfig
 from .addressing import AddressMatcher, Kind, classify
@@ -31,8 +29,8 @@ if TYPE_CHECKING:
     from .delivery import Forward
     from .links import InLink, OutLink
 
-DEFAULT_DISTRIBUTION = "balanced"
-KEYS_MAX = 4096  # addresses whose table key is remembered (then it starts afresh)
+DEFAULT_DISTRIBUTION: Final = "balanced"
+KEYS_MAX: Final = 4096  # addresses whose table key is remembered (then it starts afresh)
 
 # An in-process endpoint: given a complete encoded message (and the time), it returns the
 # outcome for the sender and the replies to route, as (to-address, encoded message) pairs.

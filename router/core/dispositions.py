@@ -1,0 +1,120 @@
+"""Dispositions the router owes its peers, batched into ranges (transport §2.7.6).
+
+Owns: collecting, per session, role and settled flag, the outcomes decided while one batch of
+input is handled, and writing them as few disposition frames as possible when the batch ends.
+Outcomes mostly arrive in delivery-id order with the same state (a consumer accepting a range),
+so they are kept as runs: the next id of a run with the same state extends it, with no
+per-delivery object; anything out of order is sorted and merged at flush.
+Must not touch: which outcome a delivery gets (settlement.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..amqp.session import Session
+
+
+class DispositionBatch:
+    """The pending dispositions of one (session, role, settled): finished runs in lists, the
+    run being extended in plain attributes (the common add touches nothing else)."""
+
+    __slots__ = ("session", "role", "settled", "firsts", "lasts", "states", "ordered",
+                 "run_first", "run_last", "run_state")  # fmt: skip
+
+    def __init__(self, session: Session, role: bool, settled: bool) -> None:
+        self.session = session
+        self.role = role
+        self.settled = settled
+        self.firsts: list[int] = []
+        self.lasts: list[int] = []
+        self.states: list[Any] = []
+        self.ordered = True  # every run starts after the previous one ends
+        self.run_first = -1  # -1: no run yet
+        self.run_last = -1
+        self.run_state: Any = None
+
+    def add(self, delivery_id: int, state: Any) -> None:
+        last = self.run_last
+        if delivery_id == last + 1 and last >= 0:
+            previous = self.run_state
+            if state is previous or state == previous:
+                self.run_last = delivery_id
+                return
+        elif delivery_id <= last:
+            self.ordered = False
+        if last >= 0:
+            self.firsts.append(self.run_first)
+            self.lasts.append(last)
+            self.states.append(self.run_state)
+        self.run_first = self.run_last = delivery_id
+        self.run_state = state
+
+    def ranges(self) -> list[tuple[int, int, Any]]:
+        """(first, last, state) ranges covering every delivery added, in delivery-id order."""
+        runs = list(zip(self.firsts, self.lasts, self.states))
+        if self.run_last >= 0:
+            runs.append((self.run_first, self.run_last, self.run_state))
+        if self.ordered:
+            return runs
+        items = sorted(
+            ((delivery_id, state) for first, last, state in runs for delivery_id in range(first, last + 1)),
+            key=_delivery_id,
+        )  # fmt: skip
+        merged: list[tuple[int, int, Any]] = []
+        first, state = items[0]
+        last = first
+        for delivery_id, item_state in items[1:]:
+            if delivery_id == last + 1 and (item_state is state or item_state == state):
+                last = delivery_id
+                continue
+            merged.append((first, last, state))
+            first = last = delivery_id
+            state = item_state
+        merged.append((first, last, state))
+        return merged
+
+    def write(self) -> bool:
+        """Write the batch as disposition frames; False if the session can take none (we closed
+        it or its connection: nothing may follow our close, transport §2.4.3)."""
+        session = self.session
+        conn = session.conn
+        if session.state.local.name != "ACTIVE" or conn.state.local.name != "ACTIVE" or conn.finished:
+            return False
+        for first, last, state in self.ranges():
+            session.disposition(self.role, first, last, state=state, settled=self.settled)
+        return True
+
+
+def _delivery_id(item: tuple[int, Any]) -> int:
+    return item[0]
+
+
+class Dispositions:
+    """Every pending batch, by (session, role, settled); the last batch used is kept at hand,
+    since consecutive outcomes mostly go to the same place."""
+
+    __slots__ = ("_batches", "_last")
+
+    def __init__(self) -> None:
+        self._batches: dict[tuple[Session, bool, bool], DispositionBatch] = {}
+        self._last: DispositionBatch | None = None
+
+    def add(self, session: Session, role: bool, delivery_id: int, state: Any, settled: bool) -> None:
+        batch = self._last
+        if batch is None or batch.session is not session or batch.role != role or batch.settled != settled:
+            key = (session, role, settled)
+            batch = self._batches.get(key)
+            if batch is None:
+                batch = self._batches[key] = DispositionBatch(session, role, settled)
+            self._last = batch
+        batch.add(delivery_id, state)
+
+    def take(self) -> list[DispositionBatch]:
+        """The pending batches, leaving none."""
+        if not self._batches:
+            return []
+        batches = list(self._batches.values())
+        self._batches = {}
+        self._last = None
+        return batches
