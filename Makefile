@@ -32,7 +32,8 @@ COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
 	tests/test_engine_violations.py tests/test_engine_fuzz.py tests/test_server.py \
 	tests/test_router_proton.py tests/test_router_proton_c.py \
 	tests/test_peek.py tests/test_mesh_forwarding.py tests/test_mesh_multicast.py \
-	tests/test_mesh_failure.py tests/test_mesh_edge.py tests/test_mesh_process.py
+	tests/test_mesh_failure.py tests/test_mesh_edge.py tests/test_mesh_process.py \
+	tests/test_fastpath.py tests/test_core_dispositions.py
 
 compiled: $(STAMP)
 	$(PY) scripts/build_compiled.py
