@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 
+from router.cli.run import GC_YOUNG_THRESHOLD
 from router.management.agent import ManagementAgent
 from router.management.entities import NodeType
 
@@ -67,6 +68,8 @@ def test_general_and_memory_as_json(router: ProcessRouter) -> None:
     memory = cli_json("stat", "memory", "--json", "-b", router.bus)
     assert memory["residentMemoryBytes"] > 1_000_000 and memory["openFds"] >= 3
     assert len(memory["gcCollections"]) == 3
+    # `router run` freezes what start-up loaded and collects young objects less often
+    assert memory["gcThresholds"][0] == GC_YOUNG_THRESHOLD and memory["gcFrozenObjects"] > 10_000
 
 
 def test_connections_links_and_addresses_show_live_traffic(router: ProcessRouter) -> None:

@@ -24,6 +24,7 @@ from router.amqp.fastpath import (
 )
 from router.amqp.framing import frame
 
+from .strategies import same
 from .test_performatives import composites
 
 
@@ -42,6 +43,20 @@ def _fast(parse: Any, body: bytes) -> Any:
         return exc
 
 
+def _assert_agree(expected: tuple[Any, ...], fast: Any) -> None:
+    """Field by field: numbers by value (the general decoder gives UInt, the fast parser int),
+    delivery states as the codec tests compare them (they may hold NaN)."""
+    assert not isinstance(fast, DecodeError), fast
+    assert len(fast) == len(expected)
+    for want, got in zip(expected, fast):
+        if isinstance(want, bool):
+            assert got is want
+        elif isinstance(want, int):
+            assert got == want
+        else:
+            assert same(want, got), (want, got)
+
+
 def _transfer_fields(t: p.Transfer, stop: int) -> tuple[Any, ...]:
     return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled, t.more,
             t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)  # fmt: skip
@@ -55,7 +70,7 @@ def test_parse_transfer_agrees_with_the_general_decoder(transfer: p.Transfer) ->
         assert isinstance(fast, DecodeError)
         return
     value, stop = general
-    assert fast == _transfer_fields(value, stop)
+    _assert_agree(_transfer_fields(value, stop), fast)
 
 
 @given(flow=composites(p.Flow))
@@ -78,7 +93,7 @@ def test_parse_disposition_agrees_with_the_general_decoder(disposition: p.Dispos
         assert isinstance(fast, DecodeError)
         return
     d, _ = general
-    assert fast == (d.role, d.first, d.last, d.settled, d.state)
+    _assert_agree((d.role, d.first, d.last, d.settled, d.state), fast)
 
 
 @pytest.mark.parametrize("parse", [parse_transfer, parse_flow, parse_disposition])

@@ -11,6 +11,7 @@ Must not touch: routing (the only CLI module that reaches router.core, through R
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -41,6 +42,20 @@ def url(host: str, port: int, scheme: str = "amqp") -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
+GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
+
+
+def tune_gc() -> None:
+    """Set the cyclic garbage collector for a running router. The hot path frees its objects by
+    reference counting; the collector only ever finds the deliveries in flight alive, and walks
+    them again on every young collection. Everything loaded at start-up is frozen out of its
+    scans, and young collections run every 10,000 allocations instead of 700: in a chain of 3
+    routers that took 7 % of the instructions per message (bench/instructions.py --routers 3)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 50, 100)
+
+
 async def serve(config: RouterConfig) -> int:
     # Imported here: the rest of the CLI never loads the routing core.
     from ..net.server import RouterServer
@@ -56,6 +71,7 @@ async def serve(config: RouterConfig) -> int:
             for name, host, port in server.http_addresses:
                 print(f"listening {name} {url(host, port, 'http')}", flush=True)
             log.info("router %s running", config.router.id)
+            tune_gc()
             nursery.start_soon(_watch_signals, signals, server, nursery.cancel_scope)
             await server.wait_stopped()
             nursery.cancel_scope.cancel()

@@ -149,6 +149,8 @@ def process_memory() -> dict[str, Any]:
     figures["pythonObjects"] = len(gc.get_objects())
     figures["gcCollections"] = [generation["collections"] for generation in gc.get_stats()]
     figures["gcCounts"] = list(gc.get_count())
+    figures["gcThresholds"] = list(gc.get_threshold())
+    figures["gcFrozenObjects"] = gc.get_freeze_count()
     return figures
 
 
@@ -163,6 +165,8 @@ class MemoryType(EntityType):
         Attribute("pythonObjects", "ulong", "Objects tracked by the garbage collector"),
         Attribute("gcCollections", "list", "Garbage collections so far, per generation"),
         Attribute("gcCounts", "list", "Allocations (gen 0) or collections (gen 1, 2) since the last collection"),
+        Attribute("gcThresholds", "list", "When each generation is collected (`router run` raises gen 0's)"),
+        Attribute("gcFrozenObjects", "ulong", "Objects from start-up left out of every collection (`router run`)"),
     )
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
