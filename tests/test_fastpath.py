@@ -57,43 +57,29 @@ def _assert_agree(expected: tuple[Any, ...], fast: Any) -> None:
             assert same(want, got), (want, got)
 
 
-def _transfer_fields(t: p.Transfer, stop: int) -> tuple[Any, ...]:
-    return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled, t.more,
-            t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)  # fmt: skip
+# Each fast parser, and the fields it must return for the performative the general decoder read.
+PARSERS: dict[type, tuple[Any, Any]] = {
+    p.Transfer: (parse_transfer, lambda t, stop: (
+        t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled, t.more,
+        t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)),
+    p.Flow: (parse_flow, lambda f, stop: (
+        f.next_incoming_id, f.incoming_window, f.next_outgoing_id, f.outgoing_window, f.handle,
+        f.delivery_count, f.link_credit, f.available, f.drain, f.echo)),
+    p.Disposition: (parse_disposition, lambda d, stop: (d.role, d.first, d.last, d.settled, d.state)),
+}  # fmt: skip
 
 
-@given(transfer=composites(p.Transfer))
-def test_parse_transfer_agrees_with_the_general_decoder(transfer: p.Transfer) -> None:
-    body = encode(transfer)
-    general, fast = _general(body), _fast(parse_transfer, body)
+@pytest.mark.parametrize("cls", list(PARSERS), ids=lambda c: c.__name__)
+@given(data=st.data())
+def test_fast_parsers_agree_with_the_general_decoder(cls: type, data: st.DataObject) -> None:
+    body = encode(data.draw(composites(cls)))
+    parse, expected = PARSERS[cls]
+    general, fast = _general(body), _fast(parse, body)
     if isinstance(general, DecodeError):
         assert isinstance(fast, DecodeError)
         return
     value, stop = general
-    _assert_agree(_transfer_fields(value, stop), fast)
-
-
-@given(flow=composites(p.Flow))
-def test_parse_flow_agrees_with_the_general_decoder(flow: p.Flow) -> None:
-    body = encode(flow)
-    general, fast = _general(body), _fast(parse_flow, body)
-    if isinstance(general, DecodeError):
-        assert isinstance(fast, DecodeError)
-        return
-    f, _ = general
-    assert fast == (f.next_incoming_id, f.incoming_window, f.next_outgoing_id, f.outgoing_window,
-                    f.handle, f.delivery_count, f.link_credit, f.available, f.drain, f.echo)  # fmt: skip
-
-
-@given(disposition=composites(p.Disposition))
-def test_parse_disposition_agrees_with_the_general_decoder(disposition: p.Disposition) -> None:
-    body = encode(disposition)
-    general, fast = _general(body), _fast(parse_disposition, body)
-    if isinstance(general, DecodeError):
-        assert isinstance(fast, DecodeError)
-        return
-    d, _ = general
-    _assert_agree((d.role, d.first, d.last, d.settled, d.state), fast)
+    _assert_agree(expected(value, stop), fast)
 
 
 @pytest.mark.parametrize("parse", [parse_transfer, parse_flow, parse_disposition])

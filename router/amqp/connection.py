@@ -34,7 +34,7 @@ from .events import (
     RemoteOpen,
     TransportClosed,
 )
-from .fastpath import parse_disposition, parse_flow, parse_transfer
+from .fastpath import parse_disposition, parse_flow, parse_transfer, u32
 from .framing import (
     AMQP_HEADER,
     EMPTY_FRAME,
@@ -449,7 +449,7 @@ class Connection:
             while n - pos >= 8 and not self.failed:
                 # transport §2.3.1: size(4) doff(1) type(1) channel(2), read inline (bytes indexing
                 # compiles to a load; struct.unpack_from would build a tuple per frame)
-                size = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+                size = u32(buf, pos)
                 doff, ftype, channel = buf[pos + 4], buf[pos + 5], (buf[pos + 6] << 8) | buf[pos + 7]
                 if size > limit or size < 8 or doff < 2 or doff * 4 > size:
                     raise E.ProtocolError(

@@ -20,8 +20,6 @@ from .errors import DecodeError
 from .messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
 from .performatives import Disposition, Flow, Transfer
 
-Buffer = bytes | bytearray | memoryview
-
 _pack_header: Final = struct.Struct(">IBBH").pack
 _pack_I: Final = struct.Struct(">I").pack
 _pack_II: Final = struct.Struct(">II").pack
@@ -32,7 +30,7 @@ DESCRIPTOR_DISPOSITION: Final = 0x15
 
 
 # Outcomes whose fields are all absent, as peers send them (messaging §3.4): described list0.
-_EMPTY_OUTCOMES: dict[int, Any] = {
+_EMPTY_OUTCOMES: Final[dict[int, Any]] = {
     0x24: ACCEPTED,
     0x25: Rejected(),
     0x26: RELEASED,
@@ -40,7 +38,7 @@ _EMPTY_OUTCOMES: dict[int, Any] = {
 }
 
 
-def _u32(buf: bytes, pos: int) -> int:
+def u32(buf: bytes, pos: int) -> int:
     """The big-endian uint32 at `pos`. Byte reads of a `bytes` compile to plain loads (mypyc),
     where struct.unpack_from costs a call and a tuple per field."""
     return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
@@ -60,7 +58,7 @@ def read_fields(buf: bytes, pos: int, end: int) -> tuple[list[Any], int] | None:
             size, count = buf[pos + 1], buf[pos + 2]
             stop, pos = pos + 2 + size, pos + 3
         elif code == 0xD0:
-            count, stop, pos = _u32(buf, pos + 5), pos + 5 + _u32(buf, pos + 1), pos + 9
+            count, stop, pos = u32(buf, pos + 5), pos + 5 + u32(buf, pos + 1), pos + 9
         elif code == 0x45:
             return [], pos + 1
         else:
@@ -81,7 +79,7 @@ def read_fields(buf: bytes, pos: int, end: int) -> tuple[list[Any], int] | None:
                 append(0)
                 pos += 1
             elif code == 0x70:
-                append(_u32(buf, pos + 1))
+                append(u32(buf, pos + 1))
                 pos += 5
             elif code == 0x41:
                 append(True)
@@ -255,18 +253,7 @@ def disposition_performative(
     return _list(_DISPOSITION_DESCRIPTOR, 5, body)
 
 
-def descriptor_code(buf: Buffer, pos: int, end: int) -> tuple[int | None, int]:
-    """(numeric descriptor code, offset of the described value) of a frame body.
-
-    None when the descriptor is symbolic or unusual: the caller then uses the general decoder.
-    """
-    if pos + 3 <= end and buf[pos] == 0x00 and buf[pos + 1] == 0x53:
-        return buf[pos + 2], pos + 3
-    return None, pos
-
-
-
-def _general(buf: Buffer, pos: int, end: int, cls: type) -> Any:
+def _general(buf: bytes, pos: int, end: int, cls: type) -> Any:
     value, stop = decode_at(buf, pos - 3, end)
     if type(value) is not cls:
         raise DecodeError(f"expected a {cls.__name__} performative")
@@ -290,7 +277,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
         if code == 0xC0:
             count, stop, p = buf[pos + 2], pos + 2 + buf[pos + 1], pos + 3
         elif code == 0xD0:
-            count, stop, p = _u32(buf, pos + 5), pos + 5 + _u32(buf, pos + 1), pos + 9
+            count, stop, p = u32(buf, pos + 5), pos + 5 + u32(buf, pos + 1), pos + 9
         else:
             return _transfer_general(buf, pos, end)
         if stop > end or count == 0:
@@ -303,7 +290,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
             handle = 0
             p += 1
         elif c == 0x70:
-            handle = _u32(buf, p + 1)
+            handle = u32(buf, p + 1)
             p += 5
         else:
             return _transfer_general(buf, pos, end)
@@ -318,7 +305,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
                 delivery_id = buf[p + 1]
                 p += 2
             elif c == 0x70:
-                delivery_id = _u32(buf, p + 1)
+                delivery_id = u32(buf, p + 1)
                 p += 5
             elif c == 0x43:
                 delivery_id = 0
@@ -345,7 +332,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
                 message_format = buf[p + 1]
                 p += 2
             elif c == 0x70:
-                message_format = _u32(buf, p + 1)
+                message_format = u32(buf, p + 1)
                 p += 5
             else:
                 return _transfer_general(buf, pos, end)
@@ -390,7 +377,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
         raise DecodeError("truncated transfer") from None
 
 
-def _transfer_general(buf: Buffer, pos: int, end: int) -> TransferFields:
+def _transfer_general(buf: bytes, pos: int, end: int) -> TransferFields:
     t, stop = _general(buf, pos, end, Transfer)
     return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
             t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)

@@ -41,7 +41,8 @@ class Link:
         "remote_attach", "remote_closed", "remote_error",
         "delivery_count", "credit", "drain", "available", "initial_delivery_count",
         "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
-        "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "detach_on_oversize", "granted_limit", "context",
+        "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "detach_on_oversize",
+        "granted_limit", "context",
     )  # fmt: skip
 
     def __init__(self, session: Session, name: str, role: bool) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from .decode import Buffer, decode_at, skip_value
 from .errors import DecodeError
+from .fastpath import u32
 from .message import section_descriptor
 from .messaging import Header
 
@@ -71,7 +72,7 @@ def _list_items(payload: bytes, pos: int, stop: int) -> tuple[int, int]:
     if code == 0xC0 and pos + 3 <= stop:
         return payload[pos + 2], pos + 3
     if code == 0xD0 and pos + 9 <= stop:
-        return (payload[pos + 5] << 24) | (payload[pos + 6] << 16) | (payload[pos + 7] << 8) | payload[pos + 8], pos + 9
+        return u32(payload, pos + 5), pos + 9
     raise DecodeError("section value must be a list")
 
 

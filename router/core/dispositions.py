@@ -57,22 +57,12 @@ class DispositionBatch:
             runs.append((self.run_first, self.run_last, self.run_state))
         if self.ordered:
             return runs
-        items = sorted(
-            ((delivery_id, state) for first, last, state in runs for delivery_id in range(first, last + 1)),
-            key=_delivery_id,
-        )  # fmt: skip
-        merged: list[tuple[int, int, Any]] = []
-        first, state = items[0]
-        last = first
-        for delivery_id, item_state in items[1:]:
-            if delivery_id == last + 1 and (item_state is state or item_state == state):
-                last = delivery_id
-                continue
-            merged.append((first, last, state))
-            first = last = delivery_id
-            state = item_state
-        merged.append((first, last, state))
-        return merged
+        # Out of order: the same runs, rebuilt from every delivery in id order.
+        items = [(delivery_id, state) for first, last, state in runs for delivery_id in range(first, last + 1)]
+        rebuilt = DispositionBatch(self.session, self.role, self.settled)
+        for delivery_id, state in sorted(items, key=_delivery_id):
+            rebuilt.add(delivery_id, state)
+        return rebuilt.ranges()
 
     def write(self) -> bool:
         """Write the batch as disposition frames; False if the session can take none (we closed
