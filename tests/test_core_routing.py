@@ -209,3 +209,31 @@ def test_deliveries_wait_for_consumer_credit_and_the_window_bounds_them() -> Non
     assert consumer.bodies(receiver) == list(range(10))
     assert Counter(type(s).__name__ for s in producer.outcomes.values()) == {"Accepted": 10}
     assert sender.credit > 0
+
+
+def test_deliveries_handed_to_a_consumer_leave_the_window_before_their_outcome() -> None:
+    # The window bounds what the router holds for a producer. Once a delivery is with a local
+    # consumer, that consumer's credit bounds it: the producer does not wait for outcomes.
+    h = RouterHarness(_config(listeners=(Listener(link_capacity=10),)))
+    producer, consumer = h.connect("p"), h.connect("c")
+    consumer.auto_accept = False
+    receiver = consumer.receiver("q")
+    sender = producer.sender("q")
+    h.pump()
+    receiver.flow(100)
+    h.pump()
+    sent = []
+    for _ in range(3):
+        assert sender.credit == 10
+        sent += [producer.send(sender, Message.value(len(sent) + i)) for i in range(10)]
+        h.pump()
+    assert consumer.bodies(receiver) == list(range(30))
+    assert producer.outcomes == {}  # all 30 unsettled at the consumer, none waiting in the router
+    (inl,) = [inl for state in h.core.connections.values() for inl in state.in_links]
+    assert (inl.inflight, inl.held) == (30, 0)
+    for received in consumer.received[receiver]:
+        receiver.dispose(received.delivery_id, state=Accepted(), settled=True)
+    h.pump()
+    assert [type(producer.outcomes[i]) for i in sent] == [Accepted] * 30
+    assert producer.settled >= set(sent)
+    assert (inl.inflight, inl.held) == (0, 0)

@@ -15,7 +15,7 @@ from router.amqp.message import Message, decode_message, encode_message
 from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Properties, Rejected
 from router.amqp.peek import peek
 from router.amqp.performatives import Error
-from router.config.models import AddressConfig
+from router.config.models import AddressConfig, Listener
 from router.core import annotate
 from router.core.links import InLink
 from tests.meshharness import MeshHarness
@@ -156,7 +156,35 @@ def test_every_outcome_travels_back_over_three_routers(outcome: Any) -> None:
     for core in h.cores.values():  # nothing left in flight anywhere
         for state in core.connections.values():
             assert all(out.outstanding == 0 for out in state.out_links)
-            assert all(inl.inflight == 0 for inl in state.in_links)
+            assert all(inl.inflight == inl.held == 0 for inl in state.in_links)
+
+
+def test_deliveries_sent_to_another_router_hold_the_producers_window_until_settled() -> None:
+    # Across the mesh the window stays end to end (unsettled deliveries): that is what holds a
+    # fast producer back when a consumer on another router is slow. The last router hands
+    # them to its consumer, which frees their slots on its data link at once.
+    h = _line("A", "B")
+    producer, consumer = h.client("A", "p", listener=Listener(name="amqp", port=5672, link_capacity=10)), h.client("B", "c")
+    consumer.auto_accept = False
+    rx = consumer.receiver("orders")
+    h.advance(0.5)
+    rx.flow(100)
+    tx = producer.sender("orders")
+    h.pump()
+    assert tx.credit == 10
+    for i in range(10):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    assert consumer.bodies(rx) == list(range(10))
+    assert tx.credit == 0  # all ten unsettled beyond A: no room in the window
+    (inl,) = [inl for state in h.cores["A"].connections.values() for inl in state.in_links if inl.peer is None]
+    assert (inl.inflight, inl.held) == (10, 10)
+    (data,) = [inl for state in h.cores["B"].connections.values() for inl in state.in_links if inl.peer == "A"]
+    assert (data.inflight, data.held) == (10, 0)
+    for received in consumer.received[rx]:
+        rx.dispose(received.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert tx.credit == 10 and (inl.inflight, inl.held) == (0, 0)
 
 
 def test_presettled_deliveries_cross_routers_without_dispositions() -> None:

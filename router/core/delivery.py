@@ -28,7 +28,7 @@ class Forward:
     __slots__ = (
         "in_link", "in_id", "in_session", "presettled", "frames", "complete", "size", "entry",
         "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
-        "message_format", "state", "arrived", "view", "meta", "rframe",
+        "message_format", "state", "arrived", "view", "meta", "rframe", "holds_slot",
     )  # fmt: skip
 
     def __init__(
@@ -63,6 +63,9 @@ class Forward:
         # Router annotations: set when it came from another router or goes to one.
         self.meta: Meta | None = None
         self.rframe: Payload | None = None  # multicast: the first frame for other routers
+        # It counts against its producer's credit window (InLink.held) until it is handed to a
+        # local consumer or gets its outcome.
+        self.holds_slot = False
 
     def __repr__(self) -> str:
         return f"Forward(in={self.in_id}, out={self.out_id}, done={self.done})"

@@ -113,6 +113,8 @@ class Forwarder(Settlement):
         fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
         inl.inflight += 1
+        inl.held += 1
+        fwd.holds_slot = True
         if not settled:
             maps_of(event.link.session).inbound[event.delivery_id] = fwd
         else:
@@ -211,6 +213,8 @@ class Forwarder(Settlement):
             self._presettled_sent(fwd)
         elif out.link.snd_settle_mode == SND_SETTLED:
             self._settled_on_send(record)
+        elif type(record) is Forward and out.neighbour is None:
+            self.handed_over(fwd)
         self.consumer_ready(out)
 
     def _aborted(self, fwd: Forward) -> None:
@@ -382,6 +386,8 @@ class Forwarder(Settlement):
             self._presettled_sent(fwd)
         elif settled:
             self._settled_on_send(fwd)
+        elif out.neighbour is None:
+            self.handed_over(fwd)
 
     def _settled_on_send(self, record: Forward | Copy) -> None:
         """The consumer asked for presettled deliveries (snd-settle-mode settled): it will send no

@@ -49,7 +49,7 @@ class InLink(LinkCounts):
     """A link on which a client sends to the router (the router is the receiver)."""
 
     __slots__ = (
-        "link", "conn", "entry", "capacity", "inflight", "streaming", "discarding", "gone",
+        "link", "conn", "entry", "capacity", "inflight", "held", "streaming", "discarding", "gone",
         "dropped", "id", "address", "peer", "zero_credit_since", "seen",
     )  # fmt: skip
 
@@ -70,6 +70,9 @@ class InLink(LinkCounts):
         self.seen: Seen | None = None
         self.capacity = capacity or conn.listener.link_capacity
         self.inflight = 0  # deliveries taken from this link without a final outcome yet
+        # Of those, the ones that count against the credit window (`capacity`): all but the
+        # deliveries already handed to a local consumer (see Settlement._refresh_credit).
+        self.held = 0
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
         self.discarding = False  # dropping the remaining frames of a refused delivery
         self.gone = False

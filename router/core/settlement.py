@@ -50,9 +50,11 @@ class Settlement:
         self._credit_dirty.add(inl)
 
     def _refresh_credit(self, inl: InLink) -> None:
-        """Window semantics (as the anchors): a producer may have `capacity` deliveries in flight
-        (unsettled, or waiting for consumer credit); no credit while its address has no
-        destination. Top up once half the window is used, so flows go out in batches."""
+        """The window: a producer may have `capacity` deliveries held by the router (waiting for
+        consumer credit, on their way to another router, or unsettled there); a delivery handed
+        to a local consumer no longer counts, that consumer's own credit bounds it (see
+        handed_over). No credit while the address has no destination. Top up once half the
+        window is used, so flows go out in batches."""
         link = inl.link
         if inl.gone or not alive(link):
             return
@@ -64,18 +66,35 @@ class Settlement:
                 if inl.zero_credit_since is None:
                     inl.zero_credit_since = self.now
             return
-        desired = inl.capacity - inl.inflight
+        desired = inl.capacity - inl.held
         if desired > link.credit and link.credit <= inl.capacity // 2:
             link.flow(desired)
             self.core.touch(inl.conn.engine)
             inl.zero_credit_since = None
 
+    def handed_over(self, fwd: Forward) -> None:
+        """`fwd` went, whole and unsettled, to a consumer of this router: its slot in the
+        producer's window is free again before the outcome comes back. The consumer's credit
+        bounds how many such deliveries it holds, so the producer's pace is no longer tied to
+        the consumer's acknowledgement round trip (with the anchors' rule, window = unsettled,
+        a producer at the default 250 idles while dispositions travel). Deliveries sent to
+        another router keep their slot until settled: that is the mesh's end-to-end
+        backpressure."""
+        inl = fwd.in_link
+        if fwd.holds_slot and inl is not None and not inl.gone:
+            fwd.holds_slot = False
+            inl.held -= 1
+            self._credit_dirty.add(inl)
+
     def _release_window(self, fwd: Forward) -> None:
-        """The producer's window slot held by `fwd` is free again."""
+        """`fwd` is finished: it is no longer in flight (nor in the window, if still there)."""
         inl = fwd.in_link
         if inl is not None and not inl.gone:
             inl.inflight -= 1
+            if fwd.holds_slot:
+                inl.held -= 1
             self._credit_dirty.add(inl)
+        fwd.holds_slot = False
 
     # --- dispositions ---------------------------------------------------------------------------
 
