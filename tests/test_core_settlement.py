@@ -135,7 +135,7 @@ def test_outcomes_after_the_producer_left_are_dropped_quietly() -> None:
         rx.dispose(received.delivery_id, state=ACCEPTED, settled=True)  # type: ignore[attr-defined]
     h.pump()  # nobody to tell: no error, nothing left behind
     assert not h.core.table.entries["Mq"].producers
-    assert all(not s.context.inbound and not s.context.outbound for c in h.clients for s in c.router_side.sessions if s.context)
+    assert all(s.context.inbound.empty and s.context.outbound.empty for c in h.clients for s in c.router_side.sessions if s.context)
 
 
 def test_shutdown_with_an_outcome_to_report_closes_every_connection_forced() -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Final
 
 SERIAL_MOD: Final = 1 << 32
-_MASK: Final = SERIAL_MOD - 1
+SERIAL_MASK: Final = SERIAL_MOD - 1
+_MASK: Final = SERIAL_MASK
 _HALF: Final = 1 << 31
 
 
@@ -32,6 +33,13 @@ def serial_lt(a: int, b: int) -> bool:
 
 def serial_le(a: int, b: int) -> bool:
     return serial_diff(a, b) <= 0
+
+
+def serial_count(first: int, last: int) -> int:
+    """How many serial numbers first..last inclusive holds (0 when last is before first); the
+    i-th is (first + i) & 0xFFFFFFFF. Loops over it stay on native ints when compiled."""
+    count = serial_diff(last, first) + 1
+    return count if count > 0 else 0
 
 
 def serial_range(first: int, last: int) -> range | list[int]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp.peek import RoutingView
 from ..amqp.session import Session
+from .deliverymap import DeliveryMap
 
 Payload = bytes | memoryview
 
@@ -121,16 +122,17 @@ class SessionMaps:
     __slots__ = ("inbound", "outbound")
 
     def __init__(self) -> None:
-        self.inbound: dict[int, Forward] = {}  # received here, outcome not yet settled upstream
-        self.outbound: dict[int, Any] = {}  # sent here (Forward or Copy), not yet settled
+        self.inbound = DeliveryMap()  # Forwards received here, outcome not yet settled upstream
+        self.outbound = DeliveryMap()  # sent here (Forward or Copy), not yet settled
 
 
 def forget_inbound(fwd: Forward) -> None:
     """Drop `fwd` from its producer session's map of deliveries awaiting settlement."""
-    if fwd.in_session is not None:
-        inbound = maps_of(fwd.in_session).inbound
-        if fwd.in_id in inbound:  # (`in` and `del` compile to dict calls; pop(k, None) is a method call)
-            del inbound[fwd.in_id]
+    session = fwd.in_session
+    if session is not None:
+        maps = session.context
+        if isinstance(maps, SessionMaps):
+            maps.inbound.pop(fwd.in_id)
 
 
 def maps_of(session: Session) -> SessionMaps:

@@ -116,7 +116,7 @@ class Forwarder(Settlement):
         inl.held += 1
         fwd.holds_slot = True
         if not settled:
-            maps_of(event.link.session).inbound[event.delivery_id] = fwd
+            maps_of(event.link.session).inbound.put(event.delivery_id, fwd)
         else:
             inl.presettled += 1
             fwd.entry.presettled += 1
@@ -227,7 +227,7 @@ class Forwarder(Settlement):
                     out.link.abort()
                     self.core.touch(out.conn.engine)
                 maps = out.link.session.context
-                if maps is not None and maps.outbound.pop(record.out_id, None) is not None:
+                if maps is not None and maps.outbound.pop(record.out_id) is not None:
                     self.unsettled_out(record, out)
                 self.consumer_ready(out)
         if fwd.out is None and fwd.copies is None:
@@ -376,7 +376,7 @@ class Forwarder(Settlement):
                 counts = fwd.entry.remote_out
                 counts[out] = counts.get(out, 0) + 1
         if not settled:
-            maps_of(link.session).outbound[out_id] = fwd
+            maps_of(link.session).outbound.put(out_id, fwd)
             out.outstanding += 1
         else:
             out.presettled += 1
@@ -464,7 +464,7 @@ class Forwarder(Settlement):
             out.zero_credit_since = self.now
         self.core.touch(out.conn.engine)
         if not settled:
-            maps_of(link.session).outbound[copy.out_id] = copy
+            maps_of(link.session).outbound.put(copy.out_id, copy)
             out.outstanding += 1
         else:
             out.presettled += 1
@@ -663,10 +663,10 @@ class Forwarder(Settlement):
             self._aborted(fwd)  # a half-sent message is aborted downstream
         maps = inl.link.session.context
         if maps is not None:  # the producer will not hear outcomes any more
-            for delivery_id, record in list(maps.inbound.items()):
+            for delivery_id, record in maps.inbound.items():
                 if record.in_link is inl:
                     record.in_link = None
-                    del maps.inbound[delivery_id]
+                    maps.inbound.pop(delivery_id)
 
 
 def _expiry(view: RoutingView, now: float) -> float | None:

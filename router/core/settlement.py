@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Final
 from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
-from ..amqp.serial import serial_range
+from ..amqp.serial import SERIAL_MASK, serial_count
 from ..amqp.session import Session
-from .delivery import Copy, Forward, SessionMaps, forget_inbound, maps_of
+from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .dispositions import Dispositions
 from .links import InLink, LinkCounts, OutLink, alive
 
@@ -118,19 +118,19 @@ class Settlement:
         if event.role is RECEIVER:  # a consumer's outcome for deliveries we sent it
             outbound = maps.outbound
             state, settled = event.state, event.settled
-            if not outbound or not (settled or is_terminal(state)):
+            if outbound.empty or not (settled or is_terminal(state)):
                 return  # non-terminal states (received) are not relayed
-            for delivery_id in serial_range(event.first, event.last):
-                record = outbound.get(delivery_id)
+            first = event.first
+            for i in range(serial_count(first, event.last)):
+                record = outbound.pop((first + i) & SERIAL_MASK)
                 if record is not None:
-                    del outbound[delivery_id]
                     self.consumer_outcome(record, state, settled)
         elif event.settled:  # the producer settles deliveries it sent us
             inbound = maps.inbound
-            for delivery_id in serial_range(event.first, event.last):
-                fwd = inbound.get(delivery_id)
+            first = event.first
+            for i in range(serial_count(first, event.last)):
+                fwd = inbound.pop((first + i) & SERIAL_MASK)
                 if fwd is not None:
-                    del inbound[delivery_id]
                     self._producer_settled(fwd)
 
     def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
@@ -199,7 +199,7 @@ class Settlement:
         out = fwd.out
         if out is not None and fwd.out_id >= 0 and alive(out.link):
             maps = out.link.session.context
-            if isinstance(maps, SessionMaps) and maps.outbound.pop(fwd.out_id, None) is not None:
+            if isinstance(maps, SessionMaps) and maps.outbound.pop(fwd.out_id) is not None:
                 self.unsettled_out(fwd, out)
                 self.dispose(out.link.session, SENDER, fwd.out_id, None, True)
 
@@ -236,11 +236,11 @@ class Settlement:
         """`out` is gone: everything sent on it and still unsettled is in doubt (modified with
         delivery-failed, so the producer may resend)."""
         maps = out.link.session.context
-        if not isinstance(maps, SessionMaps) or not maps.outbound:
+        if not isinstance(maps, SessionMaps) or maps.outbound.empty:
             return
-        for delivery_id, record in list(maps.outbound.items()):
+        for delivery_id, record in maps.outbound.items():
             if record.out is out:
-                del maps.outbound[delivery_id]
+                maps.outbound.pop(delivery_id)
                 self.unsettled_out(record, out)
                 if type(record) is Copy:
                     self._copy_outcome(record, DELIVERY_FAILED)
