@@ -120,7 +120,7 @@ def _list(descriptor: bytes, count: int, body: bytes) -> bytes:
     return descriptor + b"\xd0" + _pack_II(len(body) + 4, count) + body
 
 
-_TRUE_FALSE = (b"\x42", b"\x41")
+_TRUE_FALSE: Final[tuple[bytes, ...]] = (b"\x42", b"\x41")
 _TRANSFER_DESCRIPTOR = b"\x00\x53\x14"
 _FLOW_DESCRIPTOR = b"\x00\x53\x13"
 _DISPOSITION_DESCRIPTOR = b"\x00\x53\x15"
@@ -162,10 +162,12 @@ def transfer_performative(
 #   smalluint handle | 0x70 delivery-id(4) | vbin8 tag | uint0 format, settled, more
 # The bytes between size and delivery-id depend only on the link and the tag's length, so a
 # sender keeps them (transfer_middle) and each transfer is one concatenation of six pieces.
-_TRANSFER_TAILS: Final = (
-    (b"\x43\x42\x42", b"\x43\x42\x41"),  # settled=False: more False/True
-    (b"\x43\x41\x42", b"\x43\x41\x41"),  # settled=True
-)
+# Indexed by 2 * settled + more. Typed as a variable-length tuple: mypyc keeps a fixed-shape tuple
+# constant as a C struct and builds Python tuples from it again on every indexed read.
+_TRANSFER_TAILS: Final[tuple[bytes, ...]] = (
+    b"\x43\x42\x42", b"\x43\x42\x41",  # settled=False: more False/True
+    b"\x43\x41\x42", b"\x43\x41\x41",  # settled=True
+)  # fmt: skip
 
 
 def transfer_middle(channel: int, handle: int, tag_length: int) -> bytes:
@@ -187,7 +189,7 @@ def transfer_frame(
     # header(8) + descriptor(3) + list8 head(3) + handle(2) + id(5) + tag(2+n) + tail(3)
     return b"%b%b%b%b%b%b" % (
         (26 + n + payload_size).to_bytes(4, "big"), middle, delivery_id.to_bytes(4, "big"),
-        _VBIN8_HEADS[n], tag, _TRANSFER_TAILS[settled][more],
+        _VBIN8_HEADS[n], tag, _TRANSFER_TAILS[(2 if settled else 0) + (1 if more else 0)],
     )
 
 

@@ -76,12 +76,14 @@ def _list_items(payload: bytes, pos: int, stop: int) -> tuple[int, int]:
     raise DecodeError("section value must be a list")
 
 
-# Encodings of message-id/user-id/subject/reply-to... skipped inline: their width in bytes after
-# the constructor (None: variable, one length byte follows).
-_SKIP_WIDTH: Final[dict[int, int | None]] = {
-    0x40: 0, 0x44: 0, 0x43: 0, 0x53: 1, 0x52: 1, 0x98: 16, 0x80: 8, 0x70: 4,
-    0xA0: None, 0xA1: None, 0xA3: None,
-}  # fmt: skip
+# Encodings of message-id/user-id/subject/reply-to... skipped inline, by constructor byte: their
+# width in bytes after the constructor, _VARIABLE (one length byte follows) or _OTHER (skip_value
+# decides). A tuple indexed by the byte: a dict lookup would box the key.
+_VARIABLE: Final = -2
+_OTHER: Final = -1
+_WIDTHS: Final = {0x40: 0, 0x44: 0, 0x43: 0, 0x53: 1, 0x52: 1, 0x98: 16, 0x80: 8, 0x70: 4,
+                  0xA0: _VARIABLE, 0xA1: _VARIABLE, 0xA3: _VARIABLE}  # fmt: skip
+_SKIP_WIDTH: Final[tuple[int, ...]] = tuple(_WIDTHS.get(code, _OTHER) for code in range(256))
 
 
 def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
@@ -114,11 +116,11 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
             else:
                 created = value
             continue
-        width = _SKIP_WIDTH.get(payload[pos], -1) if pos < stop else -1
-        if width is None:
-            pos += 2 + payload[pos + 1]
-        elif width >= 0:
+        width = _SKIP_WIDTH[payload[pos]] if pos < stop else _OTHER
+        if width >= 0:
             pos += 1 + width
+        elif width == _VARIABLE:
+            pos += 2 + payload[pos + 1]
         else:
             pos = skip_value(payload, pos, stop)
     if pos > stop:
