@@ -22,8 +22,11 @@ SUITES = {"micro": micro.run, "router": scenarios.run, "chain": scenarios.run_ch
 def python_build() -> str:
     """Which interpreter produced the figures: version, and whether it was built with PGO/LTO."""
     flags = sysconfig.get_config_var("CONFIG_ARGS") or ""
-    opt = [f for f in ("--enable-optimizations", "--with-lto") if f in flags]
-    return f"{platform.python_implementation()} {platform.python_version()} ({sys.executable}; {' '.join(opt) or 'no PGO/LTO flags'})"
+    opt = " ".join(f for f in ("--enable-optimizations", "--with-lto") if f in flags)
+    if not opt and Path(sys.base_prefix).resolve() == Path("/usr"):
+        # Debian's build runs PGO and LTO from its own rules, so CONFIG_ARGS does not show them.
+        opt = "distribution build: Debian's is PGO+LTO"
+    return f"{platform.python_implementation()} {platform.python_version()} ({sys.executable}; {opt or 'no PGO/LTO flags'})"
 
 
 def _flatten(results: dict[str, Any], prefix: str = "") -> dict[str, float]:

@@ -1,8 +1,9 @@
 """Build a compiled copy of the router for tests and benchmarks: build/compiled/ holds copies of
 router/, tests/, bench/ and pyproject.toml, with the modules in mypyc-modules.txt compiled in
-place there. Rebuilt only when a source file changed (a hash of router/ is kept).
+place there. Rebuilt only when a source file or the interpreter changed (a hash of router/ and
+of the interpreter that builds it is kept: compiled modules belong to one interpreter build).
 
-    python scripts/build_compiled.py      # prints the directory
+    python scripts/build_compiled.py [--out DIR]   # default build/compiled; prints the directory
 
 Run code from that directory (cwd) so that its `router` package, not the checkout's, is imported.
 """
@@ -20,7 +21,7 @@ OUT = ROOT / "build" / "compiled"
 
 
 def _source_hash() -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"{sys.executable} {sys.version}".encode())
     for path in sorted((ROOT / "router").rglob("*.py")) + [ROOT / "mypyc-modules.txt"]:
         digest.update(str(path.relative_to(ROOT)).encode())
         digest.update(path.read_bytes())
@@ -32,28 +33,34 @@ def modules() -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
-def build() -> Path:
-    stamp = OUT / ".source-hash"
+def build(out: Path = OUT) -> Path:
+    stamp = out / ".source-hash"
     wanted = _source_hash()
     fresh = stamp.exists() and stamp.read_text() == wanted
     for name in ("tests", "bench"):  # tests and benches always follow the checkout
-        shutil.rmtree(OUT / name, ignore_errors=True)
+        shutil.rmtree(out / name, ignore_errors=True)
     if not fresh:
-        shutil.rmtree(OUT, ignore_errors=True)
-        OUT.mkdir(parents=True)
-        shutil.copytree(ROOT / "router", OUT / "router", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        shutil.copytree(ROOT / "router", out / "router", ignore=shutil.ignore_patterns("__pycache__"))
         mypyc = [sys.executable, "-m", "mypyc", *modules()]
-        result = subprocess.run(mypyc, cwd=OUT, capture_output=True, text=True)
+        result = subprocess.run(mypyc, cwd=out, capture_output=True, text=True)
         if result.returncode != 0:
             sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
             raise SystemExit(f"mypyc failed (exit {result.returncode})")
         stamp.write_text(wanted)
     ignore = shutil.ignore_patterns("__pycache__", "build", "results")
-    shutil.copytree(ROOT / "tests", OUT / "tests", ignore=ignore)
-    shutil.copytree(ROOT / "bench", OUT / "bench", ignore=ignore)
-    shutil.copy(ROOT / "pyproject.toml", OUT / "pyproject.toml")
-    return OUT
+    shutil.copytree(ROOT / "tests", out / "tests", ignore=ignore)
+    shutil.copytree(ROOT / "bench", out / "bench", ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", out / "pyproject.toml")
+    return out
 
 
 if __name__ == "__main__":
-    print(build())
+    args = sys.argv[1:]
+    if args[:1] == ["--out"] and len(args) == 2:
+        print(build(Path(args[1]).resolve()))
+    elif not args:
+        print(build())
+    else:
+        raise SystemExit("usage: build_compiled.py [--out DIR]")
