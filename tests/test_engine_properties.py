@@ -231,7 +231,7 @@ class World:
             if link is not None:
                 self.send(link, n, flag1, more=flag2 and n % 3 == 0)
         elif op == "abort":
-            link = self.pick([x for x in links if x.out_delivery is not None] or links, which)
+            link = self.pick([x for x in links if x.out_delivery >= 0] or links, which)
             if link is not None:
                 link.abort()
                 self.finish_sent(link, aborted=True)
@@ -251,7 +251,7 @@ class World:
         elif op == "detach":
             link = self.pick(links, which)
             if link is not None:
-                was_streaming = link.out_delivery is not None
+                was_streaming = link.out_delivery >= 0
                 link.detach(closed=flag1)
                 if was_streaming:
                     self.finish_sent(link, aborted=True)
@@ -284,7 +284,7 @@ class World:
         self.links[0].extend(link for link in self.sessions[0][0].links if link not in self.links[0])
 
     def send(self, link: Link, size: int, settled: bool, more: bool) -> None:
-        continuing = link.out_delivery is not None
+        continuing = link.out_delivery >= 0
         delivery_id = link.send_transfer(b"tag-%d" % size, bytes(size % 1500), settled=settled, more=more)
         if not continuing:
             self.sent.append(Sent(link, link.session, delivery_id, settled))

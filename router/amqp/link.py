@@ -70,7 +70,9 @@ class Link:
         self.in_tag = b""
         self.in_settled = False
         self.in_bytes = 0
-        self.out_delivery: int | None = None  # sender: delivery-id being streamed out
+        # sender: delivery-id being streamed out, -1 when none (an int, not Optional: mypyc
+        # would box every delivery-id that passes through it)
+        self.out_delivery = -1
         self.out_tag = b""
         # sender: the constant part of this link's common transfer frames (fastpath.transfer_middle)
         # for tags of out_middle_tag_length bytes; the handle and channel never change once set
@@ -175,7 +177,7 @@ class Link:
             self.state.local = UNINIT
             self.attach(source=None, target=None)
             self.state.local = CLOSED
-        if self.out_delivery is not None:
+        if self.out_delivery >= 0:
             self.abort()
         assert self.local_handle is not None
         self.session.write_control(
@@ -250,7 +252,7 @@ class Link:
         elif self.snd_settle_mode == SND_UNSETTLED and settled:
             raise LocalUsageError("link snd-settle-mode is unsettled: cannot send presettled")
         delivery_id = self.out_delivery
-        if delivery_id is None:
+        if delivery_id < 0:
             if self.credit <= 0:
                 raise LocalUsageError(f"no link credit on {self.name!r}")
             self.credit -= 1
@@ -261,7 +263,7 @@ class Link:
         else:
             tag = self.out_tag
             first = False
-        self.out_delivery = delivery_id if more else None
+        self.out_delivery = delivery_id if more else -1
         session.write_transfer(
             self, delivery_id, tag, payload, settled, more, message_format, state, first
         )
@@ -270,10 +272,10 @@ class Link:
     def abort(self) -> None:
         """Abort the delivery being streamed out (transport §2.6.12): the receiver discards it."""
         delivery_id = self.out_delivery
-        if delivery_id is None:
+        if delivery_id < 0:
             raise LocalUsageError("no delivery in progress to abort")
         self._require_session()
-        self.out_delivery = None
+        self.out_delivery = -1
         self.session.write_transfer(
             self, delivery_id, self.out_tag, b"", True, False, 0, None, False, aborted=True
         )

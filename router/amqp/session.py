@@ -225,23 +225,27 @@ class Session:
         first: bool,
         aborted: bool = False,
     ) -> None:
-        assert link.local_handle is not None and self.channel is not None
-        handle, channel = link.local_handle, self.channel
         if (
             message_format == 0 and state is None and not aborted and not self._blocked
             and self.remote_incoming_window > 0
-            and len(payload) <= self.conn.remote_max_frame_size - 230
         ):  # fmt: skip
-            if link.out_middle_tag_length != len(tag):
-                link.out_middle = transfer_middle(channel, handle, len(tag))
-                link.out_middle_tag_length = len(tag)
-            if link.out_middle:  # the common transfer: one concatenation, one frame
-                out = self.conn.output_buffer()
-                out.append(transfer_frame(link.out_middle, delivery_id, tag, settled, more, len(payload)))
-                out.append(payload)
-                self.remote_incoming_window -= 1
-                self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
-                return
+            size = len(payload)
+            if size <= self.conn.remote_max_frame_size - 230:
+                n = len(tag)
+                if link.out_middle_tag_length != n:
+                    assert link.local_handle is not None and self.channel is not None
+                    link.out_middle = transfer_middle(self.channel, link.local_handle, n)
+                    link.out_middle_tag_length = n
+                middle = link.out_middle
+                if middle:  # the common transfer: one concatenation, one frame
+                    out = self.conn.output_buffer()
+                    out.append(transfer_frame(middle, delivery_id, tag, settled, more, size))
+                    out.append(payload)
+                    self.remote_incoming_window -= 1
+                    self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
+                    return
+        assert link.local_handle is not None and self.channel is not None
+        handle, channel = link.local_handle, self.channel
         last = transfer_performative(
             handle, delivery_id, tag, message_format, settled, more, aborted, state
         )
