@@ -69,20 +69,22 @@ def test_zero_credit_since_is_set_when_credit_runs_out_and_cleared_when_it_retur
         producer.send(tx, Message.value(i))  # type: ignore[arg-type]
     h.pump()
     assert out.link.credit == 0 and out.zero_credit_since == started
+    assert inl.link.credit == 4  # both went to the consumer: they hold no slot in the window
     h.advance(5)
-    rx.flow(3)  # type: ignore[attr-defined]
-    h.pump()
-    assert out.zero_credit_since is None
-    # the producer's window (4) is full: its credit stays zero until outcomes free slots
-    for i in range(2):
+    # with no consumer credit the next four wait in the router: the producer's window (4) is full
+    for i in range(4):
         producer.send(tx, Message.value(i))  # type: ignore[arg-type]
     h.pump()
     assert inl.link.credit == 0 and inl.zero_credit_since == h.now
     h.advance(1)
-    for r in consumer.received[rx]:  # type: ignore[index]
-        rx.dispose(r.delivery_id, state=ACCEPTED, settled=True)  # type: ignore[attr-defined]
+    rx.flow(4)  # type: ignore[attr-defined]
     h.pump()
+    # handed over at once: slots free again, while the consumer's credit is used up anew
     assert inl.link.credit == 4 and inl.zero_credit_since is None
+    assert out.link.credit == 0 and out.zero_credit_since == h.now
+    rx.flow(1)  # type: ignore[attr-defined]
+    h.pump()
+    assert out.zero_credit_since is None
 
 
 def test_a_drained_consumer_has_zero_credit_since_the_drain() -> None:

@@ -60,7 +60,7 @@ def _assert_agree(expected: tuple[Any, ...], fast: Any) -> None:
 # Each fast parser, and the fields it must return for the performative the general decoder read.
 PARSERS: dict[type, tuple[Any, Any]] = {
     p.Transfer: (parse_transfer, lambda t, stop: (
-        t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled, t.more,
+        t.handle, -1 if t.delivery_id is None else t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled, t.more,
         t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)),
     p.Flow: (parse_flow, lambda f, stop: (
         f.next_incoming_id, f.incoming_window, f.next_outgoing_id, f.outgoing_window, f.handle,

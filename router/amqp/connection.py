@@ -34,7 +34,7 @@ from .events import (
     RemoteOpen,
     TransportClosed,
 )
-from .fastpath import parse_disposition, parse_flow, parse_transfer, u32
+from .fastpath import parse_disposition, parse_flow, parse_transfer, transfer_fields, u32
 from .framing import (
     AMQP_HEADER,
     EMPTY_FRAME,
@@ -546,13 +546,7 @@ class Connection:
         elif type(performative) is Detach:
             session.on_detach(performative)
         elif type(performative) is Transfer:  # reached here only with a symbolic descriptor
-            t = performative
-            session.on_transfer(
-                buf,
-                (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
-                 t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop),
-                end,
-            )  # fmt: skip
+            session.on_transfer(buf, transfer_fields(performative, stop), end)
         elif type(performative) is Flow:
             f = performative
             session.on_flow(

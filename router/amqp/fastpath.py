@@ -262,8 +262,8 @@ def _general(buf: bytes, pos: int, end: int, cls: type) -> Any:
     return value, stop
 
 
-TransferFields = tuple[int, "int | None", "bytes | None", int, "bool | None", bool, "int | None",
-                       Any, bool, bool, int]
+# The delivery-id is -1 when absent (an Optional int would box every delivery-id parsed).
+TransferFields = tuple[int, int, "bytes | None", int, "bool | None", bool, "int | None", Any, bool, bool, int]
 
 
 def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
@@ -296,7 +296,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
             p += 5
         else:
             return _transfer_general(buf, pos, end)
-        delivery_id: int | None = None
+        delivery_id = -1
         tag: bytes | None = None
         message_format = 0
         settled: bool | None = None
@@ -381,7 +381,13 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
 
 def _transfer_general(buf: bytes, pos: int, end: int) -> TransferFields:
     t, stop = _general(buf, pos, end, Transfer)
-    return (t.handle, t.delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
+    return transfer_fields(t, stop)
+
+
+def transfer_fields(t: Transfer, stop: int) -> TransferFields:
+    """The fields of a transfer the general decoder read, as the fast parser gives them."""
+    delivery_id = -1 if t.delivery_id is None else t.delivery_id
+    return (t.handle, delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
             t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)
 
 

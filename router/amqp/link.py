@@ -66,7 +66,7 @@ class Link:
         self.available = 0
         self.initial_delivery_count = 0
         self.queued_deliveries = 0  # sender: deliveries accepted from the app, not yet on the wire
-        self.in_delivery: int | None = None  # receiver: delivery-id being streamed in
+        self.in_delivery = -1  # receiver: delivery-id being streamed in, -1 when none
         self.in_tag = b""
         self.in_settled = False
         self.in_bytes = 0

@@ -389,7 +389,7 @@ class Session:
         link.remote_handle = None
         link.remote_closed = detach.closed
         link.remote_error = detach.error
-        link.in_delivery = None
+        link.in_delivery = -1
         self.conn.emit(RemoteDetach(link=link, closed=detach.closed, error=detach.error))
         if link.state.local is not ACTIVE:
             self._release_link(link)
@@ -474,9 +474,9 @@ class Session:
             )  # fmt: skip
         if link.state.local is not ACTIVE:
             return  # in flight when we detached: discard (transport §2.6.5)
-        first = link.in_delivery is None
+        first = link.in_delivery < 0
         if first:
-            if delivery_id is None or tag is None:
+            if delivery_id < 0 or tag is None:
                 raise E.ProtocolError(
                     "first transfer of a delivery lacks delivery-id or delivery-tag",
                     E.INVALID_FIELD, "session",
@@ -493,7 +493,7 @@ class Session:
             link.in_settled = bool(settled)
             link.in_bytes = 0
         else:
-            if delivery_id is not None and delivery_id != link.in_delivery:
+            if delivery_id >= 0 and delivery_id != link.in_delivery:
                 raise E.ProtocolError(
                     f"transfer for delivery {delivery_id} interleaves delivery "
                     f"{link.in_delivery} on one link", E.NOT_ALLOWED, "session",
@@ -501,7 +501,7 @@ class Session:
             delivery_id, tag = link.in_delivery, link.in_tag
             if settled:
                 link.in_settled = True
-        link.in_delivery = delivery_id if more and not aborted else None
+        link.in_delivery = delivery_id if more and not aborted else -1
         # Large payloads are views of the read (no copy until the output join); small ones are
         # copied, which costs no more than making a view and pins nothing.
         if frame_end - payload_start > ZERO_COPY_MIN:
@@ -511,12 +511,12 @@ class Session:
         link.in_bytes += len(payload)
         limit = link.max_message_size
         if limit and link.in_bytes > limit and link.detach_on_oversize:
-            link.in_delivery = None
+            link.in_delivery = -1
             self.conn.link_error(
                 link, E.MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {limit}"
             )
             return
-        assert delivery_id is not None and tag is not None
+        assert tag is not None
         self.conn.events_list().append(
             TransferReceived(
                 link, delivery_id, tag, link.in_settled, more and not aborted, aborted,

@@ -78,6 +78,9 @@ class ConnectionDriver:
         self._sending = False
         self._output_blocked = False
         self._reading_paused = False
+        self._paused_when_due = False  # the reader was paused when its deadline fell due
+        self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
+        self._last_read_full = False
         # A plain TCP stream's socket, written directly by flush() when it can take the bytes
         # at once: that saves a task switch per forwarding hop. -1 for other streams (TLS).
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
@@ -188,52 +191,97 @@ class ConnectionDriver:
                 await trio.aclose_forcefully(self.stream)
 
     async def _reader(self) -> None:
+        """Read and dispatch until the peer is gone; tick the engine when its timer falls due.
+
+        Reads share one cancel scope until a timer falls due: entering a scope per read cost
+        more than the read. The scope's deadline only ever moves earlier (moving it later would
+        cost as much), so it may fire before the engine's timer: the tick is then a no-op and
+        the next scope takes the later deadline."""
         engine = self.engine
-        grace_deadline = math.inf
         while True:
-            tick_after_read = False
+            self._paused_when_due = False
+            with trio.CancelScope() as scope:
+                if await self._read_until_due(scope):
+                    return
+            now = trio.current_time()
             if engine.finished:
-                # Our close is out (or the peer is gone): wait briefly for the peer's close or
-                # for EOF, then stop reading.
-                if grace_deadline == math.inf:
-                    grace_deadline = trio.current_time() + CLOSE_GRACE_S
-                deadline = grace_deadline
+                if now < self._grace_deadline:
+                    continue
+                engine.receive_data(b"", now)  # our close is out and the peer never answered
+                self._dispatch()
+                return
+            if self._paused_when_due:
+                # Ticking at once could close a live peer for idle time-out: its frames
+                # (heartbeats included) wait unread in the socket. Read once, then tick.
+                data = None
+                with trio.move_on_after(PAUSED_TIMER_READ_S):
+                    data = await self._receive()
+                if data is not None:
+                    engine.receive_data(data, now)
+                    if not data:
+                        self._dispatch()
+                        return
+            engine.tick(now)
+            self._dispatch()
+
+    async def _read_until_due(self, scope: trio.CancelScope) -> bool:
+        """Read and dispatch until the stream ends (True) or `scope` is cancelled at the next
+        deadline: the engine's timer, or the grace period for the peer's close once ours is out."""
+        engine = self.engine
+        while True:
+            if engine.finished:
+                if self._grace_deadline == math.inf:
+                    self._grace_deadline = trio.current_time() + CLOSE_GRACE_S
+                deadline = self._grace_deadline
             else:
                 next_deadline = engine.next_deadline()
                 deadline = math.inf if next_deadline is None else next_deadline
-                if self._should_pause():
-                    self._reading_paused = True
-                    try:
-                        with trio.move_on_at(deadline):
-                            await self._resume.wait()
-                            continue  # look at the predicate again
-                    finally:
-                        self._reading_paused = False
-                    # A timer fell due while paused. Ticking at once could close a live peer
-                    # for idle time-out: its frames (heartbeats included) wait unread in the
-                    # socket. Read once (at most read_size bytes), then tick.
-                    deadline = trio.current_time() + PAUSED_TIMER_READ_S
-                    tick_after_read = True
-            data: bytes | None = None
-            with trio.move_on_at(deadline):
+            if deadline < scope.deadline:
+                scope.deadline = deadline
+            if not engine.finished and self._should_pause():
+                self._reading_paused = self._paused_when_due = True
                 try:
-                    data = bytes(await self.stream.receive_some(self.read_size))
-                except _STREAM_ERRORS:
-                    data = b""
-            now = trio.current_time()
-            if data is None:
-                if engine.finished:
-                    engine.receive_data(b"", now)
-                    self._dispatch()
-                    return
-                engine.tick(now)
-            else:
-                engine.receive_data(data, now)
-                if tick_after_read and data:
-                    engine.tick(now)
+                    await self._resume.wait()
+                finally:
+                    self._reading_paused = False
+                self._paused_when_due = False
+                continue  # look at the predicate again
+            data = await self._receive()
+            engine.receive_data(data, trio.current_time())
             self._dispatch()
-            if data == b"":
-                return
+            if not data:
+                return True
+
+    async def _receive(self) -> bytes:
+        """The next bytes from the peer; b"" at the end of the stream or on an error.
+
+        A TCP socket is read directly (os.read on its descriptor, after waiting until it is
+        readable): trio's receive_some tries the read first and, the socket being empty after
+        the previous read most of the time, pays a failed system call and its own bookkeeping
+        per read. After a read that filled the buffer more is likely waiting: a plain
+        checkpoint then lets the other connections run first. Either way the wait comes before
+        the read, so a cancellation never loses bytes."""
+        fd = self._fd
+        if fd < 0:
+            try:
+                return bytes(await self.stream.receive_some(self.read_size))
+            except _STREAM_ERRORS:
+                return b""
+        try:
+            if self._last_read_full:
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.lowlevel.wait_readable(fd)
+            while True:
+                try:
+                    data = os.read(fd, self.read_size)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(fd)
+                    continue
+                self._last_read_full = len(data) == self.read_size
+                return data
+        except _STREAM_ERRORS:
+            return b""
 
     async def _writer(self) -> None:
         engine = self.engine
