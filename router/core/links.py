@@ -49,7 +49,8 @@ class InLink(LinkCounts):
     """A link on which a client sends to the router (the router is the receiver)."""
 
     __slots__ = (
-        "link", "conn", "entry", "capacity", "inflight", "held", "streaming", "discarding", "gone",
+        "link", "conn", "entry", "capacity", "inflight", "held", "credit_dirty", "streaming",
+        "discarding", "gone",
         "dropped", "id", "address", "peer", "zero_credit_since", "seen",
     )  # fmt: skip
 
@@ -73,6 +74,7 @@ class InLink(LinkCounts):
         # Of those, the ones that count against the credit window (`capacity`): all but the
         # deliveries already handed to a local consumer (see Settlement._refresh_credit).
         self.held = 0
+        self.credit_dirty = False  # waiting in Settlement's list for the next credit refresh
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
         self.discarding = False  # dropping the remaining frames of a refused delivery
         self.gone = False

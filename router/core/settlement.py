@@ -41,13 +41,17 @@ class Settlement:
     def __init__(self, core: RouterCore) -> None:
         self.core = core
         self.now = 0.0  # wall clock of the batch being handled (set by the core)
-        self._credit_dirty: set[InLink] = set()
+        # Producers whose credit to look at in flush(), each once (InLink.credit_dirty marks
+        # them: a set add per delivery was a hash and a probe per message)
+        self._credit_dirty: list[InLink] = []
         self._dispositions = Dispositions()
 
     # --- the producers' credit windows ----------------------------------------------------------
 
     def credit_dirty(self, inl: InLink) -> None:
-        self._credit_dirty.add(inl)
+        if not inl.credit_dirty:
+            inl.credit_dirty = True
+            self._credit_dirty.append(inl)
 
     def _refresh_credit(self, inl: InLink) -> None:
         """The window: a producer may have `capacity` deliveries held by the router (waiting for
@@ -84,7 +88,7 @@ class Settlement:
         if fwd.holds_slot and inl is not None and not inl.gone:
             fwd.holds_slot = False
             inl.held -= 1
-            self._credit_dirty.add(inl)
+            self.credit_dirty(inl)
 
     def _release_window(self, fwd: Forward) -> None:
         """`fwd` is finished: it is no longer in flight (nor in the window, if still there)."""
@@ -93,7 +97,7 @@ class Settlement:
             inl.inflight -= 1
             if fwd.holds_slot:
                 inl.held -= 1
-            self._credit_dirty.add(inl)
+            self.credit_dirty(inl)
         fwd.holds_slot = False
 
     # --- dispositions ---------------------------------------------------------------------------
@@ -107,8 +111,9 @@ class Settlement:
             if batch.write():
                 self.core.touch(batch.session.conn)
         if self._credit_dirty:
-            dirty, self._credit_dirty = self._credit_dirty, set()
+            dirty, self._credit_dirty = self._credit_dirty, []
             for inl in dirty:
+                inl.credit_dirty = False
                 self._refresh_credit(inl)
 
     def on_disposition(self, event: DispositionReceived) -> None:
