@@ -3,17 +3,21 @@ across the uint32 wrap, with stragglers; and its ring stays bounded by its span,
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.core.deliverymap import MASK, DeliveryMap
 
 # An operation: ("put", step) puts the next id (`step` ids after the last one put, 0 = the same
-# one again), ("pop", back) pops the id `back` before the last one put, ("get", back) looks it up.
+# one again), ("pop", back) pops the id `back` before the last one put, ("get", back) looks it up,
+# ("range", (back, count)) pops `count` ids from there (two billion: a hostile disposition).
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("put"), st.sampled_from([1, 1, 1, 1, 0, 2, 5, 40])),
         st.tuples(st.sampled_from(["pop", "get"]), st.integers(0, 60)),
+        st.tuples(st.just("range"), st.tuples(st.integers(0, 60), st.sampled_from([0, 1, 3, 30, 2**31 - 1]))),
     ),
     max_size=300,
 )
@@ -21,7 +25,7 @@ OPS = st.lists(
 
 @settings(max_examples=300)
 @given(start=st.sampled_from([0, 1000, MASK - 30]), span=st.sampled_from([4, 16, 8192]), ops=OPS)
-def test_it_agrees_with_a_dict(start: int, span: int, ops: list[tuple[str, int]]) -> None:
+def test_it_agrees_with_a_dict(start: int, span: int, ops: list[tuple[str, Any]]) -> None:
     model: dict[int, object] = {}
     ring = DeliveryMap(span_max=span)
     last = (start - 1) & MASK
@@ -31,6 +35,12 @@ def test_it_agrees_with_a_dict(start: int, span: int, ops: list[tuple[str, int]]
             record = ("record", n)
             model[last] = record
             ring.put(last, record)
+        elif op == "range":  # pop_range(first, count), `back` ids before the last one put
+            back, count = arg
+            first = (last - back) & MASK
+            inside = sorted(k for k in model if (k - first) & MASK < count)
+            inside.sort(key=lambda k: (k - first) & MASK)
+            assert ring.pop_range(first, count) == [model.pop(k) for k in inside]
         else:
             key = (last - arg) & MASK
             if op == "pop":

@@ -176,3 +176,27 @@ def test_shutdown_reports_every_delivery_in_flight_before_closing() -> None:
     assert sum(isinstance(o, Released) for o in outcomes) == 3
     closes = [e for e in producer.events if type(e).__name__ == "RemoteClose"]
     assert closes and closes[0].error.condition == "amqp:connection:forced"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("role", ["consumer", "producer"])
+def test_a_disposition_naming_two_billion_ids_settles_what_is_held_and_no_more(role: str) -> None:
+    # Each disposition's range is walked by what the router holds, not by its width: a peer
+    # naming 2**31 - 1 ids in one frame must not keep the router busy for minutes.
+    h = RouterHarness()
+    producer, consumer, tx, rx = _pair(h)
+    consumer.auto_accept = False
+    sent = [producer.send(tx, Message.value(i)) for i in range(3)]  # type: ignore[arg-type]
+    h.pump()
+    first = consumer.received[rx][0].delivery_id  # type: ignore[index]
+    if role == "consumer":
+        rx.dispose(first, (first + 2**31 - 2) & 0xFFFFFFFF, state=ACCEPTED, settled=True)  # type: ignore[attr-defined]
+        h.pump()
+        assert [type(producer.outcomes[i]) for i in sent] == [Accepted] * 3
+    else:  # the producer settles first: the router settles downstream in turn
+        tx.dispose(sent[0], (sent[0] + 2**31 - 2) & 0xFFFFFFFF, settled=True)  # type: ignore[attr-defined]
+        h.pump()
+        settled = [e for e in consumer.events if isinstance(e, DispositionReceived) and e.settled]
+        assert sum(e.last - e.first + 1 for e in settled) == 3
+    for state in h.core.connections.values():
+        assert all(out.outstanding == 0 for out in state.out_links)
+        assert all(inl.inflight == 0 for inl in state.in_links)

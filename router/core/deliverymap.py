@@ -44,6 +44,11 @@ class DeliveryMap:
     def empty(self) -> bool:
         return self._count == 0
 
+    @property
+    def walk_limit(self) -> int:
+        """Ranges up to this many ids are walked id by id; wider ones by the records held."""
+        return 2 * self._count + 64
+
     def get(self, delivery_id: int) -> Any:
         """The record of `delivery_id`, or None."""
         offset = (delivery_id - self._base) & MASK
@@ -105,6 +110,27 @@ class DeliveryMap:
             self._count -= 1
             return record
         return None
+
+    def pop_range(self, first: int, count: int) -> list[Any]:
+        """Remove and return the records of ids first..first+count-1 (serial), in id order.
+
+        The work is bounded by what the map holds, not by the range: a peer may name a range of
+        two billion ids in one disposition."""
+        found: list[Any] = []
+        if count <= self.walk_limit:
+            for i in range(count):
+                record = self.pop((first + i) & MASK)
+                if record is not None:
+                    found.append(record)
+            return found
+        inside = sorted(
+            ((delivery_id - first) & MASK, delivery_id)
+            for delivery_id, _ in self.items()
+            if (delivery_id - first) & MASK < count
+        )
+        for _, delivery_id in inside:
+            found.append(self.pop(delivery_id))
+        return found
 
     def items(self) -> list[tuple[int, Any]]:
         """Every (delivery-id, record), as a list: the caller may change the map meanwhile."""

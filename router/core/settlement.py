@@ -125,18 +125,18 @@ class Settlement:
             state, settled = event.state, event.settled
             if outbound.empty or not (settled or is_terminal(state)):
                 return  # non-terminal states (received) are not relayed
-            first = event.first
-            for i in range(serial_count(first, event.last)):
+            first, count = event.first, serial_count(event.first, event.last)
+            if count > outbound.walk_limit:  # wider than what we hold (hostile, or stale)
+                for record in outbound.pop_range(first, count):
+                    self.consumer_outcome(record, state, settled)
+                return
+            for i in range(count):  # the usual case, without building a list
                 record = outbound.pop((first + i) & SERIAL_MASK)
                 if record is not None:
                     self.consumer_outcome(record, state, settled)
         elif event.settled:  # the producer settles deliveries it sent us
-            inbound = maps.inbound
-            first = event.first
-            for i in range(serial_count(first, event.last)):
-                fwd = inbound.pop((first + i) & SERIAL_MASK)
-                if fwd is not None:
-                    self._producer_settled(fwd)
+            for fwd in maps.inbound.pop_range(event.first, serial_count(event.first, event.last)):
+                self._producer_settled(fwd)
 
     def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
         out = record.out
