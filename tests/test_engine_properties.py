@@ -32,7 +32,7 @@ from router.amqp.events import (
 from router.amqp.link import Link
 from router.amqp.messaging import ACCEPTED, RELEASED, Source, Target
 from router.amqp.performatives import RCV_FIRST, RCV_SECOND, RECEIVER, SENDER, Error
-from router.amqp.serial import SERIAL_MOD, serial_add, serial_diff, serial_le, serial_lt, serial_range
+from router.amqp.serial import SERIAL_MOD, serial_add, serial_diff, serial_ids_in, serial_le, serial_lt, serial_range
 from router.amqp.session import Session
 
 from .enginepair import EnginePair
@@ -415,6 +415,19 @@ serials = st.one_of(
     st.sampled_from([0, 1, 2**31 - 1, 2**31, 2**31 + 1, SERIAL_MOD - 1]),
 )
 steps_within = st.integers(-(2**31) + 1, 2**31 - 1)
+
+
+@given(first=serials, width=st.sampled_from([0, 1, 5, 100, 2**31 - 1]),
+       held=st.sets(serials, max_size=20), near=st.lists(st.integers(0, 120), max_size=10))  # fmt: skip
+def test_serial_ids_in_names_every_held_id_in_the_range_and_stays_bounded(
+    first: int, width: int, held: set[int], near: list[int]
+) -> None:
+    # A disposition may name 2**31 ids: the ids to look up stay bounded by what is held.
+    held |= {serial_add(first, n) for n in near}  # some inside the range, some past its end
+    named = list(serial_ids_in(first, serial_add(first, width), held))
+    inside = sorted((k for k in held if serial_diff(k, first) in range(width + 1)), key=lambda k: serial_diff(k, first))
+    assert [k for k in named if k in held] == inside
+    assert len(named) <= 2 * len(held) + 64
 
 
 @given(a=serials, n=st.integers(-(2**40), 2**40))

@@ -7,6 +7,7 @@ Must not touch: anything else.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from typing import Final
 
 SERIAL_MOD: Final = 1 << 32
@@ -50,3 +51,13 @@ def serial_range(first: int, last: int) -> range | list[int]:
     if first + count <= SERIAL_MOD:
         return range(first, first + count)
     return [(first + i) & _MASK for i in range(count)]
+
+
+def serial_ids_in(first: int, last: int, held: Collection[int]) -> Iterable[int]:
+    """The ids first..last worth looking up in `held`: the range itself when it is no wider than
+    what is held, else the members of `held` inside it, in order. A peer may name 2**31 ids in
+    one disposition; the work stays bounded by what we hold."""
+    count = serial_count(first, last)
+    if count <= 2 * len(held) + 64:
+        return serial_range(first, last)
+    return sorted((k for k in held if (k - first) & _MASK < count), key=lambda k: (k - first) & _MASK)

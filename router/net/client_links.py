@@ -19,7 +19,7 @@ from ..amqp.link import Link
 from ..amqp.message import Message, decode_message, encode_message
 from ..amqp.messaging import ACCEPTED, RELEASED, Modified, Rejected, is_terminal
 from ..amqp.performatives import RCV_SECOND, Error
-from ..amqp.serial import serial_range
+from ..amqp.serial import serial_ids_in
 from .errors import ClientError, LinkDetached
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ class Sender(_Endpoint):
         pending = self._pending
         if not pending:
             return
-        for delivery_id in serial_range(event.first, event.last):
+        for delivery_id in serial_ids_in(event.first, event.last, pending):
             tracker = pending.get(delivery_id)
             if tracker is None:
                 continue
@@ -299,7 +299,7 @@ class Receiver(_Endpoint):
     def on_disposition(self, event: DispositionReceived) -> None:
         if not self._awaiting_settle or not event.settled:
             return
-        for delivery_id in serial_range(event.first, event.last):
+        for delivery_id in serial_ids_in(event.first, event.last, self._awaiting_settle):
             state = self._awaiting_settle.pop(delivery_id, None)
             if state is not None:
                 self.link.dispose(delivery_id, state=state, settled=True)
