@@ -1,5 +1,6 @@
 """ConnectionDriver backpressure over in-memory streams: paused reading (resumed on request,
-timers still served, a silent peer still timed out) and the writer's high-water reports."""
+timers still served, a silent peer still timed out) and the writer's high-water reports; and
+over a socket, the direct read never touching a descriptor closed under it."""
 
 from __future__ import annotations
 
@@ -145,3 +146,23 @@ async def test_writer_reports_high_water_and_drain(nursery: trio.Nursery) -> Non
     await trio.testing.wait_all_tasks_blocked()
     assert driver.unsent_bytes == 0 and changes == [True, False] and not driver.output_blocked
     assert first[8:] + second == b"x" * 592 + b"y" * 600  # in order, after the header
+
+
+async def test_a_socket_closed_while_the_reader_waits_is_never_read_again() -> None:
+    # The writer closes the stream when a write fails; the descriptor's number may belong to a
+    # new connection by the time the reader runs again, so the reader must not read it then.
+    a, b = trio.socket.socketpair()
+    with a, b:
+        driver = ConnectionDriver(trio.SocketStream(b), _server(), lambda events: None)
+        got: list[bytes] = []
+
+        async def read() -> None:
+            got.append(await driver._receive())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()  # it waits for the socket to be readable
+            driver._fd = -1  # what _close_stream does first
+            await a.send(b"someone else's bytes")
+        assert got == [b""]
+        assert await b.recv(100) == b"someone else's bytes"  # left unread

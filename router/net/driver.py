@@ -188,7 +188,7 @@ class ConnectionDriver:
         finally:
             self._closed.set()
             with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(self.stream)
+                await self._close_stream()
 
     async def _reader(self) -> None:
         """Read and dispatch until the peer is gone; tick the engine when its timer falls due.
@@ -262,7 +262,7 @@ class ConnectionDriver:
         checkpoint then lets the other connections run first. Either way the wait comes before
         the read, so a cancellation never loses bytes."""
         fd = self._fd
-        if fd < 0:
+        if fd < 0:  # not a TCP socket (or closed: receive_some then says so)
             try:
                 return bytes(await self.stream.receive_some(self.read_size))
             except _STREAM_ERRORS:
@@ -273,6 +273,10 @@ class ConnectionDriver:
             else:
                 await trio.lowlevel.wait_readable(fd)
             while True:
+                # Closed by the writer while we waited, the descriptor's number may already
+                # belong to another connection: never read it then.
+                if self._fd != fd:
+                    return b""
                 try:
                     data = os.read(fd, self.read_size)
                 except BlockingIOError:
@@ -282,6 +286,10 @@ class ConnectionDriver:
                 return data
         except _STREAM_ERRORS:
             return b""
+
+    async def _close_stream(self) -> None:
+        self._fd = -1  # no direct read or write from now on (see _receive and flush)
+        await trio.aclose_forcefully(self.stream)
 
     async def _writer(self) -> None:
         engine = self.engine
@@ -299,7 +307,7 @@ class ConnectionDriver:
                     engine.receive_data(b"", trio.current_time())
                     self._dispatch()
                     self._closed.set()
-                    await trio.aclose_forcefully(self.stream)
+                    await self._close_stream()
                     return
                 self._written_bytes += len(data)
                 self._unsent -= len(data)
@@ -309,7 +317,7 @@ class ConnectionDriver:
             if engine.finished and not engine.pending_output:
                 break
         self._closed.set()
-        await trio.aclose_forcefully(self.stream)
+        await self._close_stream()
 
     async def _write(self, data: bytes) -> bool:
         self._sending = True
