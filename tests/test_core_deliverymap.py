@@ -8,11 +8,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router.amqp.serial import serial_ids_in
 from router.core.deliverymap import MASK, DeliveryMap
 
 # An operation: ("put", step) puts the next id (`step` ids after the last one put, 0 = the same
 # one again), ("pop", back) pops the id `back` before the last one put, ("get", back) looks it up,
-# ("range", (back, count)) pops `count` ids from there (two billion: a hostile disposition).
+# ("range", (back, count)) pops `count` ids from there as a disposition does, through
+# serial_ids_in (two billion: a hostile disposition).
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("put"), st.sampled_from([1, 1, 1, 1, 0, 2, 5, 40])),
@@ -35,23 +37,25 @@ def test_it_agrees_with_a_dict(start: int, span: int, ops: list[tuple[str, Any]]
             record = ("record", n)
             model[last] = record
             ring.put(last, record)
-        elif op == "range":  # pop_range(first, count), `back` ids before the last one put
+        elif op == "range":  # `count` ids from `back` before the last one put
             back, count = arg
             first = (last - back) & MASK
-            inside = sorted(k for k in model if (k - first) & MASK < count)
-            inside.sort(key=lambda k: (k - first) & MASK)
-            assert ring.pop_range(first, count) == [model.pop(k) for k in inside]
+            inside = sorted((k for k in model if (k - first) & MASK < count), key=lambda k: (k - first) & MASK)
+            popped = [ring.pop(k) for k in serial_ids_in(first, (first + count - 1) & MASK, ring)]
+            assert [r for r in popped if r is not None] == [model.pop(k) for k in inside]
         else:
             key = (last - arg) & MASK
             if op == "pop":
                 assert ring.pop(key) == model.pop(key, None)
             else:
-                assert ring.get(key) == model.get(key)
+                assert (key in ring) == (key in model)
+                assert dict(ring.items()).get(key) == model.get(key)
         assert len(ring) == len(model)
         assert ring.empty == (not model)
     assert sorted(ring.items()) == sorted(model.items())
+    assert sorted(ring) == sorted(model)
     for key in list(model):
-        assert ring.get(key) == model[key]
+        assert key in ring
 
 
 def test_one_record_never_settled_does_not_grow_the_ring_with_traffic() -> None:
@@ -60,7 +64,7 @@ def test_one_record_never_settled_does_not_grow_the_ring_with_traffic() -> None:
     for delivery_id in range(1, 10_000):
         ring.put(delivery_id, delivery_id)
         assert ring.pop(delivery_id) == delivery_id
-    assert ring.get(0) == "stuck" and len(ring) == 1
+    assert dict(ring.items()) == {0: "stuck"} and len(ring) == 1
     assert len(ring._slots) <= 64  # the stuck record went aside; the ring follows the traffic
     assert ring.pop(0) == "stuck" and ring.empty
 

@@ -37,17 +37,14 @@ def serial_le(a: int, b: int) -> bool:
 
 
 def serial_count(first: int, last: int) -> int:
-    """How many serial numbers first..last inclusive holds (0 when last is before first); the
-    i-th is (first + i) & 0xFFFFFFFF. Loops over it stay on native ints when compiled."""
+    """How many serial numbers first..last inclusive holds (0 when last is before first)."""
     count = serial_diff(last, first) + 1
     return count if count > 0 else 0
 
 
 def serial_range(first: int, last: int) -> range | list[int]:
     """The serial numbers first..last inclusive (wrapping), as a range when it does not wrap."""
-    count = serial_diff(last, first) + 1
-    if count <= 0:
-        return range(0)
+    count = serial_count(first, last)
     if first + count <= SERIAL_MOD:
         return range(first, first + count)
     return [(first + i) & _MASK for i in range(count)]

@@ -13,6 +13,7 @@ Must not touch: what the records are (router.core.delivery), settlement rules.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 from ..amqp.serial import SERIAL_MASK
@@ -24,7 +25,8 @@ COMPACT_AT: Final = 1024  # emptied slots at the front that are dropped at once
 
 
 class DeliveryMap:
-    """A mapping of delivery-id to record (never None) with the dict operations the core uses."""
+    """A mapping of delivery-id to record (never None) with the dict operations the core uses;
+    as a collection of delivery-ids it serves serial_ids_in, which bounds a disposition's walk."""
 
     __slots__ = ("_slots", "_head", "_base", "_count", "_stragglers", "_span_max")
 
@@ -44,22 +46,17 @@ class DeliveryMap:
     def empty(self) -> bool:
         return self._count == 0
 
-    @property
-    def walk_limit(self) -> int:
-        """Ranges up to this many ids are walked id by id; wider ones by the records held."""
-        return 2 * self._count + 64
-
-    def get(self, delivery_id: int) -> Any:
-        """The record of `delivery_id`, or None."""
+    def __contains__(self, delivery_id: object) -> bool:
+        if not isinstance(delivery_id, int):
+            return False
         offset = (delivery_id - self._base) & MASK
-        head = self._head
-        if offset < len(self._slots) - head:
-            record = self._slots[head + offset]
-            if record is not None or not self._stragglers:
-                return record
-        if self._stragglers:
-            return self._stragglers.get(delivery_id)
-        return None
+        if offset < len(self._slots) - self._head and self._slots[self._head + offset] is not None:
+            return True
+        return delivery_id in self._stragglers
+
+    def __iter__(self) -> Iterator[int]:
+        """The delivery-ids held (a snapshot: the caller may change the map meanwhile)."""
+        return iter([delivery_id for delivery_id, _ in self.items()])
 
     def put(self, delivery_id: int, record: Any) -> None:
         slots = self._slots
@@ -110,27 +107,6 @@ class DeliveryMap:
             self._count -= 1
             return record
         return None
-
-    def pop_range(self, first: int, count: int) -> list[Any]:
-        """Remove and return the records of ids first..first+count-1 (serial), in id order.
-
-        The work is bounded by what the map holds, not by the range: a peer may name a range of
-        two billion ids in one disposition."""
-        found: list[Any] = []
-        if count <= self.walk_limit:
-            for i in range(count):
-                record = self.pop((first + i) & MASK)
-                if record is not None:
-                    found.append(record)
-            return found
-        inside = sorted(
-            ((delivery_id - first) & MASK, delivery_id)
-            for delivery_id, _ in self.items()
-            if (delivery_id - first) & MASK < count
-        )
-        for _, delivery_id in inside:
-            found.append(self.pop(delivery_id))
-        return found
 
     def items(self) -> list[tuple[int, Any]]:
         """Every (delivery-id, record), as a list: the caller may change the map meanwhile."""

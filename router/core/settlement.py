@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
-from ..amqp.serial import SERIAL_MASK, serial_count
+from ..amqp.serial import serial_ids_in
 from ..amqp.session import Session
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .dispositions import Dispositions
@@ -125,18 +125,16 @@ class Settlement:
             state, settled = event.state, event.settled
             if outbound.empty or not (settled or is_terminal(state)):
                 return  # non-terminal states (received) are not relayed
-            first, count = event.first, serial_count(event.first, event.last)
-            if count > outbound.walk_limit:  # wider than what we hold (hostile, or stale)
-                for record in outbound.pop_range(first, count):
-                    self.consumer_outcome(record, state, settled)
-                return
-            for i in range(count):  # the usual case, without building a list
-                record = outbound.pop((first + i) & SERIAL_MASK)
+            for delivery_id in serial_ids_in(event.first, event.last, outbound):
+                record = outbound.pop(delivery_id)
                 if record is not None:
                     self.consumer_outcome(record, state, settled)
         elif event.settled:  # the producer settles deliveries it sent us
-            for fwd in maps.inbound.pop_range(event.first, serial_count(event.first, event.last)):
-                self._producer_settled(fwd)
+            inbound = maps.inbound
+            for delivery_id in serial_ids_in(event.first, event.last, inbound):
+                fwd = inbound.pop(delivery_id)
+                if fwd is not None:
+                    self._producer_settled(fwd)
 
     def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
         out = record.out
