@@ -50,11 +50,9 @@ def table_key(key: str) -> str | None:
     return key if key[:1] in ("L", "R", "T") else None  # local, router (mesh), topo (mesh)
 
 
-# Fields the routing core does not have yet; these attributes read as null until it does (the
-# core's owner adds them with these names): per address, outcomes and presettled arrivals
-# counted like the links' counters; per link, when its credit last dropped to zero.
 def zero_credit_seconds(link: InLink | OutLink, now: float) -> int | None:
-    """Seconds since the link's credit dropped to zero (0 while it has credit)."""
+    """Seconds since the link's credit dropped to zero (0 while it has credit; null for a link
+    that has had no credit since it attached and was never timed)."""
     if link.link.credit > 0:
         return 0
     since = link.zero_credit_since
