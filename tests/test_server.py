@@ -133,6 +133,9 @@ class TimerCore:
     def read_paused(self, engine: Connection) -> bool:
         return False
 
+    def forget(self, engine: Connection, now: float) -> None:
+        pass
+
     def shutdown(self, now: float) -> None:
         pass
 
@@ -141,7 +144,7 @@ async def test_timer_ticks_the_core_at_its_deadline_even_when_a_call_moves_it(nu
     core = TimerCore()
     server = RouterServer(router_config(), core=core)
     await nursery.start(server.run)  # the timer sleeps: no deadline
-    core.deadline_on_handle = time.time() + 0.05  # the next call into the core sets one
+    core.deadline_on_handle = trio.current_time() + 0.05  # the next call into the core sets one
     client_end, router_end = trio.testing.memory_stream_pair()
     nursery.start_soon(server.serve_stream, router_end, server.config.listeners[0])
     client = Connection(ConnectionConfig(container_id="c"))

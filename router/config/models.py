@@ -55,6 +55,10 @@ class ConnectionSettings(Model):
     link_capacity: int = Field(default=250, ge=1, le=1_000_000, description="credit window given to each sender link")
     max_frame_size: int = Field(default=65536, ge=512, le=0xFFFFFFFF)
     idle_timeout_s: float = Field(default=16.0, ge=0, description="close a silent peer after this long; 0 disables")
+    handshake_timeout_s: float = Field(
+        default=10.0, ge=0,
+        description="drop a connection whose peer has not finished the protocol header, SASL and open by then; 0 disables",
+    )
     max_sessions_per_connection: int = Field(default=256, ge=1, le=65536)
     max_links_per_connection: int = Field(default=4096, ge=1)
     read_high_water_bytes: int = Field(

@@ -133,8 +133,8 @@ class Forwarder(Settlement):
             return
         entry.deliveries_ingress += 1
         if view is not None:
-            expiry = _expiry(view, now)
-            if expiry is not None:
+            if view.absolute_expiry_ms is not None or view.ttl_ms:  # most messages have neither
+                expiry = _expiry(view, now, self.core.wall_offset)
                 if expiry <= now:
                     entry.expired += 1
                     self.unroutable(fwd)
@@ -669,14 +669,16 @@ class Forwarder(Settlement):
                     maps.inbound.pop(delivery_id)
 
 
-def _expiry(view: RoutingView, now: float) -> float | None:
-    """Wall-clock second at which the message expires (messaging §3.2.1 ttl, §3.2.4
-    absolute-expiry-time), or None."""
+def _expiry(view: RoutingView, now: float, wall_offset: float) -> float:
+    """The `now` (monotonic) at which the message expires (messaging §3.2.1 ttl, §3.2.4
+    absolute-expiry-time): it has one of them. The message's times are wall-clock milliseconds:
+    `wall_offset` (wall minus monotonic) converts them."""
     expiry = None
     if view.absolute_expiry_ms is not None:
-        expiry = view.absolute_expiry_ms / 1000
+        expiry = view.absolute_expiry_ms / 1000 - wall_offset
     if view.ttl_ms:
-        start = view.creation_time_ms / 1000 if view.creation_time_ms else now
+        start = view.creation_time_ms / 1000 - wall_offset if view.creation_time_ms else now
         by_ttl = start + view.ttl_ms / 1000
         expiry = by_ttl if expiry is None else min(expiry, by_ttl)
+    assert expiry is not None
     return expiry

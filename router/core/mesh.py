@@ -86,7 +86,7 @@ class Mesh(MeshReadApi):
         self.malformed_control = 0
         self.replaced_connections = 0
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
-        self.last_change: float | None = None  # when routes last changed (wall clock)
+        self.last_change: float | None = None  # when routes last changed (monotonic `now`)
         self.edges = Edges(self)
         core.table.remote_for = self.remote_for
         core.table.keep_advertised = not self.edge
@@ -95,7 +95,8 @@ class Mesh(MeshReadApi):
 
     def start(self, now: float) -> None:
         if self.node is None and not self.edge:
-            instance = self._instance if self._instance is not None else int(now * 1000)
+            # Wall time: the instance must grow across restarts, which a monotonic `now` does not.
+            instance = self._instance if self._instance is not None else int(self.core.wall_time(now) * 1000)
             self.node = TopologyNode(self.me, instance, self.topology_config)
             self.dirty = True
 

@@ -3,10 +3,17 @@
     core = RouterCore(config)
     state = core.accept(engine, listener)       # a new connection's engine (router.core.connections)
     state = core.connect(engine, connector, now) # an engine from new_outgoing_engine: we open it
-    core.handle(engine, engine.events(), now)    # now = wall-clock seconds
+    core.handle(engine, engine.events(), now)    # now = monotonic seconds (the server's clock)
     for engine in core.take_touched(): wake its writer
     core.tick(now) at core.next_deadline()
+    core.forget(engine, now)                     # the connection is over, however it ended
     core.shutdown(now)                           # close everything with amqp:connection:forced
+    core.wall_time(now)                          # wall-clock seconds at monotonic `now`
+
+Time: `now` is monotonic (a wall-clock step must neither kill neighbours nor stall timers).
+What must be wall time (a message's absolute-expiry-time and creation-time, the mesh instance,
+management timestamps) is converted through `wall_offset` (wall clock minus monotonic clock,
+captured once at start by the network layer; 0 when `now` is wall time, as in harnesses).
 
 Owns: connection, session and link life cycles as the router sees them, limits, and dispatch
 to the address table (table.py), forwarding (forwarding.py), settlement (settlement.py) and, on
@@ -36,10 +43,12 @@ OFFERED_CAPABILITIES: Final = ("ANONYMOUS-RELAY",)
 
 
 class RouterCore:
-    def __init__(self, config: RouterConfig, *, instance: int | None = None) -> None:
+    def __init__(self, config: RouterConfig, *, instance: int | None = None, wall_offset: float = 0.0) -> None:
         """`instance`: the router's boot instance in the inter-router protocol (it must grow
-        when the router restarts); by default the first `now` given, in milliseconds."""
+        when the router restarts); by default the wall time of the first `now`, in milliseconds.
+        `wall_offset`: wall-clock seconds minus `now` (see the module docstring)."""
         self.config = config
+        self.wall_offset = wall_offset
         self.router_id = config.router.id
         self.connections: dict[Connection, ConnState] = {}
         self.table = AddressTable(config)
@@ -106,6 +115,24 @@ class RouterCore:
         if mesh.dirty or now >= mesh.deadline:
             mesh.service(now)
         forwarder.flush()
+
+    def wall_time(self, now: float) -> float:
+        """The wall-clock time (seconds since the epoch) at monotonic `now`."""
+        return now + self.wall_offset
+
+    def forget(self, engine: Connection, now: float) -> None:
+        """`engine`'s connection is over (closed, failed, timed out, reset, cancelled): release
+        everything it held (links, deliveries reported upstream as released/modified, address
+        table entries, the peer router) and drop it. Idempotent; unknown engines are ignored."""
+        state = self.connections.pop(engine, None)
+        if state is None:
+            return
+        self.forwarder.now = now
+        self._connection_gone(state, now)
+        self.forwarder.flush()
+        self._touched.discard(engine)  # nothing more can be written to it
+        if self._last_touched is engine:
+            self._last_touched = None
 
     def take_touched(self) -> set[Connection]:
         """The engines that may have output since the last call (the caller wakes their writers)."""

@@ -42,7 +42,9 @@ _DESCRIPTIONS = {
     "reconnect_max_s": "Longest delay between retries",
 }  # fmt: skip
 MASK = "********"  # what a secret reads as (the anchors' tools print passwords the same way)
-_RENAMED = {"max_sessions_per_connection": "maxSessions"}  # the anchors' name for the concept
+_RENAMED = {  # the anchors' names for the concept
+    "max_sessions_per_connection": "maxSessions", "handshake_timeout_s": "initialHandshakeTimeoutSeconds",
+}  # fmt: skip
 
 
 def camel(field: str) -> str:
@@ -161,7 +163,12 @@ CONNECTOR = FieldMap(Connector, secrets=("sasl_password",))
 class ListenerType(EntityType):
     short_name = "listener"
     description = "An AMQP listener: accepts connections on a host and port"
-    attributes = LISTENER.without_name() + (Attribute("boundPort", "long", "The port actually bound (port 0 picks one)"),)
+    attributes = LISTENER.without_name() + (
+        Attribute("boundPort", "long", "The port actually bound (port 0 picks one)"),
+        Attribute("acceptFailures", "long", "Accepts that failed (out of file descriptors or memory); the listener backs off"),
+        Attribute("handshakeTimeouts", "long", "Connections dropped for not finishing header, SASL and open in time"),
+    )
+    read_only = ("boundPort", "acceptFailures", "handshakeTimeouts")
     operations = ("CREATE", "READ", "UPDATE", "DELETE")
     configuration = True
 
@@ -170,7 +177,12 @@ class ListenerType(EntityType):
         for listener in agent.config.listeners:
             attrs = LISTENER.render(listener)
             del attrs["name"]
-            yield self.entity(f"listener/{listener.name}", listener.name, **attrs, boundPort=ports.get(listener.name))
+            # The network layer's counters (a control without them, as in tests, shows none).
+            counters = getattr(agent.control, "listener_counters", None)
+            counted = counters(listener.name) if counters is not None else {}
+            yield self.entity(f"listener/{listener.name}", listener.name, **attrs, boundPort=ports.get(listener.name),
+                              acceptFailures=counted.get("accept_failures"),
+                              handshakeTimeouts=counted.get("handshake_timeouts"))  # fmt: skip
 
     def _open(self, agent: ManagementAgent, listener: Listener) -> None:
         if agent.control is not None:
@@ -186,7 +198,7 @@ class ListenerType(EntityType):
             act(f"close listener {name}", lambda: control.delete_listener(name))
 
     def create(self, agent: ManagementAgent, attributes: dict[str, Any], now: float) -> dict[str, Any]:
-        listener: Listener = LISTENER.build(LISTENER.parse(attributes, ("boundPort",)), "listener")
+        listener: Listener = LISTENER.build(LISTENER.parse(attributes, self.read_only), "listener")
         if any(existing.name == listener.name for existing in agent.config.listeners):
             raise ManagementError(409, f"there is a listener named {listener.name!r} already")
         candidate = with_config(agent, listeners=(*agent.config.listeners, listener))
@@ -201,7 +213,7 @@ class ListenerType(EntityType):
 
     def update(self, agent: ManagementAgent, entity: dict[str, Any], attributes: dict[str, Any], now: float) -> dict[str, Any]:
         old = next(x for x in agent.config.listeners if x.name == entity["name"])
-        new: Listener = LISTENER.build(LISTENER.merge(old, LISTENER.parse(attributes, ("boundPort",))), "listener")
+        new: Listener = LISTENER.build(LISTENER.merge(old, LISTENER.parse(attributes, self.read_only)), "listener")
         if new == old:
             return entity
         candidate = with_config(agent, listeners=tuple(new if x is old else x for x in agent.config.listeners))

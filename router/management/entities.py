@@ -298,7 +298,7 @@ class NodeType(EntityType):
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         """One entity per other router this router knows (the core's mesh read API)."""
         mesh = agent.core.mesh
-        changed = int(mesh.last_change) if mesh.last_change is not None else None
+        changed = int(agent.core.wall_time(mesh.last_change)) if mesh.last_change is not None else None  # wall clock
         if mesh.node is None:
             return  # standalone: no mesh, no nodes
         states = mesh.link_states()

@@ -143,7 +143,14 @@ class Connectors:
         status.state = "SUCCESS"
         log.info("connector %s: connected to %s:%d", connector.name, connector.host, connector.port)
         started = trio.current_time()
-        await self._run_connection(stream, connector)
+        try:
+            await self._run_connection(stream, connector)
+        except Exception:
+            # The connection's own guard should have caught it: it must never end this
+            # connector's task (nor the nursery that every connection shares).
+            log.exception("connector %s: the connection failed", connector.name)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
         if trio.current_time() - started >= STABLE_S:
             return None
         return f"connection to {connector.host}:{connector.port} ended after {trio.current_time() - started:.1f} s"

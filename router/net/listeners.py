@@ -7,7 +7,8 @@
 
 Owns: binding (synchronously, so that a management request that creates a listener can answer
 with the bound port in the same call, and a request that deletes one returns only after the port
-refuses connections), one accept task per socket that can end alone, and closing.
+refuses connections), one accept task per socket that can end alone (backing off when accept
+fails, e.g. out of descriptors), per-listener counters of refusals, and closing.
 Must not touch: what a connection does once accepted (the handler's), the listener's settings.
 
 Deleting a listener closes its sockets only. Connections it accepted keep running with the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import socket as stdsocket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,11 +33,23 @@ from ..config.models import Listener
 log = logging.getLogger(__name__)
 
 Handler = Callable[[trio.SocketStream, Listener], Awaitable[None]]
+Bind = Callable[[str, int], list[trio.SocketListener]]
 
 # Accept errors that mean "out of file descriptors or memory for now": wait and try again
-# rather than end the listener (trio.serve_listeners does the same).
+# rather than end the listener (trio.serve_listeners does the same). Other accept errors back
+# off the same way: a listener that stops accepting for good is worse than one that retries.
 CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
-CAPACITY_SLEEP_S = 0.1
+ACCEPT_BACKOFF_MIN_S = 0.01  # the first wait after a failed accept; it doubles per failure ...
+ACCEPT_BACKOFF_MAX_S = 1.0  # ... up to this
+ACCEPT_LOG_INTERVAL_S = 10.0  # at most one log line per listener socket this often
+
+
+@dataclass
+class ListenerCounters:
+    """What management shows of a listener's refusals (kept by name across re-opens)."""
+
+    accept_failures: int = 0  # accept() failed (EMFILE, ENFILE, ENOBUFS, ENOMEM, ...)
+    handshake_timeouts: int = 0  # connections dropped: no open within handshake_timeout_s
 
 
 @dataclass
@@ -83,8 +97,11 @@ def bind_tcp(host: str, port: int) -> list[trio.SocketListener]:
 
 
 class AmqpListeners:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, bind: Bind | None = None) -> None:
+        """`bind(host, port)`: the listening sockets (bind_tcp; tests give wrappers)."""
         self._handler = handler
+        self._bind = bind or bind_tcp
+        self._counters: dict[str, ListenerCounters] = {}
         self._open: dict[str, _Open] = {}
         self._accepting: trio.Nursery | None = None
         self._connections: trio.Nursery | None = None
@@ -92,6 +109,13 @@ class AmqpListeners:
     def ports(self) -> dict[str, int]:
         """The bound port of every open listener, by name."""
         return {name: entry.port for name, entry in self._open.items()}
+
+    def counters(self, name: str) -> ListenerCounters:
+        """The counters of listener `name` (created at 0 when first asked for)."""
+        counters = self._counters.get(name)
+        if counters is None:
+            counters = self._counters[name] = ListenerCounters()
+        return counters
 
     def get(self, name: str) -> Listener | None:
         entry = self._open.get(name)
@@ -101,7 +125,7 @@ class AmqpListeners:
         """Bind `listener` (OSError if its port is taken) and start accepting once serving."""
         if listener.name in self._open:
             raise ValueError(f"listener {listener.name!r} exists")
-        entry = _Open(listener, bind_tcp(listener.host, listener.port))
+        entry = _Open(listener, self._bind(listener.host, listener.port))
         self._open[listener.name] = entry
         log.info("listener %s on %s:%d", listener.name, listener.host, entry.port)
         if self._accepting is not None:
@@ -152,6 +176,11 @@ class AmqpListeners:
 
     async def _accept(self, entry: _Open, sock: trio.SocketListener) -> None:
         assert self._connections is not None
+        name = entry.listener.name
+        counters = self.counters(name)
+        delay = 0.0
+        unlogged = 0  # failures since the last log line
+        logged_at = -math.inf
         with entry.scope:
             while True:
                 try:
@@ -159,9 +188,32 @@ class AmqpListeners:
                 except trio.ClosedResourceError:
                     return  # close() closed it
                 except OSError as exc:
-                    if exc.errno not in CAPACITY_ERRNOS:
-                        raise
-                    log.error("listener %s: cannot accept (%s); trying again", entry.listener.name, exc)
-                    await trio.sleep(CAPACITY_SLEEP_S)
+                    # Out of descriptors (or memory): every retry fails until a connection
+                    # ends, so back off (10 ms doubling to 1 s) rather than spin, and log once
+                    # per interval with the count rather than per failure.
+                    counters.accept_failures += 1
+                    unlogged += 1
+                    delay = min(ACCEPT_BACKOFF_MAX_S, delay * 2) if delay else ACCEPT_BACKOFF_MIN_S
+                    now = trio.current_time()
+                    if now - logged_at >= ACCEPT_LOG_INTERVAL_S:
+                        kind = "out of resources" if exc.errno in CAPACITY_ERRNOS else "error"
+                        log.error("listener %s: cannot accept (%s: %s); %d failure(s) since the last report, "
+                                  "%d in all; retrying within %g s", name, kind, exc, unlogged,
+                                  counters.accept_failures, ACCEPT_BACKOFF_MAX_S)  # fmt: skip
+                        logged_at, unlogged = now, 0
+                    await trio.sleep(delay)
                 else:
-                    self._connections.start_soon(self._handler, stream, entry.listener)
+                    if delay:
+                        log.info("listener %s: accepting again", name)
+                        delay = 0.0
+                    self._connections.start_soon(self._serve_one, stream, entry.listener)
+
+    async def _serve_one(self, stream: trio.SocketStream, listener: Listener) -> None:
+        """One accepted connection: its exception (the handler is guarded already) must never
+        reach the connections' nursery, which every other connection shares."""
+        try:
+            await self._handler(stream, listener)
+        except Exception:
+            log.exception("listener %s: a connection's handler failed", listener.name)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)

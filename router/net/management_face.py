@@ -1,6 +1,6 @@
 """Wiring the management agent into the network layer.
 
-    agent = new_agent(core, config, server)   # server: the ConfigControl (listeners at run time)
+    agent = new_agent(core, config, server, clock)   # server: the ConfigControl; clock: the core's
     install_management(core, agent)           # the AMQP node at $management, _local/$management
     app = http_app(agent, healthy=..., after_call=...)   # the HTTP listeners' ASGI application
 
@@ -20,8 +20,10 @@ from ..management.http import ManagementApp
 from ..management.metrics import MemoryType, metrics_registry
 
 
-def new_agent(core: Any, config: RouterConfig, control: ConfigControl) -> ManagementAgent:
-    agent = ManagementAgent(core, config, control)
+def new_agent(core: Any, config: RouterConfig, control: ConfigControl, clock: Callable[[], float]) -> ManagementAgent:
+    """`clock`: the server's (monotonic) clock, the one the core's `now` comes from: uptimes are
+    differences of its readings; wall-clock timestamps go through `core.wall_time`."""
+    agent = ManagementAgent(core, config, control, clock=clock)
     agent.register(MemoryType())
     return agent
 

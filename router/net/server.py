@@ -9,11 +9,14 @@
 Owns: the listeners (AMQP ones also created and deleted at run time through the management
 agent's ConfigControl, which this class implements; see listeners.py), the HTTP listeners
 (management as JSON, /metrics, /healthz: http_server.py serves router.management.http), the
-management agent's installation, one ConnectionDriver per connection (engine from `new_engine`), calling
-the core with wall-clock time and waking the writers of the engines it touched, the core's
-timer, socket backpressure (reads paused while the core says so, output blocked/unblocked as
-writers cross their high-water marks) and graceful shutdown (stop accepting, close every
-connection with amqp:connection:forced, let writers flush, then drop the sockets).
+management agent's installation, one ConnectionDriver per connection (engine from `new_engine`)
+inside a guard that confines whatever the connection does to it (and makes the core forget it
+however it ends), the handshake time-out, the one monotonic clock the core is called with
+(`clock`, trio's by default; the wall-clock offset is captured once at start), waking the
+writers of the engines the core touched, the core's timer, socket backpressure (reads paused
+while the core says so, output blocked/unblocked as writers cross their high-water marks) and
+graceful shutdown (stop accepting, close every connection with amqp:connection:forced, let
+writers flush, then drop the sockets).
 Must not touch: routing decisions (router.core), protocol rules (router.amqp).
 """
 
@@ -23,6 +26,7 @@ import itertools
 import logging
 import math
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
 
@@ -30,16 +34,19 @@ import trio
 
 from ..amqp.connection import Connection
 from ..amqp.events import Event
+from ..amqp.performatives import Error
 from ..config.models import Connector, ConnectionSettings, Listener, RouterConfig
 from ..core.connections import new_engine, new_outgoing_engine
 from .connectors import Connectors
 from .driver import ConnectionDriver
 from .http_server import serve_http
-from .listeners import AmqpListeners
+from .listeners import AmqpListeners, ListenerCounters
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_FLUSH_S = 2.0  # how long writers may flush the closes before sockets are dropped
+TIMER_FAILURE_PAUSE_S = 0.1  # after the core's timer failed, before it is tried again
+CLOSE_REASON_MAX = 200  # characters of a peer's close error that the log shows
 
 BoundAddress = tuple[str, str, int]  # (listener name, host, port)
 
@@ -63,6 +70,7 @@ class Core(Protocol):
     def next_deadline(self) -> float | None: ...
     def set_output_blocked(self, engine: Connection, blocked: bool, now: float) -> None: ...
     def read_paused(self, engine: Connection) -> bool: ...
+    def forget(self, engine: Connection, now: float) -> None: ...
     def shutdown(self, now: float) -> None: ...
 
 
@@ -80,19 +88,33 @@ class RouterServer:
     """Serves every listener of `config` with one RouterCore and its management agent (or the
     `core` given, for tests, with the `agent` given or none)."""
 
-    def __init__(self, config: RouterConfig, *, core: Core | None = None, agent: Any = None) -> None:
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        core: Core | None = None,
+        agent: Any = None,
+        clock: Callable[[], float] = trio.current_time,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock`: the one monotonic clock every `now` given to the core comes from (trio's, so
+        that tests may run on trio's mock clock). `wall_clock` is read once, here: the core gets
+        the offset between the two for what must be wall time (see router.core.router).
+        Construct it inside trio.run (the default clock is trio's)."""
         self.config = config
+        self.clock = clock
+        self.wall_offset = wall_clock() - clock()
         self._installs_agent = False
         if core is None:
             # Imported here rather than at the top so that this module (and the server tests,
             # which may run it on a stand-in core) does not depend on the core's internals.
             from ..core.router import RouterCore
 
-            core = RouterCore(config)
+            core = RouterCore(config, wall_offset=self.wall_offset)
             if agent is None:
                 from .management_face import new_agent  # it loads the agent, which reads the core
 
-                agent = new_agent(core, config, self)
+                agent = new_agent(core, config, self, clock)
                 self._installs_agent = True
         self.core: Core = core
         self.agent: Any = agent
@@ -105,7 +127,7 @@ class RouterServer:
         self._drivers: dict[Connection, ConnectionDriver] = {}
         self._paused: set[ConnectionDriver] = set()
         self._ids = itertools.count(1)
-        # The timer sleeps until _timer_at (wall clock) or until _timer_wake is set.
+        # The timer sleeps until _timer_at (the server's clock) or until _timer_wake is set.
         self._timer_at = math.inf
         self._timer_wake = trio.Event()
         self._stop = trio.Event()
@@ -184,7 +206,7 @@ class RouterServer:
         self._listeners.close_all()
         self._connectors.stop_dialling()  # their open connections close with the others
         log.info("shutting down: closing %d connection(s)", len(self._drivers))
-        self.core.shutdown(time.time())
+        self.core.shutdown(self.clock())
         self._after_core()
         with trio.move_on_after(SHUTDOWN_FLUSH_S):
             for driver in list(self._drivers.values()):
@@ -209,6 +231,12 @@ class RouterServer:
     def listener_ports(self) -> dict[str, int]:
         """The bound port of every open AMQP listener, by name."""
         return self._listeners.ports()
+
+    def listener_counters(self, name: str) -> dict[str, int]:
+        """Refusals on listener `name` for management: accepts that failed (out of descriptors,
+        say) and connections dropped for not finishing the handshake in time."""
+        counters = self._listeners.counters(name)
+        return {"accept_failures": counters.accept_failures, "handshake_timeouts": counters.handshake_timeouts}
 
     def create_connector(self, connector: Connector) -> None:
         """Start keeping `connector` up now (ValueError if the name is taken)."""
@@ -241,24 +269,65 @@ class RouterServer:
     # --- connections -----------------------------------------------------------------------------
 
     async def serve_stream(self, stream: trio.abc.Stream, listener: Listener) -> None:
-        """Run one connection (accepted on `listener`) over `stream` until it is over."""
-        engine = new_engine(self.config, listener)
-        state = self.core.accept(engine, listener)
-        _set_host(state, stream)
-        await self._drive(stream, engine, listener, f"from {_peer_name(stream)} on listener {listener.name}")
+        """Run one connection (accepted on `listener`) over `stream` until it is over. Never
+        raises (but for cancellation): whatever the connection does costs it alone."""
+
+        def register() -> Connection:
+            engine = new_engine(self.config, listener)
+            _set_host(self.core.accept(engine, listener), stream)
+            return engine
+
+        label = f"from {_peer_name(stream)} on listener {listener.name}"
+        await self._guarded(stream, register, listener, label, self._listeners.counters(listener.name))
 
     async def serve_outgoing(self, stream: trio.abc.Stream, connector: Connector) -> None:
-        """Run the connection a connector dialled over `stream` until it is over."""
-        engine = new_outgoing_engine(self.config, connector)
-        state = self.core.connect(engine, connector, time.time())
-        _set_host(state, stream)
-        await self._drive(stream, engine, connector, f"to {_peer_name(stream)} by connector {connector.name}")
+        """Run the connection a connector dialled over `stream` until it is over (never raises
+        but for cancellation, as serve_stream)."""
 
-    async def _drive(self, stream: trio.abc.Stream, engine: Connection, settings: ConnectionSettings, label: str) -> None:
+        def register() -> Connection:
+            engine = new_outgoing_engine(self.config, connector)
+            _set_host(self.core.connect(engine, connector, self.clock()), stream)
+            return engine
+
+        await self._guarded(stream, register, connector, f"to {_peer_name(stream)} by connector {connector.name}", None)
+
+    async def _guarded(
+        self,
+        stream: trio.abc.Stream,
+        register: Callable[[], Connection],
+        settings: ConnectionSettings,
+        label: str,
+        counters: ListenerCounters | None,
+    ) -> None:
+        """The guard around one connection's whole life: registering it with the core, driving
+        it and forgetting it. An exception from any of them (a bug, or hostile bytes the core
+        or the engine mishandles) is logged and ends this connection only; however it ends,
+        the core forgets it and the socket is closed."""
+        conn_id = next(self._ids)
+        engine: Connection | None = None
+        try:
+            engine = register()
+            log.info("connection %d %s", conn_id, label)
+            await self._drive(stream, engine, settings, conn_id, counters)
+        except Exception:
+            log.exception("connection %d %s failed", conn_id, label)
+        finally:
+            if engine is not None:
+                self._forget(engine, conn_id)
+            with trio.CancelScope(shield=True):  # the driver closed it already, unless it never ran
+                await trio.aclose_forcefully(stream)
+
+    async def _drive(
+        self,
+        stream: trio.abc.Stream,
+        engine: Connection,
+        settings: ConnectionSettings,
+        conn_id: int,
+        counters: ListenerCounters | None,
+    ) -> None:
         # No socket options to set: trio's SocketStream turns TCP_NODELAY on for every TCP
         # stream (checked by the server tests). With Nagle on, a small disposition or flow
         # would wait for the peer's delayed ACK, costing ~40 ms per round trip.
-        conn_id = next(self._ids)
 
         def pause_reading() -> bool:
             if self.core.read_paused(engine):
@@ -267,7 +336,7 @@ class RouterServer:
             return False
 
         def output_blocked(blocked: bool) -> None:
-            self.core.set_output_blocked(engine, blocked, time.time())
+            self.core.set_output_blocked(engine, blocked, self.clock())
             self._after_core()
 
         driver = ConnectionDriver(
@@ -279,35 +348,56 @@ class RouterServer:
             on_output_blocked=output_blocked,
         )
         self._drivers[engine] = driver
-        driver.wake()  # an outgoing connection's engine has its header and open queued already
-        log.info("connection %d %s", conn_id, label)
         try:
-            await driver.run()
-        except Exception:
-            # A bug (or hostile bytes the core mishandles) costs this connection, not the router.
-            log.exception("connection %d failed", conn_id)
+            driver.wake()  # an outgoing connection's engine has its header and open queued already
+            async with trio.open_nursery() as nursery:
+                timeout_s = settings.handshake_timeout_s
+                if timeout_s:
+                    nursery.start_soon(self._handshake_watch, engine, nursery.cancel_scope, timeout_s, conn_id, counters)
+                await driver.run()
+                nursery.cancel_scope.cancel()  # the watch, if the handshake is still going on
         finally:
             del self._drivers[engine]
             self._paused.discard(driver)
-            self._forget(engine, conn_id)
+
+    async def _handshake_watch(
+        self, engine: Connection, scope: trio.CancelScope, timeout_s: float, conn_id: int, counters: ListenerCounters | None
+    ) -> None:
+        """Drop the connection if the peer has not finished the protocol header, SASL and its
+        open within `timeout_s` (a silent, header-only, SASL-stalled or vanished peer would
+        otherwise hold a descriptor until the idle time-out, which only starts after open)."""
+        await trio.sleep(timeout_s)
+        if engine.remote_open is None and not engine.finished:
+            if counters is not None:
+                counters.handshake_timeouts += 1
+            log.info("connection %d: no open within the handshake time-out (%g s); dropping it", conn_id, timeout_s)
+            scope.cancel()  # the driver closes the socket; _forget releases the rest
 
     def _forget(self, engine: Connection, conn_id: int) -> None:
-        # Normally the driver already fed the end of stream (the core saw TransportClosed);
-        # after a cancellation or a failure it did not, and the core must still forget us.
-        engine.receive_data(b"", trio.current_time())
-        events = engine.events()
+        """However the connection ended, the core forgets it and releases what it held. Each
+        step is guarded on its own: a failure in one must not skip the others or escape."""
+        now = self.clock()
         try:
+            # Normally the driver already fed the end of stream (the core saw TransportClosed);
+            # after a cancellation or a failure it did not.
+            engine.receive_data(b"", trio.current_time())
+            events = engine.events()
             if events:
-                self.core.handle(engine, events, time.time())
-            self._after_core()
+                self.core.handle(engine, events, now)
+        except Exception:
+            log.exception("connection %d: the core failed on its last events", conn_id)
+        try:
+            self.core.forget(engine, now)
         except Exception:
             log.exception("connection %d: the core failed to forget it", conn_id)
-        error = engine.remote_error
-        reason = f" ({error.condition}: {error.description or ''})" if error is not None else ""
-        log.info("connection %d closed%s", conn_id, reason)
+        try:
+            self._after_core()
+        except Exception:
+            log.exception("connection %d: flushing after it closed failed", conn_id)
+        log.info("connection %d closed%s", conn_id, _close_reason(engine))
 
     def _on_events(self, engine: Connection, events: list[Event]) -> None:
-        self.core.handle(engine, events, time.time())
+        self.core.handle(engine, events, self.clock())
         self._after_core()
 
     def _after_core(self) -> None:
@@ -335,14 +425,34 @@ class RouterServer:
         until (a later one costs a single early wake-up, after which we re-read it). Polling
         every 100 ms instead would wake an idle router ten times a second forever and make
         timers up to 100 ms late; an event per call would cost a task switch per batch.
+        The deadline is in the server's clock; the sleep is in trio's (the same by default).
         """
         while True:
             deadline = self.core.next_deadline()
             self._timer_at = math.inf if deadline is None else deadline
             self._timer_wake = trio.Event()
-            with trio.move_on_after(max(0.0, self._timer_at - time.time())):
+            with trio.move_on_after(max(0.0, self._timer_at - self.clock())):
                 await self._timer_wake.wait()
                 continue  # re-read the deadline
-            self.core.tick(time.time())
-            self._after_core()
+            try:
+                self.core.tick(self.clock())
+                self._after_core()
+            except Exception:
+                # A core bug must not stop the router's timers (nor end the router): log it,
+                # and do not spin if the same deadline fails again at once.
+                log.exception("the core's timer failed")
+                await trio.sleep(TIMER_FAILURE_PAUSE_S)
 
+
+def _close_reason(engine: Connection) -> str:
+    """What the log says of the peer's close: its error's condition and description when it is
+    an error record. The engine checks the field's type; this does not rely on it (a string or
+    a number there must not break the clean-up), and bounds what hostile text gets logged."""
+    error: Any = engine.remote_error
+    if error is None:
+        return ""
+    if isinstance(error, Error):
+        text = f"{error.condition}: {error.description or ''}"
+    else:
+        text = f"an error field of type {type(error).__name__}"
+    return f" ({text[:CLOSE_REASON_MAX]!r})"

@@ -1,0 +1,106 @@
+"""The handshake time-out: a peer that has not finished the protocol header, SASL and its open
+within the listener's `handshake_timeout_s` is dropped and counted (management's listener
+`handshakeTimeouts`); one that finished is not. Over real sockets, with a short time-out."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from router.amqp.message import Message
+from router.config.models import Listener, RouterConfig, RouterSection
+from router.net.client import connect
+from router.net.server import RouterServer
+
+from .rawamqp import HEADER, OPEN, frame, read_until_closed
+
+TIMEOUT_S = 0.2
+SASL_HEADER = b"AMQP\x03\x01\x00\x00"  # transport §5.2.1 / security §5.3.1
+# sasl-init (security §5.3.3.2) with mechanism ANONYMOUS, in a SASL frame (type 1)
+_SASL_INIT_BODY = b"\x00\x53\x41\xc0\x0c\x01\xa3\x09ANONYMOUS"
+SASL_INIT = struct.pack(">IBBH", 8 + len(_SASL_INIT_BODY), 2, 1, 0) + _SASL_INIT_BODY
+
+
+@pytest.fixture
+async def server(nursery: trio.Nursery) -> AsyncIterator[RouterServer]:
+    config = RouterConfig(
+        router=RouterSection(id="hs"),
+        listeners=(Listener(host="127.0.0.1", port=0, handshake_timeout_s=TIMEOUT_S),),
+    )
+    server = RouterServer(config)
+    await nursery.start(server.run)
+    yield server
+    server.shutdown()
+    with trio.fail_after(5):
+        await server.wait_stopped()
+
+
+def timeouts(server: RouterServer) -> int:
+    (entity,) = server.agent.entities("listener")
+    count: int = entity["handshakeTimeouts"]
+    return count
+
+
+STALLS = {
+    "silent": b"",
+    "header only": HEADER,
+    "sasl header only": SASL_HEADER,
+    "sasl done, no amqp header": SASL_HEADER + SASL_INIT,
+    "half an open": HEADER + frame(OPEN)[:7],
+}
+
+
+@pytest.mark.parametrize("stall", list(STALLS), ids=list(STALLS))
+async def test_a_peer_that_stalls_in_the_handshake_is_dropped_and_counted(server: RouterServer, stall: str) -> None:
+    port = server.listener_ports()["amqp"]
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    started = trio.current_time()
+    if STALLS[stall]:
+        await stream.send_all(STALLS[stall])
+    await read_until_closed(stream, timeout_s=5)  # the router hangs up ...
+    assert trio.current_time() - started >= TIMEOUT_S * 0.9  # ... at the time-out, not before
+    await stream.aclose()
+    assert timeouts(server) == 1
+    with trio.fail_after(5):
+        while server.stats()["connections"]:
+            await trio.sleep(0.01)
+    assert server.agent.entities("connection") == []
+
+
+async def test_a_peer_that_finished_the_handshake_is_kept(server: RouterServer) -> None:
+    port = server.listener_ports()["amqp"]
+    async with connect("127.0.0.1", port) as client:
+        receiver = await client.open_receiver("kept", credit=1)
+        await trio.sleep(TIMEOUT_S * 2)  # past the handshake time-out: nothing to wait for
+        sender = await client.open_sender("kept")
+        with trio.fail_after(5):
+            tracker = await sender.start_send(Message.value("still open"))
+            receiver.accept(await receiver.receive())
+            assert type(await tracker.wait()).__name__ == "Accepted"
+    assert timeouts(server) == 0
+
+
+async def test_many_stalled_peers_are_all_dropped_on_the_mock_clock(autojump_clock: trio.testing.MockClock) -> None:
+    """Under trio's mock clock (autojump) the time-out is the configured 10 s, and the router
+    holds no stalled connection after it (memory streams: no real time passes)."""
+    server = RouterServer(RouterConfig(router=RouterSection(id="mock"), listeners=(Listener(port=0),)))
+    listener = server.config.listeners[0]
+    assert listener.handshake_timeout_s == 10.0  # the default
+    peers = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        for _ in range(20):
+            ours, theirs = trio.testing.memory_stream_pair()
+            peers.append(ours)
+            nursery.start_soon(server.serve_stream, theirs, listener)
+        await peers[0].send_all(HEADER)  # one sends its header, the others nothing
+        await trio.sleep(9.9)
+        assert server.stats()["connections"] == 20
+        await trio.sleep(0.2)
+        assert server.stats()["connections"] == 0
+        assert server.listener_counters(listener.name)["handshake_timeouts"] == 20
+        server.shutdown()
