@@ -1,6 +1,7 @@
 """`router run`: start a router on a configuration file or the embedded default.
 
-Owns: loading the configuration (problems go to stderr one per line, exit 2), printing one
+Owns: loading the configuration (problems go to stderr one per line, exit 2), raising the soft
+limit on open descriptors to the hard one (logged), printing one
 `listening <listener> amqp://<host>:<port>` line per listener (then `listening <name>
 http://<host>:<port>` per HTTP listener) once the sockets are bound (flushed: scripts and
 tests wait for these lines), and graceful shutdown on SIGINT/SIGTERM
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import resource
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -42,6 +44,29 @@ def url(host: str, port: int, scheme: str = "amqp") -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
+# When the hard limit is "unlimited", the soft one cannot be raised past the kernel's per-process
+# maximum (fs.nr_open, 1,048,576 by default on Linux): ask for that.
+NOFILE_UNLIMITED_TARGET = 1_048_576
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft limit on open descriptors (RLIMIT_NOFILE) to the hard one: every
+    connection costs one, and the common soft default (1024) lets a few hundred idle peers
+    exhaust it. Returns the (old, new) soft limit; logs what it did."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = NOFILE_UNLIMITED_TARGET if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("open file limit stays %d (cannot raise it to %d: %s)", soft, target, exc)
+            return soft, soft
+        log.info("open file limit raised from %d to %d", soft, target)
+        return soft, target
+    log.info("open file limit: %s", "unlimited" if soft == resource.RLIM_INFINITY else soft)
+    return soft, soft
+
+
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 
 
@@ -60,6 +85,7 @@ async def serve(config: RouterConfig) -> int:
     # Imported here: the rest of the CLI never loads the routing core.
     from ..net.server import RouterServer
 
+    raise_fd_limit()
     server = RouterServer(config)
     # The signal receiver is open before anything binds: a SIGTERM that arrives while we
     # start still means "stop gracefully" rather than trio's default KeyboardInterrupt.
