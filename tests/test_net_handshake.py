@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 import trio.testing
 
 from router.amqp.message import Message
@@ -17,6 +18,7 @@ from router.net.client import connect
 from router.net.server import RouterServer
 
 from .rawamqp import HEADER, OPEN, frame, read_until_closed
+from .support.management import managed_router, management_config
 
 TIMEOUT_S = 0.2
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"  # transport §5.2.1 / security §5.3.1
@@ -104,3 +106,20 @@ async def test_many_stalled_peers_are_all_dropped_on_the_mock_clock(autojump_clo
         assert server.stats()["connections"] == 0
         assert server.listener_counters(listener.name)["handshake_timeouts"] == 20
         server.shutdown()
+
+
+async def test_handshake_timeouts_show_in_management_and_metrics() -> None:
+    config = management_config()
+    config = config.model_copy(update={"listeners": (Listener(name="amqp", host="127.0.0.1", port=0, handshake_timeout_s=TIMEOUT_S),)})
+    async with managed_router(config) as router:
+        stream = await trio.open_tcp_stream("127.0.0.1", router.amqp_port)
+        await stream.send_all(HEADER)
+        await read_until_closed(stream)
+        await stream.aclose()
+        listener = (await router.http("GET", "/management/listener/amqp")).json
+        assert listener["handshakeTimeouts"] == 1 and listener["acceptFailures"] == 0
+        assert listener["initialHandshakeTimeoutSeconds"] == TIMEOUT_S
+        metrics = (await router.http("GET", "/metrics")).body.decode()
+        samples = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(metrics) for s in f.samples}
+        assert samples[("amqp_router_listener_handshake_timeouts_total", (("listener", "amqp"),))] == 1
+        assert samples[("amqp_router_listener_accept_failures_total", (("listener", "amqp"),))] == 0

@@ -17,6 +17,8 @@ Metrics (all prefixed `amqp_router_`):
 - per address (label `address`): counters `address_deliveries_ingress_total`,
   `address_deliveries_egress_total`, `address_deliveries_transit_total`; gauges
   `address_subscribers`, `address_remote_subscribers`
+- per listener (label `listener`): counters `listener_accept_failures_total`,
+  `listener_handshake_timeouts_total`
 A router's totals cover what the router still remembers: an address whose entry the router drops
 when it becomes unused loses its series, and Prometheus sees a counter reset if it comes back.
 
@@ -69,6 +71,10 @@ ADDRESS_COUNTERS = (
     ("address_deliveries_egress", "Deliveries sent to the address's local consumers.", "deliveriesEgress"),
     ("address_deliveries_transit", "Deliveries of the address forwarded to other routers.", "deliveriesTransit"),
 )
+LISTENER_COUNTERS = (
+    ("listener_accept_failures", "Accepts that failed on the listener (out of descriptors or memory).", "acceptFailures"),
+    ("listener_handshake_timeouts", "Connections dropped for not finishing the handshake in time.", "handshakeTimeouts"),
+)
 ADDRESS_GAUGES = (
     ("address_subscribers", "Local consumers of the address.", "subscriberCount"),
     ("address_remote_subscribers", "Other routers with consumers of the address.", "remoteCount"),
@@ -100,6 +106,18 @@ class RouterCollector(Collector):
             if value is not None:
                 yield CounterMetricFamily(PREFIX + name, doc, value=value)
         yield from self._per_address()
+        yield from self._per_listener()
+
+    def _per_listener(self) -> Iterable[Metric]:
+        families = [(attribute, CounterMetricFamily(PREFIX + name, doc, labels=["listener"]))
+                    for name, doc, attribute in LISTENER_COUNTERS]  # fmt: skip
+        for entity in self.agent.entities("listener"):
+            for attribute, family in families:
+                value = _number(entity.get(attribute))
+                if value is not None:
+                    family.add_metric([str(entity.get("name", ""))], value)
+        for _, family in families:
+            yield family
 
     def _per_address(self) -> Iterable[Metric]:
         addresses = self.agent.entities("router.address")
