@@ -106,7 +106,7 @@ class ConnState:
         self.buffered_bytes = 0
         self.opened = False
         self.closed = False
-        # For management: when the peer's open arrived (wall clock), the peer's address (set by
+        # For management: when the peer's open arrived (the core's `now`), the peer's address (set by
         # the network layer after accept) and the SASL mechanism it authenticated with.
         self.opened_at: float | None = None
         self.host = ""

@@ -55,7 +55,7 @@ class Forward:
         self.remaining = 0  # multicast copies without an outcome yet
         self.best = -1  # multicast: rank of the strongest outcome so far
         self.outcome_sent = False  # the producer has been told (rcv-settle-mode second waits)
-        self.expiry: float | None = None  # wall-clock seconds, while waiting to be sent
+        self.expiry: float | None = None  # the core's `now` (monotonic) at expiry, while waiting to be sent
         self.done = False  # finished: outcome relayed, released, expired or aborted
         self.message_format = message_format
         self.state: Any = None  # the outcome told to the producer (multicast: the strongest)

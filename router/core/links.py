@@ -79,7 +79,7 @@ class InLink(LinkCounts):
         self.discarding = False  # dropping the remaining frames of a refused delivery
         self.gone = False
         self.dropped = 0
-        # When the link's credit last dropped to zero (wall clock); None while it has credit.
+        # When the link's credit last dropped to zero (the core's `now`); None while it has credit.
         self.zero_credit_since: float | None = None
 
     def __repr__(self) -> str:
@@ -110,7 +110,7 @@ class OutLink(LinkCounts):
         self.gone = False
         self.tags = 0
         self.capacity = conn.listener.link_capacity
-        # When the consumer's credit last dropped to zero (wall clock); None while it has credit.
+        # When the consumer's credit last dropped to zero (the core's `now`); None while it has credit.
         self.zero_credit_since: float | None = None
 
     def next_tag(self) -> bytes:

@@ -40,7 +40,7 @@ _RANK: Final[dict[type, int]] = {Rejected: 3, Accepted: 2, Modified: 1, Released
 class Settlement:
     def __init__(self, core: RouterCore) -> None:
         self.core = core
-        self.now = 0.0  # wall clock of the batch being handled (set by the core)
+        self.now = 0.0  # the core's `now` (monotonic) of the batch being handled (set by the core)
         # Producers whose credit to look at in flush(), each once (InLink.credit_dirty marks
         # them: a set add per delivery was a hash and a probe per message)
         self._credit_dirty: list[InLink] = []

@@ -27,8 +27,9 @@ The agent's API (stable; every failure raises ManagementError(status, descriptio
     agent.config                                    # the live RouterConfig
     etag(entity) -> str                             # a digest of an entity's attributes
 
-`type` may be None where an entity is looked up (any type). Every method takes `now=` (wall
-clock seconds, for uptimes); without it the agent's clock is used. An entity is a dict with
+`type` may be None where an entity is looked up (any type). Every method takes `now=` (the
+core's clock, monotonic in a running router: uptimes are differences of it; wall-clock
+timestamps go through `core.wall_time`); without it the agent's clock is used. An entity is a dict with
 `identity`, `name`, `type` (the long name) and its attributes (camelCase).
 """
 
