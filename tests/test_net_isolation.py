@@ -11,13 +11,14 @@ import gc
 import socket
 import tracemalloc
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
 from router.amqp.message import Message
-from router.config.models import Listener, RouterConfig, RouterSection
+from router.config.models import Connector, Listener, RouterConfig, RouterSection
 from router.net.client import ClientError, connect
 from router.net.server import RouterServer, _close_reason
 from router.amqp.connection import Connection, ConnectionConfig
@@ -29,6 +30,7 @@ from router.net.driver import ConnectionDriver
 
 from .rawamqp import (BOOLEAN_TRUE, CLOSE_CODE, HEADER, OPEN, SMALLINT_5, STRING_X, UNKNOWN_PERFORMATIVE, close_with,
                       frame, read_until, read_until_closed)  # fmt: skip
+from .support.router_process import RouterProcess
 
 
 def two_listener_config(**listener: Any) -> RouterConfig:
@@ -243,3 +245,52 @@ async def test_a_consumer_that_vanishes_releases_its_deliveries_and_address(serv
         assert not state.out_links
         entry = core.table.find("vanish")
         assert entry is None or not entry.consumers
+
+
+async def test_a_cancelled_connection_is_forgotten(nursery: trio.Nursery) -> None:
+    """A connector removed at run time cancels its connection's task: both routers' cores
+    forget the inter-router connection (the dialling side by cancellation, the other by the
+    socket closing), and the mesh loses the neighbour."""
+    hub = RouterServer(two_listener_config())
+    await nursery.start(hub.run)
+    to_hub = Connector(name="to-hub", host="127.0.0.1", port=port(hub, "ir"))
+    spoke = RouterServer(RouterConfig(router=RouterSection(id="spoke", mode="interior"),
+                                      listeners=(Listener(host="127.0.0.1", port=0),), connectors=(to_hub,)))  # fmt: skip
+    await nursery.start(spoke.run)
+    with trio.fail_after(10):
+        while not any(c["role"] == "inter-router" and c["opened"] for c in hub.agent.entities("connection")):
+            await trio.sleep(0.01)  # the connector dials: poll management
+    assert spoke.delete_connector("to-hub")
+    await forgotten(spoke)
+    await forgotten(hub)
+    for server in (spoke, hub):
+        server.shutdown()
+        with trio.fail_after(5):
+            await server.wait_stopped()
+
+
+def test_router_run_survives_hostile_closes(tmp_path: Path) -> None:
+    """The 40-byte input that once stopped `router run`, on a client and an inter-router
+    listener: the process keeps serving and logs no traceback."""
+    config = {"router": {"id": "hostile", "mode": "interior"},
+              "listeners": [{"name": "amqp", "port": 0}, {"name": "ir", "port": 0, "role": "inter-router"}]}  # fmt: skip
+    with RouterProcess.running(tmp_path, config) as router:
+
+        async def attack_then_use() -> str:
+            for listener in ("amqp", "ir"):
+                for error_field in (BOOLEAN_TRUE, STRING_X, SMALLINT_5):
+                    stream = await trio.open_tcp_stream("127.0.0.1", router.ports[listener])
+                    await stream.send_all(HEADER + frame(OPEN) + frame(close_with(error_field)))
+                    await read_until_closed(stream)
+                    await stream.aclose()
+            with trio.fail_after(10):
+                async with connect("127.0.0.1", router.ports["amqp"]) as client:
+                    receiver = await client.open_receiver("after", credit=1)
+                    sender = await client.open_sender("after")
+                    tracker = await sender.start_send(Message.value("still serving"))
+                    receiver.accept(await receiver.receive())
+                    return type(await tracker.wait()).__name__
+
+        assert trio.run(attack_then_use) == "Accepted"
+        assert router.proc is not None and router.proc.poll() is None
+    assert "Traceback" not in router.output
