@@ -294,3 +294,30 @@ def test_router_run_survives_hostile_closes(tmp_path: Path) -> None:
         assert trio.run(attack_then_use) == "Accepted"
         assert router.proc is not None and router.proc.poll() is None
     assert "Traceback" not in router.output
+
+
+async def test_a_failure_writing_to_one_connection_ends_that_one_not_the_caller(server: RouterServer) -> None:
+    """A producer's delivery goes to a consumer whose output fails (here: its flush raises,
+    as a core bug in the output-blocked call would): the consumer's connection ends, the
+    producer hears an outcome and keeps its connection."""
+    async with connect("127.0.0.1", port(server, "amqp")) as producer:
+        async with connect("127.0.0.1", port(server, "amqp")) as consumer:
+            await consumer.open_receiver("broken-out", credit=5)
+            consumer_engine = next(e for e in server._drivers if e.context is not None and e.context.out_links)
+            broken = server._drivers[consumer_engine]
+
+            def failing_flush() -> None:
+                raise RuntimeError("a bug on the way out")
+
+            broken.flush = failing_flush  # type: ignore[method-assign]
+            sender = await producer.open_sender("broken-out")
+            tracker = await sender.start_send(Message.value("to a broken consumer"))
+            with trio.fail_after(5):
+                await broken.wait_closed()
+                outcome = await tracker.wait()
+            assert type(outcome).__name__ in ("Released", "Modified")
+        with trio.fail_after(5):
+            while len(server.core.connections) > 1:  # type: ignore[attr-defined]
+                await trio.sleep(0.01)
+        await producer.open_receiver("producer-still-works", credit=1)
+    await still_serves(server)

@@ -81,6 +81,8 @@ class ConnectionDriver:
         self._paused_when_due = False  # the reader was paused when its deadline fell due
         self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
         self._last_read_full = False
+        self._run_scope: trio.CancelScope | None = None  # while run() runs: abort() cancels it
+        self._aborted = False
         # A plain TCP stream's socket, written directly by flush() when it can take the bytes
         # at once: that saves a task switch per forwarding hop. -1 for other streams (TLS).
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
@@ -176,9 +178,19 @@ class ConnectionDriver:
         self._resume = trio.Event()
         return self.pause_reading()
 
+    def abort(self) -> None:
+        """End the connection now, from any task: run() stops reading and writing, closes the
+        stream and returns (the caller of run() then cleans up as after any other end)."""
+        self._aborted = True
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
+                self._run_scope = nursery.cancel_scope
+                if self._aborted:
+                    nursery.cancel_scope.cancel()
                 nursery.start_soon(self._writer)
                 await self._reader()
                 # The reader saw the end; give the writer a moment to flush the last frames.
@@ -186,6 +198,7 @@ class ConnectionDriver:
                     await self._closed.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            self._run_scope = None
             self._closed.set()
             with trio.CancelScope(shield=True):
                 await self._close_stream()

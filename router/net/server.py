@@ -407,7 +407,13 @@ class RouterServer:
         for engine in self.core.take_touched():
             driver = drivers.get(engine)
             if driver is not None:
-                driver.flush()  # written now when the socket takes it: no writer wake-up
+                try:
+                    driver.flush()  # written now when the socket takes it: no writer wake-up
+                except Exception:
+                    # Its failure (the engine's output, or the core's output-blocked call) is
+                    # that connection's, not the one whose call got here: end that one.
+                    log.exception("a connection failed while flushing its output")
+                    driver.abort()
         # The core's buffered bytes change only inside its calls, and every call ends here:
         # a paused reader is therefore always asked again after the change that may free it.
         if self._paused:
