@@ -206,8 +206,11 @@ class RouterServer:
         self._listeners.close_all()
         self._connectors.stop_dialling()  # their open connections close with the others
         log.info("shutting down: closing %d connection(s)", len(self._drivers))
-        self.core.shutdown(self.clock())
-        self._after_core()
+        try:
+            self.core.shutdown(self.clock())
+            self._after_core()
+        except Exception:  # the connections are dropped below all the same
+            log.exception("the core failed to close the connections")
         with trio.move_on_after(SHUTDOWN_FLUSH_S):
             for driver in list(self._drivers.values()):
                 await driver.wait_closed()
