@@ -126,14 +126,23 @@ async def test_a_core_failure_costs_that_connection_only(server: RouterServer, c
         handle(engine, events, now)
 
     core.handle = failing_handle
-    with trio.fail_after(5):
-        async with connect("127.0.0.1", port(server, "amqp")) as victim:
-            await victim.open_receiver("v", credit=1)
-            (engine,) = server._drivers
-            doomed.append(engine)
-            with pytest.raises(ClientError):
-                await victim.open_sender("v")  # its attach reaches the failing core
-            assert victim.driver.closed or not victim.engine.state.both_closed
+    async with connect("127.0.0.1", port(server, "amqp")) as bystander:
+        watcher = await bystander.open_receiver("bystander", credit=1)
+        with trio.fail_after(5):
+            async with connect("127.0.0.1", port(server, "amqp")) as victim:
+                await victim.open_receiver("v", credit=1)
+                (engine,) = [e for e in server._drivers if e.remote_open.container_id == victim.engine.config.container_id]
+                doomed.append(engine)
+                with pytest.raises(ClientError):
+                    await victim.open_sender("v")  # its attach reaches the failing core
+        with trio.fail_after(5):
+            while len(core.connections) > 1:
+                await trio.sleep(0.01)
+        sender = await bystander.open_sender("bystander")  # the same connection, still served
+        with trio.fail_after(5):
+            tracker = await sender.start_send(Message.value("unaffected"))
+            watcher.accept(await watcher.receive())
+            assert type(await tracker.wait()).__name__ == "Accepted"
     assert any("failed" in r.getMessage() and r.exc_info for r in caplog.records)
     await forgotten(server)
     await still_serves(server)
