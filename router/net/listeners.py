@@ -46,7 +46,7 @@ ACCEPT_LOG_INTERVAL_S = 10.0  # at most one log line per listener socket this of
 
 @dataclass
 class ListenerCounters:
-    """What management shows of a listener's refusals (kept by name across re-opens)."""
+    """What management shows of a listener's refusals (from 0 whenever it is opened)."""
 
     accept_failures: int = 0  # accept() failed (EMFILE, ENFILE, ENOBUFS, ENOMEM, ...)
     handshake_timeouts: int = 0  # connections dropped: no open within handshake_timeout_s
@@ -111,10 +111,12 @@ class AmqpListeners:
         return {name: entry.port for name, entry in self._open.items()}
 
     def counters(self, name: str) -> ListenerCounters:
-        """The counters of listener `name` (created at 0 when first asked for)."""
+        """The counters of listener `name` (zeros, not kept, for a listener that is not open)."""
         counters = self._counters.get(name)
         if counters is None:
-            counters = self._counters[name] = ListenerCounters()
+            counters = ListenerCounters()
+            if name in self._open:
+                self._counters[name] = counters
         return counters
 
     def get(self, name: str) -> Listener | None:
@@ -146,6 +148,7 @@ class AmqpListeners:
         entry = self._open.pop(name, None)
         if entry is None:
             return False
+        self._counters.pop(name, None)  # its counters start again if it is re-opened (an update)
         entry.scope.cancel()
         # Closed here rather than by the accept tasks as they end: the port must refuse new
         # connections as soon as the caller has its answer. trio's close wakes a task waiting
