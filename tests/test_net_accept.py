@@ -1,7 +1,8 @@
 """Out of file descriptors: `router run` raises its soft RLIMIT_NOFILE to the hard limit, and
 when accept fails (EMFILE, ENFILE, ENOBUFS, ENOMEM) the listener backs off (10 ms doubling to
 1 s) instead of spinning, logs once per interval with a count, counts the failures for
-management, and accepts again once descriptors are free."""
+management, and accepts again once descriptors are free. Connections refused at the connection
+limit are counted per listener too."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ import trio.testing
 import yaml
 
 from router.amqp.message import Message
-from router.config.models import Listener
+from router.config.models import Limits, Listener, RouterConfig, RouterSection
 from router.net import listeners as listeners_module
-from router.net.client import connect
+from router.net.client import ClientError, connect
 from router.net.listeners import ACCEPT_BACKOFF_MAX_S, ACCEPT_BACKOFF_MIN_S, AmqpListeners, bind_tcp
+from router.net.server import RouterServer
 
 from .support.router_process import LISTENING, router_command, router_env
 
@@ -147,3 +149,19 @@ def test_a_router_out_of_descriptors_backs_off_then_serves_again(tmp_path: Path)
     failures = [line for line in stderr.splitlines() if "cannot accept" in line]
     assert 1 <= len(failures) <= 2, "\n".join(failures)
     assert "Too many open files" in failures[0]
+
+
+async def test_connections_refused_at_the_limit_are_counted_per_listener(nursery: trio.Nursery) -> None:
+    config = RouterConfig(router=RouterSection(id="full"), listeners=(Listener(host="127.0.0.1", port=0),),
+                          limits=Limits(max_connections=1))  # fmt: skip
+    server = RouterServer(config)
+    port = (await nursery.start(server.run))[0][2]
+    async with connect("127.0.0.1", port):
+        for _ in range(2):
+            with pytest.raises(ClientError) as refused:
+                async with connect("127.0.0.1", port) as extra:
+                    await extra.open_receiver("x")
+            assert "resource-limit-exceeded" in str(refused.value)
+    (listener,) = server.agent.entities("listener")
+    assert listener["connectionsRefused"] == 2
+    server.shutdown()

@@ -65,6 +65,9 @@ class RouterCore:
         self.gone_out = GoneTotals()
         self.gone_transit = GoneTotals()
         self.mesh = Mesh(self, config, instance)
+        # Connections refused at the connection limit, by the name of the listener they came
+        # in on (management's listener connectionsRefused).
+        self.refused_connections: dict[str, int] = {}
 
     # --- the surface the network layer uses -----------------------------------------------------
 
@@ -287,6 +290,8 @@ class RouterCore:
             return
         opened = sum(1 for s in self.connections.values() if s.opened and not s.closed)
         if opened >= self.config.limits.max_connections:
+            name = state.listener.name
+            self.refused_connections[name] = self.refused_connections.get(name, 0) + 1
             engine.open(offered_capabilities=OFFERED_CAPABILITIES)
             engine.close(
                 Error(

@@ -167,13 +167,15 @@ class ListenerType(EntityType):
         Attribute("boundPort", "long", "The port actually bound (port 0 picks one)"),
         Attribute("acceptFailures", "long", "Accepts that failed (out of file descriptors or memory); the listener backs off"),
         Attribute("handshakeTimeouts", "long", "Connections dropped for not finishing header, SASL and open in time"),
+        Attribute("connectionsRefused", "long", "Connections refused at the router's connection limit"),
     )
-    read_only = ("boundPort", "acceptFailures", "handshakeTimeouts")
+    read_only = ("boundPort", "acceptFailures", "handshakeTimeouts", "connectionsRefused")
     operations = ("CREATE", "READ", "UPDATE", "DELETE")
     configuration = True
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         ports = dict(agent.control.listener_ports()) if agent.control is not None else agent.bound_ports
+        refused = getattr(agent.core, "refused_connections", {})
         for listener in agent.config.listeners:
             attrs = LISTENER.render(listener)
             del attrs["name"]
@@ -182,7 +184,8 @@ class ListenerType(EntityType):
             counted = counters(listener.name) if counters is not None else {}
             yield self.entity(f"listener/{listener.name}", listener.name, **attrs, boundPort=ports.get(listener.name),
                               acceptFailures=counted.get("accept_failures"),
-                              handshakeTimeouts=counted.get("handshake_timeouts"))  # fmt: skip
+                              handshakeTimeouts=counted.get("handshake_timeouts"),
+                              connectionsRefused=refused.get(listener.name, 0))  # fmt: skip
 
     def _open(self, agent: ManagementAgent, listener: Listener) -> None:
         if agent.control is not None:
