@@ -492,7 +492,8 @@ class Forwarder(Settlement):
         payload = bytes(fwd.frames[0]) if len(fwd.frames) == 1 else b"".join(fwd.frames)
         fwd.frames = None
         try:
-            state, replies = handler(payload, self.now)
+            link_address = fwd.in_link.address if fwd.in_link is not None else None
+            state, replies = handler(payload, self.now, link_address)
         except Exception as exc:  # an endpoint's bug must not take the router down
             state = Rejected(error=Error(condition=E.INTERNAL_ERROR, description=f"{type(exc).__name__}: {exc}"))
             replies = []

@@ -159,13 +159,16 @@ class RouterCore:
         state = self.connections.get(engine)
         return state is not None and state.buffered_bytes > state.listener.read_high_water_bytes
 
-    def register_local_endpoint(self, address: str, endpoint: LocalEndpoint) -> None:
-        """Serve `address` in-process: every delivery to it goes to `endpoint` (see table.py).
-        Producers waiting for a destination get credit at once."""
+    def register_local_endpoint(self, address: str, endpoint: LocalEndpoint, subtree: bool = False) -> None:
+        """Serve `address` in-process: every delivery to it goes to `endpoint` (see table.py);
+        with `subtree`, deliveries to `<address>/...` too. Producers waiting for a destination
+        get credit at once."""
         entry = self.table.get_or_create(address)
         if entry is None:
             raise ValueError(f"{address} is not an address of this router")
         entry.local = endpoint
+        if subtree:
+            self.table.serve_subtree(entry)
         for producer in entry.producers:
             self.forwarder.credit_dirty(producer)
         self.forwarder.flush()

@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 DEFAULT_DISTRIBUTION: Final = "balanced"
 KEYS_MAX: Final = 4096  # addresses whose table key is remembered (then it starts afresh)
 
-# An in-process endpoint: given a complete encoded message (and the time), it returns the
-# outcome for the sender and the replies to route, as (to-address, encoded message) pairs.
-LocalEndpoint = Callable[[bytes, float], "tuple[Any, list[tuple[str, bytes]]]"]
+# An in-process endpoint: given a complete encoded message, the time and the address of the link
+# it came on (None: an anonymous link or another router's), it returns the outcome for the sender
+# and the replies to route, as (to-address, encoded message) pairs.
+LocalEndpoint = Callable[[bytes, float, "str | None"], "tuple[Any, list[tuple[str, bytes]]]"]
 
 
 class AddressEntry:
@@ -107,6 +108,9 @@ class AddressTable:
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
+        # Keys of in-process endpoints that also serve every address below them (`$management`
+        # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
+        self.subtrees: set[str] = set()
         for rule in config.addresses:
             self.add_rule(rule)
 
@@ -135,7 +139,22 @@ class AddressTable:
         key = keys[address] = self._key_of(address)
         return key
 
+    def serve_subtree(self, entry: AddressEntry) -> None:
+        """Route every address below `entry`'s (`<address>/...`) to `entry` as well."""
+        self.subtrees.add(entry.key)
+        self._keys.clear()
+
     def _key_of(self, address: str) -> tuple[str, str] | None:
+        key = self._plain_key_of(address)
+        if key is not None and self.subtrees:
+            slash = key[0].find("/")
+            while slash > 0:  # the shortest served prefix wins
+                if key[0][:slash] in self.subtrees:
+                    return key[0][:slash], key[0][1:slash]
+                slash = key[0].find("/", slash + 1)
+        return key
+
+    def _plain_key_of(self, address: str) -> tuple[str, str] | None:
         parsed = classify(address, self.router_id)
         if parsed.kind is Kind.MOBILE:
             return "M" + parsed.key, parsed.key
