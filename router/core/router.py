@@ -25,7 +25,7 @@ from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
-from .connections import ConnState
+from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .forwarding import Forwarder
 from .interrouter import check_open, open_properties
 from .links import GoneTotals, attach_link, detach_link, link_gone, session_ended
@@ -43,6 +43,7 @@ class RouterCore:
         self.router_id = config.router.id
         self.connections: dict[Connection, ConnState] = {}
         self.table = AddressTable(config)
+        self.logins = login_throttle(config.failed_logins)  # failed SASL logins, per peer host
         self.forwarder = Forwarder(self)
         self._touched: set[Connection] = set()
         self._last_touched: Connection | None = None  # the last engine added to _touched
@@ -64,6 +65,7 @@ class RouterCore:
         state = ConnState(engine, listener)
         engine.context = state
         self.connections[engine] = state
+        throttle_logins(state, self.logins)
         return state
 
     def connect(self, engine: Connection, connector: Connector, now: float) -> ConnState:
@@ -214,6 +216,8 @@ class RouterCore:
                 self._on_open(state, now)
             case ev.Authenticated():
                 state.sasl_mechanism = event.mechanism
+                if not state.outgoing and event.mechanism != "ANONYMOUS":  # (no reset for free)
+                    self.logins.succeeded(peer_host(state.host))
             case ev.RemoteBegin():
                 session = event.session
                 if session.state.local is not ACTIVE and engine.state.local is ACTIVE:

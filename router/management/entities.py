@@ -94,6 +94,10 @@ class RouterType(EntityType):
         "deliveriesFromRouter: Messages the router itself sent (e.g. management replies)",
         "droppedFromRouter: Messages the router itself sent that had no destination",
         "uptimeSeconds: Seconds since the router started",
+    ) + _counters(
+        "failedLogins: SASL logins that failed (every listener)",
+        "failedLoginsDelayed: Failed logins whose outcome was held back (repeated failures from one host)",
+        "failedLoginHosts: Hosts remembered now for their failed logins (bounded)",
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -121,6 +125,8 @@ class RouterType(EntityType):
             deliveriesEgress=_total("delivered", core.gone_out, outs), deliveriesTransit=transit,
             deliveriesFromRouter=core.forwarder.router_sent, droppedFromRouter=core.forwarder.router_dropped,
             uptimeSeconds=max(0, int(now - agent.started_at)),
+            failedLogins=core.logins.failures, failedLoginsDelayed=core.logins.delayed,
+            failedLoginHosts=core.logins.hosts,
         )  # fmt: skip
 
 
