@@ -186,10 +186,9 @@ class Connection:
 
     def next_deadline(self) -> float | None:
         """When tick() must next be called, or None if no timer runs."""
-        if self._held is not None and self._stage == _HELD:
-            return self._held[0]
         if self._stage != _AMQP or self.failed or self.finished:  # no timers after both closes
-            return None
+            # (but a held-back failed login's outcome has one: the AMQP path pays nothing for it)
+            return self._held[0] if self._held is not None and self._stage == _HELD else None
         deadlines = []
         if self.config.idle_timeout_s and self.remote_open is not None:
             deadlines.append(self._last_received + self.config.idle_timeout_s)
@@ -200,11 +199,9 @@ class Connection:
     def tick(self, now: float) -> None:
         """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""
         self._now = now
-        if self._held is not None and self._stage == _HELD:
-            if now >= self._held[0]:
-                self._release_held()
-            return
         if self._stage != _AMQP or self.failed or self.finished:
+            if self._held is not None and self._stage == _HELD and now >= self._held[0]:
+                self._release_held()
             return
         timeout = self.config.idle_timeout_s
         if timeout and self.remote_open is not None and now >= self._last_received + timeout:
