@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Distribution = Literal["closest", "balanced", "multicast"]
+# unavailable: attaches are refused (amqp:not-found) and anonymous sends rejected, as the anchors do
+Distribution = Literal["closest", "balanced", "multicast", "unavailable"]
 Port = Annotated[int, Field(ge=0, le=65535, description="TCP port; 0 picks a free one")]
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@-]+$")]
 

@@ -30,12 +30,14 @@ from . import annotate, remote
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .links import InLink, OutLink, alive
 from .settlement import DELIVERY_FAILED, Settlement
-from .table import NOWHERE, AddressEntry
+from .table import NOWHERE, UNAVAILABLE, AddressEntry
 
 if TYPE_CHECKING:
     from .router import RouterCore
 
 LOCAL_MESSAGE_LIMIT: Final = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
+# A client's delivery to an address that is `distribution: unavailable` (the anchors' answer).
+NOT_AVAILABLE: Final = Rejected(error=Error(condition=E.NOT_FOUND, description="Deliveries cannot be sent to an unavailable address"))
 
 
 class Forwarder(Settlement):
@@ -129,7 +131,7 @@ class Forwarder(Settlement):
                 self.unroutable(fwd)
                 return
         if entry is None or not entry.has_destination:
-            self.unroutable(fwd)
+            self.unroutable(fwd, NOT_AVAILABLE if entry is UNAVAILABLE and inl.peer is None else RELEASED)
             return
         entry.deliveries_ingress += 1
         if view is not None:

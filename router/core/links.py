@@ -194,6 +194,9 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link, now: float) 
         if not source.address:
             _refuse(link, E.INVALID_FIELD, "a receiving link needs a source address (or dynamic)")
             return
+        if table.unavailable(source.address):  # the anchors' wording
+            _refuse(link, E.NOT_FOUND, f"Node not found: {source.address} is unavailable")
+            return
         maybe = table.get_or_create(source.address, consumer=True)
         if maybe is None:
             _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {core.router_id}")
@@ -228,6 +231,9 @@ def _attach_producer(core: RouterCore, conn: ConnState, link: Link, now: float) 
         answer = honoured_target(entry.address, dynamic=True)
         address = entry.address
     elif target is not None and target.address:
+        if core.table.unavailable(target.address):
+            _refuse(link, E.NOT_FOUND, f"Node not found: {target.address} is unavailable")
+            return
         entry = core.table.get_or_create(target.address)
         if entry is None:
             _refuse(link, E.NOT_FOUND, f"no route to {target.address} from router {core.router_id}")

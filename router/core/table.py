@@ -88,6 +88,9 @@ class AddressEntry:
 
 # Where deliveries to an address this router does not know are counted (they are released).
 NOWHERE = AddressEntry("-", "<no destination>", DEFAULT_DISTRIBUTION)
+# What lookup() answers for an address whose rule says `distribution: unavailable` (and that has
+# no entry): no destination, and a client's delivery to it is rejected with amqp:not-found.
+UNAVAILABLE = AddressEntry("-unavailable", "<unavailable>", "unavailable")
 
 
 def _no_remote(_key: str) -> frozenset[str]:
@@ -108,6 +111,7 @@ class AddressTable:
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
+        self.unavailable_rules = 0  # rules with distribution unavailable (none: nothing to look up)
         # Keys of in-process endpoints that also serve every address below them (`$management`
         # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
         self.subtrees: set[str] = set()
@@ -121,10 +125,24 @@ class AddressTable:
             self.matcher.add_prefix(rule.prefix, rule)
         elif rule.pattern is not None:
             self.matcher.add_pattern(rule.pattern, rule)
+        if rule.distribution == "unavailable":
+            self.unavailable_rules += 1
 
     def remove_rule(self, rule: AddressConfig) -> None:
         """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
         self.matcher.remove(rule)
+        if rule.distribution == "unavailable":
+            self.unavailable_rules -= 1
+
+    def unavailable(self, address: str) -> bool:
+        """Whether `address` is refused: a rule says `distribution: unavailable` and it has no
+        entry (an address in use keeps its distribution until it is unused, as with any rule)."""
+        if not self.unavailable_rules:
+            return False
+        key = self.key_of(address)
+        if key is None or key[0][0] not in "ML" or key[0] in self.entries:
+            return False
+        return self.distribution_for(key[1]) == "unavailable"
 
     def key_of(self, address: str) -> tuple[str, str] | None:
         """(table key, address as configuration matches it), or None when `address` is not
@@ -207,6 +225,8 @@ class AddressTable:
         if key is None:
             return None
         entry = self.entries.get(key[0])
+        if entry is None and self.unavailable_rules and self.unavailable(address):
+            return UNAVAILABLE
         if entry is None and key[0][0] != "L":
             if self.fallback is not None:
                 return self.fallback
