@@ -78,6 +78,11 @@ class Listener(ConnectionSettings):
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
     sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
+    strip_annotations: Literal["in", "out", "both", "no"] = Field(
+        default="both",
+        description="remove the router's x-opt-qd.* message annotations from what clients send (in), "
+        "from what they receive (out), both, or neither (no: router-aware clients pass them on)",
+    )
     require_sasl: bool = Field(
         default=False,
         description="refuse clients that skip the SASL layer even though ANONYMOUS is offered "

@@ -101,6 +101,7 @@ class ConnState:
     __slots__ = (
         "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
+        "strip_in", "strip_out",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -130,6 +131,12 @@ class ConnState:
         self.opened_at: float | None = None
         self.host = ""
         self.sasl_mechanism: str | None = None
+        # The listener's strip_annotations: whether the x-opt-qd.* annotations are removed from
+        # what this client sends (in) and from what it receives (out). Between routers the
+        # annotations always travel (those links are the mesh's).
+        strip = listener.strip_annotations if isinstance(listener, Listener) else "both"
+        self.strip_in = strip in ("in", "both")
+        self.strip_out = strip in ("out", "both")
 
     @property
     def cost(self) -> int:

@@ -143,8 +143,11 @@ class Forwarder(Settlement):
                     return
                 fwd.expiry = expiry
             if view.annotations_span is not None and inl.peer is None:
-                stripped, view = annotate.strip_client(payload, view)
-                fwd.frames = [stripped]
+                if not inl.conn.strip_in:  # a router-aware client's annotations are the router's
+                    meta = fwd.meta = annotate.kept_from_client(payload, view, inl.address or view.to, inl.address is not None)
+                if meta is None:
+                    stripped, view = annotate.strip_client(payload, view)
+                    fwd.frames = [stripped]
             fwd.view = view
             if meta is None and entry.remote:  # it may leave this router: the address travels
                 address = inl.address
@@ -326,9 +329,22 @@ class Forwarder(Settlement):
                 if fwd.copies is not None:
                     fwd.rframe = first
             return [first, *frames[1:]]
+        if not out.conn.strip_out:  # a router-aware consumer gets them (its listener's strip_annotations)
+            return self._annotated_for_client(fwd, frames)
         if meta is not None and meta.raw:
             frames[0] = annotate.strip(frames[0], meta)
         return frames
+
+    def _annotated_for_client(self, fwd: Forward, frames: list[Payload]) -> list[Payload]:
+        """The frames with the router annotations as the next router would get them (ingress,
+        the trace with this router last): a new list, the delivery's own frames untouched."""
+        meta = fwd.meta
+        if meta is None:  # from a client of this router: it entered the mesh here
+            view = fwd.view
+            if view is None:  # its first frame said too little to annotate it: as it came
+                return frames
+            meta = annotate.for_client_delivery(view, None, False)  # (for this consumer only)
+        return [annotate.for_router(frames[0], meta, self.core.router_id), *frames[1:]]
 
     @staticmethod
     def _pick(consumers: list[OutLink], rr: int, balanced: bool) -> OutLink | None:
@@ -354,7 +370,7 @@ class Forwarder(Settlement):
     def _send(self, fwd: Forward, out: OutLink) -> None:
         frames = fwd.frames
         assert frames is not None
-        if fwd.meta is not None or out.neighbour is not None:
+        if fwd.meta is not None or out.rewrites:
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
@@ -447,7 +463,7 @@ class Forwarder(Settlement):
     def _send_copy(self, copy: Copy) -> None:
         fwd, out = copy.forward, copy.out
         frames = fwd.frames or []
-        if frames and (fwd.meta is not None or out.neighbour is not None):
+        if frames and (fwd.meta is not None or out.rewrites):
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)

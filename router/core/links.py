@@ -92,7 +92,7 @@ class OutLink(LinkCounts):
 
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
-        "capacity", "id", "neighbour", "zero_credit_since",
+        "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -103,6 +103,9 @@ class OutLink(LinkCounts):
         # The consumed address; for an inter-router data link a private entry of its own.
         self.entry = entry
         self.neighbour = neighbour  # set on the data link to that neighbour router
+        # Whether every delivery's first frame is rewritten for it (Forwarder._egress): router
+        # annotations for a neighbour, or for a consumer whose listener keeps them.
+        self.rewrites = neighbour is not None or not conn.strip_out
         self.outstanding = 0  # sent and unsettled: the "balanced" load measure
         # Deliveries waiting for this link's credit: multicast copies, and on an inter-router
         # data link anycast deliveries too.
