@@ -101,7 +101,7 @@ class ConnState:
     __slots__ = (
         "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
-        "strip_in", "strip_out",
+        "strip_in", "strip_out", "last_delivery",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -131,6 +131,9 @@ class ConnState:
         self.opened_at: float | None = None
         self.host = ""
         self.sasl_mechanism: str | None = None
+        # When a transfer last came in or went out on it (the core's `now`; None: never), for
+        # management's lastDlvSeconds.
+        self.last_delivery: float | None = None
         # The listener's strip_annotations: whether the x-opt-qd.* annotations are removed from
         # what this client sends (in) and from what it receives (out). Between routers the
         # annotations always travel (those links are the mesh's).

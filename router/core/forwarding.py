@@ -385,7 +385,9 @@ class Forwarder(Settlement):
         out.delivered += 1
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now
-        self.core.touch(out.conn.engine)
+        conn = out.conn
+        conn.last_delivery = self.now
+        self.core.touch(conn.engine)
         if out.neighbour is None:
             fwd.entry.deliveries_egress += 1
         else:
@@ -480,7 +482,9 @@ class Forwarder(Settlement):
         out.delivered += 1
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now
-        self.core.touch(out.conn.engine)
+        conn = out.conn
+        conn.last_delivery = self.now
+        self.core.touch(conn.engine)
         if not settled:
             maps_of(link.session).outbound.put(copy.out_id, copy)
             out.outstanding += 1

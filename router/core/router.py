@@ -98,6 +98,7 @@ class RouterCore:
         for event in events:
             t = type(event)
             if t is ev.TransferReceived:
+                state.last_delivery = now
                 forwarder.on_transfer(event, now)  # type: ignore[arg-type]
             elif t is ev.DispositionReceived:
                 forwarder.on_disposition(event)  # type: ignore[arg-type]

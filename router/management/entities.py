@@ -149,7 +149,11 @@ class ConnectionType(EntityType):
         Attribute("opened", "boolean", "The open handshake completed"),
         Attribute("operStatus", "string", "up or closing"),
         Attribute("adminStatus", "string", "enabled"),
-    ) + _counters("uptimeSeconds: Seconds since the peer's open", "linkCount: Attached links")  # fmt: skip
+    ) + _counters(
+        "uptimeSeconds: Seconds since the peer's open",
+        "lastDlvSeconds: Seconds since a transfer last came in or went out on it (null: none yet)",
+        "linkCount: Attached links",
+    )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         for state in sorted(agent.core.connections.values(), key=lambda s: s.id):
@@ -166,7 +170,10 @@ class ConnectionType(EntityType):
             sasl=mechanism, isAuthenticated=mechanism not in (None, "ANONYMOUS"), user=engine.user,
             isEncrypted=False, properties=properties, opened=state.opened,
             operStatus="closing" if state.closed else "up", adminStatus="enabled",
+            # Both are differences of the core's clock (`now` is that clock too): seconds, not
+            # timestamps, so they hold whatever the wall clock does.
             uptimeSeconds=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
+            lastDlvSeconds=max(0, int(now - state.last_delivery)) if state.last_delivery is not None else None,
             linkCount=state.link_count,
         )  # fmt: skip
 
