@@ -264,6 +264,11 @@ class Forwarder(Settlement):
         out = self._pick(entry.consumers, entry.rr, entry.distribution == "balanced")
         if out is None:
             self._wait(fwd)
+        elif entry.pending:
+            # Earlier deliveries wait for credit, which the engine may already show from a flow
+            # later in this batch: this one goes behind them, in the order it came.
+            self._wait(fwd)
+            self.consumer_ready(out)
         else:
             entry.rr += 1
             self._send(fwd, out)
@@ -280,6 +285,10 @@ class Forwarder(Settlement):
         local = None
         if entry.consumers:
             local = self._pick(entry.consumers, entry.rr, balanced)
+            if local is not None and entry.pending:  # behind the earlier ones (see _route)
+                self._wait(fwd)
+                self.consumer_ready(local)
+                return
             if not balanced:
                 if local is None:
                     self._wait(fwd)
