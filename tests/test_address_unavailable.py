@@ -98,3 +98,15 @@ def test_table_answers_unavailable_only_while_the_rule_is_there() -> None:
     entry = table.get_or_create("secret.y")
     table.add_rule(rule)
     assert entry is not None and not table.unavailable("secret.y") and table.lookup("secret.y") is entry
+
+
+def test_an_entry_made_with_the_unavailable_distribution_stays_refused() -> None:
+    """An interior router keeps entries for addresses other routers advertise: such an entry
+    made while the rule is there is unavailable too (attach refused, deliveries not routed)."""
+    from router.core.table import UNAVAILABLE, AddressTable
+
+    rule = AddressConfig(prefix="closed", distribution="unavailable")
+    table = AddressTable(RouterConfig(router=RouterSection(id="R", mode="interior"), addresses=(rule,)))
+    advertised = table.get_or_create("closed.x")  # as router.core.mesh does for a remote consumer
+    assert advertised is not None and advertised.distribution == "unavailable"
+    assert table.unavailable("closed.x") and table.lookup("closed.x") is UNAVAILABLE

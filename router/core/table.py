@@ -135,13 +135,18 @@ class AddressTable:
             self.unavailable_rules -= 1
 
     def unavailable(self, address: str) -> bool:
-        """Whether `address` is refused: a rule says `distribution: unavailable` and it has no
-        entry (an address in use keeps its distribution until it is unused, as with any rule)."""
+        """Whether `address` is refused: its entry's distribution is `unavailable` (an entry
+        the mesh made for an address other routers advertise, say), or it has no entry and a
+        rule says so (an address in use keeps its distribution until it is unused, as with any
+        rule)."""
         if not self.unavailable_rules:
             return False
         key = self.key_of(address)
-        if key is None or key[0][0] not in "ML" or key[0] in self.entries:
+        if key is None or key[0][0] not in "ML":
             return False
+        entry = self.entries.get(key[0])
+        if entry is not None:
+            return entry.distribution == "unavailable"
         return self.distribution_for(key[1]) == "unavailable"
 
     def key_of(self, address: str) -> tuple[str, str] | None:
@@ -224,9 +229,9 @@ class AddressTable:
         key = self._keys.get(address) or self.key_of(address)  # (the memo first: no call)
         if key is None:
             return None
-        entry = self.entries.get(key[0])
-        if entry is None and self.unavailable_rules and self.unavailable(address):
+        if self.unavailable_rules and self.unavailable(address):  # (no such rule: no look)
             return UNAVAILABLE
+        entry = self.entries.get(key[0])
         if entry is None and key[0][0] != "L":
             if self.fallback is not None:
                 return self.fallback
