@@ -232,7 +232,7 @@ class RouterAddressType(EntityType):
     attributes = (
         Attribute("key", "string", "Its key: M0<address> mobile, L<address> local, R<router> a router (mesh), T<x> topo"),
         Attribute("address", "string", "The address"),
-        Attribute("distribution", "string", "closest, balanced or multicast"),
+        Attribute("distribution", "string", "closest, balanced, multicast or unavailable"),
         Attribute("remoteHostRouters", "list", "Routers with consumers of the address"),
     ) + _counters(
         "inProcess: In-process destinations (e.g. the management node)",
