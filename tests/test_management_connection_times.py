@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trio
+
 from router.amqp.message import Message
 from router.config.models import RouterConfig, RouterSection
 
@@ -43,3 +45,26 @@ def test_uptime_and_last_delivery_seconds() -> None:
     producer.send(tx, Message.value("two"))
     m.h.pump()
     assert _connections(m)["consumer"]["lastDlvSeconds"] == 0
+
+
+
+async def test_connection_times_over_http_with_a_live_router() -> None:
+    from router.net.client import connect
+
+    from .support.management import managed_router
+
+    async with managed_router() as router:
+        port = router.amqp_port
+        async with connect("127.0.0.1", port, container_id="times-idle"), \
+                connect("127.0.0.1", port, container_id="times-busy") as busy:  # fmt: skip
+            receiver = await busy.open_receiver("times.q", credit=10)
+            sender = await busy.open_sender("times.q")
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sender.send, Message.value("x"))  # done when accepted
+                    receiver.accept(await receiver.receive())
+            response = await router.http("GET", "/management/connection")
+    assert response.status == 200
+    rows = {row["container"]: row for row in response.json}
+    assert rows["times-idle"]["lastDlvSeconds"] is None and rows["times-idle"]["uptimeSeconds"] >= 0
+    assert rows["times-busy"]["lastDlvSeconds"] == 0  # a transfer came in and went out just now
