@@ -17,6 +17,8 @@ from __future__ import annotations
 from functools import partial
 
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from proton import ConnectionException
 from proton.utils import BlockingConnection
@@ -74,6 +76,33 @@ def test_engine_holds_the_failed_outcome_until_its_deadline() -> None:
     assert out == frame(0, SaslOutcome(code=1), frame_type=FRAME_SASL)
     [failed] = server.events()
     assert isinstance(failed, AuthenticationFailed) and server.finished and server.next_deadline() is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(min_value=0.01, max_value=10.0),
+       st.lists(st.tuples(st.floats(min_value=0.0, max_value=3.0), st.binary(max_size=64) | st.none()), max_size=12))  # fmt: skip
+def test_held_outcome_comes_once_and_never_early(delay: float, steps: list[tuple[float, bytes | None]]) -> None:
+    """Whatever the peer sends and whenever the timer runs: no outcome before the deadline, one
+    after it, and the peer's bytes meanwhile are dropped (never answered, never buffered)."""
+    server = _server(delay)
+    server.receive_data(SASL_HEADER + frame(0, SaslInit(mechanism="PLAIN", initial_response=b"\x00u\x00x"), frame_type=FRAME_SASL), 0.0)
+    server.data_to_send()
+    now, out, events = 0.0, b"", []
+    for dt, data in steps:
+        now += dt
+        if data is None:
+            server.tick(now)
+        elif data:
+            server.receive_data(data, now)
+        out += server.data_to_send()
+        events += server.events()
+        if now < delay:
+            assert out == b"" and events == [] and server.next_deadline() == delay
+    server.tick(max(now, delay))
+    out += server.data_to_send()
+    events += server.events()
+    assert out == frame(0, SaslOutcome(code=1), frame_type=FRAME_SASL)
+    assert [type(e) for e in events] == [AuthenticationFailed] and server.finished
 
 
 def test_engine_without_delay_answers_at_once() -> None:
