@@ -139,3 +139,34 @@ async def test_strip_annotations_with_proton() -> None:
     assert from_plain == {"x-opt-app": 7, "x-opt-qd.ingress": "strip-router", "x-opt-qd.trace": ["strip-router"]}
     assert aware["x-opt-qd.ingress"] == "0/other" and aware["x-opt-qd.trace"] == ["0/other", "strip-router"]
     assert listener.status == 200 and listener.json["stripAnnotations"] == "no"
+
+
+# --- across routers ------------------------------------------------------------------------------
+
+
+def test_a_router_aware_client_across_three_routers() -> None:
+    """Kept on ingress at A and on egress at C: the consumer sees the client's ingress and its
+    trace with every router the message passed (A, B, C), and nothing the client forged routes."""
+    from tests.meshharness import MeshHarness
+
+    h = MeshHarness()
+    for rid in ("A", "B", "C"):
+        h.router(rid)
+    h.link("A", "B")
+    h.link("B", "C")
+    h.converge()
+    keep = Listener(name="aware", port=5675, strip_annotations="no")
+    consumer = h.client("C", "c", listener=keep)
+    rx = consumer.receiver("orders")
+    h.pump()
+    rx.flow(10)
+    h.converge()
+    producer = h.client("A", "p", listener=keep)
+    tx = producer.sender("orders")
+    h.pump()
+    producer.send(tx, Message.value("m", message_annotations=FROM_CLIENT))  # type: ignore[arg-type]
+    h.pump()
+    (received,) = consumer.received[rx]
+    got = dict(received.message.message_annotations or {})
+    assert got == {"x-opt-app": 7, "x-opt-qd.ingress": "0/other", "x-opt-qd.trace": ["0/other", "A", "B", "C"],
+                   "x-opt-qd.to": "orders"}  # fmt: skip
