@@ -110,3 +110,40 @@ def test_an_entry_made_with_the_unavailable_distribution_stays_refused() -> None
     advertised = table.get_or_create("closed.x")  # as router.core.mesh does for a remote consumer
     assert advertised is not None and advertised.distribution == "unavailable"
     assert table.unavailable("closed.x") and table.lookup("closed.x") is UNAVAILABLE
+
+
+
+def test_unavailable_on_one_router_of_a_mesh() -> None:
+    """A's rule holds at A although B has a consumer of the address: A refuses the attach and
+    rejects its clients' anonymous sends; B, without the rule, serves the address."""
+    from router.amqp.events import RemoteDetach
+    from router.amqp.message import Message
+    from router.amqp.messaging import Properties, Rejected
+    from tests.meshharness import MeshHarness
+
+    h = MeshHarness()
+    h.router("A", addresses=(AddressConfig(prefix="closed", distribution="unavailable"),))
+    h.router("B")
+    h.link("A", "B")
+    h.converge()
+    consumer = h.client("B", "c")
+    rx = consumer.receiver("closed.x")
+    h.pump()
+    rx.flow(10)
+    h.converge()
+    producer = h.client("A", "p")
+    tx = producer.sender("closed.x")
+    relay = producer.sender(None)
+    h.pump()
+    [detach] = [e for e in producer.events if isinstance(e, RemoteDetach) and e.link is tx]
+    assert detach.error is not None and detach.error.condition == "amqp:not-found"
+    sent = producer.send(relay, Message.value("x", properties=Properties(to="closed.x")))
+    h.pump()
+    outcome = producer.outcomes[sent]
+    assert isinstance(outcome, Rejected) and outcome.error is not None and outcome.error.condition == "amqp:not-found"
+    local = h.client("B", "p2")
+    tx_b = local.sender("closed.x")
+    h.pump()
+    local.send(tx_b, Message.value("y"))
+    h.pump()
+    assert consumer.bodies(rx) == ["y"]
