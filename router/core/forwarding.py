@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 LOCAL_MESSAGE_LIMIT: Final = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
 # A client's delivery to an address that is `distribution: unavailable` (the anchors' answer).
-NOT_AVAILABLE: Final = Rejected(error=Error(condition=E.NOT_FOUND, description="Deliveries cannot be sent to an unavailable address"))
+NOT_AVAILABLE: Final = Rejected(
+    error=Error(condition=E.NOT_FOUND, description="Deliveries cannot be sent to an unavailable address"))
 
 
 class Forwarder(Settlement):
@@ -144,7 +145,8 @@ class Forwarder(Settlement):
                 fwd.expiry = expiry
             if view.annotations_span is not None and inl.peer is None:
                 if not inl.conn.strip_in:  # a router-aware client's annotations are the router's
-                    meta = fwd.meta = annotate.kept_from_client(payload, view, inl.address or view.to, inl.address is not None)
+                    address = inl.address
+                    meta = fwd.meta = annotate.kept_from_client(payload, view, address or view.to, address is not None)
                 if meta is None:
                     stripped, view = annotate.strip_client(payload, view)
                     fwd.frames = [stripped]
