@@ -8,9 +8,10 @@ other routers use), each with every address below it (`$management/entities`,
 `$management/listener/...`: a WD14 client may send to a collection's address, §3.2), the
 connection capability and property that announce the node (WD14 §3.1), decoding requests,
 choosing the dialect (application property `operation`: the anchors' operation dialect,
-operations.py; otherwise WD14's HTTP-over-AMQP mapping, amqp_http.py), and building replies (to the request's reply-to; correlation-id = the request's message-id, or
-its correlation-id when it has no message-id, as the anchors' tools and Proton's
-SyncRequestResponse match on that).
+operations.py; otherwise WD14's HTTP-over-AMQP mapping, amqp_http.py), and building replies
+(to the request's reply-to; correlation-id = the request's message-id, or its correlation-id
+when it has no message-id, as the anchors' tools and Proton's SyncRequestResponse match on
+that).
 Must not touch: what a request means (the dialects'), routing (the core routes the replies).
 
 Every decodable request is accepted and answered, errors included (a bug in a handler is a
