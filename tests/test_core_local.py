@@ -10,7 +10,7 @@ from router.amqp.messaging import ACCEPTED, Accepted, Properties, Rejected, Sour
 from tests.routerharness import RouterHarness
 
 
-def _echo(payload: bytes, now: float) -> tuple[Any, list[tuple[str, bytes]]]:
+def _echo(payload: bytes, now: float, link_address: str | None = None) -> tuple[Any, list[tuple[str, bytes]]]:
     request = decode_message(payload)
     assert request.properties is not None and request.properties.reply_to
     reply = Message.value(
@@ -44,7 +44,7 @@ def test_request_reply_with_an_in_process_endpoint() -> None:
 def test_a_failing_endpoint_rejects_and_the_router_carries_on() -> None:
     h = RouterHarness()
 
-    def broken(payload: bytes, now: float) -> tuple[Any, list[tuple[str, bytes]]]:
+    def broken(payload: bytes, now: float, link_address: str | None = None) -> tuple[Any, list[tuple[str, bytes]]]:
         raise RuntimeError("boom")
 
     h.core.register_local_endpoint("_local/broken", broken)

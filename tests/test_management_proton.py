@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from proton import ConnectionException, Message, symbol
+from proton import ConnectionException, Delivery, Message, symbol
 from proton.utils import BlockingConnection
 
 from .support.interop import run_in_thread
@@ -199,3 +199,61 @@ async def test_wd14_status_codes_paging_and_etags_with_proton() -> None:
     assert page.content_type == f"{MEDIA}; type=entity-collection"
     empty: Message = got["empty_page"]
     assert empty.subject == "204" and empty.body is None
+
+
+def wd14_generic(port: int, router_id: str) -> dict[str, Any]:
+    """A generic WD14 client: it follows the discovery document to the collections' addresses,
+    sending through the anonymous relay (the address in `to`) and on a sender attached to the
+    collection's address (no `to` at all)."""
+    conn = BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
+    got: dict[str, Any] = {}
+    try:
+        replies = conn.create_receiver(None, dynamic=True)
+        reply_to = replies.remote_source.address
+        relay = conn.create_sender(None)  # the anonymous relay
+
+        def ask(sender: Any, request: Message) -> Message:
+            request.reply_to = reply_to
+            request.id = f"req-{len(got)}"
+            outcome = sender.send(request, timeout=TIMEOUT_S)
+            got.setdefault("outcomes", []).append(outcome.remote_state)
+            reply = replies.receive(timeout=TIMEOUT_S)
+            assert reply.correlation_id == request.id
+            return reply
+
+        def get(sender: Any, to: str | None) -> Message:
+            return ask(sender, Message(subject="GET", address=to, properties={"http:request": "1.1"}))
+
+        discovery = get(relay, "$management").body
+        got["discovery"] = discovery
+        entities = "$management/" + discovery["collections"]["entity"]["address"]
+        got["relay_entities"] = get(relay, entities)
+        got["relay_types"] = get(relay, "$management/" + discovery["collections"]["type"]["address"])
+        got["relay_listeners"] = get(relay, "$management/listener")
+        got["relay_topo"] = get(relay, f"_topo/0/{router_id}/$management/router")
+        attached = conn.create_sender("$management/listener")
+        got["attached_listeners"] = get(attached, None)
+        self_address = got["attached_listeners"].body[0]["self"]
+        got["attached_self"] = get(conn.create_sender(self_address), None)
+        got["relay_unknown"] = get(relay, "$management/nothing-here")
+    finally:
+        conn.close()
+    return got
+
+
+async def test_wd14_collection_addresses_reach_the_node() -> None:
+    async with managed_router() as router:
+        got = await run_in_thread(wd14_generic, router.amqp_port, router.id, timeout_s=4 * TIMEOUT_S)
+    collections = got["discovery"]["collections"]
+    assert collections["entity"]["address"] == "entities" and collections["type"]["address"] == "types"
+    assert set(got["outcomes"]) == {Delivery.ACCEPTED}  # none released: every request reached the node
+    everything = got["relay_entities"]
+    assert everything.subject == "200" and {e["type"] for e in everything.body} >= {PREFIX + "router", PREFIX + "listener"}
+    assert got["relay_types"].subject == "200" and PREFIX + "listener" in {t["name"] for t in got["relay_types"].body}
+    for name in ("relay_listeners", "attached_listeners"):
+        reply = got[name]
+        assert reply.subject == "200" and [e["type"] for e in reply.body] == [PREFIX + "listener"], name
+    assert got["attached_self"].subject == "200" and got["attached_self"].body["name"] == "amqp"
+    [router_entity] = got["relay_topo"].body
+    assert got["relay_topo"].subject == "200" and router_entity["id"] == router.id
+    assert got["relay_unknown"].subject == "404"

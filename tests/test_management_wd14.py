@@ -25,6 +25,9 @@ def test_discovery_document_and_304(m: MgmtHarness) -> None:
     assert reply.status == 200 and reply.message.properties.content_type == f"{MEDIA}; type=discovery-document"  # type: ignore[union-attr]
     collections = reply.body["collections"]
     assert collections["entities"] == {"label": "All entities", "address": "entities"}
+    # §3.2's reserved keys for the main collections, beside the normative schema's names
+    assert collections["entity"] == collections["entities"]
+    assert collections["type"] == {"label": "Entity types", "address": "types"} and collections["type"]["address"] == reply.body["types"]["address"]
     assert collections["router.address"]["address"] == "router.address"
     assert reply.body["types"]["address"] == "types"
     assert all(type(k).__name__ == "Symbol" for k in reply.body)  # §3.2: symbol keys

@@ -17,6 +17,7 @@ Must not touch: sockets, clocks (time is a parameter), routing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -70,6 +71,7 @@ _HEADER: Final = 0
 _SASL: Final = 1
 _AMQP: Final = 2
 _DONE: Final = 3
+_HELD: Final = 4  # a failed SASL outcome held back until a deadline (login throttling)
 # Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
 # carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
 # (transport §2.7.1 MIN-MAX-FRAME-SIZE): cap the description well below that.
@@ -100,7 +102,7 @@ class Connection:
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
         "_inbuf", "_out", "_deferred", "_amqp_ready", "_events", "_stage", "_sasl_done",
         "_sasl", "_sessions_by_local", "_sessions_by_remote",
-        "_now", "_last_received", "_last_sent", "context",
+        "_now", "_last_received", "_last_sent", "context", "sasl_failure_delay", "_held",
     )  # fmt: skip
 
     def __init__(self, config: ConnectionConfig) -> None:
@@ -130,6 +132,12 @@ class Connection:
         self._last_received = 0.0
         self._last_sent = 0.0
         self.context: Any = None
+        # Server side: asked with `now` when a login fails, how long to hold back the failed
+        # sasl-outcome (seconds; the router's LoginThrottle). The engine holds it, and the end
+        # of the connection, until that deadline (next_deadline/tick), dropping what the peer
+        # sends meanwhile.
+        self.sasl_failure_delay: Callable[[float], float] | None = None
+        self._held: tuple[float, list[bytes], Event] | None = None
         if not config.server:  # the TCP client speaks first (transport §2.2)
             if config.sasl_client is not None:
                 self._sasl = SaslClient(config.sasl_client)
@@ -149,7 +157,7 @@ class Connection:
                 self.finished = True
                 self._events.append(TransportClosed(clean=clean))
             return
-        if self._stage == _DONE:
+        if self._stage >= _DONE:  # done, or a failed login's outcome held back: nothing to read
             return
         self._last_received = now
         if self._stage == _AMQP:
@@ -179,7 +187,8 @@ class Connection:
     def next_deadline(self) -> float | None:
         """When tick() must next be called, or None if no timer runs."""
         if self._stage != _AMQP or self.failed or self.finished:  # no timers after both closes
-            return None
+            # (but a held-back failed login's outcome has one: the AMQP path pays nothing for it)
+            return self._held[0] if self._held is not None and self._stage == _HELD else None
         deadlines = []
         if self.config.idle_timeout_s and self.remote_open is not None:
             deadlines.append(self._last_received + self.config.idle_timeout_s)
@@ -191,6 +200,8 @@ class Connection:
         """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""
         self._now = now
         if self._stage != _AMQP or self.failed or self.finished:
+            if self._held is not None and self._stage == _HELD and now >= self._held[0]:
+                self._release_held()
             return
         timeout = self.config.idle_timeout_s
         if timeout and self.remote_open is not None and now >= self._last_received + timeout:
@@ -337,6 +348,16 @@ class Connection:
             else:
                 return
 
+    def _release_held(self) -> None:
+        """The held-back failed sasl-outcome is due: send it and end (security §5.3.3.6)."""
+        assert self._held is not None
+        _, frames, failed = self._held
+        self._held = None
+        self._out.extend(frames)
+        self._stage = _DONE
+        self.finished = True
+        self._events.append(failed)
+
     def _write_amqp_header(self) -> None:
         self._out.append(AMQP_HEADER)
         self._amqp_ready = True
@@ -405,19 +426,24 @@ class Connection:
             self._header_failure(b"", f"SASL negotiation failed: {exc}")
             return False
         del buf[:size]
-        for reply in replies:
-            self._out.append(frame(0, reply, frame_type=FRAME_SASL))
+        frames = [frame(0, reply, frame_type=FRAME_SASL) for reply in replies]
         if result is None:
+            self._out.extend(frames)
             return True
         if not result.ok:
+            failed = AuthenticationFailed(mechanism=result.mechanism, code=result.code, description=result.description)
+            delay = self.sasl_failure_delay(self._now) if self.config.server and self.sasl_failure_delay else 0.0
+            if delay > 0:
+                self._held = (self._now + delay, frames, failed)
+                self._stage = _HELD
+                self._inbuf.clear()
+                return False
+            self._out.extend(frames)
             self._stage = _DONE
             self.finished = True
-            self._events.append(
-                AuthenticationFailed(
-                    mechanism=result.mechanism, code=result.code, description=result.description
-                )
-            )
+            self._events.append(failed)
             return False
+        self._out.extend(frames)
         self._sasl_done = True
         self.user = result.user
         self._events.append(Authenticated(mechanism=result.mechanism or "", user=result.user))

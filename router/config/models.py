@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Distribution = Literal["closest", "balanced", "multicast"]
+# unavailable: attaches are refused (amqp:not-found) and anonymous sends rejected, as the anchors do
+Distribution = Literal["closest", "balanced", "multicast", "unavailable"]
 Port = Annotated[int, Field(ge=0, le=65535, description="TCP port; 0 picks a free one")]
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@-]+$")]
 
@@ -81,7 +82,16 @@ class Listener(ConnectionSettings):
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
     sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
-    require_sasl: bool = Field(default=False, description="refuse clients that skip the SASL layer")
+    strip_annotations: Literal["in", "out", "both", "no"] = Field(
+        default="both",
+        description="remove the router's x-opt-qd.* message annotations from what clients send (in), "
+        "from what they receive (out), both, or neither (no: router-aware clients pass them on)",
+    )
+    require_sasl: bool = Field(
+        default=False,
+        description="refuse clients that skip the SASL layer even though ANONYMOUS is offered "
+        "(a listener that does not offer ANONYMOUS always refuses them)",
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
@@ -146,6 +156,24 @@ class User(Model):
     password: str = Field(min_length=1)
 
 
+class FailedLogins(Model):
+    """Slowing down repeated failed SASL logins from one host: the first failure is answered at
+    once, each further one within `forget_after_s` waits twice as long (from `initial_delay_s`
+    up to `max_delay_s`) before the outcome; a success forgets the host. Only the failing
+    connection waits."""
+
+    initial_delay_s: float = Field(default=0.25, gt=0, description="delay of the second failure in a row")
+    max_delay_s: float = Field(default=4.0, gt=0, le=60, description="longest delay before a failed login's outcome")
+    forget_after_s: float = Field(default=60.0, gt=0, description="a host that has not failed for this long starts afresh")
+    max_hosts: int = Field(default=4096, ge=1, le=1_000_000, description="hosts remembered (the oldest go first)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FailedLogins:
+        if self.max_delay_s < self.initial_delay_s:
+            raise ValueError("max_delay_s must be >= initial_delay_s")
+        return self
+
+
 class Limits(Model):
     max_connections: int = Field(default=65535, ge=1)
     max_message_size: int | None = Field(default=None, ge=1, description="bytes; larger deliveries are rejected")
@@ -158,6 +186,7 @@ class RouterConfig(Model):
     http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
     users: tuple[User, ...] = ()
+    failed_logins: FailedLogins = Field(default_factory=FailedLogins, description="slowing down repeated failed logins")
     limits: Limits = Field(default_factory=Limits)
 
     @model_validator(mode="after")

@@ -5,7 +5,9 @@ Owns: reading the router annotations of a delivery that arrived from another rou
 writing them for the next router (`for_router`: `x-opt-qd.ingress` = the router where the
 message entered the mesh, `x-opt-qd.trace` = the routers it passed, this one last,
 `x-opt-qd.to` = the address it is routed by when that is not its `properties.to`), and removing
-them (`strip`) from what clients send and from what consumers receive.
+them (`strip`) from what clients send and from what consumers receive, unless the client's
+listener keeps them (strip_annotations: `kept_from_client` takes a router-aware client's
+ingress and trace as a router's; a consumer that keeps them gets them as the next router would).
 Only the message-annotations section is rewritten, and without the general codec
 (annotation_bytes.py scans and writes it); the other sections are sliced around it, so the bare
 message keeps its exact bytes (messaging §3.2) and the body is never decoded.
@@ -30,7 +32,7 @@ from .annotation_bytes import (
 from .delivery import Meta, Payload
 
 __all__ = ["PREFIX", "TO", "INGRESS", "TRACE", "TRACE_MAX", "Record", "Seen", "SEEN_MAX", "parse",
-           "for_client_delivery", "for_router", "strip", "strip_client"]  # fmt: skip
+           "for_client_delivery", "for_router", "kept_from_client", "strip", "strip_client"]  # fmt: skip
 
 
 def _kept_of(payload: Payload, meta: Meta) -> list[bytes]:
@@ -144,6 +146,25 @@ def parse(payload: Payload, view: RoutingView, came_from: str, seen: Seen | None
                 view.insert_at, True, came_from)  # fmt: skip
     meta.kept = record.kept
     meta.record = record
+    return meta
+
+
+def kept_from_client(payload: Payload, view: RoutingView, to: str | None, explicit_to: bool) -> Meta | None:
+    """The metadata of a delivery from a router-aware client (its listener keeps annotations:
+    strip_annotations out or no): its x-opt-qd.ingress and trace are taken as a router's, so
+    they travel on with this router added; its x-opt-qd.to does not route (the link's address
+    or properties.to does, as for any client). None when the section holds no router
+    annotation, or a malformed one: the caller then strips them."""
+    span = view.annotations_span
+    assert span is not None
+    try:
+        record = _record(payload, span, "", False)
+    except DecodeError:
+        return None
+    if not record.ingress and not record.trace and record.to is None:
+        return None
+    meta = Meta(to, explicit_to, record.ingress or None, record.trace, span, view.insert_at, True)
+    meta.kept = record.kept
     return meta
 
 

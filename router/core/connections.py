@@ -2,7 +2,8 @@
 per-connection router state.
 
 Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms and the
-PLAIN credential check from the configured users), the client-side engine of a connector
+PLAIN credential check from the configured users, SASL required unless ANONYMOUS is offered,
+failed logins slowed down per peer host), the client-side engine of a connector
 (container-id = our router id, SASL PLAIN with the connector's credentials, else ANONYMOUS), and
 ConnState, the router's view of one connection (the listener or connector it belongs to, its
 role and cost, its links, backpressure flags).
@@ -16,8 +17,8 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.connection import Connection, ConnectionConfig
-from ..amqp.sasl import SaslClientConfig, SaslServerConfig
-from ..config.models import Connector, Listener, RouterConfig
+from ..amqp.sasl import LoginThrottle, SaslClientConfig, SaslServerConfig
+from ..config.models import Connector, FailedLogins, Listener, RouterConfig
 
 if TYPE_CHECKING:
     from .links import InLink, OutLink
@@ -47,9 +48,27 @@ def engine_config(config: RouterConfig, listener: Listener) -> ConnectionConfig:
         sasl_server=SaslServerConfig(
             mechanisms=tuple(listener.sasl_mechanisms),
             check_plain=plain_checker(config) if "PLAIN" in listener.sasl_mechanisms else None,
-            allow_no_sasl=not listener.require_sasl,
+            # Secure default: without ANONYMOUS, skipping SASL would skip the authentication
+            # the listener asks for (security §5.1: the server answers with the SASL header).
+            allow_no_sasl=not listener.require_sasl and "ANONYMOUS" in listener.sasl_mechanisms,
         ),
     )
+
+
+def login_throttle(config: FailedLogins) -> LoginThrottle:
+    return LoginThrottle(config.initial_delay_s, config.max_delay_s, config.forget_after_s, config.max_hosts)
+
+
+def peer_host(peer: str) -> str:
+    """The host of a peer address `host:port` (`[v6]:port` too): failed logins count per host."""
+    host = peer.rpartition(":")[0] if ":" in peer else peer
+    return host.strip("[]") or peer
+
+
+def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
+    """Failed logins on the accepted connection `state` are slowed down per peer host (the host
+    is read when a login fails: the network layer sets it after accept)."""
+    state.engine.sasl_failure_delay = lambda now: throttle.failed(peer_host(state.host), now)
 
 
 def new_engine(config: RouterConfig, listener: Listener) -> Connection:
@@ -82,6 +101,7 @@ class ConnState:
     __slots__ = (
         "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
+        "strip_in", "strip_out", "last_delivery",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -111,6 +131,15 @@ class ConnState:
         self.opened_at: float | None = None
         self.host = ""
         self.sasl_mechanism: str | None = None
+        # When a transfer last came in or went out on it (the core's `now`; None: never), for
+        # management's lastDlvSeconds.
+        self.last_delivery: float | None = None
+        # The listener's strip_annotations: whether the x-opt-qd.* annotations are removed from
+        # what this client sends (in) and from what it receives (out). Between routers the
+        # annotations always travel (those links are the mesh's).
+        strip = listener.strip_annotations if isinstance(listener, Listener) else "both"
+        self.strip_in = strip in ("in", "both")
+        self.strip_out = strip in ("out", "both")
 
     @property
     def cost(self) -> int:

@@ -30,12 +30,15 @@ from . import annotate, remote
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .links import InLink, OutLink, alive
 from .settlement import DELIVERY_FAILED, Settlement
-from .table import NOWHERE, AddressEntry
+from .table import NOWHERE, UNAVAILABLE, AddressEntry
 
 if TYPE_CHECKING:
     from .router import RouterCore
 
 LOCAL_MESSAGE_LIMIT: Final = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
+# A client's delivery to an address that is `distribution: unavailable` (the anchors' answer).
+NOT_AVAILABLE: Final = Rejected(
+    error=Error(condition=E.NOT_FOUND, description="Deliveries cannot be sent to an unavailable address"))
 
 
 class Forwarder(Settlement):
@@ -129,7 +132,7 @@ class Forwarder(Settlement):
                 self.unroutable(fwd)
                 return
         if entry is None or not entry.has_destination:
-            self.unroutable(fwd)
+            self.unroutable(fwd, NOT_AVAILABLE if entry is UNAVAILABLE and inl.peer is None else RELEASED)
             return
         entry.deliveries_ingress += 1
         if view is not None:
@@ -141,8 +144,12 @@ class Forwarder(Settlement):
                     return
                 fwd.expiry = expiry
             if view.annotations_span is not None and inl.peer is None:
-                stripped, view = annotate.strip_client(payload, view)
-                fwd.frames = [stripped]
+                if not inl.conn.strip_in:  # a router-aware client's annotations are the router's
+                    address = inl.address
+                    meta = fwd.meta = annotate.kept_from_client(payload, view, address or view.to, address is not None)
+                if meta is None:
+                    stripped, view = annotate.strip_client(payload, view)
+                    fwd.frames = [stripped]
             fwd.view = view
             if meta is None and entry.remote:  # it may leave this router: the address travels
                 address = inl.address
@@ -259,6 +266,11 @@ class Forwarder(Settlement):
         out = self._pick(entry.consumers, entry.rr, entry.distribution == "balanced")
         if out is None:
             self._wait(fwd)
+        elif entry.pending:
+            # Earlier deliveries wait for credit, which the engine may already show from a flow
+            # later in this batch: this one goes behind them, in the order it came.
+            self._wait(fwd)
+            self.consumer_ready(out)
         else:
             entry.rr += 1
             self._send(fwd, out)
@@ -275,6 +287,10 @@ class Forwarder(Settlement):
         local = None
         if entry.consumers:
             local = self._pick(entry.consumers, entry.rr, balanced)
+            if local is not None and entry.pending:  # behind the earlier ones (see _route)
+                self._wait(fwd)
+                self.consumer_ready(local)
+                return
             if not balanced:
                 if local is None:
                     self._wait(fwd)
@@ -324,9 +340,22 @@ class Forwarder(Settlement):
                 if fwd.copies is not None:
                     fwd.rframe = first
             return [first, *frames[1:]]
+        if not out.conn.strip_out:  # a router-aware consumer gets them (its listener's strip_annotations)
+            return self._annotated_for_client(fwd, frames)
         if meta is not None and meta.raw:
             frames[0] = annotate.strip(frames[0], meta)
         return frames
+
+    def _annotated_for_client(self, fwd: Forward, frames: list[Payload]) -> list[Payload]:
+        """The frames with the router annotations as the next router would get them (ingress,
+        the trace with this router last): a new list, the delivery's own frames untouched."""
+        meta = fwd.meta
+        if meta is None:  # from a client of this router: it entered the mesh here
+            view = fwd.view
+            if view is None:  # its first frame said too little to annotate it: as it came
+                return frames
+            meta = annotate.for_client_delivery(view, None, False)  # (for this consumer only)
+        return [annotate.for_router(frames[0], meta, self.core.router_id), *frames[1:]]
 
     @staticmethod
     def _pick(consumers: list[OutLink], rr: int, balanced: bool) -> OutLink | None:
@@ -352,7 +381,7 @@ class Forwarder(Settlement):
     def _send(self, fwd: Forward, out: OutLink) -> None:
         frames = fwd.frames
         assert frames is not None
-        if fwd.meta is not None or out.neighbour is not None:
+        if fwd.meta is not None or out.rewrites:
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
@@ -367,7 +396,9 @@ class Forwarder(Settlement):
         out.delivered += 1
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now
-        self.core.touch(out.conn.engine)
+        conn = out.conn
+        conn.last_delivery = self.now
+        self.core.touch(conn.engine)
         if out.neighbour is None:
             fwd.entry.deliveries_egress += 1
         else:
@@ -445,7 +476,7 @@ class Forwarder(Settlement):
     def _send_copy(self, copy: Copy) -> None:
         fwd, out = copy.forward, copy.out
         frames = fwd.frames or []
-        if frames and (fwd.meta is not None or out.neighbour is not None):
+        if frames and (fwd.meta is not None or out.rewrites):
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
@@ -462,7 +493,9 @@ class Forwarder(Settlement):
         out.delivered += 1
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now
-        self.core.touch(out.conn.engine)
+        conn = out.conn
+        conn.last_delivery = self.now
+        self.core.touch(conn.engine)
         if not settled:
             maps_of(link.session).outbound.put(copy.out_id, copy)
             out.outstanding += 1
@@ -492,7 +525,8 @@ class Forwarder(Settlement):
         payload = bytes(fwd.frames[0]) if len(fwd.frames) == 1 else b"".join(fwd.frames)
         fwd.frames = None
         try:
-            state, replies = handler(payload, self.now)
+            link_address = fwd.in_link.address if fwd.in_link is not None else None
+            state, replies = handler(payload, self.now, link_address)
         except Exception as exc:  # an endpoint's bug must not take the router down
             state = Rejected(error=Error(condition=E.INTERNAL_ERROR, description=f"{type(exc).__name__}: {exc}"))
             replies = []

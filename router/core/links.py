@@ -21,6 +21,7 @@ from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..amqp.session import Session
+from ..amqp.types import Symbol
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .table import AddressEntry
@@ -91,7 +92,7 @@ class OutLink(LinkCounts):
 
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
-        "capacity", "id", "neighbour", "zero_credit_since",
+        "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -102,6 +103,9 @@ class OutLink(LinkCounts):
         # The consumed address; for an inter-router data link a private entry of its own.
         self.entry = entry
         self.neighbour = neighbour  # set on the data link to that neighbour router
+        # Whether every delivery's first frame is rewritten for it (Forwarder._egress): router
+        # annotations for a neighbour, or for a consumer whose listener keeps them.
+        self.rewrites = neighbour is not None or not conn.strip_out
         self.outstanding = 0  # sent and unsettled: the "balanced" load measure
         # Deliveries waiting for this link's credit: multicast copies, and on an inter-router
         # data link anycast deliveries too.
@@ -141,6 +145,24 @@ class GoneTotals:
             self.dropped += link.dropped
 
 
+# The terminus the router answers with is the one in force (messaging §3.5.3: "the sending
+# endpoint sets the filter actually in place"): it names only what the router honours. The
+# router keeps no terminus state past the link (expiry link-detach, timeout 0, durable none),
+# applies no filter, promises no distribution mode, default outcome or capability, and lets a
+# consumer choose any of the four outcomes. A receiver that asked for a filter (a JMS selector)
+# finds none in force and detaches if it needs one, instead of trusting a lie.
+OUTCOMES_HONOURED = (Symbol("amqp:accepted:list"), Symbol("amqp:rejected:list"),
+                     Symbol("amqp:released:list"), Symbol("amqp:modified:list"))  # fmt: skip
+
+
+def honoured_source(address: str | None, dynamic: bool = False) -> Source:
+    return Source(address=address, expiry_policy="link-detach", dynamic=dynamic, outcomes=OUTCOMES_HONOURED)
+
+
+def honoured_target(address: str | None, dynamic: bool = False) -> Target:
+    return Target(address=address, expiry_policy="link-detach", dynamic=dynamic)
+
+
 def _refuse(link: Link, condition: str, description: str) -> None:
     link.reject(Error(condition=condition, description=description))
 
@@ -170,16 +192,19 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link, now: float) 
     table = core.table
     if source.dynamic:
         entry = table.new_dynamic()
-        answer = Source(address=entry.address, dynamic=True, capabilities=source.capabilities)
+        answer = honoured_source(entry.address, dynamic=True)
     else:
         if not source.address:
             _refuse(link, E.INVALID_FIELD, "a receiving link needs a source address (or dynamic)")
+            return
+        if table.unavailable(source.address):  # the anchors' wording
+            _refuse(link, E.NOT_FOUND, f"Node not found: {source.address} is unavailable")
             return
         maybe = table.get_or_create(source.address, consumer=True)
         if maybe is None:
             _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {core.router_id}")
             return
-        entry, answer = maybe, source
+        entry, answer = maybe, honoured_source(source.address)
     link.attach(source=answer, target=link.remote_target)
     out = OutLink(link, conn, entry)
     out.zero_credit_since = now  # no credit until the consumer gives some
@@ -206,13 +231,19 @@ def _attach_producer(core: RouterCore, conn: ConnState, link: Link, now: float) 
     if target is not None and target.dynamic:
         entry = core.table.get_or_create(f"_$temp.{secrets.token_urlsafe(9)}")
         assert entry is not None
-        answer = Target(address=entry.address, dynamic=True, capabilities=target.capabilities)
+        answer = honoured_target(entry.address, dynamic=True)
         address = entry.address
     elif target is not None and target.address:
+        if core.table.unavailable(target.address):
+            _refuse(link, E.NOT_FOUND, f"Node not found: {target.address} is unavailable")
+            return
         entry = core.table.get_or_create(target.address)
         if entry is None:
             _refuse(link, E.NOT_FOUND, f"no route to {target.address} from router {core.router_id}")
             return
+        answer = honoured_target(target.address)
+    elif target is not None:  # an anonymous target: the relay, routed per message
+        answer = honoured_target(None)
     limit = core.config.limits.max_message_size
     link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
     link.attach(source=link.remote_source, target=answer, max_message_size=limit)

@@ -32,7 +32,7 @@ from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
-from .connections import ConnState
+from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .forwarding import Forwarder
 from .interrouter import check_open, open_properties
 from .links import GoneTotals, attach_link, detach_link, link_gone, session_ended
@@ -52,6 +52,7 @@ class RouterCore:
         self.router_id = config.router.id
         self.connections: dict[Connection, ConnState] = {}
         self.table = AddressTable(config)
+        self.logins = login_throttle(config.failed_logins)  # failed SASL logins, per peer host
         self.forwarder = Forwarder(self)
         self._touched: set[Connection] = set()
         self._last_touched: Connection | None = None  # the last engine added to _touched
@@ -76,6 +77,7 @@ class RouterCore:
         state = ConnState(engine, listener)
         engine.context = state
         self.connections[engine] = state
+        throttle_logins(state, self.logins)
         return state
 
     def connect(self, engine: Connection, connector: Connector, now: float) -> ConnState:
@@ -108,6 +110,7 @@ class RouterCore:
         for event in events:
             t = type(event)
             if t is ev.TransferReceived:
+                state.last_delivery = now
                 forwarder.on_transfer(event, now)  # type: ignore[arg-type]
             elif t is ev.DispositionReceived:
                 forwarder.on_disposition(event)  # type: ignore[arg-type]
@@ -189,13 +192,16 @@ class RouterCore:
         state = self.connections.get(engine)
         return state is not None and state.buffered_bytes > state.listener.read_high_water_bytes
 
-    def register_local_endpoint(self, address: str, endpoint: LocalEndpoint) -> None:
-        """Serve `address` in-process: every delivery to it goes to `endpoint` (see table.py).
-        Producers waiting for a destination get credit at once."""
+    def register_local_endpoint(self, address: str, endpoint: LocalEndpoint, subtree: bool = False) -> None:
+        """Serve `address` in-process: every delivery to it goes to `endpoint` (see table.py);
+        with `subtree`, deliveries to `<address>/...` too. Producers waiting for a destination
+        get credit at once."""
         entry = self.table.get_or_create(address)
         if entry is None:
             raise ValueError(f"{address} is not an address of this router")
         entry.local = endpoint
+        if subtree:
+            self.table.serve_subtree(entry)
         for producer in entry.producers:
             self.forwarder.credit_dirty(producer)
         self.forwarder.flush()
@@ -241,6 +247,8 @@ class RouterCore:
                 self._on_open(state, now)
             case ev.Authenticated():
                 state.sasl_mechanism = event.mechanism
+                if not state.outgoing and event.mechanism != "ANONYMOUS":  # (no reset for free)
+                    self.logins.succeeded(peer_host(state.host))
             case ev.RemoteBegin():
                 session = event.session
                 if session.state.local is not ACTIVE and engine.state.local is ACTIVE:

@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 DEFAULT_DISTRIBUTION: Final = "balanced"
 KEYS_MAX: Final = 4096  # addresses whose table key is remembered (then it starts afresh)
 
-# An in-process endpoint: given a complete encoded message (and the time), it returns the
-# outcome for the sender and the replies to route, as (to-address, encoded message) pairs.
-LocalEndpoint = Callable[[bytes, float], "tuple[Any, list[tuple[str, bytes]]]"]
+# An in-process endpoint: given a complete encoded message, the time and the address of the link
+# it came on (None: an anonymous link or another router's), it returns the outcome for the sender
+# and the replies to route, as (to-address, encoded message) pairs.
+LocalEndpoint = Callable[[bytes, float, "str | None"], "tuple[Any, list[tuple[str, bytes]]]"]
 
 
 class AddressEntry:
@@ -87,6 +88,9 @@ class AddressEntry:
 
 # Where deliveries to an address this router does not know are counted (they are released).
 NOWHERE = AddressEntry("-", "<no destination>", DEFAULT_DISTRIBUTION)
+# What lookup() answers for an address whose rule says `distribution: unavailable` (and that has
+# no entry): no destination, and a client's delivery to it is rejected with amqp:not-found.
+UNAVAILABLE = AddressEntry("-unavailable", "<unavailable>", "unavailable")
 
 
 def _no_remote(_key: str) -> frozenset[str]:
@@ -107,6 +111,10 @@ class AddressTable:
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
+        self.unavailable_rules = 0  # rules with distribution unavailable (none: nothing to look up)
+        # Keys of in-process endpoints that also serve every address below them (`$management`
+        # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
+        self.subtrees: set[str] = set()
         for rule in config.addresses:
             self.add_rule(rule)
 
@@ -117,10 +125,29 @@ class AddressTable:
             self.matcher.add_prefix(rule.prefix, rule)
         elif rule.pattern is not None:
             self.matcher.add_pattern(rule.pattern, rule)
+        if rule.distribution == "unavailable":
+            self.unavailable_rules += 1
 
     def remove_rule(self, rule: AddressConfig) -> None:
         """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
         self.matcher.remove(rule)
+        if rule.distribution == "unavailable":
+            self.unavailable_rules -= 1
+
+    def unavailable(self, address: str) -> bool:
+        """Whether `address` is refused: its entry's distribution is `unavailable` (an entry
+        the mesh made for an address other routers advertise, say), or it has no entry and a
+        rule says so (an address in use keeps its distribution until it is unused, as with any
+        rule)."""
+        if not self.unavailable_rules:
+            return False
+        key = self.key_of(address)
+        if key is None or key[0][0] not in "ML":
+            return False
+        entry = self.entries.get(key[0])
+        if entry is not None:
+            return entry.distribution == "unavailable"
+        return self.distribution_for(key[1]) == "unavailable"
 
     def key_of(self, address: str) -> tuple[str, str] | None:
         """(table key, address as configuration matches it), or None when `address` is not
@@ -135,7 +162,22 @@ class AddressTable:
         key = keys[address] = self._key_of(address)
         return key
 
+    def serve_subtree(self, entry: AddressEntry) -> None:
+        """Route every address below `entry`'s (`<address>/...`) to `entry` as well."""
+        self.subtrees.add(entry.key)
+        self._keys.clear()
+
     def _key_of(self, address: str) -> tuple[str, str] | None:
+        key = self._plain_key_of(address)
+        if key is not None and self.subtrees:
+            slash = key[0].find("/")
+            while slash > 0:  # the shortest served prefix wins
+                if key[0][:slash] in self.subtrees:
+                    return key[0][:slash], key[0][1:slash]
+                slash = key[0].find("/", slash + 1)
+        return key
+
+    def _plain_key_of(self, address: str) -> tuple[str, str] | None:
         parsed = classify(address, self.router_id)
         if parsed.kind is Kind.MOBILE:
             return "M" + parsed.key, parsed.key
@@ -187,6 +229,8 @@ class AddressTable:
         key = self._keys.get(address) or self.key_of(address)  # (the memo first: no call)
         if key is None:
             return None
+        if self.unavailable_rules and self.unavailable(address):  # (no such rule: no look)
+            return UNAVAILABLE
         entry = self.entries.get(key[0])
         if entry is None and key[0][0] != "L":
             if self.fallback is not None:

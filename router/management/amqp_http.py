@@ -17,13 +17,17 @@ Resources, relative to the node address (`$management`, `_local/$management` or
     <type>/<identity>       the entity's `self` address (§2.4): GET, PUT, DELETE (§5.6)
 
 Choices where the draft is open or inconsistent:
-- The discovery document follows the normative schema of §3.2 (`collections` with the reserved
-  `entities`, `types`), not the overview's example keys (`entity`, `type`, `config`). Its
-  addresses are relative to the node (§2.1.1); `self` addresses are absolute node paths
-  (`$management/listener/listener%2Famqp`: the identity percent-encoded). Keys are symbols.
-- Collection and self addresses are reached on a link attached to the node, with the resource in
-  properties.to (HTTP-over-AMQP routes a request to its server). An anonymous link reaches only
-  the node's own address, where GET is the discovery document.
+- The discovery document has both forms of §3.2: the overview's reserved `entity` (all
+  entities) and `type` (the metatypes) keys in `collections`, and the normative schema's
+  `entities` there with `types` at the top. Its addresses are relative to the node (§2.1.1);
+  `self` addresses are absolute node paths (`$management/listener/listener%2Famqp`: the identity
+  percent-encoded). Keys are symbols.
+- Collection and self addresses are addresses of the router (node.py serves every address below
+  the node's): a request reaches them on a link attached to the node with the resource in
+  properties.to (HTTP-over-AMQP), on a link attached to the resource itself (a request without
+  `to` is for its link's address), or through the anonymous relay with the resource in `to`. A
+  request without `to` on an anonymous link or the node's own is for the node: GET is the
+  discovery document.
 - A PUT must carry the entity's `tag` (§5.6.2) in the body or an If-Match header, else 400; a
   DELETE may carry If-Match. A stale tag is 409 with the current description (§5.6.2).
 - If-None-Match on any GET answers 304 when the ETag is current (§5.2); collections' ETags digest
@@ -89,12 +93,13 @@ def parse_target(to: str | None) -> tuple[str, list[str], dict[str, str]]:
 class Request:
     """One WD14 request being answered."""
 
-    def __init__(self, agent: ManagementAgent, message: Message, now: float) -> None:
+    def __init__(self, agent: ManagementAgent, message: Message, now: float, link_address: str | None = None) -> None:
         self.agent, self.message, self.now = agent, message, now
         props = message.properties
         self.method = (props.subject or "").upper() if props is not None else ""
         self.headers = {str(k).lower(): v for k, v in (message.application_properties or {}).items()}
-        self.node, self.path, self.params = parse_target(props.to if props is not None else None)
+        to = props.to if props is not None else None
+        self.node, self.path, self.params = parse_target(to or link_address)
         content_type = (props.content_type if props is not None else None) or self.headers.get("content-type")
         self.content_type = str(content_type).split(";")[0].strip().lower() if content_type else None
 
@@ -162,9 +167,16 @@ class Request:
 
     def discovery(self) -> Reply:
         types = self.agent.entity_types()
-        collections: dict[Symbol, Any] = {Symbol("entities"): _ref("All entities", "entities")}
+        # The main collections under both names the draft gives them: the reserved `entity` and
+        # `type` keys of §3.2's overview, and the normative schema's `entities` (with `types` at
+        # the top), so that a client written to either finds them.
+        collections: dict[Symbol, Any] = {
+            Symbol("entity"): _ref("All entities", "entities"),
+            Symbol("type"): _ref("Entity types", "types"),
+            Symbol("entities"): _ref("All entities", "entities"),
+        }
         for t in types:
-            collections[Symbol(t.short_name)] = _ref(t.description, t.short_name)
+            collections.setdefault(Symbol(t.short_name), _ref(t.description, t.short_name))
         document = {Symbol("collections"): collections, Symbol("types"): _ref("Entity types", "types")}
         return self.cacheable(document, etag({"document": document}), "discovery-document")
 
@@ -238,8 +250,8 @@ def _paging(params: Mapping[str, str], key: str) -> int | None:
     return int(value)
 
 
-def handle(agent: ManagementAgent, message: Message, now: float) -> Reply:
-    request = Request(agent, message, now)
+def handle(agent: ManagementAgent, message: Message, now: float, link_address: str | None = None) -> Reply:
+    request = Request(agent, message, now, link_address)
     try:
         return request.answer()
     except ManagementError as exc:

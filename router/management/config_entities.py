@@ -36,7 +36,7 @@ _DESCRIPTIONS = {
     "max_links_per_connection": "Links per connection", "sasl_username": "User name for SASL PLAIN",
     "prefix": "Address prefix (matches the address and its '.' or '/' sub-addresses)",
     "pattern": "Address pattern ('*' one word, '#' zero or more; words split on '.' or '/')",
-    "distribution": "closest, balanced or multicast", "port": "TCP port",
+    "distribution": "closest, balanced, multicast or unavailable (attaches refused, anonymous sends rejected)", "port": "TCP port",
     "sasl_password": "Password for SASL PLAIN (write-only: reads as ********)",
     "reconnect_initial_s": "Delay before the first retry after a failure (doubles, with jitter, up to reconnectMaxSeconds)",
     "reconnect_max_s": "Longest delay between retries",

@@ -94,6 +94,10 @@ class RouterType(EntityType):
         "deliveriesFromRouter: Messages the router itself sent (e.g. management replies)",
         "droppedFromRouter: Messages the router itself sent that had no destination",
         "uptimeSeconds: Seconds since the router started",
+    ) + _counters(
+        "failedLogins: SASL logins that failed (every listener)",
+        "failedLoginsDelayed: Failed logins whose outcome was held back (repeated failures from one host)",
+        "failedLoginHosts: Hosts remembered now for their failed logins (bounded)",
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -121,6 +125,8 @@ class RouterType(EntityType):
             deliveriesEgress=_total("delivered", core.gone_out, outs), deliveriesTransit=transit,
             deliveriesFromRouter=core.forwarder.router_sent, droppedFromRouter=core.forwarder.router_dropped,
             uptimeSeconds=max(0, int(now - agent.started_at)),
+            failedLogins=core.logins.failures, failedLoginsDelayed=core.logins.delayed,
+            failedLoginHosts=core.logins.hosts,
         )  # fmt: skip
 
 
@@ -143,7 +149,11 @@ class ConnectionType(EntityType):
         Attribute("opened", "boolean", "The open handshake completed"),
         Attribute("operStatus", "string", "up or closing"),
         Attribute("adminStatus", "string", "enabled"),
-    ) + _counters("uptimeSeconds: Seconds since the peer's open", "linkCount: Attached links")  # fmt: skip
+    ) + _counters(
+        "uptimeSeconds: Seconds since the peer's open",
+        "lastDlvSeconds: Seconds since a transfer last came in or went out on it (null: none yet)",
+        "linkCount: Attached links",
+    )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         for state in sorted(agent.core.connections.values(), key=lambda s: s.id):
@@ -160,7 +170,10 @@ class ConnectionType(EntityType):
             sasl=mechanism, isAuthenticated=mechanism not in (None, "ANONYMOUS"), user=engine.user,
             isEncrypted=False, properties=properties, opened=state.opened,
             operStatus="closing" if state.closed else "up", adminStatus="enabled",
+            # Both are differences of the core's clock (`now` is that clock too): seconds, not
+            # timestamps, so they hold whatever the wall clock does.
             uptimeSeconds=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
+            lastDlvSeconds=max(0, int(now - state.last_delivery)) if state.last_delivery is not None else None,
             linkCount=state.link_count,
         )  # fmt: skip
 
@@ -219,7 +232,7 @@ class RouterAddressType(EntityType):
     attributes = (
         Attribute("key", "string", "Its key: M0<address> mobile, L<address> local, R<router> a router (mesh), T<x> topo"),
         Attribute("address", "string", "The address"),
-        Attribute("distribution", "string", "closest, balanced or multicast"),
+        Attribute("distribution", "string", "closest, balanced, multicast or unavailable"),
         Attribute("remoteHostRouters", "list", "Routers with consumers of the address"),
     ) + _counters(
         "inProcess: In-process destinations (e.g. the management node)",

@@ -10,10 +10,12 @@ time, so no metric object is created or touched per message.
 
 Metrics (all prefixed `amqp_router_`):
 - `info{router_id, mode, version}`: 1
-- gauges: `connections`, `links`, `addresses`, `nodes` (routers known), `uptime_seconds`
+- gauges: `connections`, `links`, `addresses`, `nodes` (routers known), `uptime_seconds`,
+  `failed_login_hosts`
 - counters: `deliveries_ingress_total`, `deliveries_egress_total`, `deliveries_transit_total`,
   `deliveries_accepted_total`, `deliveries_rejected_total`, `deliveries_released_total`,
-  `deliveries_modified_total`, `deliveries_presettled_total`, `deliveries_dropped_presettled_total`
+  `deliveries_modified_total`, `deliveries_presettled_total`, `deliveries_dropped_presettled_total`,
+  `failed_logins_total`, `failed_logins_delayed_total`
 - per address (label `address`): counters `address_deliveries_ingress_total`,
   `address_deliveries_egress_total`, `address_deliveries_transit_total`; gauges
   `address_subscribers`, `address_remote_subscribers`
@@ -54,6 +56,7 @@ GAUGES = (
     ("addresses", "Addresses in the address table.", "addrCount"),
     ("nodes", "Other routers known to this router.", "nodeCount"),
     ("uptime_seconds", "Seconds since the router started.", "uptimeSeconds"),
+    ("failed_login_hosts", "Hosts remembered for their failed logins (bounded).", "failedLoginHosts"),
 )
 COUNTERS = (
     ("deliveries_ingress", "Deliveries received from clients and routers.", "deliveriesIngress"),
@@ -65,6 +68,8 @@ COUNTERS = (
     ("deliveries_modified", "Deliveries settled as modified.", "modifiedDeliveries"),
     ("deliveries_presettled", "Deliveries that arrived settled.", "presettledDeliveries"),
     ("deliveries_dropped_presettled", "Presettled deliveries dropped.", "droppedPresettledDeliveries"),
+    ("failed_logins", "SASL logins that failed.", "failedLogins"),
+    ("failed_logins_delayed", "Failed logins whose outcome was held back.", "failedLoginsDelayed"),
 )
 ADDRESS_COUNTERS = (
     ("address_deliveries_ingress", "Deliveries that arrived for the address.", "deliveriesIngress"),

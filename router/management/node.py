@@ -4,12 +4,14 @@
 
 Owns: registration at `$management` (a mobile address: reachable on this router by that name)
 and `_local/$management` (which also makes `_topo/0/<router-id>/$management` work, the address
-other routers use), the connection capability and property that announce the node (WD14 §3.1),
-decoding requests, choosing the dialect (application property `operation`: the anchors'
-operation dialect, operations.py; otherwise WD14's HTTP-over-AMQP mapping, amqp_http.py),
-and building replies (to the request's reply-to; correlation-id = the request's message-id, or
-its correlation-id when it has no message-id, as the anchors' tools and Proton's
-SyncRequestResponse match on that).
+other routers use), each with every address below it (`$management/entities`,
+`$management/listener/...`: a WD14 client may send to a collection's address, §3.2), the
+connection capability and property that announce the node (WD14 §3.1), decoding requests,
+choosing the dialect (application property `operation`: the anchors' operation dialect,
+operations.py; otherwise WD14's HTTP-over-AMQP mapping, amqp_http.py), and building replies
+(to the request's reply-to; correlation-id = the request's message-id, or its correlation-id
+when it has no message-id, as the anchors' tools and Proton's SyncRequestResponse match on
+that).
 Must not touch: what a request means (the dialects'), routing (the core routes the replies).
 
 Every decodable request is accepted and answered, errors included (a bug in a handler is a
@@ -50,10 +52,10 @@ class ManagementNode:
     def __init__(self, agent: ManagementAgent) -> None:
         self.agent = agent
         self._operations: Callable[[ManagementAgent, Message, float], Reply] = operations.handle
-        self._http: Callable[[ManagementAgent, Message, float], Reply] = amqp_http.handle
+        self._http: Callable[[ManagementAgent, Message, float, str | None], Reply] = amqp_http.handle
         self.requests = 0
 
-    def __call__(self, payload: bytes, now: float) -> tuple[Any, list[tuple[str, bytes]]]:
+    def __call__(self, payload: bytes, now: float, link_address: str | None = None) -> tuple[Any, list[tuple[str, bytes]]]:
         try:
             request = decode_message(payload)
         except DecodeError as exc:
@@ -63,7 +65,10 @@ class ManagementNode:
         app = request.application_properties or {}
         operation_dialect = "operation" in app
         try:
-            reply = (self._operations if operation_dialect else self._http)(self.agent, request, now)
+            if operation_dialect:
+                reply = self._operations(self.agent, request, now)
+            else:  # a request without `to` is for the address its link is attached to
+                reply = self._http(self.agent, request, now, link_address)
         except Exception as exc:  # a bug: answer it rather than let it reach the core
             log.exception("management request failed")
             reply = internal_error(f"{type(exc).__name__}: {exc}", operation_dialect)
@@ -98,8 +103,8 @@ def internal_error(description: str, operation_dialect: bool) -> Reply:
 def install(core: RouterCore, agent: ManagementAgent) -> ManagementNode:
     """Serve the management node through `core` and announce it in the router's open."""
     node = ManagementNode(agent)
-    for address in NODE_ADDRESSES:
-        core.register_local_endpoint(address, node)
+    for address in NODE_ADDRESSES:  # and the addresses below it (`$management/entities`)
+        core.register_local_endpoint(address, node, subtree=True)
     if MGMT_CAPABILITY not in core.offered_capabilities:
         core.offered_capabilities = (*core.offered_capabilities, MGMT_CAPABILITY)
     core.open_properties[MGMT_NODE_PROPERTY] = NODE_ADDRESS
