@@ -667,6 +667,7 @@ class Forwarder(Settlement):
                 if record.in_link is inl:
                     record.in_link = None
                     maps.inbound.pop(delivery_id)
+                    self.producer_unlinked(record)
 
 
 def _expiry(view: RoutingView, now: float) -> float | None:
