@@ -21,7 +21,7 @@ import math
 from typing import TYPE_CHECKING
 
 from topology.config import TopologyConfig
-from topology.events import AddressesChanged, RoutesChanged, TopologyEvent
+from topology.events import AddressesChanged, NeighbourSilent, RoutesChanged, TopologyEvent
 from topology.messages import ControlMessage, MalformedMessage, Unsupported, from_map, to_map
 from topology.node import TopologyNode
 from topology.routes import Routes, compute_routes
@@ -85,6 +85,7 @@ class Mesh(MeshReadApi):
         self.dropped_invalid_origin = 0  # multicast copies not delivered here (duplicate path)
         self.malformed_control = 0
         self.replaced_connections = 0
+        self.silent_closed = 0  # connections closed because the neighbour stopped sending HELLOs
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (wall clock)
         self.edges = Edges(self)
@@ -127,6 +128,8 @@ class Mesh(MeshReadApi):
             if isinstance(event, RoutesChanged):
                 self.last_change = now
                 self._routes_changed(event.routes)
+            elif isinstance(event, NeighbourSilent):
+                self._silent(event, now)
             elif isinstance(event, AddressesChanged):
                 table = self.core.table
                 for address, routers in event.changes.items():
@@ -195,6 +198,19 @@ class Mesh(MeshReadApi):
             if self.node is not None:
                 self.node.neighbour_down(peer.id, now=now)
                 self.dirty = True
+
+    def _silent(self, event: NeighbourSilent, now: float) -> None:
+        """A neighbour sent no HELLO for its dead interval: it has left the routes, and its
+        connection is closed as if it had dropped (a frozen router's socket stays open until the
+        idle time-out, holding what was sent to it): deliveries sent on it and unsettled become
+        modified, those waiting for its credit released, and traffic takes another path now."""
+        peer = self.peers.get(event.router_id)
+        if peer is None:
+            return
+        self.silent_closed += 1
+        error = Error(condition=E.CONNECTION_FORCED,
+                      description=f"no HELLO from router {event.router_id} for {event.silent_s:.1f} s (dead interval)")  # fmt: skip
+        self.core.close_connection(peer.conn, error, now)
 
     def peer_attach(self, state: ConnState, link: Link) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None
