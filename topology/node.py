@@ -220,6 +220,12 @@ class TopologyNode(Protocol):
         """Two-way neighbours and my cost for each (my link state's peers)."""
         return self._ls.own.peers
 
+    def neighbour_heard(self, neighbour_id: str) -> bool:
+        """True while `neighbour_id`'s connection is up and its HELLOs arrive (within its dead
+        interval): that connection is alive."""
+        neighbour = self._neighbours.connected.get(neighbour_id)
+        return neighbour is not None and neighbour.alive()
+
     @property
     def routes_pending(self) -> bool:
         """True while a change waits for the next route computation."""

@@ -85,6 +85,7 @@ class Mesh(MeshReadApi):
         self.dropped_invalid_origin = 0  # multicast copies not delivered here (duplicate path)
         self.malformed_control = 0
         self.replaced_connections = 0
+        self.refused_duplicates = 0  # connections claiming the id of a connected, live router
         self.silent_closed = 0  # connections closed because the neighbour stopped sending HELLOs
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (wall clock)
@@ -158,10 +159,22 @@ class Mesh(MeshReadApi):
         node = self.node
         assert node is not None
         existing = self.peers.get(peer_id)
+        if existing is not None and existing.conn is not state and node.neighbour_heard(peer_id):
+            # The router is connected and alive (its HELLOs arrive): a second connection
+            # claiming its id is refused, whichever side opened it, and the first is untouched
+            # (otherwise anyone reaching an inter-router listener could knock it out). A real
+            # reconnect gets in once the old connection is seen to fail: at once when it drops,
+            # after the dead interval when it goes silent (_silent).
+            self.refused_duplicates += 1
+            self.core.close_connection(state, Error(condition=E.INVALID_FIELD, description=(
+                f"router {peer_id} is already connected (connection #{existing.conn.id}) and alive: "
+                "a second connection claiming its id is refused")), now)  # fmt: skip
+            return
         if existing is not None and existing.conn is not state:
-            # Two connections to one router (both connect to each other, or a reconnect before
-            # the old one is seen to fail). Same direction: the newer wins; otherwise both
-            # routers keep the one the smaller router id opened.
+            # Two connections to one router before either is established (both routers connect
+            # to each other at once, or a reconnect while the old connection is not heard).
+            # Same direction: the newer wins; otherwise both routers keep the one the smaller
+            # router id opened.
             keep_new = existing.conn.outgoing == state.outgoing or state.outgoing == (self.me < peer_id)
             error = Error(condition=E.CONNECTION_FORCED,
                           description=f"another connection to router {peer_id} is in use")  # fmt: skip
