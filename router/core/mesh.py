@@ -134,12 +134,14 @@ class Mesh(MeshReadApi):
             elif isinstance(event, AddressesChanged):
                 table = self.core.table
                 for address, routers in event.changes.items():
+                    self.edges.address_changed(address)
                     entry = table.entries.get("M" + address)
                     if entry is not None:
                         self.set_remote(entry, routers)
                     elif routers:
                         table.get_or_create(address)  # remote destinations from remote_for
         del self.events[:-256]
+        self.edges.service()  # edges learn what changed in the addresses with destinations
         self.deadline = node.next_deadline()
 
     def next_deadline(self) -> float | None:
@@ -290,7 +292,11 @@ class Mesh(MeshReadApi):
         kind, name = key[0], key[1:]
         if self.edge:  # everything not local goes to the uplink in use
             active = self.edges.active
-            return frozenset((active,)) if active is not None and kind != "L" else frozenset()
+            if active is None or kind == "L":
+                return frozenset()
+            if kind == "M" and name not in self.edges.mesh_addresses.get(active, ()):
+                return frozenset()  # no destination in the mesh (the uplink says)
+            return frozenset((active,))
         if kind == "M":
             return self.node.routers_for(name) if self.node is not None else frozenset()
         if kind == "R":
@@ -329,6 +335,7 @@ class Mesh(MeshReadApi):
         if self.node is None:
             return
         address = entry.key[1:]
+        self.edges.address_changed(address)
         if present:
             self.node.set_local_addresses(added=(address,))
         else:
