@@ -151,6 +151,10 @@ class MeshHarness:
         nothing; bytes sent to it wait."""
         self.frozen.add(id(self.cores[router_id]))
 
+    def thaw(self, router_id: str) -> None:
+        """The router runs again (SIGCONT): the bytes that waited for it can be read now."""
+        self.frozen.discard(id(self.cores[router_id]))
+
     # --- running ------------------------------------------------------------------------------
 
     def pump(self, rounds: int = 100_000) -> None:

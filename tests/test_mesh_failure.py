@@ -199,3 +199,42 @@ def test_a_neighbour_that_never_says_hello_is_closed_after_the_dead_interval() -
     assert core.mesh.peers == {} and core.mesh.silent_closed == 1
     assert mute.remote_error is not None and mute.remote_error.condition == "amqp:connection:forced"
     assert "no HELLO from router X" in (mute.remote_error.description or "")
+
+
+def test_a_neighbour_is_not_blamed_while_this_router_does_not_read_it() -> None:
+    h = _diamond()
+    a = h.cores["A"]
+    b_engine = a.mesh.peers["B"].conn.engine
+    paused = {b_engine}
+    original = a.read_paused
+    a.read_paused = lambda engine: engine in paused or original(engine)  # type: ignore[method-assign]
+    h.freeze("B")
+    h.advance(6.0)
+    assert "B" in a.mesh.peers and a.mesh.silent_closed == 0  # not read: its silence may be ours
+    assert a.mesh.routes.next_hops["D"] == "C"  # but it left the routes at the dead interval
+    paused.clear()
+    h.advance(1.5)
+    assert "B" not in a.mesh.peers and a.mesh.silent_closed == 1
+
+
+def test_a_router_that_was_itself_stopped_does_not_drop_its_neighbours_on_waking() -> None:
+    # A judges with a 3 s dead interval; its neighbours with 30 s, so they keep A while it sleeps.
+    h = MeshHarness(hello_interval_s=1.0, dead_interval_s=3.0)
+    h.router("A", instance=1)
+    h.router_defaults = {"hello_interval_s": 1.0, "dead_interval_s": 30.0}
+    h.router("B", instance=2)
+    h.router("C", instance=3)
+    h.link("A", "B")
+    h.link("A", "C")
+    h.converge()
+    a = h.cores["A"]
+    h.freeze("A")
+    h.advance(10.0)  # the others go on; their HELLOs wait unread in A's sockets
+    h.thaw("A")
+    h.advance(3.0)  # on waking, A's timers run before it reads what waited
+    assert a.mesh.silent_closed == 0 and set(a.mesh.peers) == {"B", "C"}
+    h.converge()
+    # The same silence while A is awake (B frozen) is B's: A closes it.
+    h.freeze("B")
+    h.advance(4.5)
+    assert set(a.mesh.peers) == {"C"} and a.mesh.silent_closed == 1

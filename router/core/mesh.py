@@ -87,6 +87,10 @@ class Mesh(MeshReadApi):
         self.replaced_connections = 0
         self.refused_duplicates = 0  # connections claiming the id of a connected, live router
         self.silent_closed = 0  # connections closed because the neighbour stopped sending HELLOs
+        self.silent: dict[str, float] = {}  # neighbours reported silent -> their dead interval
+        self.silent_deadline = math.inf  # when to look at them again
+        self.last_service = -math.inf  # the node is serviced at least every hello interval
+        self.awake_from = -math.inf  # after a pause of this router: silence is not judged before
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (wall clock)
         self.edges = Edges(self)
@@ -109,6 +113,11 @@ class Mesh(MeshReadApi):
             self.edges.service()
             return
         self.dirty = False
+        if now - self.last_service > 2 * self.topology_config.hello_interval_s + self.topology_config.dead_interval_s / 2:
+            # This router was not running (stopped, starved): what its neighbours sent meanwhile
+            # may not be read yet. Give the network layer a hello interval to read it.
+            self.awake_from = now + self.topology_config.hello_interval_s
+        self.last_service = now
         node.tick(now)
         outgoing = node.take_outgoing()
         if outgoing:
@@ -142,10 +151,12 @@ class Mesh(MeshReadApi):
                         table.get_or_create(address)  # remote destinations from remote_for
         del self.events[:-256]
         self.edges.service()  # edges learn what changed in the addresses with destinations
-        self.deadline = node.next_deadline()
+        if self.silent and now >= self.silent_deadline:
+            self._check_silent(now)
+        self.deadline = min(node.next_deadline(), self.silent_deadline)
 
     def next_deadline(self) -> float | None:
-        return self.node.next_deadline() if self.node is not None else None
+        return min(self.node.next_deadline(), self.silent_deadline) if self.node is not None else None
 
     # --- peers ------------------------------------------------------------------------------------
 
@@ -215,17 +226,41 @@ class Mesh(MeshReadApi):
                 self.dirty = True
 
     def _silent(self, event: NeighbourSilent, now: float) -> None:
-        """A neighbour sent no HELLO for its dead interval: it has left the routes, and its
-        connection is closed as if it had dropped (a frozen router's socket stays open until the
-        idle time-out, holding what was sent to it): deliveries sent on it and unsettled become
-        modified, those waiting for its credit released, and traffic takes another path now."""
-        peer = self.peers.get(event.router_id)
-        if peer is None:
+        """A neighbour sent no HELLO for its dead interval: it has left the routes (the node
+        did that). If nothing at all comes from it either, it is frozen (SIGSTOP, a half-open
+        socket), and its connection, which would stay open until the idle time-out holding what
+        was sent on it, is closed as if it had dropped (_check_silent)."""
+        if event.router_id in self.peers:
+            self.silent[event.router_id] = event.silent_s
+            self._check_silent(now)
+
+    def _check_silent(self, now: float) -> None:
+        """Close the connection of each silent neighbour that has sent nothing for its dead
+        interval: deliveries sent on it and unsettled become modified, those waiting for its
+        credit released, and traffic takes another path now. Not when the silence may be ours:
+        while this router does not read that connection (read paused), nor right after this
+        router itself was not running (input may be waiting unread). A neighbour whose HELLOs are
+        only late (queued behind its data) keeps its connection: it is not in the routes until
+        one arrives."""
+        node = self.node
+        self.silent_deadline = math.inf
+        if node is None:
             return
-        self.silent_closed += 1
-        error = Error(condition=E.CONNECTION_FORCED,
-                      description=f"no HELLO from router {event.router_id} for {event.silent_s:.1f} s (dead interval)")  # fmt: skip
-        self.core.close_connection(peer.conn, error, now)
+        for peer_id, dead_s in list(self.silent.items()):
+            peer = self.peers.get(peer_id)
+            if peer is None or node.neighbour_heard(peer_id):
+                del self.silent[peer_id]
+                continue
+            engine = peer.conn.engine
+            due = max(engine.last_received + dead_s, self.awake_from)
+            if now < due or self.core.read_paused(engine):
+                self.silent_deadline = min(self.silent_deadline, max(due, now + self.topology_config.hello_interval_s))
+                continue
+            del self.silent[peer_id]
+            self.silent_closed += 1
+            error = Error(condition=E.CONNECTION_FORCED,
+                          description=f"no HELLO from router {peer_id} for {dead_s:.1f} s (dead interval)")  # fmt: skip
+            self.core.close_connection(peer.conn, error, now)
 
     def peer_attach(self, state: ConnState, link: Link) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None
