@@ -2,8 +2,10 @@
 applies what it computes to the address table.
 
 Owns: the node of an interior router (created at the first call that brings the time, its instance = that time in
-milliseconds unless given), the peers (one active inter-router connection per neighbour router,
-a deterministic choice when two exist), control messages in and out (an amqp-value map body
+milliseconds unless given), the peers (one active inter-router connection per neighbour router:
+a second connection claiming a live router's id is refused, a deterministic choice when two
+come up at once; a neighbour silent for its dead interval, sending nothing at all, has its
+connection closed), control messages in and out (an amqp-value map body
 from topology.messages plus the application property `opcode`, sent presettled on the control
 links, queued while a link has no credit), when to tick the node, and applying its events:
 RoutesChanged -> the routes forwarding reads and the destinations of `_topo` addresses;

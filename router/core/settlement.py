@@ -1,6 +1,9 @@
 """Outcomes and settlement, end to end: from the consumer back to the producer.
 
-Owns: relaying a consumer's disposition to the producer (anycast), combining multicast copies
+Owns: relaying a consumer's disposition to the producer (anycast: outcomes, and states the
+consumer sets without settling, such as received), settlement both ways (a consumer that does not
+settle with its outcome keeps its delivery unsettled until the producer settles: the
+"three-ack" pattern; docs/mesh.md, "Outcomes and settlement"), combining multicast copies
 (rejected > accepted > modified > released, settled upstream when every copy is terminal),
 producer-side settlement (rcv-settle-mode second, sender settling first), reporting failures
 (never sent: released; sent but unsettled when the consumer went away: modified with
