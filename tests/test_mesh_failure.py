@@ -170,7 +170,7 @@ def test_a_frozen_neighbour_is_left_after_the_dead_interval_and_traffic_moves_ov
         h.advance(0.1)
     assert _outcomes(producer, in_flight) == {"Modified": 30}
     assert all(producer.outcomes[i].delivery_failed for i in in_flight)
-    assert "B" not in a.mesh.peers and a.mesh.silent_closed == 1
+    assert "B" not in a.mesh.peers and a.mesh.liveness.closed == 1
     h.advance(0.5)  # routes recomputed
     assert a.mesh.routes.next_hops["D"] == "C"
     again = [producer.send(tx, Message.value(i)) for i in range(30)]
@@ -196,7 +196,7 @@ def test_a_neighbour_that_never_says_hello_is_closed_after_the_dead_interval() -
     assert "X" in core.mesh.peers and router_side.state.local.name == "ACTIVE"
     h.advance(0.2)
     assert router_side.state.local.name == "CLOSED"
-    assert core.mesh.peers == {} and core.mesh.silent_closed == 1
+    assert core.mesh.peers == {} and core.mesh.liveness.closed == 1
     assert mute.remote_error is not None and mute.remote_error.condition == "amqp:connection:forced"
     assert "no HELLO from router X" in (mute.remote_error.description or "")
 
@@ -210,11 +210,11 @@ def test_a_neighbour_is_not_blamed_while_this_router_does_not_read_it() -> None:
     a.read_paused = lambda engine: engine in paused or original(engine)  # type: ignore[method-assign]
     h.freeze("B")
     h.advance(6.0)
-    assert "B" in a.mesh.peers and a.mesh.silent_closed == 0  # not read: its silence may be ours
+    assert "B" in a.mesh.peers and a.mesh.liveness.closed == 0  # not read: its silence may be ours
     assert a.mesh.routes.next_hops["D"] == "C"  # but it left the routes at the dead interval
     paused.clear()
     h.advance(1.5)
-    assert "B" not in a.mesh.peers and a.mesh.silent_closed == 1
+    assert "B" not in a.mesh.peers and a.mesh.liveness.closed == 1
 
 
 def test_a_router_that_was_itself_stopped_does_not_drop_its_neighbours_on_waking() -> None:
@@ -232,9 +232,9 @@ def test_a_router_that_was_itself_stopped_does_not_drop_its_neighbours_on_waking
     h.advance(10.0)  # the others go on; their HELLOs wait unread in A's sockets
     h.thaw("A")
     h.advance(3.0)  # on waking, A's timers run before it reads what waited
-    assert a.mesh.silent_closed == 0 and set(a.mesh.peers) == {"B", "C"}
+    assert a.mesh.liveness.closed == 0 and set(a.mesh.peers) == {"B", "C"}
     h.converge()
     # The same silence while A is awake (B frozen) is B's: A closes it.
     h.freeze("B")
     h.advance(4.5)
-    assert set(a.mesh.peers) == {"C"} and a.mesh.silent_closed == 1
+    assert set(a.mesh.peers) == {"C"} and a.mesh.liveness.closed == 1

@@ -40,6 +40,7 @@ from .connections import ConnState
 from .edge import Edges
 from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_links, top_up_control
 from .links import OutLink, alive
+from .liveness import Liveness
 from .meshread import MeshReadApi
 from .remote import Paths
 from .table import AddressEntry
@@ -88,14 +89,10 @@ class Mesh(MeshReadApi):
         self.malformed_control = 0
         self.replaced_connections = 0
         self.refused_duplicates = 0  # connections claiming the id of a connected, live router
-        self.silent_closed = 0  # connections closed because the neighbour stopped sending HELLOs
-        self.silent: dict[str, float] = {}  # neighbours reported silent -> their dead interval
-        self.silent_deadline = math.inf  # when to look at them again
-        self.last_service = -math.inf  # the node is serviced at least every hello interval
-        self.awake_from = -math.inf  # after a pause of this router: silence is not judged before
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (wall clock)
         self.edges = Edges(self)
+        self.liveness = Liveness(self)  # closing the connections of silent neighbours
         core.table.remote_for = self.remote_for
         core.table.keep_advertised = not self.edge
 
@@ -115,11 +112,8 @@ class Mesh(MeshReadApi):
             self.edges.service()
             return
         self.dirty = False
-        if now - self.last_service > 2 * self.topology_config.hello_interval_s + self.topology_config.dead_interval_s / 2:
-            # This router was not running (stopped, starved): what its neighbours sent meanwhile
-            # may not be read yet. Give the network layer a hello interval to read it.
-            self.awake_from = now + self.topology_config.hello_interval_s
-        self.last_service = now
+        liveness = self.liveness
+        liveness.serviced(now)
         node.tick(now)
         outgoing = node.take_outgoing()
         if outgoing:
@@ -141,7 +135,7 @@ class Mesh(MeshReadApi):
                 self.last_change = now
                 self._routes_changed(event.routes)
             elif isinstance(event, NeighbourSilent):
-                self._silent(event, now)
+                liveness.reported(event.router_id, event.silent_s, now)
             elif isinstance(event, AddressesChanged):
                 table = self.core.table
                 for address, routers in event.changes.items():
@@ -153,12 +147,12 @@ class Mesh(MeshReadApi):
                         table.get_or_create(address)  # remote destinations from remote_for
         del self.events[:-256]
         self.edges.service()  # edges learn what changed in the addresses with destinations
-        if self.silent and now >= self.silent_deadline:
-            self._check_silent(now)
-        self.deadline = min(node.next_deadline(), self.silent_deadline)
+        if liveness.silent and now >= liveness.deadline:
+            liveness.check(now)
+        self.deadline = min(node.next_deadline(), liveness.deadline)
 
     def next_deadline(self) -> float | None:
-        return min(self.node.next_deadline(), self.silent_deadline) if self.node is not None else None
+        return min(self.node.next_deadline(), self.liveness.deadline) if self.node is not None else None
 
     # --- peers ------------------------------------------------------------------------------------
 
@@ -179,7 +173,7 @@ class Mesh(MeshReadApi):
             # claiming its id is refused, whichever side opened it, and the first is untouched
             # (otherwise anyone reaching an inter-router listener could knock it out). A real
             # reconnect gets in once the old connection is seen to fail: at once when it drops,
-            # after the dead interval when it goes silent (_silent).
+            # after the dead interval when it goes silent (liveness.py).
             self.refused_duplicates += 1
             self.core.close_connection(state, Error(condition=E.INVALID_FIELD, description=(
                 f"router {peer_id} is already connected (connection #{existing.conn.id}) and alive: "
@@ -226,43 +220,6 @@ class Mesh(MeshReadApi):
             if self.node is not None:
                 self.node.neighbour_down(peer.id, now=now)
                 self.dirty = True
-
-    def _silent(self, event: NeighbourSilent, now: float) -> None:
-        """A neighbour sent no HELLO for its dead interval: it has left the routes (the node
-        did that). If nothing at all comes from it either, it is frozen (SIGSTOP, a half-open
-        socket), and its connection, which would stay open until the idle time-out holding what
-        was sent on it, is closed as if it had dropped (_check_silent)."""
-        if event.router_id in self.peers:
-            self.silent[event.router_id] = event.silent_s
-            self._check_silent(now)
-
-    def _check_silent(self, now: float) -> None:
-        """Close the connection of each silent neighbour that has sent nothing for its dead
-        interval: deliveries sent on it and unsettled become modified, those waiting for its
-        credit released, and traffic takes another path now. Not when the silence may be ours:
-        while this router does not read that connection (read paused), nor right after this
-        router itself was not running (input may be waiting unread). A neighbour whose HELLOs are
-        only late (queued behind its data) keeps its connection: it is not in the routes until
-        one arrives."""
-        node = self.node
-        self.silent_deadline = math.inf
-        if node is None:
-            return
-        for peer_id, dead_s in list(self.silent.items()):
-            peer = self.peers.get(peer_id)
-            if peer is None or node.neighbour_heard(peer_id):
-                del self.silent[peer_id]
-                continue
-            engine = peer.conn.engine
-            due = max(engine.last_received + dead_s, self.awake_from)
-            if now < due or self.core.read_paused(engine):
-                self.silent_deadline = min(self.silent_deadline, max(due, now + self.topology_config.hello_interval_s))
-                continue
-            del self.silent[peer_id]
-            self.silent_closed += 1
-            error = Error(condition=E.CONNECTION_FORCED,
-                          description=f"no HELLO from router {peer_id} for {dead_s:.1f} s (dead interval)")  # fmt: skip
-            self.core.close_connection(peer.conn, error, now)
 
     def peer_attach(self, state: ConnState, link: Link) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None
