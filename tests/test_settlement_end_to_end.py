@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from router.amqp.message import Message
-from router.amqp.messaging import ACCEPTED, Accepted, Modified, Received, Rejected
-from router.amqp.performatives import Error
+from router.amqp.messaging import ACCEPTED, Accepted, Modified, Received, Rejected, is_terminal
+from router.amqp.performatives import RCV_SECOND, Error
 from router.core.delivery import SessionMaps
 from router.core.router import RouterCore
 from tests.meshharness import MeshHarness
@@ -202,4 +204,75 @@ def test_many_three_acks_in_a_range_each_wait_for_the_producer() -> None:
     tx.dispose(ids[5], ids[9], state=ACCEPTED, settled=True)  # type: ignore[attr-defined]
     h.pump()
     assert {r.delivery_id for r in got} <= consumer.remote_settled
+    _nothing_held(h)
+
+
+# --- any order of what either end does (hypothesis) ----------------------------------------------
+
+ACTIONS = st.lists(
+    st.sampled_from(["received", "accept", "modify", "consumer settles", "producer settles",
+                     "consumer leaves", "producer leaves"]),  # fmt: skip
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 3), actions=ACTIONS, rcv_second=st.booleans())
+def test_settlement_in_any_order_keeps_both_ends_consistent(n: int, actions: list[str], rcv_second: bool) -> None:
+    """Whatever the two ends do and in whatever order: the consumer's delivery is settled by the
+    router only once the producer has settled or gone (or the consumer settled it itself), the
+    producer learns every outcome and state the consumer set, and nothing is left held."""
+    h, producer, consumer, tx, rx = _line(n)
+    if rcv_second:
+        tx.detach()  # type: ignore[attr-defined]
+        h.pump()
+        tx = producer.sender("q", rcv_settle_mode=RCV_SECOND)
+        h.advance(0.5)
+    sent = producer.send(tx, Message.value("m"))  # type: ignore[arg-type]
+    h.pump()
+    (got,) = consumer.received[rx]  # type: ignore[index]
+    cid = got.delivery_id
+    told: object = None  # the last state the consumer set
+    consumer_here = producer_here = True
+    consumer_settled = producer_settled = False
+    for action in actions:
+        if action in ("received", "accept", "modify") and consumer_here and not consumer_settled and not is_terminal(told):
+            told = {"received": Received(section_number=0, section_offset=1), "accept": ACCEPTED,
+                    "modify": Modified(delivery_failed=True, message_annotations={"x": action})}[action]  # fmt: skip
+            rx.dispose(cid, state=told, settled=False)  # type: ignore[attr-defined]
+        elif action == "consumer settles" and consumer_here and not consumer_settled:
+            rx.dispose(cid, state=told if is_terminal(told) else ACCEPTED, settled=True)  # type: ignore[attr-defined]
+            told = told if is_terminal(told) else ACCEPTED
+            consumer_settled = True
+        elif action == "producer settles" and producer_here and not producer_settled and is_terminal(producer.outcomes.get(sent)):
+            tx.dispose(sent, state=producer.outcomes[sent], settled=True)  # type: ignore[attr-defined]
+            producer_settled = True
+        elif action == "consumer leaves" and consumer_here:
+            rx.detach()  # type: ignore[attr-defined]
+            consumer_here = False
+        elif action == "producer leaves" and producer_here:
+            tx.detach()  # type: ignore[attr-defined]
+            producer_here = False
+        else:
+            continue
+        h.pump()
+        if producer_here and consumer_here and not producer_settled and not consumer_settled:
+            assert cid not in consumer.remote_settled, f"settled before the producer did, after {action}"
+        if producer_here and told is not None and (consumer_here or is_terminal(told)):
+            # the producer knows what the consumer said (or, consumer gone first, modified)
+            assert producer.outcomes.get(sent) == told, action
+        if producer_settled and consumer_here and not consumer_settled:
+            assert cid in consumer.remote_settled
+        if consumer_settled and producer_here and not producer_settled and not rcv_second:
+            assert sent in producer.settled
+    # Both ends finish: nothing may stay held anywhere.
+    if producer_here and not producer_settled:
+        if not is_terminal(producer.outcomes.get(sent)) and consumer_here and not consumer_settled:
+            rx.dispose(cid, state=ACCEPTED, settled=False)  # type: ignore[attr-defined]
+            h.pump()
+        tx.dispose(sent, state=producer.outcomes.get(sent), settled=True)  # type: ignore[attr-defined]
+        h.pump()
+    if consumer_here and not consumer_settled:
+        rx.dispose(cid, state=ACCEPTED, settled=True)  # type: ignore[attr-defined]
+        h.pump()
     _nothing_held(h)
