@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.amqp.message import Message
+from router.amqp.message import Message, encode_message
 from router.amqp.messaging import ACCEPTED, Accepted, Modified, Received, Rejected, is_terminal
 from router.amqp.performatives import RCV_SECOND, Error
 from router.core.delivery import SessionMaps
@@ -275,4 +275,32 @@ def test_settlement_in_any_order_keeps_both_ends_consistent(n: int, actions: lis
     if consumer_here and not consumer_settled:
         rx.dispose(cid, state=ACCEPTED, settled=True)  # type: ignore[attr-defined]
         h.pump()
+    _nothing_held(h)
+
+
+@ROUTERS
+@pytest.mark.parametrize("settled", [True, False], ids=["settled", "unsettled"])
+def test_an_outcome_before_the_whole_message_arrived_ends_the_stream(n: int, settled: bool) -> None:
+    """A consumer that decides on a delivery still streaming to it (a large message refused
+    after its first frame): the producer hears the outcome, the rest is not sent (the delivery
+    ends with an abort), and the consumer's link, and on the way every data link between
+    routers, carries the next delivery."""
+    h, producer, consumer, tx, rx = _line(n)
+    payload = encode_message(Message.value("x" * 5000))
+    sent = tx.send_transfer(b"big", payload[:100], more=True)  # type: ignore[attr-defined]
+    h.pump()
+    assert len(consumer.partial[rx]) == 1  # type: ignore[index]
+    refused = Rejected(error=Error(condition="app:too-big", description="no thanks"))
+    rx.dispose(0, state=refused, settled=settled)  # type: ignore[attr-defined]
+    h.pump()
+    assert producer.outcomes[sent] == refused and sent in producer.settled
+    assert consumer.partial[rx] == []  # type: ignore[index]  # aborted: discarded
+    tx.send_transfer(b"big", payload[100:], more=False)  # type: ignore[attr-defined]
+    h.pump()
+    assert not consumer.received[rx]  # type: ignore[index]
+    consumer.auto_accept = True
+    after = producer.send(tx, Message.value("next"))  # type: ignore[arg-type]
+    h.pump()
+    assert consumer.bodies(rx) == ["next"]  # type: ignore[arg-type]
+    assert isinstance(producer.outcomes[after], Accepted)
     _nothing_held(h)

@@ -136,7 +136,14 @@ class Settlement:
             else:  # still unsettled there: an outcome the producer settles, or a state update
                 for delivery_id in serial_ids_in(event.first, event.last, outbound):
                     record = outbound.get(delivery_id)
-                    if record is not None:
+                    if record is None:
+                        continue
+                    out = record.out
+                    if out is not None and out.streaming is record and is_terminal(state):
+                        self.end_stream(out)  # implicitly settled: as if the consumer had
+                        outbound.pop(delivery_id)
+                        self.consumer_outcome(record, state)
+                    else:
                         self.consumer_update(record, delivery_id, state)
         elif event.settled:  # the producer settles deliveries it sent us
             inbound = maps.inbound
@@ -149,6 +156,8 @@ class Settlement:
         """The consumer settled `record` (with `state`, or with none after an earlier outcome)."""
         out = record.out
         assert out is not None
+        if out.streaming is record:
+            self.end_stream(out)
         if out.neighbour is None:
             out.outstanding -= 1
         else:
@@ -197,6 +206,20 @@ class Settlement:
         _count(out, state)
         if not self.relay_outcome(record, state, False):
             self._settle_consumer(out, delivery_id, state)  # no producer will settle it
+
+    def end_stream(self, out: OutLink) -> None:
+        """The consumer decided on the delivery `out` is still streaming to it before it was
+        all sent: the rest is not sent, and the delivery ends with an abort (an aborted delivery
+        is settled, transport §2.7.5), so that the link can carry the next one."""
+        out.streaming = None
+        if alive(out.link) and out.link.out_delivery >= 0:
+            out.link.abort()
+            self.core.touch(out.conn.engine)
+        self.consumer_ready(out)
+
+    def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
+        """`out` may take deliveries again (forwarding.py sends them)."""
+        raise NotImplementedError
 
     def _settle_consumer(self, out: OutLink, delivery_id: int, state: Any) -> None:
         """Settle the delivery `delivery_id` we sent on `out` (it is unsettled there)."""
