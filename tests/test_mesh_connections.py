@@ -241,3 +241,11 @@ def test_topo_all_reaches_local_consumers_on_a_lone_interior_router() -> None:
     producer.send(tx, Message.value("me too"))
     h.pump()
     assert consumer.bodies(rx) == ["me too"]
+
+
+def test_refusals_and_silent_closes_are_counted_in_the_read_api() -> None:
+    h = _line("A", "B")
+    h.converge()
+    h.link("B", "A")
+    counters = h.cores["A"].mesh.counters()
+    assert counters["refusedDuplicates"] == 1 and counters["silentClosed"] == 0
