@@ -9,6 +9,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Modified, Properties
@@ -224,7 +226,7 @@ def test_an_edge_that_misses_a_change_asks_for_the_whole_set() -> None:
     peer = e2.uplinks["B"]
     seq = e2.mesh_seq["B"]
     # A change from B that skips one: E2 must not trust its set, and asks B for the whole set.
-    e2.on_control(peer, encode_mesh_addresses("B", seq + 2, False, ["ghost"], []))
+    e2.on_control(peer, encode_mesh_addresses("B", seq + 2, False, ["ghost"], []), h.now)
     assert "ghost" not in e2.mesh_addresses["B"] and "B" in e2.awaiting_full
     h.pump()
     assert "B" not in e2.awaiting_full
@@ -247,3 +249,49 @@ def test_mesh_address_messages_round_trip_and_reject_garbage() -> None:
     for body in bad:
         assert decode(encode_message(Message.value(body))) is None, body
     assert decode(encode_message(Message.value({"op": "MESH-ADDRESSES", "pv": 2}))) == ("", None)  # newer: ignored
+
+
+# --- what edges learn stays right whatever changes and whatever is lost (hypothesis) -------------
+
+CHURN = st.lists(st.tuples(st.sampled_from(["A", "B", "E1", "E2"]), st.sampled_from(["a0", "a1", "a2"]), st.booleans()),
+                 min_size=1, max_size=12)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(churn=CHURN, drops=st.lists(st.booleans(), max_size=40))
+@example(churn=[("E2", "a0", True), ("B", "a0", True)], drops=[])  # a second consumer, the first an edge's
+@example(churn=[("E1", "a0", True), ("E1", "a1", True)], drops=[True, True, False, False, False, True])  # the whole set lost
+def test_edges_learn_exactly_the_addresses_with_destinations_elsewhere(churn: list[tuple[str, str, bool]], drops: list[bool]) -> None:
+    """Consumers come and go on interiors and edges while MESH-ADDRESSES messages are lost (a
+    full control queue drops the oldest, so a later message always follows): once quiet, each
+    edge's view of its active uplink is exactly the addresses with a consumer other than its own."""
+    h = _mesh()
+    lost = iter(drops)
+    for rid in ("A", "B"):
+        mesh = h.cores[rid].mesh
+        send = mesh.send_control
+
+        def lossy(peer: Any, payload: bytes, send: Any = send) -> None:
+            if b"MESH-ADDRESSES" in payload and b"REQUEST" not in payload and next(lost, False):
+                return  # lost
+            send(peer, payload)
+
+        mesh.send_control = lossy  # type: ignore[method-assign]
+    links: dict[tuple[str, str], list[Any]] = {}
+    for rid, address, attach in churn:
+        held = links.setdefault((rid, address), [])
+        if attach:
+            _, link = _consumer(h, rid, address)
+            held.append(link)
+        elif held:
+            held.pop().detach()
+            h.advance(0.5)
+    drops.clear()  # nothing more is lost: a last change reaches every edge
+    _consumer(h, "A", "last")
+    h.advance(2.0)
+    for edge, uplink in (("E1", "A"), ("E2", "B")):
+        edges = h.cores[edge].mesh.edges
+        assert edges.active == uplink
+        expected = {a for (rid, a), held in links.items() if held and rid != edge} | {"last"}
+        seen = {a for a in edges.mesh_addresses[uplink] if not a.startswith("$")}
+        assert seen == expected, (edge, churn)

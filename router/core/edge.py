@@ -18,6 +18,7 @@ their own), choosing among destinations (forwarding.py, remote.py).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from topology.routes import LinkState, compute_routes
@@ -52,7 +53,9 @@ class Edges:
         # (MESH-ADDRESSES), the seq of its last message, uplinks asked for the whole set again.
         self.mesh_addresses: dict[str, set[str]] = {}
         self.mesh_seq: dict[str, int] = {}
-        self.awaiting_full: set[str] = set()
+        self.awaiting_full: dict[str, float] = {}  # uplink -> when its whole set was asked for
+        self.retry_s = mesh.topology_config.hello_interval_s  # asked again this often until it comes
+        self.deadline = math.inf  # the next such retry
         # Interior: what each edge was told, the seq of the last message to it, addresses whose
         # destinations may have changed since, and edges owed the whole set.
         self.told: dict[str, set[str]] = {}
@@ -82,7 +85,7 @@ class Edges:
         if self.mesh.edge:
             self.mesh_addresses.pop(peer_id, None)  # none until this uplink says
             self.mesh_seq.pop(peer_id, None)
-            self.awaiting_full.discard(peer_id)
+            self.awaiting_full.pop(peer_id, None)
             self._choose(now)
         else:
             self.told.pop(peer_id, None)
@@ -95,7 +98,7 @@ class Edges:
                 del self.uplinks[peer.id]
                 self.mesh_addresses.pop(peer.id, None)
                 self.mesh_seq.pop(peer.id, None)
-                self.awaiting_full.discard(peer.id)
+                self.awaiting_full.pop(peer.id, None)
                 self._choose(now)
         elif self.edges.get(peer.id) is peer:
             del self.edges[peer.id]
@@ -137,12 +140,15 @@ class Edges:
     def local_changed(self) -> None:
         self.dirty = self.mesh.dirty = True
 
-    def service(self) -> None:
-        """Edge: send the address set to the active uplink if it changed. Interior: tell each
-        edge what changed in the addresses with destinations."""
+    def service(self, now: float) -> None:
+        """Edge: send the address set to the active uplink if it changed; ask again for an
+        uplink's whole set of addresses with destinations if it has not come. Interior: tell
+        each edge what changed in the addresses with destinations."""
         if not self.mesh.edge:
             self._tell_edges()
             return
+        if self.awaiting_full and now >= self.deadline:
+            self._ask_again(now)
         if not self.dirty or self.active is None:
             return
         self.dirty = False
@@ -151,7 +157,21 @@ class Edges:
         self.seq += 1
         self.mesh.send_control(self.uplinks[self.active], encode_addresses(self.mesh.me, self.seq, addresses))
 
-    def _on_mesh_addresses(self, peer: Peer, message: MeshAddresses) -> None:
+    def _ask_again(self, now: float) -> None:
+        """An uplink's whole set, asked for, has not come (the answer too may be lost from a
+        full queue, and what follows it is ignored meanwhile): ask again, each retry_s."""
+        self.deadline = math.inf
+        for uplink, asked in list(self.awaiting_full.items()):
+            peer = self.uplinks.get(uplink)
+            if peer is None:
+                del self.awaiting_full[uplink]
+                continue
+            if now >= asked + self.retry_s:
+                self.awaiting_full[uplink] = asked = now
+                self.mesh.send_control(peer, encode_request(self.mesh.me))
+            self.deadline = min(self.deadline, asked + self.retry_s)
+
+    def _on_mesh_addresses(self, peer: Peer, message: MeshAddresses, now: float) -> None:
         """An uplink says which addresses have destinations in the mesh: producers of those get
         credit (while that uplink is the active one), the others are drained, as on an
         interior router."""
@@ -159,11 +179,12 @@ class Edges:
         current = self.mesh_addresses.get(uplink)
         if message.full:
             new = set(message.add)
-            self.awaiting_full.discard(uplink)
+            self.awaiting_full.pop(uplink, None)
         elif current is None or uplink in self.awaiting_full or message.seq != self.mesh_seq.get(uplink, 0) + 1:
-            if uplink not in self.awaiting_full:  # a change was missed: ask for the whole set, once
-                self.awaiting_full.add(uplink)
+            if uplink not in self.awaiting_full:  # a change was missed: ask for the whole set
+                self.awaiting_full[uplink] = now
                 self.mesh.send_control(peer, encode_request(self.mesh.me))
+                self.deadline = min(self.deadline, now + self.retry_s)
             return
         else:
             new = (current - set(message.remove)) | set(message.add)
@@ -179,7 +200,7 @@ class Edges:
 
     # --- interior router --------------------------------------------------------------------------
 
-    def on_control(self, peer: Peer, payload: bytes) -> None:
+    def on_control(self, peer: Peer, payload: bytes, now: float) -> None:
         decoded = decode(payload)
         if decoded is None:
             self.mesh.malformed_control += 1
@@ -187,7 +208,7 @@ class Edges:
         op, what = decoded
         if self.mesh.edge:
             if op == MESH_ADDRESSES and self.uplinks.get(peer.id) is peer:
-                self._on_mesh_addresses(peer, what)
+                self._on_mesh_addresses(peer, what, now)
         elif self.edges.get(peer.id) is peer:
             if op == EDGE_ADDRESSES:
                 self._set_addresses(peer, set(what))

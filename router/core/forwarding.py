@@ -610,6 +610,7 @@ class Forwarder(Settlement):
         entry = out.entry
         if out in entry.consumers:
             entry.consumers.remove(out)
+            self.core.mesh.consumers_changed(entry)
         self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
         record = out.streaming
         out.streaming = None

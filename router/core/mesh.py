@@ -109,7 +109,8 @@ class Mesh(MeshReadApi):
         node = self.node
         if node is None:
             self.dirty = False
-            self.edges.service()
+            self.edges.service(now)
+            self.deadline = self.edges.deadline
             return
         self.dirty = False
         liveness = self.liveness
@@ -146,13 +147,15 @@ class Mesh(MeshReadApi):
                     elif routers:
                         table.get_or_create(address)  # remote destinations from remote_for
         del self.events[:-256]
-        self.edges.service()  # edges learn what changed in the addresses with destinations
+        self.edges.service(now)  # edges learn what changed in the addresses with destinations
         if liveness.silent and now >= liveness.deadline:
             liveness.check(now)
         self.deadline = min(node.next_deadline(), liveness.deadline)
 
     def next_deadline(self) -> float | None:
-        return min(self.node.next_deadline(), self.liveness.deadline) if self.node is not None else None
+        if self.node is None:  # an edge router: it may be waiting for an uplink's address set
+            return self.edges.deadline if self.edges.deadline < math.inf else None
+        return min(self.node.next_deadline(), self.liveness.deadline)
 
     # --- peers ------------------------------------------------------------------------------------
 
@@ -268,7 +271,7 @@ class Mesh(MeshReadApi):
         payload = b"".join(peer.partial)
         peer.partial.clear()
         if peer.edge:
-            self.edges.on_control(peer, payload)
+            self.edges.on_control(peer, payload, now)
             return
         try:
             message = decode_control(payload)
@@ -320,6 +323,12 @@ class Mesh(MeshReadApi):
         if entry.pending and not entry.consumers:
             forwarder.reroute(entry)  # a new path, or none (released)
         self.core.table.discard_if_unused(entry)
+
+    def consumers_changed(self, entry: AddressEntry) -> None:
+        """A consumer of `entry` came or went (any, not only the first or last): edges connected
+        here are told whether it has a destination besides each of them (edge.py)."""
+        if entry.key[0] == "M" and self.edges.edges:
+            self.edges.address_changed(entry.key[1:])
 
     def local_consumers(self, entry: AddressEntry, present: bool) -> None:
         """Mobile address `entry` gained its first or lost its last local consumer."""
