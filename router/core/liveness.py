@@ -37,9 +37,10 @@ class Liveness:
 
     def serviced(self, now: float) -> None:
         """The node is about to be serviced (at least once a hello interval while running)."""
-        if now - self.last_service > 2 * self.hello_interval_s + self.dead_interval_s / 2:
-            # This router was not running (stopped, starved): what its neighbours sent meanwhile
-            # may not be read yet. Give the network layer a hello interval to read it.
+        if now - self.last_service > 1.5 * self.hello_interval_s:
+            # This router was not running for a while (stopped, starved: its HELLO timer runs
+            # each hello interval): what its neighbours sent meanwhile may not be read yet. Give
+            # the network layer a hello interval to read it before judging anyone.
             self.awake_from = now + self.hello_interval_s
         self.last_service = now
 
