@@ -4,7 +4,8 @@ one router, and two routers in a mesh.
 The "three-ack" pattern: the receiver (auto-settle off) accepts without settling, the sender
 settles once it has seen `accepted`, and the receiver settles only after it has seen its delivery
 settled by the router: so it knows the sender will not send it again. A receiver that modifies
-with annotations, still unsettled, shows the sender the annotations.
+with annotations, still unsettled, shows the sender the annotations; one that marks a delivery
+received (a non-terminal state) shows the sender the section and offset it gave.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from .support.router_process import RouterProcess
 pytestmark = [pytest.mark.interop, pytest.mark.process]
 
 TIMEOUT_S = 20.0
-COUNT = 40  # every fourth is modified (with annotations), the rest accepted
+COUNT = 40  # every fourth is modified (with annotations); of the others, one in three is first
+#             marked received (a non-terminal state), then accepted once the sender has seen that
 
 
 class ThreeAck(MessagingHandler):
@@ -39,6 +41,8 @@ class ThreeAck(MessagingHandler):
         self.early: list[int] = []  # settled at the receiver before the sender saw the outcome
         self.errors: list[str] = []
         self.connections: list[Any] = []
+        self.awaiting_received: dict[int, Any] = {}  # number -> the receiver's delivery
+        self.received_seen: dict[int, tuple[int, int]] = {}  # number -> section number and offset
 
     def on_start(self, event: Any) -> None:
         rconn = event.container.connect(self.receiver_url, reconnect=False)
@@ -59,13 +63,24 @@ class ThreeAck(MessagingHandler):
             delivery.local.annotations = {"x-why": "try later", "x-number": number}
             delivery.local.failed = True
             delivery.update(Delivery.MODIFIED)  # not settled
+        elif number % 4 == 1:
+            delivery.local.section_number = 0
+            delivery.local.section_offset = number
+            delivery.update(Delivery.RECEIVED)  # accepted once the sender has seen this
+            self.awaiting_received[number] = delivery
         else:
             delivery.update(Delivery.ACCEPTED)  # not settled
 
     def on_delivery(self, event: Any) -> None:
         delivery = event.delivery
         if event.link.is_sender:
-            if delivery.updated and delivery.remote_state in (Delivery.ACCEPTED, Delivery.MODIFIED):
+            if delivery.updated and delivery.remote_state == Delivery.RECEIVED:
+                number = delivery.number
+                self.received_seen[number] = (delivery.remote.section_number, delivery.remote.section_offset)
+                waiting = self.awaiting_received.pop(number, None)
+                if waiting is not None:
+                    waiting.update(Delivery.ACCEPTED)  # now the outcome, still not settled
+            elif delivery.updated and delivery.remote_state in (Delivery.ACCEPTED, Delivery.MODIFIED):
                 number = delivery.number
                 if number not in self.seen_by_sender:
                     annotations = delivery.remote.annotations
@@ -106,6 +121,7 @@ async def _run(handler: ThreeAck) -> None:
     assert handler.unsettled_when_seen == set(range(COUNT)), "the router settled before the sender"
     assert sorted(handler.settled_at_receiver) == list(range(COUNT))
     assert not handler.early, "a receiver's delivery was settled before the sender saw its outcome"
+    assert handler.received_seen == {n: (0, n) for n in range(COUNT) if n % 4 == 1}  # received, as set
     for number, (state, annotations) in handler.seen_by_sender.items():
         if number % 4 == 3:
             assert state == Delivery.MODIFIED
