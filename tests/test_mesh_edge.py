@@ -295,3 +295,21 @@ def test_edges_learn_exactly_the_addresses_with_destinations_elsewhere(churn: li
         expected = {a for (rid, a), held in links.items() if held and rid != edge} | {"last"}
         seen = {a for a in edges.mesh_addresses[uplink] if not a.startswith("$")}
         assert seen == expected, (edge, churn)
+
+
+def test_an_edge_flooding_requests_for_the_whole_set_gets_one_per_half_hello_interval() -> None:
+    h = _mesh()
+    b = h.cores["B"].mesh
+    peer = b.edges.edges["E2"]
+    sent = []
+    send = b.send_control
+    b.send_control = lambda p, payload: (sent.append(payload), send(p, payload))  # type: ignore[method-assign, func-returns-value]
+    for _ in range(100):
+        b.edges.on_control(peer, encode_request("E2"), h.now)
+        b.service(h.now)
+    fulls = [m for m in sent if decode(m) is not None and decode(m)[1].full]  # type: ignore[index, union-attr]
+    assert len(fulls) <= 1
+    h.advance(0.6)
+    b.edges.on_control(peer, encode_request("E2"), h.now)
+    b.service(h.now)
+    assert len([m for m in sent if decode(m) is not None and decode(m)[1].full]) == len(fulls) + 1  # type: ignore[index, union-attr]

@@ -62,6 +62,7 @@ class Edges:
         self.told_seq: dict[str, int] = {}
         self.changed: set[str] = set()
         self.full_due: set[str] = set()
+        self.full_sent_at: dict[str, float] = {}  # a request soon after one is ignored (it retries)
 
     # --- both sides -------------------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ class Edges:
             self.told.pop(peer.id, None)
             self.told_seq.pop(peer.id, None)
             self.full_due.discard(peer.id)
+            self.full_sent_at.pop(peer.id, None)
 
     # --- edge router ------------------------------------------------------------------------------
 
@@ -145,7 +147,7 @@ class Edges:
         uplink's whole set of addresses with destinations if it has not come. Interior: tell
         each edge what changed in the addresses with destinations."""
         if not self.mesh.edge:
-            self._tell_edges()
+            self._tell_edges(now)
             return
         if self.awaiting_full and now >= self.deadline:
             self._ask_again(now)
@@ -212,7 +214,9 @@ class Edges:
         elif self.edges.get(peer.id) is peer:
             if op == EDGE_ADDRESSES:
                 self._set_addresses(peer, set(what))
-            elif op == MESH_REQUEST:
+            elif op == MESH_REQUEST and now - self.full_sent_at.get(peer.id, -math.inf) >= self.retry_s / 2:
+                # (more often, a request is ignored: each costs a walk of every address, and an
+                # edge that really lost the answer asks again)
                 self.full_due.add(peer.id)
                 self.mesh.dirty = True
 
@@ -231,7 +235,7 @@ class Edges:
             return True
         return any(c is not out for c in entry.consumers)
 
-    def _tell_edges(self) -> None:
+    def _tell_edges(self, now: float) -> None:
         """Send each edge the change in the mobile addresses with destinations other than that
         edge (the whole set when it connects or asks)."""
         changed, self.changed = self.changed, set()
@@ -243,8 +247,9 @@ class Edges:
             told = self.told.get(edge_id)
             seq = self.told_seq.get(edge_id, 0) + 1
             if told is None or edge_id in self.full_due:
-                now = {e.key[1:] for e in entries.values() if e.key[0] == "M" and self._elsewhere(e, out)}
-                payload = encode_mesh_addresses(mesh.me, seq, True, sorted(now), [])
+                current = {e.key[1:] for e in entries.values() if e.key[0] == "M" and self._elsewhere(e, out)}
+                payload = encode_mesh_addresses(mesh.me, seq, True, sorted(current), [])
+                self.full_sent_at[edge_id] = now
             else:
                 add, remove = [], []
                 for address in sorted(changed):
@@ -255,9 +260,9 @@ class Edges:
                         remove.append(address)
                 if not add and not remove:
                     continue
-                now = (told - set(remove)) | set(add)
+                current = (told - set(remove)) | set(add)
                 payload = encode_mesh_addresses(mesh.me, seq, False, add, remove)
-            self.told[edge_id] = now
+            self.told[edge_id] = current
             self.told_seq[edge_id] = seq
             mesh.send_control(peer, payload)
         self.full_due.clear()
