@@ -53,6 +53,7 @@ class MeshHarness:
         self.wires: list[Wire] = []
         self.router_defaults = router
         self.taps: dict[int, list[Callable[[list[Any]], None]]] = {}  # id(core) -> event observers
+        self.frozen: set[int] = set()  # id(core) of routers stopped (SIGSTOP): they read, write and tick nothing
 
     def tap(self, router_id: str, observer: Callable[[list[Any]], None]) -> None:
         """Call `observer` with every batch of events the router's engines hand to its core."""
@@ -145,6 +146,15 @@ class MeshHarness:
                     client.on_events(events)
         self.pump()
 
+    def freeze(self, router_id: str) -> None:
+        """The router stops (SIGSTOP): its connections stay open, but it reads, writes and ticks
+        nothing; bytes sent to it wait."""
+        self.frozen.add(id(self.cores[router_id]))
+
+    def thaw(self, router_id: str) -> None:
+        """The router runs again (SIGCONT): the bytes that waited for it can be read now."""
+        self.frozen.discard(id(self.cores[router_id]))
+
     # --- running ------------------------------------------------------------------------------
 
     def pump(self, rounds: int = 100_000) -> None:
@@ -152,6 +162,9 @@ class MeshHarness:
             moved = False
             for wire in list(self.wires):
                 for src, dst, dst_core, dst_client in wire.ends():
+                    src_core = wire.a_core if src is wire.a else wire.b_core
+                    if self.frozen and (id(dst_core) in self.frozen or id(src_core) in self.frozen):
+                        continue
                     data = src.data_to_send()
                     if data:
                         moved = True
@@ -176,14 +189,15 @@ class MeshHarness:
         whose deadline stays in the past moves the clock by `step` at most)."""
         end = self.now + seconds
         while True:
-            for core in list(self.cores.values()):
+            running = [c for c in self.cores.values() if id(c) not in self.frozen]
+            for core in running:
                 deadline = core.next_deadline()
                 if deadline is not None and deadline <= self.now:
                     core.tick(self.now)
             self.pump()
             if self.now >= end:
                 return
-            due = [d for d in (c.next_deadline() for c in self.cores.values()) if d is not None]
+            due = [d for d in (c.next_deadline() for c in running) if d is not None]
             nxt = min([end, *[d for d in due if d > self.now]])
             if any(d <= self.now for d in due):
                 nxt = min(nxt, self.now + step)

@@ -45,6 +45,9 @@ class Client:
     received: dict[Link, list[Received]] = field(default_factory=dict)
     outcomes: dict[int, Any] = field(default_factory=dict)  # delivery-id -> state (our sends)
     settled: set[int] = field(default_factory=set)
+    # What the router said about deliveries it sent us (role sender), by delivery-id.
+    remote_states: dict[int, Any] = field(default_factory=dict)
+    remote_settled: set[int] = field(default_factory=set)
     partial: dict[Link, list[bytes]] = field(default_factory=dict)
     auto_accept: bool = True
     tags: int = 0
@@ -98,6 +101,11 @@ class Client:
                     self.outcomes[delivery_id] = event.state
                     if event.settled:
                         self.settled.add(delivery_id)
+            elif isinstance(event, ev.DispositionReceived):
+                for delivery_id in serial_range(event.first, event.last):
+                    self.remote_states[delivery_id] = event.state
+                    if event.settled:
+                        self.remote_settled.add(delivery_id)
 
 
 class RouterHarness:

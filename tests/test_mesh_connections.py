@@ -4,6 +4,8 @@ line), neighbour loss at once when a connection drops, and two connections to on
 
 from __future__ import annotations
 
+import pytest
+
 from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.events import RemoteClose
 from router.amqp.message import Message
@@ -174,19 +176,46 @@ def test_a_connector_refuses_a_peer_that_is_not_a_router() -> None:
     assert core.mesh.peers == {}
 
 
-def test_two_connections_between_the_same_routers_keep_one() -> None:
-    h = _line("A", "B")
-    h.link("B", "A")  # B also connects to A: both routers keep the one A (the smaller id) opened
+def test_two_connections_opened_at_once_between_the_same_routers_keep_one() -> None:
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("B", instance=2)
+    h.link("A", "B", pump=False)
+    h.link("B", "A", pump=False)  # both connect to each other at once: A (the smaller id) wins
     h.converge()
     a, b = h.cores["A"].mesh, h.cores["B"].mesh
     assert a.peers["B"].conn.outgoing and not b.peers["A"].conn.outgoing
-    assert a.replaced_connections == 1 and b.replaced_connections == 1
+    assert a.replaced_connections + a.refused_duplicates == 1
+    assert b.replaced_connections + b.refused_duplicates == 1
     open_wires = [w for w in h.wires if isinstance(w, Wire) and not w.a.finished and w.a.state.local.name != "CLOSED"]
     assert len(open_wires) == 1
-    # a reconnect (same direction) replaces the older connection
+
+
+@pytest.mark.parametrize("direction", ["same", "crossed"])
+def test_a_second_connection_claiming_a_live_router_is_refused_and_the_first_untouched(direction: str) -> None:
+    h = _line("A", "B")
+    h.converge()
+    a, b = h.cores["A"].mesh, h.cores["B"].mesh
+    first = a.peers["B"].conn
+    wire = h.link("A", "B") if direction == "same" else h.link("B", "A")
+    for end in (wire.a, wire.b):
+        assert end.state.local.name == "CLOSED"
+        assert end.remote_error is not None and end.remote_error.condition == "amqp:invalid-field"
+        assert "already connected" in (end.remote_error.description or "")
+    assert a.peers["B"].conn is first and a.refused_duplicates == 1 and a.replaced_connections == 0
+    h.advance(5.0)
+    assert a.peers["B"].conn is first and dict(a.routes.next_hops) == {"B": "B"}
+    assert dict(b.routes.next_hops) == {"A": "A"}
+
+
+def test_a_reconnect_gets_in_once_the_old_connection_is_seen_to_fail() -> None:
+    h = _line("A", "B")
+    h.converge()
+    old = h.wire_between("A", "B")
+    h.cut(old)
     h.link("A", "B")
     h.converge()
-    assert a.peers["B"].conn is not None and a.replaced_connections == 2
+    assert h.cores["A"].mesh.peers["B"].conn.engine is h.wires[-1].a
 
 
 def test_a_peer_detaching_a_router_link_gets_the_connection_closed() -> None:
@@ -212,3 +241,11 @@ def test_topo_all_reaches_local_consumers_on_a_lone_interior_router() -> None:
     producer.send(tx, Message.value("me too"))
     h.pump()
     assert consumer.bodies(rx) == ["me too"]
+
+
+def test_refusals_and_silent_closes_are_counted_in_the_read_api() -> None:
+    h = _line("A", "B")
+    h.converge()
+    h.link("B", "A")
+    counters = h.cores["A"].mesh.counters()
+    assert counters["refusedDuplicates"] == 1 and counters["silentClosed"] == 0

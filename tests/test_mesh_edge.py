@@ -8,10 +8,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Modified, Properties
 from router.config.models import AddressConfig
 from router.core.edge import decode_addresses, encode_addresses
+from router.core.edgemsg import MESH_ADDRESSES, MESH_REQUEST, MeshAddresses, decode, encode_mesh_addresses, encode_request
 from tests.meshharness import MeshHarness
 from tests.routerharness import Client
 
@@ -123,6 +128,7 @@ def test_an_edge_fails_over_to_its_next_uplink() -> None:
 
 def test_an_edge_without_uplinks_drains_its_producers() -> None:
     h = _mesh()
+    _consumer(h, "A", "anything")
     producer = h.client("E2", "p")
     tx = producer.sender("anything")
     h.pump()
@@ -154,3 +160,156 @@ def test_edge_address_messages_round_trip_and_reject_garbage() -> None:
 
     newer = encode_message(Message.value({"op": "EDGE-ADDRESSES", "pv": 9, "addresses": []}))
     assert decode_addresses(newer) is None
+
+
+# --- credit on the edge follows destinations in the mesh (as on an interior) ----------------------
+
+
+def _edge_producer(h: MeshHarness, rid: str, address: str) -> tuple[Client, Any]:
+    producer = h.client(rid, f"p-{rid}-{address}")
+    tx = producer.sender(address)
+    h.pump()
+    return producer, tx
+
+
+@pytest.mark.parametrize("where", ["A", "B", "E1"])
+def test_an_edge_producer_gets_credit_only_while_a_consumer_exists_somewhere(where: str) -> None:
+    h = _mesh()
+    producer, tx = _edge_producer(h, "E2", "orders")
+    h.advance(1.0)
+    assert tx.credit == 0  # no consumer anywhere: nothing may be sent (as on an interior)
+    consumer, rx = _consumer(h, where, "orders")
+    h.advance(0.5)
+    assert tx.credit > 0
+    sent = producer.send(tx, Message.value("hello"))
+    h.pump()
+    assert consumer.bodies(rx) == ["hello"] and isinstance(producer.outcomes[sent], Accepted)
+    rx.detach()
+    h.advance(1.0)
+    assert tx.credit == 0  # drained when the last destination went away
+
+
+def test_an_edge_whose_own_consumer_is_the_only_one_gets_no_credit_from_its_uplink() -> None:
+    h = _mesh()
+    consumer, rx = _consumer(h, "E1", "solo")
+    h.advance(1.0)
+    # The interiors know E1 consumes `solo`, but they tell E1 only about other destinations.
+    assert "solo" not in h.cores["E1"].mesh.edges.mesh_addresses["A"]
+    assert "solo" in h.cores["E2"].mesh.edges.mesh_addresses["B"]
+    producer, tx = _edge_producer(h, "E1", "solo")
+    assert tx.credit > 0  # its local consumer
+    rx.detach()
+    h.advance(1.0)
+    assert tx.credit == 0
+
+
+def test_after_failover_the_new_uplinks_view_gives_credit() -> None:
+    h = _mesh()
+    _consumer(h, "B", "jobs")
+    producer, tx = _edge_producer(h, "E1", "jobs")
+    h.advance(0.5)
+    assert tx.credit > 0
+    h.cut(h.wire_between("E1", "A"))
+    assert h.cores["E1"].mesh.edges.active == "B"
+    h.advance(0.5)
+    assert tx.credit > 0
+    sent = producer.send(tx, Message.value("via B"))
+    h.pump()
+    assert isinstance(producer.outcomes[sent], Accepted)
+
+
+def test_an_edge_that_misses_a_change_asks_for_the_whole_set() -> None:
+    h = _mesh()
+    _consumer(h, "A", "kept")
+    h.advance(0.5)
+    e2 = h.cores["E2"].mesh.edges
+    peer = e2.uplinks["B"]
+    seq = e2.mesh_seq["B"]
+    # A change from B that skips one: E2 must not trust its set, and asks B for the whole set.
+    e2.on_control(peer, encode_mesh_addresses("B", seq + 2, False, ["ghost"], []), h.now)
+    assert "ghost" not in e2.mesh_addresses["B"] and "B" in e2.awaiting_full
+    h.pump()
+    assert "B" not in e2.awaiting_full
+    assert "kept" in e2.mesh_addresses["B"] and "ghost" not in e2.mesh_addresses["B"]
+
+
+def test_mesh_address_messages_round_trip_and_reject_garbage() -> None:
+    from router.amqp.message import encode_message
+
+    assert decode(encode_mesh_addresses("A", 4, False, ["x"], ["y"])) == (MESH_ADDRESSES, MeshAddresses(4, False, ["x"], ["y"]))
+    assert decode(encode_request("E")) == (MESH_REQUEST, None)
+    bad = [
+        {"op": "MESH-ADDRESSES", "pv": 1, "seq": "1", "full": True, "add": [], "remove": []},
+        {"op": "MESH-ADDRESSES", "pv": 1, "seq": 1, "full": 1, "add": [], "remove": []},
+        {"op": "MESH-ADDRESSES", "pv": 1, "seq": 1, "full": True, "add": [b"x"], "remove": []},
+        {"op": "MESH-ADDRESSES", "pv": 1, "seq": 1, "full": True, "add": None, "remove": []},
+        {"op": "NOPE", "pv": 1},
+        {"op": "MESH-ADDRESSES", "pv": True},
+    ]
+    for body in bad:
+        assert decode(encode_message(Message.value(body))) is None, body
+    assert decode(encode_message(Message.value({"op": "MESH-ADDRESSES", "pv": 2}))) == ("", None)  # newer: ignored
+
+
+# --- what edges learn stays right whatever changes and whatever is lost (hypothesis) -------------
+
+CHURN = st.lists(st.tuples(st.sampled_from(["A", "B", "E1", "E2"]), st.sampled_from(["a0", "a1", "a2"]), st.booleans()),
+                 min_size=1, max_size=12)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None)
+@given(churn=CHURN, drops=st.lists(st.booleans(), max_size=40))
+@example(churn=[("E2", "a0", True), ("B", "a0", True)], drops=[])  # a second consumer, the first an edge's
+@example(churn=[("E1", "a0", True), ("E1", "a1", True)], drops=[True, True, False, False, False, True])  # the whole set lost
+def test_edges_learn_exactly_the_addresses_with_destinations_elsewhere(churn: list[tuple[str, str, bool]], drops: list[bool]) -> None:
+    """Consumers come and go on interiors and edges while MESH-ADDRESSES messages are lost (a
+    full control queue drops the oldest, so a later message always follows): once quiet, each
+    edge's view of its active uplink is exactly the addresses with a consumer other than its own."""
+    h = _mesh()
+    lost = iter(drops)
+    for rid in ("A", "B"):
+        mesh = h.cores[rid].mesh
+        send = mesh.send_control
+
+        def lossy(peer: Any, payload: bytes, send: Any = send) -> None:
+            if b"MESH-ADDRESSES" in payload and b"REQUEST" not in payload and next(lost, False):
+                return  # lost
+            send(peer, payload)
+
+        mesh.send_control = lossy  # type: ignore[method-assign]
+    links: dict[tuple[str, str], list[Any]] = {}
+    for rid, address, attach in churn:
+        held = links.setdefault((rid, address), [])
+        if attach:
+            _, link = _consumer(h, rid, address)
+            held.append(link)
+        elif held:
+            held.pop().detach()
+            h.advance(0.5)
+    drops.clear()  # nothing more is lost: a last change reaches every edge
+    _consumer(h, "A", "last")
+    h.advance(2.0)
+    for edge, uplink in (("E1", "A"), ("E2", "B")):
+        edges = h.cores[edge].mesh.edges
+        assert edges.active == uplink
+        expected = {a for (rid, a), held in links.items() if held and rid != edge} | {"last"}
+        seen = {a for a in edges.mesh_addresses[uplink] if not a.startswith("$")}
+        assert seen == expected, (edge, churn)
+
+
+def test_an_edge_flooding_requests_for_the_whole_set_gets_one_per_half_hello_interval() -> None:
+    h = _mesh()
+    b = h.cores["B"].mesh
+    peer = b.edges.edges["E2"]
+    sent = []
+    send = b.send_control
+    b.send_control = lambda p, payload: (sent.append(payload), send(p, payload))  # type: ignore[method-assign, func-returns-value]
+    for _ in range(100):
+        b.edges.on_control(peer, encode_request("E2"), h.now)
+        b.service(h.now)
+    fulls = [m for m in sent if decode(m) is not None and decode(m)[1].full]  # type: ignore[index, union-attr]
+    assert len(fulls) <= 1
+    h.advance(0.6)
+    b.edges.on_control(peer, encode_request("E2"), h.now)
+    b.service(h.now)
+    assert len([m for m in sent if decode(m) is not None and decode(m)[1].full]) == len(fulls) + 1  # type: ignore[index, union-attr]

@@ -4,7 +4,8 @@ loopback, driven by python-qpid-proton clients (Container + MessagingHandler on 
 Scenarios from the mesh issue: three routers in a line with every outcome back at the sender; a
 4-router ring where a router is killed mid-stream (traffic moves to the other path, every
 delivery is accounted for); multicast on a redundant mesh without duplicates; request/reply
-across the mesh with a dynamic reply-to; a router restarting with the same id.
+across the mesh with a dynamic reply-to; a router restarting with the same id; edge routers
+failing over; an edge producer waiting for a consumer somewhere in the mesh.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from proton import Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from router.amqp.message import Message as RouterMessage
 from router.net.client import connect
 from router.net.management_client import management_session
 
@@ -365,3 +367,30 @@ async def test_edge_routers_on_two_interiors_fail_over(tmp_path: Path) -> None:
             assert [r["connector"] for r in rows if r.get("role") == "edge" and r.get("opened")] == ["up-Y"]
             status = {r["name"]: r["connectionStatus"] for r in await mgmt.query_dicts("org.apache.qpid.dispatch.connector")}
             assert status == {"up-X": "FAILED", "up-Y": "SUCCESS"} or status["up-X"] == "CONNECTING", status
+
+
+async def test_an_edge_producer_waits_for_a_consumer_somewhere_in_the_mesh(tmp_path: Path) -> None:
+    """Credit on an edge follows destinations, as on an interior: a producer on edge E1 (uplink
+    X) gets none until a consumer attaches on Y, then sends."""
+    with MeshProcesses(tmp_path, "X-Y", edge_routers={"E1": ["X"]}) as mesh:
+        await mesh.wait_converged()
+        async with connect("127.0.0.1", mesh.port("E1")) as producer:
+            async with management_session(producer) as mgmt:
+                with trio.fail_after(10):
+                    while True:  # until the uplink is up (else there would be no credit anyway)
+                        rows = await mgmt.query_dicts("org.apache.qpid.dispatch.connection")
+                        if any(r.get("role") == "edge" and r.get("opened") for r in rows):
+                            break
+                        await trio.sleep(0.05)
+            sender = await producer.open_sender("edge-credit")
+            await producer.open_sender("edge-credit-2")  # a round trip: any flow for the first is here
+            assert sender.link.credit == 0
+            async with connect("127.0.0.1", mesh.port("Y")) as consumer:
+                receiver = await consumer.open_receiver("edge-credit")
+                with trio.fail_after(10):
+                    tracker = await sender.start_send(RouterMessage.value("hello"))  # waits for credit
+                    delivery = await receiver.receive()
+                    receiver.accept(delivery)
+                    outcome = await tracker.wait()
+                assert type(outcome).__name__ == "Accepted"
+                assert delivery.message.body_value == "hello"

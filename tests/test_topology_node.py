@@ -193,3 +193,24 @@ def test_ticking_at_the_deadline_always_makes_progress() -> None:
         assert deadline > now
         now = deadline
     assert "B" not in a.neighbours
+
+
+def test_a_silent_neighbour_is_reported_once_after_its_dead_interval() -> None:
+    from topology.events import NeighbourSilent
+
+    a = TopologyNode("A", 1, TopologyConfig(hello_interval_s=1.0, dead_interval_s=3.0))
+    two_way(a, "B", now=0.0)
+    a.neighbour_up("C", now=0.0)  # C never says HELLO
+    for t in (1.0, 2.0, 2.9):
+        a.receive("B", Hello(router_id="B", instance=9, seen=("A",)), t)
+        a.tick(t)
+    assert not [e for e in a.take_events() if isinstance(e, NeighbourSilent)]
+    assert a.next_deadline() <= 3.0  # C's dead interval since its connection came up
+    a.tick(3.0)
+    assert [e for e in a.take_events() if isinstance(e, NeighbourSilent)] == [NeighbourSilent(router_id="C", silent_s=3.0)]
+    a.tick(5.9)  # B's last HELLO was at 2.9
+    (silent,) = [e for e in a.take_events() if isinstance(e, NeighbourSilent)]
+    assert silent.router_id == "B" and silent.silent_s == pytest.approx(3.0)
+    assert dict(a.neighbours) == {}
+    a.tick(20.0)  # each silence is reported once
+    assert not [e for e in a.take_events() if isinstance(e, NeighbourSilent)]

@@ -61,7 +61,18 @@ class AddressResync:
     reason: str
 
 
-TopologyEvent = RoutesChanged | AddressesChanged | RouterRestarted | DuplicateRouterId | AddressResync
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NeighbourSilent:
+    """No HELLO from neighbour `router_id` for its dead interval (`silent_s`), or none since its
+    connection came up: it has left my link state. Its connection may be up but dead (a frozen
+    router, a half-open socket): the core closes it, so what was in flight on it is reported at
+    once rather than at the idle time-out."""
+
+    router_id: str
+    silent_s: float
+
+
+TopologyEvent = RoutesChanged | AddressesChanged | RouterRestarted | DuplicateRouterId | AddressResync | NeighbourSilent
 
 
 @dataclass(slots=True)

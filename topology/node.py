@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .config import TopologyConfig
 from .events import AddressesChanged, AddressResync, Counters, DuplicateRouterId, RoutesChanged
-from .events import RouterRestarted, TopologyEvent
+from .events import NeighbourSilent, RouterRestarted, TopologyEvent
 from .linkstate import LinkStateDb, Seen
 from .messages import PROTOCOL_VERSION, ControlMessage, Hello, LinkStateRequest, LinkStateUpdate
 from .messages import MobileAddressRequest, MobileAddressUpdate, RouterAdvert, Unsupported
@@ -56,7 +56,7 @@ class TopologyNode(Protocol):
         """An inter-router connection is up. `cost` is this end's configured cost (the link's
         cost is the max of both ends'). Calling it again changes the cost."""
         self._clock(now)
-        self._neighbours.up(neighbour_id, cost)
+        self._neighbours.up(neighbour_id, cost, self._now)
         self._send(neighbour_id, self._hello())
         self._refresh_own()
 
@@ -107,6 +107,8 @@ class TopologyNode(Protocol):
         cfg = self.config
         if self._neighbours.expire(now):
             self._refresh_own()
+        for neighbour_id, silent_s in self._neighbours.silent(now):
+            self._events.append(NeighbourSilent(router_id=neighbour_id, silent_s=silent_s))
         if now >= self._next_hello:
             self._send(None, self._hello())
             self._next_hello = now + cfg.hello_interval_s
@@ -217,6 +219,12 @@ class TopologyNode(Protocol):
     def neighbours(self) -> Mapping[str, int]:
         """Two-way neighbours and my cost for each (my link state's peers)."""
         return self._ls.own.peers
+
+    def neighbour_heard(self, neighbour_id: str) -> bool:
+        """True while `neighbour_id`'s connection is up and its HELLOs arrive (within its dead
+        interval): that connection is alive."""
+        neighbour = self._neighbours.connected.get(neighbour_id)
+        return neighbour is not None and neighbour.alive()
 
     @property
     def routes_pending(self) -> bool:

@@ -147,6 +147,11 @@ class Connection:
 
     # --- the sans-IO surface -------------------------------------------------------------------
 
+    @property
+    def last_received(self) -> float:
+        """When bytes last came from the peer (the `now` given to receive_data; 0.0 before any)."""
+        return self._last_received
+
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer; b"" means the peer closed its side of the stream."""
         self._now = now

@@ -86,6 +86,19 @@ class DeliveryMap:
         slots.append(record)
         self._count += 1
 
+    def get(self, delivery_id: int) -> Any:
+        """The record of `delivery_id`, left in place (None if there is none)."""
+        offset = (delivery_id - self._base) & MASK
+        slots = self._slots
+        if offset < len(slots) - self._head:
+            record = slots[self._head + offset]
+            if record is not None:
+                return record
+        stragglers = self._stragglers
+        if stragglers and delivery_id in stragglers:
+            return stragglers[delivery_id]
+        return None
+
     def pop(self, delivery_id: int) -> Any:
         """Remove the record of `delivery_id` and return it (None if there is none)."""
         offset = (delivery_id - self._base) & MASK

@@ -644,6 +644,7 @@ class Forwarder(Settlement):
         entry = out.entry
         if out in entry.consumers:
             entry.consumers.remove(out)
+            self.core.mesh.consumers_changed(entry)
         self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
         record = out.streaming
         out.streaming = None
@@ -701,6 +702,7 @@ class Forwarder(Settlement):
                 if record.in_link is inl:
                     record.in_link = None
                     maps.inbound.pop(delivery_id)
+                    self.producer_unlinked(record)
 
 
 def _expiry(view: RoutingView, now: float, wall_offset: float) -> float:

@@ -212,6 +212,7 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link, now: float) 
     conn.out_links.add(out)
     first = not entry.consumers
     entry.consumers.append(out)
+    core.mesh.consumers_changed(entry)
     if first:  # a destination appeared: its producers may now have credit
         for producer in entry.producers:
             core.forwarder.credit_dirty(producer)

@@ -2,8 +2,10 @@
 applies what it computes to the address table.
 
 Owns: the node of an interior router (created at the first call that brings the time, its instance = that time in
-milliseconds unless given), the peers (one active inter-router connection per neighbour router,
-a deterministic choice when two exist), control messages in and out (an amqp-value map body
+milliseconds unless given), the peers (one active inter-router connection per neighbour router:
+a second connection claiming a live router's id is refused, a deterministic choice when two
+come up at once; a neighbour silent for its dead interval, sending nothing at all, has its
+connection closed), control messages in and out (an amqp-value map body
 from topology.messages plus the application property `opcode`, sent presettled on the control
 links, queued while a link has no credit), when to tick the node, and applying its events:
 RoutesChanged -> the routes forwarding reads and the destinations of `_topo` addresses;
@@ -21,7 +23,7 @@ import math
 from typing import TYPE_CHECKING
 
 from topology.config import TopologyConfig
-from topology.events import AddressesChanged, RoutesChanged, TopologyEvent
+from topology.events import AddressesChanged, NeighbourSilent, RoutesChanged, TopologyEvent
 from topology.messages import ControlMessage, MalformedMessage, Unsupported, from_map, to_map
 from topology.node import TopologyNode
 from topology.routes import Routes, compute_routes
@@ -38,6 +40,7 @@ from .connections import ConnState
 from .edge import Edges
 from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_links, top_up_control
 from .links import OutLink, alive
+from .liveness import Liveness
 from .meshread import MeshReadApi
 from .remote import Paths
 from .table import AddressEntry
@@ -85,9 +88,11 @@ class Mesh(MeshReadApi):
         self.dropped_invalid_origin = 0  # multicast copies not delivered here (duplicate path)
         self.malformed_control = 0
         self.replaced_connections = 0
+        self.refused_duplicates = 0  # connections claiming the id of a connected, live router
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (monotonic `now`)
         self.edges = Edges(self)
+        self.liveness = Liveness(self)  # closing the connections of silent neighbours
         core.table.remote_for = self.remote_for
         core.table.keep_advertised = not self.edge
 
@@ -105,9 +110,12 @@ class Mesh(MeshReadApi):
         node = self.node
         if node is None:
             self.dirty = False
-            self.edges.service()
+            self.edges.service(now)
+            self.deadline = self.edges.deadline
             return
         self.dirty = False
+        liveness = self.liveness
+        liveness.serviced(now)
         node.tick(now)
         outgoing = node.take_outgoing()
         if outgoing:
@@ -128,19 +136,27 @@ class Mesh(MeshReadApi):
             if isinstance(event, RoutesChanged):
                 self.last_change = now
                 self._routes_changed(event.routes)
+            elif isinstance(event, NeighbourSilent):
+                liveness.reported(event.router_id, event.silent_s, now)
             elif isinstance(event, AddressesChanged):
                 table = self.core.table
                 for address, routers in event.changes.items():
+                    self.edges.address_changed(address)
                     entry = table.entries.get("M" + address)
                     if entry is not None:
                         self.set_remote(entry, routers)
                     elif routers:
                         table.get_or_create(address)  # remote destinations from remote_for
         del self.events[:-256]
-        self.deadline = node.next_deadline()
+        self.edges.service(now)  # edges learn what changed in the addresses with destinations
+        if liveness.silent and now >= liveness.deadline:
+            liveness.check(now)
+        self.deadline = min(node.next_deadline(), liveness.deadline)
 
     def next_deadline(self) -> float | None:
-        return self.node.next_deadline() if self.node is not None else None
+        if self.node is None:  # an edge router: it may be waiting for an uplink's address set
+            return self.edges.deadline if self.edges.deadline < math.inf else None
+        return min(self.node.next_deadline(), self.liveness.deadline)
 
     # --- peers ------------------------------------------------------------------------------------
 
@@ -156,10 +172,22 @@ class Mesh(MeshReadApi):
         node = self.node
         assert node is not None
         existing = self.peers.get(peer_id)
+        if existing is not None and existing.conn is not state and node.neighbour_heard(peer_id):
+            # The router is connected and alive (its HELLOs arrive): a second connection
+            # claiming its id is refused, whichever side opened it, and the first is untouched
+            # (otherwise anyone reaching an inter-router listener could knock it out). A real
+            # reconnect gets in once the old connection is seen to fail: at once when it drops,
+            # after the dead interval when it goes silent (liveness.py).
+            self.refused_duplicates += 1
+            self.core.close_connection(state, Error(condition=E.INVALID_FIELD, description=(
+                f"router {peer_id} is already connected (connection #{existing.conn.id}) and alive: "
+                "a second connection claiming its id is refused")), now)  # fmt: skip
+            return
         if existing is not None and existing.conn is not state:
-            # Two connections to one router (both connect to each other, or a reconnect before
-            # the old one is seen to fail). Same direction: the newer wins; otherwise both
-            # routers keep the one the smaller router id opened.
+            # Two connections to one router before either is established (both routers connect
+            # to each other at once, or a reconnect while the old connection is not heard).
+            # Same direction: the newer wins; otherwise both routers keep the one the smaller
+            # router id opened.
             keep_new = existing.conn.outgoing == state.outgoing or state.outgoing == (self.me < peer_id)
             error = Error(condition=E.CONNECTION_FORCED,
                           description=f"another connection to router {peer_id} is in use")  # fmt: skip
@@ -244,7 +272,7 @@ class Mesh(MeshReadApi):
         payload = b"".join(peer.partial)
         peer.partial.clear()
         if peer.edge:
-            self.edges.on_control(peer, payload)
+            self.edges.on_control(peer, payload, now)
             return
         try:
             message = decode_control(payload)
@@ -262,7 +290,11 @@ class Mesh(MeshReadApi):
         kind, name = key[0], key[1:]
         if self.edge:  # everything not local goes to the uplink in use
             active = self.edges.active
-            return frozenset((active,)) if active is not None and kind != "L" else frozenset()
+            if active is None or kind == "L":
+                return frozenset()
+            if kind == "M" and name not in self.edges.mesh_addresses.get(active, ()):
+                return frozenset()  # no destination in the mesh (the uplink says)
+            return frozenset((active,))
         if kind == "M":
             return self.node.routers_for(name) if self.node is not None else frozenset()
         if kind == "R":
@@ -293,6 +325,12 @@ class Mesh(MeshReadApi):
             forwarder.reroute(entry)  # a new path, or none (released)
         self.core.table.discard_if_unused(entry)
 
+    def consumers_changed(self, entry: AddressEntry) -> None:
+        """A consumer of `entry` came or went (any, not only the first or last): edges connected
+        here are told whether it has a destination besides each of them (edge.py)."""
+        if entry.key[0] == "M" and self.edges.edges:
+            self.edges.address_changed(entry.key[1:])
+
     def local_consumers(self, entry: AddressEntry, present: bool) -> None:
         """Mobile address `entry` gained its first or lost its last local consumer."""
         if self.edge:
@@ -301,6 +339,7 @@ class Mesh(MeshReadApi):
         if self.node is None:
             return
         address = entry.key[1:]
+        self.edges.address_changed(address)
         if present:
             self.node.set_local_addresses(added=(address,))
         else:

@@ -18,6 +18,7 @@ from .links import OutLink
 
 if TYPE_CHECKING:
     from .edge import Edges
+    from .liveness import Liveness
     from .router import RouterCore
 
 
@@ -34,7 +35,9 @@ class MeshReadApi:
     dropped_invalid_origin: int
     malformed_control: int
     replaced_connections: int
+    refused_duplicates: int
     edges: Edges
+    liveness: Liveness
 
     def remote_for(self, key: str) -> frozenset[str]:
         raise NotImplementedError
@@ -45,6 +48,7 @@ class MeshReadApi:
             "droppedLoop": self.dropped_loop, "droppedInvalidOrigin": self.dropped_invalid_origin,
             "malformedControl": self.malformed_control, "replacedConnections": self.replaced_connections,
             "droppedControl": sum(p.dropped for p in self.peers.values()),
+            "refusedDuplicates": self.refused_duplicates, "silentClosed": self.liveness.closed,
         }  # fmt: skip
 
     def edge_connections(self) -> dict[str, Any]:

@@ -1,6 +1,9 @@
 """Outcomes and settlement, end to end: from the consumer back to the producer.
 
-Owns: relaying a consumer's disposition to the producer (anycast), combining multicast copies
+Owns: relaying a consumer's disposition to the producer (anycast: outcomes, and states the
+consumer sets without settling, such as received), settlement both ways (a consumer that does not
+settle with its outcome keeps its delivery unsettled until the producer settles: the
+"three-ack" pattern; docs/mesh.md, "Outcomes and settlement"), combining multicast copies
 (rejected > accepted > modified > released, settled upstream when every copy is terminal),
 producer-side settlement (rcv-settle-mode second, sender settling first), reporting failures
 (never sent: released; sent but unsettled when the consumer went away: modified with
@@ -120,15 +123,28 @@ class Settlement:
         maps = event.session.context
         if not isinstance(maps, SessionMaps):
             return
-        if event.role is RECEIVER:  # a consumer's outcome for deliveries we sent it
+        if event.role is RECEIVER:  # a consumer's outcome or state for deliveries we sent it
             outbound = maps.outbound
-            state, settled = event.state, event.settled
-            if outbound.empty or not (settled or is_terminal(state)):
-                return  # non-terminal states (received) are not relayed
-            for delivery_id in serial_ids_in(event.first, event.last, outbound):
-                record = outbound.pop(delivery_id)
-                if record is not None:
-                    self.consumer_outcome(record, state, settled)
+            if outbound.empty:
+                return
+            state = event.state
+            if event.settled:  # the consumer is done with them: so are we
+                for delivery_id in serial_ids_in(event.first, event.last, outbound):
+                    record = outbound.pop(delivery_id)
+                    if record is not None:
+                        self.consumer_outcome(record, state)
+            else:  # still unsettled there: an outcome the producer settles, or a state update
+                for delivery_id in serial_ids_in(event.first, event.last, outbound):
+                    record = outbound.get(delivery_id)
+                    if record is None:
+                        continue
+                    out = record.out
+                    if out is not None and out.streaming is record and is_terminal(state):
+                        self.end_stream(out)  # implicitly settled: as if the consumer had
+                        outbound.pop(delivery_id)
+                        self.consumer_outcome(record, state)
+                    else:
+                        self.consumer_update(record, delivery_id, state)
         elif event.settled:  # the producer settles deliveries it sent us
             inbound = maps.inbound
             for delivery_id in serial_ids_in(event.first, event.last, inbound):
@@ -136,21 +152,84 @@ class Settlement:
                 if fwd is not None:
                     self._producer_settled(fwd)
 
-    def consumer_outcome(self, record: Forward | Copy, state: Any, consumer_settled: bool) -> None:
+    def consumer_outcome(self, record: Forward | Copy, state: Any) -> None:
+        """The consumer settled `record` (with `state`, or with none after an earlier outcome)."""
         out = record.out
         assert out is not None
+        if out.streaming is record:
+            self.end_stream(out)
         if out.neighbour is None:
             out.outstanding -= 1
         else:
             self.unsettled_out(record, out)
-        _count(out, state)
-        if not consumer_settled and alive(out.link):  # rcv-settle-mode second: we settle
-            self.dispose(out.link.session, SENDER, record.out_id, state, True)
         if type(record) is Copy:
-            self._copy_outcome(record, state)
-        else:
-            assert isinstance(record, Forward)
+            if not record.done:
+                _count(out, state)
+                self._copy_outcome(record, state)
+            return
+        assert isinstance(record, Forward)
+        if not record.done:
+            _count(out, state)
             self.relay_outcome(record, state)
+        elif record.outcome_sent:
+            # The outcome went to the producer unsettled, and now the consumer settles: the
+            # producer's delivery is settled too (unless it must settle first, rcv-settle-mode
+            # second, transport §2.8.3): settlement travels both ways.
+            self._settle_producer(record)
+
+    def consumer_update(self, record: Forward | Copy, delivery_id: int, state: Any) -> None:
+        """The consumer set `state` on `record` without settling it (transport §2.7.6). An
+        outcome goes to the producer unsettled, and the consumer's delivery stays unsettled
+        until the producer settles (the consumer then knows it will not be sent again); a
+        non-terminal state (received, or any other the consumer sends) is passed on as it is."""
+        out = record.out
+        assert out is not None
+        terminal = is_terminal(state)
+        if type(record) is Copy:
+            # Multicast combines outcomes: the copy is settled here once terminal (non-terminal
+            # states are not combined, as the anchors).
+            if terminal and not record.done:
+                self._settle_consumer(out, delivery_id, state)
+                _count(out, state)
+                self._copy_outcome(record, state)
+            return
+        assert isinstance(record, Forward)
+        if record.done:  # already decided (an outcome is final)
+            if not record.outcome_sent:  # and no producer will settle it
+                self._settle_consumer(out, delivery_id, record.state)
+            return
+        if not terminal:
+            inl = record.in_link
+            if inl is not None and not record.presettled and alive(inl.link) and record.in_session is not None:
+                self.dispose(record.in_session, RECEIVER, record.in_id, state, False)
+            return
+        _count(out, state)
+        if not self.relay_outcome(record, state, False):
+            self._settle_consumer(out, delivery_id, state)  # no producer will settle it
+
+    def end_stream(self, out: OutLink) -> None:
+        """The consumer decided on the delivery `out` is still streaming to it before it was
+        all sent: the rest is not sent, and the delivery ends with an abort (an aborted delivery
+        is settled, transport §2.7.5), so that the link can carry the next one."""
+        out.streaming = None
+        if alive(out.link) and out.link.out_delivery >= 0:
+            out.link.abort()
+            self.core.touch(out.conn.engine)
+        self.consumer_ready(out)
+
+    def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
+        """`out` may take deliveries again (forwarding.py sends them)."""
+        raise NotImplementedError
+
+    def _settle_consumer(self, out: OutLink, delivery_id: int, state: Any) -> None:
+        """Settle the delivery `delivery_id` we sent on `out` (it is unsettled there)."""
+        maps = out.link.session.context
+        if isinstance(maps, SessionMaps):
+            record = maps.outbound.pop(delivery_id)
+            if record is not None:
+                self.unsettled_out(record, out)
+        if alive(out.link):
+            self.dispose(out.link.session, SENDER, delivery_id, state, True)
 
     def _copy_outcome(self, copy: Copy, state: Any) -> None:
         if copy.done:
@@ -165,46 +244,75 @@ class Settlement:
         if fwd.remaining <= 0:
             self.relay_outcome(fwd, fwd.state if fwd.best >= 0 else RELEASED)
 
-    def relay_outcome(self, fwd: Forward, state: Any) -> None:
-        """Tell the producer the final outcome and settle (or wait for it to settle first)."""
+    def relay_outcome(self, fwd: Forward, state: Any, settled: bool = True) -> bool:
+        """Tell the producer the final outcome, settled if `settled` (the consumer settled, or
+        the router decides), else unsettled (the consumer waits for the producer to settle).
+        The router never settles first on a link with rcv-settle-mode second (§2.8.3).
+        True when the producer was told unsettled: its settlement is awaited."""
         if fwd.done:
-            return
+            return False
         fwd.done = True
         fwd.frames = None
         inl = fwd.in_link
         if inl is None or inl.gone:
-            return
+            return False
         _count(inl, state, fwd.entry)
         self._release_window(fwd)
         if fwd.presettled or not alive(inl.link):
             forget_inbound(fwd)
-            return
+            return False
         fwd.state = state
         assert fwd.in_session is not None
-        if inl.link.rcv_settle_mode == RCV_SECOND:
-            fwd.outcome_sent = True  # settle once the producer has (transport §2.8.3)
+        if not settled or inl.link.rcv_settle_mode == RCV_SECOND:
+            fwd.outcome_sent = True  # settled once the producer has
             self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, False)
-        else:
-            forget_inbound(fwd)
-            self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, True)
+            return True
+        forget_inbound(fwd)
+        self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, True)
+        return False
+
+    def _settle_producer(self, fwd: Forward) -> None:
+        """The consumer settled after an outcome the producer was told unsettled."""
+        inl = fwd.in_link
+        if inl is None or inl.gone or not alive(inl.link) or fwd.in_session is None:
+            return
+        if inl.link.rcv_settle_mode == RCV_SECOND:
+            return  # the producer settles first; nothing is left downstream to settle then
+        fwd.outcome_sent = False
+        forget_inbound(fwd)
+        self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)
 
     def _producer_settled(self, fwd: Forward) -> None:
         inl = fwd.in_link
-        if fwd.outcome_sent:  # rcv-settle-mode second: now we settle too
-            if inl is not None and alive(inl.link) and fwd.in_session is not None:
-                self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)
+        if fwd.outcome_sent:  # the producer settles after our outcome
+            fwd.outcome_sent = False
+            if inl is not None and alive(inl.link) and fwd.in_session is not None \
+                    and inl.link.rcv_settle_mode == RCV_SECOND:  # fmt: skip
+                self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)  # now we settle too
+            self._settle_downstream(fwd, fwd.state)  # the consumer learns the producer is done
             return
         # The producer settled before any outcome: it no longer cares. Unlink, and settle
         # what went downstream (the anchors do the same).
         self._release_window(fwd)
         fwd.in_link = None
         fwd.presettled = True
+        self._settle_downstream(fwd, None)
+
+    def producer_unlinked(self, fwd: Forward) -> None:
+        """`fwd`'s producer went away: a consumer waiting for its settlement is settled now
+        (nobody else would); anything else in flight carries on, its outcome unheard."""
+        if fwd.outcome_sent:
+            fwd.outcome_sent = False
+            self._settle_downstream(fwd, fwd.state)
+
+    def _settle_downstream(self, fwd: Forward, state: Any) -> None:
+        """Settle what `fwd` sent downstream, if it is still unsettled there."""
         out = fwd.out
         if out is not None and fwd.out_id >= 0 and alive(out.link):
             maps = out.link.session.context
             if isinstance(maps, SessionMaps) and maps.outbound.pop(fwd.out_id) is not None:
                 self.unsettled_out(fwd, out)
-                self.dispose(out.link.session, SENDER, fwd.out_id, None, True)
+                self.dispose(out.link.session, SENDER, fwd.out_id, state, True)
 
     @staticmethod
     def unsettled_out(record: Forward | Copy, out: OutLink) -> None:
