@@ -78,6 +78,15 @@ class Listener(ConnectionSettings):
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
     sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
     require_sasl: bool = Field(default=False, description="refuse clients that skip the SASL layer")
+    max_unsettled_per_link: int = Field(
+        default=5000, ge=1,
+        description="stop sending to a consumer link holding this many unsettled deliveries (the link is stuck "
+        "until it settles some; other consumers of the address get the traffic)",
+    )
+    max_unsettled_per_connection: int = Field(
+        default=20000, ge=1,
+        description="the same bound for all consumer links of one connection together",
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
@@ -145,6 +154,12 @@ class User(Model):
 class Limits(Model):
     max_connections: int = Field(default=65535, ge=1)
     max_message_size: int | None = Field(default=None, ge=1, description="bytes; larger deliveries are rejected")
+    buffered_budget_bytes: int = Field(
+        default=128 * 1024 * 1024, ge=1024 * 1024,
+        description="router-wide budget of message bytes held for producers (waiting for consumer credit): "
+        "producers' credit shrinks to share it, past it reads from the producers holding the most pause and "
+        "deliveries that would have to wait are released",
+    )
 
 
 class RouterConfig(Model):
