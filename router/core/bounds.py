@@ -50,7 +50,7 @@ class Bounds:
         self.released_over_budget = 0  # deliveries released at a byte bound (management)
         self.stuck_now = 0  # consumer links stuck now
         self.stuck_total = 0  # times a consumer link (or connection) reached its unsettled bound
-        self._resumable: list[OutLink] = []  # links that fell below their bound (flush sends to them)
+        self.resumable: list[OutLink] = []  # links that fell below their bound (flush sends to them)
 
     # --- unsettled deliveries per consumer --------------------------------------------------------
 
@@ -92,7 +92,7 @@ class Bounds:
     def _unstick(self, out: OutLink) -> None:
         out.stuck = False
         self.stuck_now -= 1
-        self._resumable.append(out)
+        self.resumable.append(out)
 
     def gone(self, out: OutLink) -> None:
         """`out` went away (its unsettled deliveries were failed first)."""
@@ -102,15 +102,11 @@ class Bounds:
 
     def resume(self) -> None:
         """Send to the links that fell below their bound (from the forwarder's flush)."""
-        resumable, self._resumable = self._resumable, []
+        resumable, self.resumable = self.resumable, []
         forwarder = self.core.forwarder
         for out in resumable:
             if not out.stuck:
                 forwarder.consumer_ready(out)
-
-    @property
-    def resumable(self) -> bool:
-        return bool(self._resumable)
 
     # --- bytes held for producers -----------------------------------------------------------------
 
