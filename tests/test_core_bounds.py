@@ -215,7 +215,8 @@ def test_credit_shrinks_with_observed_message_size() -> None:
     producer, consumer = h.connect("p"), h.connect("c")
     rx, tx = consumer.receiver("big"), producer.sender("big")
     h.pump()
-    assert tx.credit == 250
+    # Sizes not known yet: a window of the largest single-frame message (our max-frame-size)
+    assert tx.credit == (1 << 20) // Listener().max_frame_size
     producer.send(tx, _big(0))
     h.pump()  # no consumer credit: it waits, and the producer's credit is taken back
     inl = _in(producer, tx)
@@ -261,11 +262,12 @@ def test_a_first_window_of_large_messages_is_read_and_released_beyond_the_bound(
     """The producer uses the whole first window (sizes unknown yet) for large messages while no
     consumer has credit: the router reads all of it, holds what fits its bound and releases the
     rest; nothing is lost and the connection is never paused."""
-    h = RouterHarness(_config(read_high_water_bytes=1 << 20))
+    h = RouterHarness(_config(read_high_water_bytes=1 << 20, max_frame_size=16384))
     producer, consumer = h.connect("p"), h.connect("c")
     rx, tx = consumer.receiver("big"), producer.sender("big")
     h.pump()
-    sent = [producer.send(tx, _big(i)) for i in range(30)]  # 3 MB under credit granted
+    assert tx.credit == 64  # 64 frames of 16 KiB: single-frame messages would fit
+    sent = [producer.send(tx, _big(i)) for i in range(30)]  # 3 MB of multi-frame messages
     h.pump()
     state = producer.router_side.context
     assert state.buffered_bytes <= 1 << 20
@@ -302,34 +304,57 @@ def test_a_streaming_delivery_growing_past_the_bound_while_waiting_is_released()
     assert consumer.bodies(rx) == ["after"]
 
 
-def test_the_router_budget_pauses_the_largest_holders_and_never_one_holding_nothing() -> None:
+def test_the_router_budget_is_shared_out_as_credit() -> None:
+    """Many producers of large (single-frame) messages and no consumer credit: each connection's
+    window is its part of the budget, so together they never pass it and nothing needs to be
+    released."""
     budget = 1 << 20
-    h = RouterHarness(_config(read_high_water_bytes=1 << 20, limits=Limits(buffered_budget_bytes=budget)))
+    h = RouterHarness(_config(limits=Limits(buffered_budget_bytes=budget)))
     consumer = h.connect("c")
     rx = consumer.receiver("big")
     producers = [h.connect(f"p{i}") for i in range(6)]
     links = [p.sender("big") for p in producers]
-    idle = h.connect("idle")
     h.pump()
-    outcomes: list[int] = []
-    for i, (p, tx) in enumerate(zip(producers, links, strict=True)):
-        for _ in range(i + 1):  # producer i holds i + 1 messages (more than its credit allows later)
-            outcomes.append(p.send(tx, _big(i)))
+    sent = 0
+    for _ in range(5):
+        for p, tx in zip(producers, links, strict=True):
+            for _ in range(tx.credit):
+                p.send(tx, Message.data(b"m" * 60_000))
+                sent += 1
         h.pump()
     bounds = h.core.bounds
-    assert bounds.buffered_total <= budget
+    assert sent >= 6 and bounds.released_over_budget == 0
+    assert bounds.buffered_total <= budget and all(tx.credit == 0 for tx in links)
     assert bounds.buffered_total == sum(s.buffered_bytes for s in h.core.connections.values())
-    paused = [p for p in producers if h.core.read_paused(p.router_side)]
-    holding = [p for p in producers if p.router_side.context.buffered_bytes > 0]
-    if bounds.buffered_total > bounds.pause_above:
-        assert paused
-        least = min(p.router_side.context.buffered_bytes for p in paused)
-        assert all(p.router_side.context.buffered_bytes <= least for p in holding if p not in paused)
-    assert not h.core.read_paused(idle.router_side) and not h.core.read_paused(consumer.router_side)
-    assert bounds.paused_count() == len(paused)
     rx.flow(1000)
     h.pump()
+    assert len(consumer.received[rx]) == sent
     assert bounds.buffered_total == 0 and bounds.holders == 0 and bounds.paused_count() == 0
+
+
+def test_reads_pause_the_largest_holders_first_and_never_one_holding_nothing() -> None:
+    from router.amqp.connection import Connection, ConnectionConfig
+    from router.core.connections import ConnState
+
+    budget = 1 << 20
+    h = RouterHarness(_config(limits=Limits(buffered_budget_bytes=budget)))
+    clients = [h.connect(f"c{i}") for i in range(4)]
+    states = [c.router_side.context for c in clients]
+    between_routers = ConnState(Connection(ConnectionConfig(container_id="r")), Listener(role="inter-router"))
+    bounds = h.core.bounds
+    for state, held in zip(states, [0, 100_000, 300_000, 400_000], strict=True):
+        bounds.hold(state, held)
+    bounds.hold(between_routers, 200_000)
+    assert bounds.buffered_total == 1_000_000 > bounds.pause_above and bounds.holders == 4
+    paused = [bounds.read_paused(s) for s in states]
+    # the average is 250,000: the two holding more pause, the others (and an idle one) do not
+    assert paused == [False, False, True, True]
+    assert not bounds.read_paused(between_routers)  # its control traffic must flow
+    assert bounds.paused_count() == 2
+    bounds.hold(states[3], -400_000)  # a consumer took what it held: below 7/8, nobody pauses
+    assert not any(bounds.read_paused(s) for s in states)
+    bounds.hold(states[1], 2 << 20)  # past its own bound: paused whatever the router's total
+    assert bounds.read_paused(states[1])
 
 
 @settings(max_examples=60, deadline=None)

@@ -58,8 +58,10 @@ class ConnectionSettings(Model):
     max_sessions_per_connection: int = Field(default=256, ge=1, le=65536)
     max_links_per_connection: int = Field(default=4096, ge=1)
     read_high_water_bytes: int = Field(
-        default=4 * 1024 * 1024, ge=65536,
-        description="stop reading a connection while the router holds this many bytes from it",
+        default=16 * 1024 * 1024, ge=65536,
+        description="message bytes the router holds for one connection's producers at most (waiting for consumer "
+        "credit): their credit is sized to fit (a full window of 250 single-frame messages of 64 KiB by default), "
+        "what a first window brings beyond it is released, and a peer past it is no longer read",
     )
     write_high_water_bytes: int = Field(
         default=4 * 1024 * 1024, ge=65536,

@@ -12,10 +12,13 @@ Owns:
   network layer should stop reading (router-wide, from 7/8 of the budget: the client
   connections holding at least their share, never one holding nothing, never a connection
   between routers: their control traffic must flow);
-- credit by bytes: a producer link's observed message size (a decaying maximum) turns its
-  credit window into `min(link_capacity, room // size)`, never less than 1, so that a producer
-  that respects credit never sends more than the router will hold: the router keeps reading it
-  (its close is never stuck behind data the router will not read, transport §2.4.3).
+- credit by bytes: a producer link's observed message size (a decaying maximum; until a first
+  delivery is complete, the largest single-frame message, our max-frame-size) turns its credit
+  window into `min(link_capacity, room // size)`, never less than 1, where room is the link's
+  part of its connection's bound and the connection's part of the router's budget. A producer
+  that respects credit then never sends more than the router will hold, so the router keeps
+  reading it (its close is never stuck behind data the router will not read, transport §2.4.3);
+  what a first window of multi-frame messages brings beyond the bounds is released.
 Counters for management: links stuck now, times a link reached the bound, deliveries released
 at a byte bound.
 Must not touch: choosing destinations (forwarding.py), outcomes (settlement.py), the engines.
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from .router import RouterCore
 
 NO_LIMIT: Final = 1 << 62  # an unsettled bound that is never reached (links between routers)
+UNKNOWN: Final = -1  # InLink.size_hint before a first delivery is complete
 
 
 def resume_below(limit: int) -> int:
@@ -51,6 +55,7 @@ class Bounds:
         self.stuck_now = 0  # consumer links stuck now
         self.stuck_total = 0  # times a consumer link (or connection) reached its unsettled bound
         self.resumable: list[OutLink] = []  # links that fell below their bound (flush sends to them)
+        self.starved: set[InLink] = set()  # producers given less credit for a full budget
 
     # --- unsettled deliveries per consumer --------------------------------------------------------
 
@@ -119,6 +124,11 @@ class Bounds:
             self.holders += 1
         elif after <= 0 < before:
             self.holders -= 1
+        if nbytes < 0 and self.starved:  # room came free: look at their credit again
+            credit_dirty = self.core.forwarder.credit_dirty
+            for inl in self.starved:
+                credit_dirty(inl)
+            self.starved.clear()
 
     def over(self, conn: ConnState, extra: int) -> bool:
         """Whether `conn` holding `extra` more bytes would pass its bound or the router's."""
@@ -146,10 +156,10 @@ class Bounds:
     # --- credit by bytes ------------------------------------------------------------------------
 
     def observe(self, inl: InLink, size: int) -> None:
-        """A delivery of `size` bytes arrived complete on `inl`: larger sizes count at once,
-        smaller ones pull the estimate down by an eighth of the difference each."""
+        """A delivery of `size` bytes arrived complete on `inl`: the first and larger sizes count
+        at once, smaller ones pull the estimate down by an eighth of the difference each."""
         hint = inl.size_hint
-        new = size if size >= hint else hint - ((hint - size) >> 3)
+        new = size if size >= hint or hint == UNKNOWN else hint - ((hint - size) >> 3)
         self._set_hint(inl, new)
 
     def growing(self, inl: InLink, arrived: int) -> None:
@@ -167,13 +177,29 @@ class Bounds:
             self.core.forwarder.credit_dirty(inl)
 
     def window(self, inl: InLink) -> int:
-        """The credit window of a producer link that sends large messages."""
+        """The credit window of a producer link that sends large messages (or whose sizes are
+        not known yet). Every connection may fill an equal part of the router's budget: a
+        conservative share (idle connections count), so the windows of all producers together
+        fit the budget and it is not a race for free room (a producer told released would send
+        again at once)."""
         conn = inl.conn
-        room = conn.listener.read_high_water_bytes // max(1, len(conn.in_links))
-        share = self.budget // (self.holders + 1)
+        listener = conn.listener
+        size = inl.size_hint if inl.size_hint > 0 else listener.max_frame_size
+        room = listener.read_high_water_bytes // max(1, len(conn.in_links))
+        share = self.budget // max(1, len(self.core.connections))
         if share < room:
             room = share
-        return max(1, min(inl.capacity, room // inl.size_hint))
+        window = max(1, min(inl.capacity, room // size))
+        # The budget is full with others' bytes (connections that took more before this many
+        # connections shared it): no more credit than its part of the room left, even none, or
+        # deliveries would only be read to be released. Room coming free gives it credit again
+        # (hold).
+        connections = max(1, len(self.core.connections))
+        free = (self.budget - self.buffered_total) // connections + conn.buffered_bytes
+        if free < window * size:
+            window = free // size
+            self.starved.add(inl)
+        return window
 
     def release_waiting(self, fwd: Forward) -> bool:
         """Whether `fwd`, about to wait for credit, must be released instead: holding it would

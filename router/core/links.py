@@ -22,7 +22,7 @@ from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..amqp.session import Session
 from ..config.models import Listener
-from .bounds import NO_LIMIT, small_size
+from .bounds import NO_LIMIT, UNKNOWN
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .table import AddressEntry
@@ -84,9 +84,10 @@ class InLink(LinkCounts):
         # When the link's credit last dropped to zero (wall clock); None while it has credit.
         self.zero_credit_since: float | None = None
         # Credit by bytes (router.core.bounds): the observed message size when large (0: small
-        # messages, the full window), and the size above which a delivery is looked at.
-        self.size_hint = 0
-        self.size_watch = small_size(self)
+        # messages, the full window; UNKNOWN until a first delivery is complete), and the size
+        # above which a delivery is looked at.
+        self.size_hint = UNKNOWN
+        self.size_watch = 0
 
     def __repr__(self) -> str:
         return f"InLink({self.link.name!r}, {self.entry.address if self.entry else '<anonymous>'})"
