@@ -77,13 +77,10 @@ class Forwarder(Settlement):
         if event.aborted:
             return
         payload = event.payload
-        size = len(payload)
-        if size > inl.size_watch and not event.more:  # a large message: credit by bytes (bounds.py)
-            self.core.bounds.observe(inl, size)
         limit = self.max_message_size
         # Sizes come from the events: the engine has already read the whole batch, so its link
         # counters may describe a later delivery.
-        if limit and size > limit:
+        if limit and len(payload) > limit:
             self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             return
         entry = inl.entry
@@ -115,6 +112,8 @@ class Forwarder(Settlement):
         settled = event.settled
         fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
+        if fwd.size > inl.size_watch and not event.more:  # a large message: credit by bytes (bounds.py)
+            self.core.bounds.observe(inl, fwd.size)
         inl.inflight += 1
         inl.held += 1
         fwd.holds_slot = True
