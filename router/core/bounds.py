@@ -184,8 +184,12 @@ class Bounds:
         again at once)."""
         conn = inl.conn
         listener = conn.listener
-        size = inl.size_hint if inl.size_hint > 0 else listener.max_frame_size
-        room = listener.read_high_water_bytes // max(1, len(conn.in_links))
+        room = listener.read_high_water_bytes
+        if inl.size_hint > 0:  # large messages: the connection's bound is shared by its links
+            size = inl.size_hint
+            room //= max(1, len(conn.in_links))
+        else:  # not known yet: single-frame messages, the whole bound (each of a client's first
+            size = listener.max_frame_size  # links starts with its full window, as the anchors)
         share = self.budget // max(1, len(self.core.connections))
         if share < room:
             room = share
