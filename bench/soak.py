@@ -147,16 +147,16 @@ def blocked(seconds: float, interval: float, producers: int = 40) -> dict[str, A
 
             async def describe() -> str:
                 router = await _router_entity(observer)
-                peak_buffered[0] = max(peak_buffered[0], router["bufferedBytes"])
+                peak_buffered[0] = max(peak_buffered[0], int(router["bufferedBytes"]))
                 return (f"buffered {router['bufferedBytes'] / 2**20:6.1f} of {router['bufferedBudgetBytes'] / 2**20:.0f} MiB, "
-                        f"paused {router['pausedConnectionCount']}, released {router['releasedOverBudget']}, "
+                        f"paused {int(router['pausedConnectionCount'])}, released {int(router['releasedOverBudget'])}, "
                         f"consumed {consumed[0]:,}")  # fmt: skip
 
             result = await _sample(r, seconds, interval, describe)
             router = await _router_entity(observer)
             nursery.cancel_scope.cancel()
         return {**result, "peak_buffered_mib": round(peak_buffered[0] / 2**20, 1),
-                "released_over_budget": router["releasedOverBudget"]}  # fmt: skip
+                "released_over_budget": int(router["releasedOverBudget"])}  # fmt: skip
 
     try:
         result = trio.run(main)

@@ -9,9 +9,10 @@ Owns:
 - the byte accounting of deliveries waiting for credit (per connection and router-wide), the
   hard bounds at which a delivery that would have to wait is released instead (the connection's
   `read_high_water_bytes`, the router's `buffered_budget_bytes`), and which connections the
-  network layer should stop reading (router-wide, from 7/8 of the budget: the client
-  connections holding at least their share, never one holding nothing, never a connection
-  between routers: their control traffic must flow);
+  network layer should stop reading (router-wide, once less than 1/32 of the budget is left,
+  when reading more would only bring deliveries to release: the client connections holding at
+  least the average, never one holding nothing, never a connection between routers: their
+  control traffic must flow);
 - credit by bytes: a producer link's observed message size (a decaying maximum; until a first
   delivery is complete, the largest single-frame message, our max-frame-size) turns its credit
   window into `min(link_capacity, room // size)`, never less than 1, where room is the link's
@@ -48,7 +49,9 @@ class Bounds:
     def __init__(self, core: RouterCore) -> None:
         self.core = core
         self.budget = core.config.limits.buffered_budget_bytes
-        self.pause_above = self.budget - self.budget // 8  # reads pause from here; releases at the budget
+        # Reads pause past this (credit keeps the router under it: the windows of all connections
+        # together fit the budget); deliveries that would pass the budget itself are released.
+        self.pause_above = self.budget - self.budget // 32
         self.buffered_total = 0  # bytes of waiting deliveries, all connections
         self.holders = 0  # connections holding some of them
         self.released_over_budget = 0  # deliveries released at a byte bound (management)
@@ -145,8 +148,8 @@ class Bounds:
         if held > conn.listener.read_high_water_bytes:
             return True  # cannot happen to a peer that respects credit: a last resort
         total = self.buffered_total
-        # Past 7/8 of the budget: the client connections holding at least the average pause
-        # (there is always one), so the largest holders wait first and small ones keep going.
+        # Nearly full: the client connections holding at least the average pause (there is
+        # always one), so the largest holders wait first and small ones keep going.
         return total > self.pause_above and conn.role == "normal" and held * self.holders >= total
 
     def paused_count(self) -> int:
