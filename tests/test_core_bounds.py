@@ -131,11 +131,17 @@ def test_the_connection_bound_covers_all_its_consumer_links() -> None:
     state = consumer.router_side.context
     assert state.stuck and state.unsettled_out == 30
     assert _out(consumer, rx_a).stuck and _out(consumer, rx_b).stuck
+    rx_c = consumer.receiver("a")  # attached while the connection is stuck: stuck after one
+    h.pump()
+    rx_c.flow(1000)
+    h.pump()
+    assert len(consumer.received[rx_c]) == 1 and _out(consumer, rx_c).stuck
     _settle_all(consumer, rx_a)
     _settle_all(consumer, rx_b)
+    _settle_all(consumer, rx_c)
     h.pump()
-    assert not state.stuck
-    assert len(consumer.received[rx_a]) + len(consumer.received[rx_b]) == 20  # the other 20 of 50
+    assert not state.stuck and state.unsettled_out == 50 - 31
+    assert sum(len(consumer.received[rx]) for rx in (rx_a, rx_b, rx_c)) == 50 - 31  # the rest
 
 
 def test_a_stuck_consumer_going_away_releases_its_count_and_fails_what_it_held() -> None:

@@ -67,7 +67,10 @@ class Bounds:
         conn = out.conn
         if out.outstanding >= out.unsettled_limit:
             self._stick(out)
-        if conn.unsettled_out >= conn.unsettled_limit and not conn.stuck:
+        if conn.unsettled_out >= conn.unsettled_limit:
+            if conn.stuck:  # a link attached since the connection got stuck
+                self._stick(out, counted=False)
+                return
             conn.stuck = True
             self.stuck_total += 1
             for link in conn.out_links:
