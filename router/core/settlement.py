@@ -118,12 +118,12 @@ class Settlement:
 
     def flush(self) -> None:
         """Write batched dispositions as ranges, then top up producers' credit."""
+        bounds = self.core.bounds
+        if bounds.resumable:  # consumers that fell below their unsettled bound: send to them
+            bounds.resume()  # first, so that outcomes this gives are written with the rest
         for batch in self._dispositions.take():
             if batch.write():
                 self.core.touch(batch.session.conn)
-        bounds = self.core.bounds
-        if bounds.resumable:  # consumers that fell below their unsettled bound
-            bounds.resume()
         if self._credit_dirty:
             dirty, self._credit_dirty = self._credit_dirty, []
             for inl in dirty:
