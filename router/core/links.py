@@ -85,9 +85,11 @@ class InLink(LinkCounts):
         self.zero_credit_since: float | None = None
         # Credit by bytes (router.core.bounds): the observed message size when large (0: small
         # messages, the full window; UNKNOWN until a first delivery is complete), and the size
-        # above which a delivery is looked at.
-        self.size_hint = UNKNOWN
-        self.size_watch = 0
+        # above which a delivery is looked at. Not on a data link from another router: its
+        # window carries many producers' deliveries, which their own windows bound (at the
+        # router where they entered the mesh).
+        self.size_hint = UNKNOWN if peer is None else 0
+        self.size_watch = 0 if peer is None else NO_LIMIT
 
     def __repr__(self) -> str:
         return f"InLink({self.link.name!r}, {self.entry.address if self.entry else '<anonymous>'})"
