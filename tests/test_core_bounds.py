@@ -399,3 +399,36 @@ def test_the_unsettled_bound_holds_whatever_the_order(steps: list[tuple[str, int
         waiting = len(h.core.table.entries["Mq"].pending)
         settled = sum(1 for d in producer.outcomes)
         assert settled + state.unsettled_out + waiting == sent
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 300_000), st.integers(0, 3)), min_size=1, max_size=25))
+def test_bytes_held_stay_within_the_bounds_whatever_the_sizes(steps: list[tuple[int, int]]) -> None:
+    """A producer that uses all its credit with messages of any size (single- and multi-frame,
+    growing and shrinking) and a consumer that gives credit now and then: the bytes held for
+    the producer never pass its connection's bound nor the router's, the accounting matches
+    the waiting deliveries, and every delivery is delivered, waiting or released."""
+    bound = 1 << 19
+    h = RouterHarness(_config(read_high_water_bytes=bound, max_frame_size=16384,
+                              limits=Limits(buffered_budget_bytes=1 << 20)))  # fmt: skip
+    producer, consumer = h.connect("p"), h.connect("c")
+    rx, tx = consumer.receiver("big"), producer.sender("big")
+    h.pump()
+    sent = 0
+    state = producer.router_side.context
+    for size, credit in steps:
+        for _ in range(min(tx.credit, 40)):
+            producer.send(tx, Message.data(b"s" * size))
+            sent += 1
+        if credit:
+            rx.flow(credit)
+        h.pump()
+        bounds = h.core.bounds
+        assert state.buffered_bytes <= bound and bounds.buffered_total <= 1 << 20
+        waiting = h.core.table.entries["Mbig"].pending
+        assert state.buffered_bytes == sum(f.size for f in waiting if not f.done)
+        assert bounds.buffered_total == state.buffered_bytes
+        assert not h.core.read_paused(producer.router_side)
+        delivered = len(consumer.received[rx])
+        released = sum(isinstance(s, Released) for s in producer.outcomes.values())
+        assert delivered + released + sum(1 for f in waiting if not f.done) == sent
