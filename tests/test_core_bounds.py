@@ -338,6 +338,34 @@ def test_the_router_budget_is_shared_out_as_credit() -> None:
     assert bounds.buffered_total == 0 and bounds.holders == 0 and bounds.paused_count() == 0
 
 
+def test_small_message_producers_filling_the_budget_get_credit_by_bytes_not_a_release_storm() -> None:
+    """Producers of small messages (no window by bytes while there is room) fill the router's
+    budget: once it is nearly full their windows go by bytes too, so a producer whose deliveries
+    were released is not given credit at once only to be released again."""
+    budget = 1 << 20
+    h = RouterHarness(_config(read_high_water_bytes=1 << 20, limits=Limits(buffered_budget_bytes=budget)))
+    consumer = h.connect("c")
+    rx = consumer.receiver("q")
+    producers = [h.connect(f"p{i}") for i in range(10)]
+    links = [p.sender("q") for p in producers]
+    h.pump()
+    released: list[int] = []
+    for _ in range(12):
+        for p, tx in zip(producers, links, strict=True):
+            for _ in range(tx.credit):
+                p.send(tx, Message.data(b"s" * 900))  # under 1 KiB: a "small" message here
+        h.pump()
+        released.append(h.core.bounds.released_over_budget)
+    bounds = h.core.bounds
+    assert bounds.nearly_full and bounds.buffered_total <= budget
+    assert released[-1] == released[5]  # it settled: no more deliveries read only to be released
+    assert all(tx.credit == 0 for tx in links)
+    rx.flow(100_000)
+    h.pump()
+    assert bounds.buffered_total == 0 and not bounds.nearly_full
+    assert all(tx.credit > 0 for tx in links)  # room again: credit again
+
+
 def test_reads_pause_the_largest_holders_first_and_never_one_holding_nothing() -> None:
     from router.amqp.connection import Connection, ConnectionConfig
     from router.core.connections import ConnState

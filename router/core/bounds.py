@@ -15,8 +15,10 @@ Owns:
   control traffic must flow);
 - credit by bytes: a producer link's observed message size (a decaying maximum; until a first
   delivery is complete, the largest single-frame message, our max-frame-size) turns its credit
-  window into `min(link_capacity, room // size)`, never less than 1, where room is the link's
-  part of its connection's bound and the connection's part of the router's budget. A producer
+  window into `min(link_capacity, room // size)`, never less than 1 while the router has room,
+  where room is the link's part of its connection's bound and the connection's part of the
+  router's budget (and of what is left of it: when the budget is nearly full, producers of small
+  messages too get windows by bytes, and a producer may get none until room comes free). A producer
   that respects credit then never sends more than the router will hold, so the router keeps
   reading it (its close is never stuck behind data the router will not read, transport §2.4.3);
   what a first window of multi-frame messages brings beyond the bounds is released.
@@ -53,6 +55,7 @@ class Bounds:
         # together fit the budget); deliveries that would pass the budget itself are released.
         self.pause_above = self.budget - self.budget // 32
         self.buffered_total = 0  # bytes of waiting deliveries, all connections
+        self.nearly_full = False  # buffered_total > pause_above: every producer's window by bytes
         self.holders = 0  # connections holding some of them
         self.released_over_budget = 0  # deliveries released at a byte bound (management)
         self.stuck_now = 0  # consumer links stuck now
@@ -125,7 +128,8 @@ class Bounds:
         """`conn`'s waiting deliveries hold `nbytes` more (or fewer, if negative)."""
         before = conn.buffered_bytes
         after = conn.buffered_bytes = before + nbytes
-        self.buffered_total += nbytes
+        total = self.buffered_total = self.buffered_total + nbytes
+        self.nearly_full = total > self.pause_above
         if before <= 0 < after:
             self.holders += 1
         elif after <= 0 < before:
@@ -194,6 +198,8 @@ class Bounds:
         if inl.size_hint > 0:  # large messages: the connection's bound is shared by its links
             size = inl.size_hint
             room //= max(1, len(conn.in_links))
+        elif inl.size_hint == 0:  # small messages (a budget nearly full): at most this size
+            size = max(1, small_size(inl))
         else:  # not known yet: single-frame messages, the whole bound (each of a client's first
             size = listener.max_frame_size  # links starts with its full window, as the anchors)
         share = self.budget // max(1, len(self.core.connections))

@@ -73,15 +73,16 @@ class Settlement:
                     inl.zero_credit_since = self.now
             return
         window = inl.capacity
-        if inl.size_hint:
-            window = self.core.bounds.window(inl)
+        bounds = self.core.bounds
+        if inl.size_hint or bounds.nearly_full:
+            window = bounds.window(inl)
         desired = window - inl.held
         if desired > link.credit:
             if link.credit <= window // 2:
                 link.flow(desired)
                 self.core.touch(inl.conn.engine)
                 inl.zero_credit_since = None
-        elif inl.size_hint and link.credit > desired:  # larger messages than the credit was for
+        elif link.credit > desired and (inl.size_hint or bounds.nearly_full):  # more credit than bytes
             link.flow(max(0, desired))
             self.core.touch(inl.conn.engine)
             if desired <= 0 and inl.zero_credit_since is None:
