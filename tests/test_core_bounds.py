@@ -460,3 +460,40 @@ def test_bytes_held_stay_within_the_bounds_whatever_the_sizes(steps: list[tuple[
         delivered = len(consumer.received[rx])
         released = sum(isinstance(s, Released) for s in producer.outcomes.values())
         assert delivered + released + sum(1 for f in waiting if not f.done) == sent
+
+
+def test_across_the_mesh_a_stuck_consumer_holds_back_nothing_but_itself() -> None:
+    """A producer on router A, a consumer that never settles on router B (bound 10): B stops
+    sending to it; the data link between the routers is not bounded that way, so a second
+    consumer on B then gets everything that waited and everything after."""
+    from tests.meshharness import MeshHarness
+
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("B", instance=2)
+    h.link("A", "B")
+    h.converge()
+    tight = Listener(name="tight", max_unsettled_per_link=10)
+    producer, hoarder = h.client("A", "p"), h.client("B", "h", listener=tight)
+    hoarder.auto_accept = False
+    rx = hoarder.receiver("far")
+    h.advance(0.5)
+    rx.flow(1000)
+    tx = producer.sender("far")
+    h.pump()
+    sent = [producer.send(tx, Message.value(i)) for i in range(40)]
+    h.pump()
+    assert len(hoarder.received[rx]) == 10
+    (out,) = [o for o in hoarder.router_side.context.out_links]
+    assert out.stuck and h.cores["B"].bounds.stuck_now == 1
+    assert not any(o.stuck for s in h.cores["A"].connections.values() for o in s.out_links)
+    good = h.client("B", "g", listener=tight)
+    rx2 = good.receiver("far")
+    h.advance(0.5)
+    rx2.flow(1000)
+    h.pump()
+    for i in range(100):
+        sent.append(producer.send(tx, Message.value(i)))
+        h.pump()
+    assert len(good.received[rx2]) == 130 and len(hoarder.received[rx]) == 10
+    assert all(isinstance(producer.outcomes[d], Accepted) for d in sent[10:])
