@@ -62,6 +62,7 @@ class Bounds:
         self.stuck_total = 0  # times a consumer link (or connection) reached its unsettled bound
         self.resumable: list[OutLink] = []  # links that fell below their bound (flush sends to them)
         self.starved: set[InLink] = set()  # producers given less credit for a full budget
+        self._freed = 0  # bytes freed since the starved producers were last looked at
 
     # --- unsettled deliveries per consumer --------------------------------------------------------
 
@@ -134,11 +135,16 @@ class Bounds:
             self.holders += 1
         elif after <= 0 < before:
             self.holders -= 1
-        if nbytes < 0 and self.starved:  # room came free: look at their credit again
-            credit_dirty = self.core.forwarder.credit_dirty
-            for inl in self.starved:
-                credit_dirty(inl)
-            self.starved.clear()
+        if nbytes < 0 and self.starved:
+            # Room came free: look at their credit again, all together once 1/64 of the budget
+            # is free (not at every delivery taken: each look is a pass over them all).
+            self._freed -= nbytes
+            if self._freed >= self.budget >> 6 or total <= 0:
+                self._freed = 0
+                credit_dirty = self.core.forwarder.credit_dirty
+                for inl in self.starved:
+                    credit_dirty(inl)
+                self.starved.clear()
 
     def over(self, conn: ConnState, extra: int) -> bool:
         """Whether `conn` holding `extra` more bytes would pass its bound or the router's."""
