@@ -366,6 +366,25 @@ def test_small_message_producers_filling_the_budget_get_credit_by_bytes_not_a_re
     assert all(tx.credit > 0 for tx in links)  # room again: credit again
 
 
+def test_a_producer_of_messages_larger_than_its_share_still_gets_one_credit() -> None:
+    """Many idle connections make each one's part of the budget smaller than one message: a
+    producer still gets a credit at a time while the router has room (never none for ever)."""
+    h = RouterHarness(_config(limits=Limits(buffered_budget_bytes=1 << 20)))
+    idle = [h.connect(f"idle{i}") for i in range(20)]
+    producer, consumer = h.connect("p"), h.connect("c")
+    rx, tx = consumer.receiver("big"), producer.sender("big")
+    h.pump()
+    assert len(idle) == 20 and (1 << 20) // len(h.core.connections) < BIG
+    for _ in range(3):
+        while tx.credit:
+            producer.send(tx, _big(0))
+        h.pump()
+        rx.flow(1)
+        h.pump()
+    assert _in(producer, tx).size_hint > BIG and tx.credit + _in(producer, tx).held == 1
+    assert len(consumer.received[rx]) == 3 and h.core.bounds.released_over_budget == 0
+
+
 def test_reads_pause_the_largest_holders_first_and_never_one_holding_nothing() -> None:
     from router.amqp.connection import Connection, ConnectionConfig
     from router.core.connections import ConnState

@@ -220,6 +220,8 @@ class Bounds:
         free = (self.budget - self.buffered_total) // connections + conn.buffered_bytes
         if free < window * size:
             window = free // size
+            if window <= 0 and self.buffered_total + size <= self.pause_above:
+                window = 1  # a router with room never leaves a producer without any credit
             self.starved.add(inl)
         return window
 
