@@ -156,11 +156,13 @@ async def test_timer_ticks_the_core_at_its_deadline_even_when_a_call_moves_it(nu
 
 
 @needs_core
-async def test_slow_consumer_blocks_output_and_pauses_the_producer(nursery: trio.Nursery) -> None:
+async def test_slow_consumer_blocks_output_and_credit_holds_the_producer(nursery: trio.Nursery) -> None:
     """A consumer that stops reading: the router's writes to it pass the high-water mark, the
-    core holds deliveries, the producer's socket is no longer read. When the consumer reads
-    again, everything flows and every delivery is accepted."""
-    server = RouterServer(router_config(write_high_water_bytes=65536, read_high_water_bytes=65536, link_capacity=50))
+    core holds deliveries, and the producer is held back by credit sized to the bytes the router
+    holds for it (router.core.bounds): its socket is never paused, so anything it sends (a close)
+    is read. When the consumer reads again, everything flows and every delivery is accepted."""
+    high_water = 1024 * 1024
+    server = RouterServer(router_config(write_high_water_bytes=65536, read_high_water_bytes=high_water, link_capacity=50))
     port = (await nursery.start(server.run))[0][2]
     count, body = 200, Message.data(b"y" * 32768)
     async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
@@ -175,20 +177,37 @@ async def test_slow_consumer_blocks_output_and_pauses_the_producer(nursery: trio
                 trackers.append(await sender.start_send(body))
 
         nursery.start_soon(produce)
+        window = high_water // 32800  # 31 messages of 32 KiB fit the connection's bound
+        held = [state.buffered_bytes for state in server.core.connections.values()]
         with trio.fail_after(10):  # no event tells us: poll the server's counters
-            while not (server.stats()["output_blocked"] and server.stats()["reading_paused"]):
+            while not (server.stats()["output_blocked"] and sender.link.credit == 0 and max(held) > 0):
                 await trio.sleep(0.01)
+                held = [state.buffered_bytes for state in server.core.connections.values()]
         assert len(trackers) < count  # the producer is held back
+        assert max(held) <= window * 32800 <= high_water
+        assert server.stats()["reading_paused"] == 0  # by credit, not by a paused socket
+
+        received = 0
+
+        async def consume() -> None:
+            nonlocal received
+            while True:
+                receiver.accept(await receiver.receive())
+                received += 1
 
         consumer_paused = False
         consumer.driver.resume_reading()
-        with trio.fail_after(20):
-            for _ in range(count):
-                receiver.accept(await receiver.receive())
-            while len(trackers) < count:
-                await trio.sleep(0.01)
-            outcomes = {type(await tracker.wait()).__name__ for tracker in trackers}
-        assert outcomes == {"Accepted"}
+        async with trio.open_nursery() as consuming:
+            consuming.start_soon(consume)
+            with trio.fail_after(20):
+                while len(trackers) < count:
+                    await trio.sleep(0.01)
+                outcomes = [type(await tracker.wait()).__name__ for tracker in trackers]
+            consuming.cancel_scope.cancel()
+        # Even the first window (sizes not known yet) fits: it is sized for single-frame messages
+        # of our max-frame-size, so nothing had to be released.
+        assert set(outcomes) == {"Accepted"} and received == count
+        assert server.core.bounds.released_over_budget == 0
         assert server.stats() == {"connections": 2, "reading_paused": 0, "output_blocked": 0}
 
 

@@ -63,8 +63,10 @@ class ConnectionSettings(Model):
     max_sessions_per_connection: int = Field(default=256, ge=1, le=65536)
     max_links_per_connection: int = Field(default=4096, ge=1)
     read_high_water_bytes: int = Field(
-        default=4 * 1024 * 1024, ge=65536,
-        description="stop reading a connection while the router holds this many bytes from it",
+        default=16 * 1024 * 1024, ge=65536,
+        description="message bytes the router holds for one connection's producers at most (waiting for consumer "
+        "credit): their credit is sized to fit (a full window of 250 single-frame messages of 64 KiB by default), "
+        "what a first window brings beyond it is released, and a peer past it is no longer read",
     )
     write_high_water_bytes: int = Field(
         default=4 * 1024 * 1024, ge=65536,
@@ -91,6 +93,15 @@ class Listener(ConnectionSettings):
         default=False,
         description="refuse clients that skip the SASL layer even though ANONYMOUS is offered "
         "(a listener that does not offer ANONYMOUS always refuses them)",
+    )
+    max_unsettled_per_link: int = Field(
+        default=5000, ge=1,
+        description="stop sending to a consumer link holding this many unsettled deliveries (the link is stuck "
+        "until it settles some; other consumers of the address get the traffic)",
+    )
+    max_unsettled_per_connection: int = Field(
+        default=20000, ge=1,
+        description="the same bound for all consumer links of one connection together",
     )
 
     @model_validator(mode="after")
@@ -177,6 +188,12 @@ class FailedLogins(Model):
 class Limits(Model):
     max_connections: int = Field(default=65535, ge=1)
     max_message_size: int | None = Field(default=None, ge=1, description="bytes; larger deliveries are rejected")
+    buffered_budget_bytes: int = Field(
+        default=128 * 1024 * 1024, ge=1024 * 1024,
+        description="router-wide budget of message bytes held for producers (waiting for consumer credit): "
+        "producers' credit shrinks to share it, past it reads from the producers holding the most pause and "
+        "deliveries that would have to wait are released",
+    )
 
 
 class RouterConfig(Model):

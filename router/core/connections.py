@@ -102,6 +102,7 @@ class ConnState:
         "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery",
+        "unsettled_out", "unsettled_limit", "stuck",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -121,9 +122,17 @@ class ConnState:
         # Set by the network layer while this connection's socket cannot take more bytes: the
         # core then sends nothing more to it and holds deliveries (bounded by credit) instead.
         self.output_blocked = False
-        # Bytes of deliveries from this connection that the core holds; the network layer
-        # stops reading the socket while it is over the listener's high-water mark.
+        # Bytes of deliveries from this connection that the core holds (waiting for credit):
+        # bounded by the listener's read_high_water_bytes and shared in the router's budget
+        # (router.core.bounds changes it and tells the network layer when to stop reading).
         self.buffered_bytes = 0
+        # Unsettled deliveries sent on this connection's consumer links, and their bound
+        # (router.core.bounds): at the bound every consumer link of the connection is stuck.
+        self.unsettled_out = 0
+        self.unsettled_limit = 1 << 62  # connections between routers: the producers' windows bound them
+        if isinstance(listener, Listener) and listener.role == "normal":
+            self.unsettled_limit = listener.max_unsettled_per_connection
+        self.stuck = False
         self.opened = False
         self.closed = False
         # For management: when the peer's open arrived (the core's `now`), the peer's address (set by

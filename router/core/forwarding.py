@@ -115,6 +115,8 @@ class Forwarder(Settlement):
         settled = event.settled
         fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
+        if fwd.size > inl.size_watch and not event.more:  # a large message: credit by bytes (bounds.py)
+            self.core.bounds.observe(inl, fwd.size)
         inl.inflight += 1
         inl.held += 1
         fwd.holds_slot = True
@@ -157,15 +159,19 @@ class Forwarder(Settlement):
         self._route(fwd)
 
     def _next_frame(self, inl: InLink, fwd: Forward, event: TransferReceived) -> None:
+        fwd.arrived += len(event.payload)  # sizes shape the producer's credit (bounds.py)
         if not event.more:
             inl.streaming = None
             fwd.complete = True
+            if not event.aborted:
+                self.core.bounds.observe(inl, fwd.arrived)
+        elif fwd.arrived > inl.size_watch:
+            self.core.bounds.growing(inl, fwd.arrived)
         if fwd.done:
             return  # its destination went away: the rest has nowhere to go
         if event.aborted:
             self._aborted(fwd)
             return
-        fwd.arrived += len(event.payload)
         limit = self.max_message_size
         if limit and fwd.arrived > limit:
             # Too big after all: abort what went downstream, reject it upstream.
@@ -203,7 +209,12 @@ class Forwarder(Settlement):
         elif fwd.frames is not None:  # still waiting for a consumer
             fwd.frames.append(bytes(payload) if type(payload) is memoryview else payload)
             fwd.size += len(payload)
-            inl.conn.buffered_bytes += len(payload)
+            bounds = self.core.bounds
+            bounds.hold(inl.conn, len(payload))
+            if bounds.over(inl.conn, 0):  # it grew past a byte bound while waiting: released
+                bounds.released_over_budget += 1
+                self._wait_bytes(fwd, -1)  # (it leaves the queue it waits in lazily: done)
+                self.unroutable(fwd)
 
     def _stream(self, out: OutLink, payload: Payload, fwd: Forward) -> None:
         out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),
@@ -316,6 +327,9 @@ class Forwarder(Settlement):
 
     def _queue_on(self, out: OutLink, fwd: Forward) -> None:
         """Wait for credit on an inter-router data link."""
+        if self.core.bounds.release_waiting(fwd):  # no room for its bytes
+            self.unroutable(fwd)
+            return
         if fwd.frames is not None:
             fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
         if out.pending is None:
@@ -365,7 +379,7 @@ class Forwarder(Settlement):
         best: OutLink | None = None
         for i in range(n):
             out = consumers[(rr + i) % n]
-            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
                 if not balanced:
                     return out
                 if best is None or out.outstanding < best.outstanding:
@@ -409,6 +423,10 @@ class Forwarder(Settlement):
         if not settled:
             maps_of(link.session).outbound.put(out_id, fwd)
             out.outstanding += 1
+            conn = out.conn
+            conn.unsettled_out += 1
+            if out.outstanding >= out.unsettled_limit or conn.unsettled_out >= conn.unsettled_limit:
+                self.core.bounds.reached(out)  # stuck: nothing more goes to it for now
         else:
             out.presettled += 1
         if not fwd.complete:
@@ -461,7 +479,7 @@ class Forwarder(Settlement):
         fwd.remaining = len(fwd.copies)
         for copy in fwd.copies:
             out = copy.out
-            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
                 self._send_copy(copy)
             else:
                 if out.pending is None:
@@ -499,6 +517,10 @@ class Forwarder(Settlement):
         if not settled:
             maps_of(link.session).outbound.put(copy.out_id, copy)
             out.outstanding += 1
+            conn = out.conn
+            conn.unsettled_out += 1
+            if out.outstanding >= out.unsettled_limit or conn.unsettled_out >= conn.unsettled_limit:
+                self.core.bounds.reached(out)
         else:
             out.presettled += 1
         if not fwd.complete:
@@ -560,6 +582,9 @@ class Forwarder(Settlement):
     # --- waiting for credit ---------------------------------------------------------------------
 
     def _wait(self, fwd: Forward) -> None:
+        if self.core.bounds.release_waiting(fwd):  # no room for its bytes
+            self.unroutable(fwd)
+            return
         if fwd.frames is not None:  # a waiting delivery must not pin the reads it came in
             fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
         fwd.entry.pending.append(fwd)
@@ -568,9 +593,13 @@ class Forwarder(Settlement):
             heapq.heappush(self._expiring, (fwd.expiry, next(self._seq), fwd))
 
     def _wait_bytes(self, fwd: Forward, sign: int) -> None:
-        inl = fwd.in_link
-        if inl is not None:
-            inl.conn.buffered_bytes += sign * fwd.size
+        # By its session, not its link: the link may be gone (or unlinked when the producer
+        # settled first) while the delivery still waits, and its bytes still count.
+        session = fwd.in_session
+        if session is not None:
+            conn = session.conn.context
+            if conn is not None:
+                self.core.bounds.hold(conn, sign * fwd.size)
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
         """`out` may take deliveries: give it waiting ones, then answer a drain request."""
@@ -578,7 +607,7 @@ class Forwarder(Settlement):
             return
         link = out.link
         pending = out.pending
-        while pending and link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+        while pending and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
             item = pending.popleft()
             if type(item) is Forward:  # anycast, waiting for an inter-router link's credit
                 if not item.done:
@@ -595,7 +624,7 @@ class Forwarder(Settlement):
         if out.neighbour is not None and out.conn.role == "edge":
             self.core.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
-        while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked:
+        while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
             fwd = queue.popleft()
             if fwd.done:
                 continue

@@ -22,6 +22,8 @@ from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..amqp.session import Session
 from ..amqp.types import Symbol
+from ..config.models import Listener
+from .bounds import NO_LIMIT, UNKNOWN
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .table import AddressEntry
@@ -52,7 +54,7 @@ class InLink(LinkCounts):
     __slots__ = (
         "link", "conn", "entry", "capacity", "inflight", "held", "credit_dirty", "streaming",
         "discarding", "gone",
-        "dropped", "id", "address", "peer", "zero_credit_since", "seen",
+        "dropped", "id", "address", "peer", "zero_credit_since", "seen", "size_hint", "size_watch",
     )  # fmt: skip
 
     def __init__(
@@ -82,6 +84,13 @@ class InLink(LinkCounts):
         self.dropped = 0
         # When the link's credit last dropped to zero (the core's `now`); None while it has credit.
         self.zero_credit_since: float | None = None
+        # Credit by bytes (router.core.bounds): the observed message size when large (0: small
+        # messages, the full window; UNKNOWN until a first delivery is complete), and the size
+        # above which a delivery is looked at. Not on a data link from another router: its
+        # window carries many producers' deliveries, which their own windows bound (at the
+        # router where they entered the mesh).
+        self.size_hint = UNKNOWN if peer is None else 0
+        self.size_watch = 0 if peer is None else NO_LIMIT
 
     def __repr__(self) -> str:
         return f"InLink({self.link.name!r}, {self.entry.address if self.entry else '<anonymous>'})"
@@ -93,6 +102,7 @@ class OutLink(LinkCounts):
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
+        "unsettled_limit", "stuck", "stuck_count",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -116,6 +126,15 @@ class OutLink(LinkCounts):
         self.capacity = conn.listener.link_capacity
         # When the consumer's credit last dropped to zero (the core's `now`); None while it has credit.
         self.zero_credit_since: float | None = None
+        # The unsettled bound (router.core.bounds): a client's consumer link holding this many
+        # unsettled deliveries is stuck (sent nothing more) until it settles some. Links to
+        # other routers are bounded by the producers' windows instead.
+        listener = conn.listener
+        self.unsettled_limit = (
+            listener.max_unsettled_per_link if neighbour is None and isinstance(listener, Listener) else NO_LIMIT
+        )
+        self.stuck = False
+        self.stuck_count = 0  # times it reached the bound
 
     def next_tag(self) -> bytes:
         self.tags = (self.tags + 1) & 0xFFFFFFFF
@@ -272,6 +291,7 @@ def link_gone(core: RouterCore, link: Link, now: float) -> None:
         ctx.gone = True
         ctx.conn.out_links.discard(ctx)
         core.forwarder.consumer_gone(ctx, now)
+        core.bounds.gone(ctx)
         core.table.discard_if_unused(ctx.entry)
         # Management's router-wide egress counts consumers, transit the links to other routers.
         (core.gone_out if ctx.neighbour is None else core.gone_transit).add(ctx)

@@ -32,6 +32,7 @@ from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
+from .bounds import Bounds
 from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .forwarding import Forwarder
 from .interrouter import check_open, open_properties
@@ -54,6 +55,7 @@ class RouterCore:
         self.table = AddressTable(config)
         self.logins = login_throttle(config.failed_logins)  # failed SASL logins, per peer host
         self.forwarder = Forwarder(self)
+        self.bounds = Bounds(self)  # unsettled and byte bounds, credit by bytes (router.core.bounds)
         self._touched: set[Connection] = set()
         self._last_touched: Connection | None = None  # the last engine added to _touched
         self.shutting_down = False
@@ -188,9 +190,11 @@ class RouterCore:
             self.forwarder.flush()
 
     def read_paused(self, engine: Connection) -> bool:
-        """Whether the network layer should stop reading `engine`'s socket for now."""
+        """Whether the network layer should stop reading `engine`'s socket for now: it holds
+        more than its bound, or the router is near its budget and it holds the most
+        (router.core.bounds)."""
         state = self.connections.get(engine)
-        return state is not None and state.buffered_bytes > state.listener.read_high_water_bytes
+        return state is not None and self.bounds.read_paused(state)
 
     def register_local_endpoint(self, address: str, endpoint: LocalEndpoint, subtree: bool = False) -> None:
         """Serve `address` in-process: every delivery to it goes to `endpoint` (see table.py);

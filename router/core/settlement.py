@@ -61,7 +61,9 @@ class Settlement:
         consumer credit, on their way to another router, or unsettled there); a delivery handed
         to a local consumer no longer counts, that consumer's own credit bounds it (see
         handed_over). No credit while the address has no destination. Top up once half the
-        window is used, so flows go out in batches."""
+        window is used, so flows go out in batches. A producer of large messages gets a window
+        sized by bytes (router.core.bounds.window), and credit beyond it is taken back (a lower
+        link-credit, transport §2.6.7: what was in flight is still read)."""
         link = inl.link
         if inl.gone or not alive(link):
             return
@@ -73,11 +75,21 @@ class Settlement:
                 if inl.zero_credit_since is None:
                     inl.zero_credit_since = self.now
             return
-        desired = inl.capacity - inl.held
-        if desired > link.credit and link.credit <= inl.capacity // 2:
-            link.flow(desired)
+        window = inl.capacity
+        bounds = self.core.bounds
+        if inl.size_hint or bounds.nearly_full:
+            window = bounds.window(inl)
+        desired = window - inl.held
+        if desired > link.credit:
+            if link.credit <= window // 2:
+                link.flow(desired)
+                self.core.touch(inl.conn.engine)
+                inl.zero_credit_since = None
+        elif link.credit > desired and (inl.size_hint or bounds.nearly_full):  # more credit than bytes
+            link.flow(max(0, desired))
             self.core.touch(inl.conn.engine)
-            inl.zero_credit_since = None
+            if desired <= 0 and inl.zero_credit_since is None:
+                inl.zero_credit_since = self.now
 
     def handed_over(self, fwd: Forward) -> None:
         """`fwd` went, whole and unsettled, to a consumer of this router: its slot in the
@@ -110,6 +122,9 @@ class Settlement:
 
     def flush(self) -> None:
         """Write batched dispositions as ranges, then top up producers' credit."""
+        bounds = self.core.bounds
+        if bounds.resumable:  # consumers that fell below their unsettled bound: send to them
+            bounds.resume()  # first, so that outcomes this gives are written with the rest
         for batch in self._dispositions.take():
             if batch.write():
                 self.core.touch(batch.session.conn)
@@ -160,6 +175,9 @@ class Settlement:
             self.end_stream(out)
         if out.neighbour is None:
             out.outstanding -= 1
+            out.conn.unsettled_out -= 1
+            if out.stuck:  # at its unsettled bound: it may take deliveries again (bounds.py)
+                self.core.bounds.settled(out)
         else:
             self.unsettled_out(record, out)
         if type(record) is Copy:
@@ -314,10 +332,13 @@ class Settlement:
                 self.unsettled_out(fwd, out)
                 self.dispose(out.link.session, SENDER, fwd.out_id, state, True)
 
-    @staticmethod
-    def unsettled_out(record: Forward | Copy, out: OutLink) -> None:
-        """`record`, sent on `out`, is no longer unsettled there (the balanced load measures)."""
+    def unsettled_out(self, record: Forward | Copy, out: OutLink) -> None:
+        """`record`, sent on `out`, is no longer unsettled there (the balanced load measures,
+        the unsettled bound)."""
         out.outstanding -= 1
+        out.conn.unsettled_out -= 1
+        if out.stuck:
+            self.core.bounds.settled(out)
         if out.neighbour is not None and type(record) is Forward:
             counts = record.entry.remote_out
             left = counts.get(out, 0) - 1

@@ -94,6 +94,12 @@ class RouterType(EntityType):
         "deliveriesFromRouter: Messages the router itself sent (e.g. management replies)",
         "droppedFromRouter: Messages the router itself sent that had no destination",
         "uptimeSeconds: Seconds since the router started",
+        "stuckLinkCount: Consumer links stuck now at their unsettled bound (max_unsettled_per_link or _per_connection)",
+        "unsettledBoundReached: Times a consumer link or connection reached its unsettled bound",
+        "bufferedBytes: Message bytes held for producers (deliveries waiting for consumer credit)",
+        "bufferedBudgetBytes: The router-wide budget of those bytes (limits.buffered_budget_bytes)",
+        "pausedConnectionCount: Connections not read now because the router holds too much from them",
+        "releasedOverBudget: Deliveries released because holding them would pass a byte bound",
     ) + _counters(
         "failedLogins: SASL logins that failed (every listener)",
         "failedLoginsDelayed: Failed logins whose outcome was held back (repeated failures from one host)",
@@ -127,6 +133,9 @@ class RouterType(EntityType):
             uptimeSeconds=max(0, int(now - agent.started_at)),
             failedLogins=core.logins.failures, failedLoginsDelayed=core.logins.delayed,
             failedLoginHosts=core.logins.hosts,
+            stuckLinkCount=core.bounds.stuck_now, unsettledBoundReached=core.bounds.stuck_total,
+            bufferedBytes=core.bounds.buffered_total, bufferedBudgetBytes=core.bounds.budget,
+            pausedConnectionCount=core.bounds.paused_count(), releasedOverBudget=core.bounds.released_over_budget,
         )  # fmt: skip
 
 
@@ -197,7 +206,9 @@ class LinkType(EntityType):
         "acceptedCount: Accepted", "rejectedCount: Rejected", "releasedCount: Released", "modifiedCount: Modified",
         "creditAvailable: Credit the link has now",
         "zeroCreditSeconds: Seconds since its credit dropped to zero (0 while it has credit)",
-    )  # fmt: skip
+        "stuckCount: Out: times it reached its unsettled bound",
+        "messageSizeHint: In: the message size its credit window is sized by (0: small messages, the full window; none before a first delivery)",
+    ) + (Attribute("stuck", "boolean", "Out: at its unsettled bound, sent nothing until it settles some"),)  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         for link in _links(agent):
@@ -223,6 +234,9 @@ class LinkType(EntityType):
             acceptedCount=link.accepted, rejectedCount=link.rejected, releasedCount=link.released,
             modifiedCount=link.modified, creditAvailable=link.link.credit,
             zeroCreditSeconds=zero_credit_seconds(link, now),
+            stuck=link.stuck if isinstance(link, OutLink) else False,
+            stuckCount=link.stuck_count if isinstance(link, OutLink) else 0,
+            messageSizeHint=(link.size_hint if link.size_hint >= 0 else None) if isinstance(link, InLink) else None,
         )  # fmt: skip
 
 

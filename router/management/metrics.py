@@ -11,11 +11,13 @@ time, so no metric object is created or touched per message.
 Metrics (all prefixed `amqp_router_`):
 - `info{router_id, mode, version}`: 1
 - gauges: `connections`, `links`, `addresses`, `nodes` (routers known), `uptime_seconds`,
-  `failed_login_hosts`
+  `failed_login_hosts`, `links_stuck`, `buffered_bytes`, `buffered_budget_bytes`,
+  `connections_read_paused`
 - counters: `deliveries_ingress_total`, `deliveries_egress_total`, `deliveries_transit_total`,
   `deliveries_accepted_total`, `deliveries_rejected_total`, `deliveries_released_total`,
   `deliveries_modified_total`, `deliveries_presettled_total`, `deliveries_dropped_presettled_total`,
-  `failed_logins_total`, `failed_logins_delayed_total`
+  `failed_logins_total`, `failed_logins_delayed_total`, `unsettled_bound_reached_total`,
+  `deliveries_released_over_budget_total`
 - per address (label `address`): counters `address_deliveries_ingress_total`,
   `address_deliveries_egress_total`, `address_deliveries_transit_total`; gauges
   `address_subscribers`, `address_remote_subscribers`
@@ -57,6 +59,10 @@ GAUGES = (
     ("nodes", "Other routers known to this router.", "nodeCount"),
     ("uptime_seconds", "Seconds since the router started.", "uptimeSeconds"),
     ("failed_login_hosts", "Hosts remembered for their failed logins (bounded).", "failedLoginHosts"),
+    ("links_stuck", "Consumer links stuck now at their unsettled bound.", "stuckLinkCount"),
+    ("buffered_bytes", "Message bytes held for producers (waiting for consumer credit).", "bufferedBytes"),
+    ("buffered_budget_bytes", "The router-wide budget of bytes held for producers.", "bufferedBudgetBytes"),
+    ("connections_read_paused", "Connections not read now because the router holds too much from them.", "pausedConnectionCount"),
 )
 COUNTERS = (
     ("deliveries_ingress", "Deliveries received from clients and routers.", "deliveriesIngress"),
@@ -70,6 +76,9 @@ COUNTERS = (
     ("deliveries_dropped_presettled", "Presettled deliveries dropped.", "droppedPresettledDeliveries"),
     ("failed_logins", "SASL logins that failed.", "failedLogins"),
     ("failed_logins_delayed", "Failed logins whose outcome was held back.", "failedLoginsDelayed"),
+    ("unsettled_bound_reached", "Times a consumer link or connection reached its unsettled bound.", "unsettledBoundReached"),
+    ("deliveries_released_over_budget", "Deliveries released because holding them would pass a byte bound.",
+     "releasedOverBudget"),
 )
 ADDRESS_COUNTERS = (
     ("address_deliveries_ingress", "Deliveries that arrived for the address.", "deliveriesIngress"),
