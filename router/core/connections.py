@@ -2,7 +2,7 @@
 per-connection router state.
 
 Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms and the
-PLAIN credential check from the configured users), the client-side engine of a connector
+PLAIN credential check from the configured users, EXTERNAL with the TLS layer's identity), the client-side engine of a connector
 (container-id = our router id, SASL PLAIN with the connector's credentials, else ANONYMOUS), and
 ConnState, the router's view of one connection (the listener or connector it belongs to, its
 role and cost, its links, backpressure flags).
@@ -36,8 +36,9 @@ def plain_checker(config: RouterConfig) -> Any:
     return check
 
 
-def engine_config(config: RouterConfig, listener: Listener) -> ConnectionConfig:
-    """The engine settings for a connection accepted on `listener`."""
+def engine_config(config: RouterConfig, listener: Listener, external_identity: str | None = None) -> ConnectionConfig:
+    """The engine settings for a connection accepted on `listener`. `external_identity`: the
+    user of the client's verified TLS certificate; SASL EXTERNAL is offered only with one."""
     return ConnectionConfig(
         container_id=config.router.id,
         server=True,
@@ -48,12 +49,13 @@ def engine_config(config: RouterConfig, listener: Listener) -> ConnectionConfig:
             mechanisms=tuple(listener.sasl_mechanisms),
             check_plain=plain_checker(config) if "PLAIN" in listener.sasl_mechanisms else None,
             allow_no_sasl=not listener.require_sasl,
+            external_identity=external_identity if "EXTERNAL" in listener.sasl_mechanisms else None,
         ),
     )
 
 
-def new_engine(config: RouterConfig, listener: Listener) -> Connection:
-    return Connection(engine_config(config, listener))
+def new_engine(config: RouterConfig, listener: Listener, external_identity: str | None = None) -> Connection:
+    return Connection(engine_config(config, listener, external_identity))
 
 
 def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connection:
@@ -62,6 +64,9 @@ def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connectio
     if connector.sasl_username is not None:
         sasl = SaslClientConfig(mechanisms=("PLAIN",), username=connector.sasl_username,
                                 password=connector.sasl_password, hostname=connector.host)  # fmt: skip
+    elif _presents_certificate(config, connector):
+        # The peer may know us by our certificate (mutual TLS between routers): EXTERNAL first.
+        sasl = SaslClientConfig(mechanisms=("EXTERNAL", "ANONYMOUS"), hostname=connector.host)
     else:
         sasl = SaslClientConfig(mechanisms=("ANONYMOUS",), hostname=connector.host)
     return Connection(
@@ -76,12 +81,17 @@ def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connectio
     )
 
 
+def _presents_certificate(config: RouterConfig, connector: Connector) -> bool:
+    return any(p.name == connector.ssl_profile and p.cert_file for p in config.ssl_profiles)
+
+
 class ConnState:
     """The router's state for one connection (hung on `engine.context`)."""
 
     __slots__ = (
         "engine", "listener", "id", "in_links", "out_links", "output_blocked", "buffered_bytes",
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
+        "tls",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -111,6 +121,8 @@ class ConnState:
         self.opened_at: float | None = None
         self.host = ""
         self.sasl_mechanism: str | None = None
+        # The TLS session (protocol, cipher: router.net.tls.TlsInfo), set by the network layer; None if plain.
+        self.tls: Any = None
 
     @property
     def cost(self) -> int:

@@ -61,8 +61,12 @@ class ConnectionDriver:
         pause_reading: PausePredicate | None = None,
         write_high_water: int | None = None,
         on_output_blocked: BlockedHandler | None = None,
+        initial: bytes = b"",
     ) -> None:
+        """`initial`: bytes of the connection read from the stream already (the first bytes a
+        listener looked at to tell TLS from plain AMQP); the engine gets them first."""
         self.stream = stream
+        self._initial = initial
         self.engine = engine
         self.on_events = on_events
         self.read_size = read_size
@@ -84,7 +88,9 @@ class ConnectionDriver:
         self._run_scope: trio.CancelScope | None = None  # while run() runs: abort() cancels it
         self._aborted = False
         # A plain TCP stream's socket, written directly by flush() when it can take the bytes
-        # at once: that saves a task switch per forwarding hop. -1 for other streams (TLS).
+        # at once: that saves a task switch per forwarding hop. -1 for other streams: a TLS
+        # stream (trio.SSLStream) must encrypt every byte, so it is only ever read and written
+        # through its receive_some/send_all.
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
 
     @property
@@ -211,6 +217,10 @@ class ConnectionDriver:
         cost as much), so it may fire before the engine's timer: the tick is then a no-op and
         the next scope takes the later deadline."""
         engine = self.engine
+        if self._initial:
+            engine.receive_data(self._initial, trio.current_time())
+            self._initial = b""
+            self._dispatch()
         while True:
             self._paused_when_due = False
             with trio.CancelScope() as scope:
