@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from router.amqp.framing import AMQP_HEADER, TLS_HEADER
 from router.amqp.message import Message
@@ -77,9 +80,8 @@ async def test_direct_tls_carries_messages_and_shows_in_management(pki: Pki) -> 
                 assert conn["isEncrypted"] is True
                 assert conn["sslProto"] in ("TLSv1.2", "TLSv1.3")
                 assert conn["sslCipher"]
-                # The driver reads and writes a TLS connection through the TLS stream only.
                 (driver,) = server._drivers.values()
-                assert isinstance(driver.stream, trio.SSLStream) and driver._fd == -1
+                assert driver._tls is not None  # the driver encrypts and decrypts it
                 receiver = await client.open_receiver("q", credit=1)
                 sender = await client.open_sender("q")
                 tracker = await sender.start_send(Message.value("secret"))
@@ -227,3 +229,82 @@ def test_uid_format_picks_the_certificate_fields() -> None:
     assert user_of(cert, b"der", "con") == "GB;Acme;r1"
     assert user_of(cert, b"der", "u") is None
     assert len(user_of(cert, b"der", "2") or "") == 64
+
+
+async def _proxy(target_port: int, seen: bytearray, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """A TCP relay to the router that records every byte both ways."""
+
+    async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+        try:
+            while data := await source.receive_some(65536):
+                seen.extend(data)
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(sink)
+
+    async def relay(client: trio.SocketStream) -> None:
+        upstream = await trio.open_tcp_stream("127.0.0.1", target_port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump, client, upstream)
+            nursery.start_soon(pump, upstream, client)
+
+    await trio.serve_tcp(relay, 0, host="127.0.0.1", task_status=task_status)
+
+
+@pytest.mark.parametrize("listener", ["plain", "tls"])
+async def test_no_plaintext_on_the_wire(pki: Pki, listener: str) -> None:
+    """Everything the router writes to or reads from a TLS connection is TLS: a message body and
+    the AMQP headers never show on the wire (and do in plain TCP: the check itself works)."""
+    secret = b"attack at dawn " * 20
+    async with serving(tls_config(pki)) as server, trio.open_nursery() as nursery:
+        seen = bytearray()
+        (proxy,) = await nursery.start(_proxy, server.listener_ports()[listener], seen)
+        port = proxy.socket.getsockname()[1]
+        options: dict[str, Any] = {"ssl_context": client_context(pki)} if listener == "tls" else {}
+        with trio.fail_after(TIMEOUT_S):
+            async with connect("127.0.0.1", port, **options) as client:
+                receiver = await client.open_receiver("wire", credit=10)
+                sender = await client.open_sender("wire")
+                trackers = [await sender.start_send(Message.data(secret)) for _ in range(3)]
+                for _ in trackers:
+                    receiver.accept(await receiver.receive())
+                assert {type(await t.wait()).__name__ for t in trackers} == {"Accepted"}
+        nursery.cancel_scope.cancel()
+    wire = bytes(seen)
+    if listener == "tls":
+        assert secret[:15] not in wire and b"AMQP\x03\x01\x00\x00" not in wire and b"AMQP\x00\x01\x00\x00" not in wire
+    else:
+        assert wire.count(secret) >= 6  # in and out, three times
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.one_of(
+    st.binary(max_size=64),
+    st.builds(lambda tail: b"AMQP" + tail, st.binary(max_size=12)),
+    st.builds(lambda tail: b"\x16" + tail, st.binary(max_size=64)),
+    st.builds(lambda tail: TLS_HEADER + tail, st.binary(max_size=32)),
+), require_ssl=st.booleans())
+def test_any_first_bytes_end_in_plain_amqp_a_refusal_or_tls(pki: Pki, first: bytes, require_ssl: bool) -> None:
+    """Whatever a peer opens with, the listener's detection answers in bounded time with one of:
+    plain AMQP (the bytes handed on whole), TlsRefused, or a TLS handshake that fails cleanly."""
+    from router.config.models import Listener
+    from router.net.tls import TlsRefused, accept
+
+    profiles = TlsProfiles(RouterConfig.model_validate(tls_config(pki)).ssl_profiles)
+    listener = Listener(name="l", ssl_profile="server", require_ssl=require_ssl)
+
+    async def main() -> None:
+        ours, theirs = trio.testing.memory_stream_pair()
+        await theirs.send_all(first)
+        await theirs.send_eof()  # and then nothing more: every wait for bytes ends
+        with trio.fail_after(5):
+            try:
+                stream, initial, info = await accept(ours, profiles.get("server"), listener)  # type: ignore[arg-type]
+            except TlsRefused:
+                return
+        assert info is None and stream is ours and not require_ssl
+        assert first.startswith(initial) and initial  # plain AMQP: nothing read is lost
+
+    trio.run(main)

@@ -14,8 +14,8 @@ force until the files load. `TlsProfiles.update` does the same for a management 
 caller gets the error instead.
 
 Owns: ssl.SSLContext construction and caching, the first bytes of a TLS listener's connections,
-the handshakes (run in the connection's own task, so a stalled or garbage handshake costs that
-connection only; the caller bounds it with the handshake time-out).
+starting the handshakes (tlssession.py runs them, in the connection's own task, so a stalled or
+garbage handshake costs that connection only; the caller bounds it with the handshake time-out).
 Must not touch: AMQP framing after the first header, SASL, routing.
 """
 
@@ -32,6 +32,10 @@ import trio
 
 from ..amqp.framing import TLS_HEADER
 from ..config.models import Connector, Listener, SslProfile
+from .tlssession import TlsRefused, TlsSession, TlsStream
+
+__all__ = ["TlsError", "TlsInfo", "TlsProfile", "TlsProfiles", "TlsRefused", "accept", "connect", "session_of",
+           "transport_of", "user_of"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +50,6 @@ FINGERPRINTS = {"1": "sha1", "2": "sha256", "5": "sha512"}
 
 class TlsError(ValueError):
     """A profile's files do not load; the message names the profile, the file and the reason."""
-
-
-class TlsRefused(Exception):
-    """A peer that did not get as far as a TLS session (wrong first bytes, a failed handshake)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +115,7 @@ class _Material:
         elif side == "client":
             ctx.load_default_certs()
         if side == "server":
+            ctx.num_tickets = 0  # no session resumption: tickets would only cost a write per handshake
             # A listener asks for a client certificate whenever it has a CA to check one with:
             # EXTERNAL needs it; authenticate_peer makes it compulsory.
             ctx.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_OPTIONAL if profile.ca_file else ssl.CERT_NONE
@@ -192,34 +193,10 @@ class TlsProfiles:
         return 0 if profile is None else profile.loads
 
 
-class _Replay(trio.abc.Stream):
-    """A stream whose first bytes were read already (to tell TLS from AMQP): they come first."""
-
-    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
-        self.transport = stream
-        self._prefix = prefix
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._prefix:
-            data, self._prefix = self._prefix, b""
-            await trio.lowlevel.checkpoint()
-            return data
-        return bytes(await self.transport.receive_some(max_bytes))
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self.transport.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.transport.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self.transport.aclose()
-
-
 def transport_of(stream: trio.abc.Stream) -> trio.abc.Stream:
     """The TCP stream under a TLS stream (for the peer's address)."""
-    while isinstance(stream, (trio.SSLStream, _Replay)):
-        stream = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream.transport
+    while isinstance(stream, (TlsStream, trio.SSLStream)):
+        stream = stream.transport_stream
     return stream
 
 
@@ -239,7 +216,7 @@ async def _read_header(stream: trio.abc.Stream) -> bytes:
 
 async def accept(stream: trio.abc.Stream, profile: TlsProfile, listener: Listener) -> tuple[trio.abc.Stream, bytes, TlsInfo | None]:
     """Start a connection accepted on a listener with a TLS profile: (the stream to run AMQP
-    over, bytes read already that belong to it, the TLS session or None for plain AMQP).
+    over, AMQP bytes read already that belong to it, the TLS session or None for plain AMQP).
 
     Direct TLS (a ClientHello first: security 5.2.1) and the AMQP TLS header (security 5.2:
     we answer with the same header, then the TLS handshake, then the SASL or AMQP header
@@ -247,7 +224,6 @@ async def accept(stream: trio.abc.Stream, profile: TlsProfile, listener: Listene
     answer a protocol header with the TLS one (transport 2.2: the header we support) and close.
     TlsRefused when the peer does not get through."""
     first = await _read_header(stream)
-    rest = b""
     if first[0] != TLS_RECORD_HANDSHAKE:
         if first[:HEADER_SIZE] != TLS_HEADER:
             if not listener.require_ssl:
@@ -256,49 +232,39 @@ async def accept(stream: trio.abc.Stream, profile: TlsProfile, listener: Listene
                 await stream.send_all(TLS_HEADER)
             raise TlsRefused(f"protocol header {first!r} on a listener that requires TLS")
         await stream.send_all(TLS_HEADER)
-        first, rest = b"", first[HEADER_SIZE:]
+        first = first[HEADER_SIZE:]
     material = profile.current()
-    ctx = material.context("server", listener.authenticate_peer)
-    tls = trio.SSLStream(_Replay(stream, first + rest), ctx, server_side=True, https_compatible=False)
-    await _handshake(tls)
-    return tls, b"", _info(tls, material.profile)
+    session = TlsSession(material.context("server", listener.authenticate_peer), server_side=True, received=first)
+    await session.handshake(stream)
+    # The peer's first AMQP bytes may have come with its last handshake message.
+    initial, ended = session.decrypt(b"")
+    if ended:
+        raise TlsRefused("the peer ended the TLS session at once")
+    return TlsStream(stream, session), initial, _info(session, material.profile)
 
 
-async def connect(stream: trio.abc.Stream, profile: TlsProfile, connector: Connector) -> tuple[trio.abc.Stream, TlsInfo]:
+async def connect(stream: trio.abc.Stream, profile: TlsProfile, connector: Connector) -> tuple[TlsStream, TlsInfo]:
     """Direct TLS on a dialled stream (what Proton and the anchors' connectors do: a listener
     on an AMQPS port expects the ClientHello first). TlsRefused if the handshake fails."""
     material = profile.current()
     ctx = material.context("client", connector.verify_hostname)
-    tls = trio.SSLStream(stream, ctx, server_hostname=connector.host, https_compatible=False)
-    await _handshake(tls)
-    return tls, _info(tls, material.profile)
-
-
-async def _handshake(tls: trio.SSLStream[Any]) -> None:
-    try:
-        await tls.do_handshake()
-    except trio.BrokenResourceError as exc:
-        cause = exc.__cause__
-        reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause or exc)
-        raise TlsRefused(f"TLS handshake failed: {reason}") from None
+    session = TlsSession(ctx, server_side=False, server_hostname=connector.host)
+    await session.handshake(stream)
+    return TlsStream(stream, session), _info(session, material.profile)
 
 
 def session_of(stream: trio.abc.Stream) -> TlsInfo | None:
     """The TLS session of a connected stream (None for plain TCP); no user (a server's
     certificate names a host, not a user)."""
-    if not isinstance(stream, trio.SSLStream):
+    if not isinstance(stream, TlsStream):
         return None
-    cipher = stream.cipher()
-    return TlsInfo(protocol=stream.version() or "", cipher=cipher[0] if cipher else "", user=None)
+    return TlsInfo(protocol=stream.session.version(), cipher=stream.session.cipher(), user=None)
 
 
-def _info(tls: trio.SSLStream[Any], profile: SslProfile) -> TlsInfo:
-    cipher = tls.cipher()
-    user = None
-    cert = tls.getpeercert()
-    if cert:  # a dict only when the certificate was verified
-        user = user_of(cert, tls.getpeercert(binary_form=True), profile.uid_format)
-    return TlsInfo(protocol=tls.version() or "", cipher=cipher[0] if cipher else "", user=user)
+def _info(session: TlsSession, profile: SslProfile) -> TlsInfo:
+    cert, der = session.peer_certificate()
+    user = user_of(cert, der, profile.uid_format) if cert else None  # a dict only when verified
+    return TlsInfo(protocol=session.version(), cipher=session.cipher(), user=user)
 
 
 def user_of(cert: dict[str, Any], der: bytes | None, uid_format: str) -> str | None:
