@@ -174,6 +174,8 @@ async def test_mutual_tls_refuses_an_untrusted_or_missing_client_certificate(pki
 
 @pytest.mark.parametrize("opening", ["garbage client hello", "stalled handshake", "stalled tls header"])
 async def test_a_hostile_handshake_costs_only_its_own_connection(pki: Pki, opening: str) -> None:
+    """Garbage is refused at once; a stall anywhere in the TLS handshake is dropped at the
+    listener's handshake time-out; another client is served all the while."""
     async with serving(tls_config(pki)) as server:
         port = server.listener_ports()["tls"]
         hostile = await trio.open_tcp_stream("127.0.0.1", port)
@@ -192,6 +194,27 @@ async def test_a_hostile_handshake_costs_only_its_own_connection(pki: Pki, openi
             (listener,) = [e for e in server.agent.entities("listener") if e["name"] == "tls"]
             assert listener["handshakeTimeouts"] == 1
         await hostile.aclose()
+
+
+async def test_a_peer_silent_after_its_tls_handshake_is_dropped_at_the_same_deadline(pki: Pki) -> None:
+    """The time-out counts from the connection, not from the end of TLS: header, SASL and open
+    must come within it too."""
+    async with serving(tls_config(pki)) as server:
+        port = server.listener_ports()["tls"]
+        with trio.fail_after(TIMEOUT_S):
+            started = trio.current_time()
+            tls = trio.SSLStream(await trio.open_tcp_stream("127.0.0.1", port), client_context(pki), server_hostname="127.0.0.1")
+            await tls.do_handshake()
+            handshaken = trio.current_time()
+            with pytest.raises(trio.BrokenResourceError):
+                while await tls.receive_some(100):
+                    pass
+                raise trio.BrokenResourceError  # a clean end counts as dropped too
+            ended = trio.current_time()
+        assert HANDSHAKE_TIMEOUT_S * 0.9 <= ended - started
+        assert ended - handshaken < HANDSHAKE_TIMEOUT_S + 0.5
+        (listener,) = [e for e in server.agent.entities("listener") if e["name"] == "tls"]
+        assert listener["handshakeTimeouts"] == 1
 
 
 def test_a_profile_whose_files_do_not_load_is_refused_with_one_line(pki: Pki, tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ returns or the dial fails, waits before the next attempt. The wait doubles from 
 jitter"), so that the routers of a mesh that lost a peer do not all redial it in the same
 instant. A connection that stayed up for STABLE_S counts as a success and resets the backoff;
 one the peer refuses at once (a wrong role, bad credentials) keeps backing off rather than
-hammering the peer. Must not touch: what a connection does (the caller's `run_connection`).
+hammering the peer. A connector with an ssl_profile gets TLS from the `secure` hook right after
+the dial, within the same time-out; a failed handshake is a failed attempt, its reason shown in
+the status. Must not touch: what a connection does (the caller's `run_connection`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@
 Owns: the listeners (AMQP ones also created and deleted at run time through the management
 agent's ConfigControl, which this class implements; see listeners.py), the HTTP listeners
 (management as JSON, /metrics, /healthz: http_server.py serves router.management.http), the
-management agent's installation, one ConnectionDriver per connection (engine from `new_engine`)
+management agent's installation, TLS on listeners and connectors with an ssl_profile (the
+profiles' material: tls.py; the handshake runs in the connection's task within its handshake
+time-out), one ConnectionDriver per connection (engine from `new_engine`)
 inside a guard that confines whatever the connection does to it (and makes the core forget it
 however it ends), the handshake time-out, the one monotonic clock the core is called with
 (`clock`, trio's by default; the wall-clock offset is captured once at start), waking the
