@@ -331,3 +331,12 @@ def test_any_first_bytes_end_in_plain_amqp_a_refusal_or_tls(pki: Pki, first: byt
         assert first.startswith(initial) and initial  # plain AMQP: nothing read is lost
 
     trio.run(main)
+
+
+async def test_a_tls_listener_without_its_material_refuses_rather_than_serve_plain(pki: Pki) -> None:
+    async with serving(tls_config(pki, require_ssl=False)) as server:
+        server.tls.remove("server")  # cannot happen through configuration or management: fail closed all the same
+        tcp = await trio.open_tcp_stream("127.0.0.1", server.listener_ports()["tls"])
+        await tcp.send_all(AMQP_HEADER)
+        assert await read_until_closed(tcp, timeout_s=TIMEOUT_S) == b""
+        await tcp.aclose()

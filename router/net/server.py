@@ -307,6 +307,11 @@ class RouterServer:
         label = f"from {_peer_name(stream)} on listener {listener.name}"
         initial, tls = b"", None
         profile = self.tls.get(listener.ssl_profile)
+        if listener.ssl_profile is not None and profile is None:  # never plain on a TLS listener
+            log.error("connection %s refused: ssl profile %r is not loaded", label, listener.ssl_profile)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+            return
         if profile is not None:
             refusal = "no TLS within the handshake time-out"
             with trio.move_on_at(deadline) as scope:
