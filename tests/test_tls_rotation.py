@@ -130,3 +130,18 @@ async def test_management_update_reloads_and_refuses_what_does_not_load(pki: Pki
                 (profile,) = await mgmt.query_dicts("sslProfile")
                 assert profile["privateKeyFile"] == key and profile["ordinal"] == 2
                 assert await served_serial(pki, tls_port) == second
+
+
+async def test_a_profile_and_a_tls_listener_created_through_management(pki: Pki) -> None:
+    async with serving({"router": {"id": "mgmt-tls"}, "listeners": [{"name": "plain", "port": 0}]}) as server:
+        with trio.fail_after(TIMEOUT_S):
+            async with connect("127.0.0.1", server.listener_ports()["plain"]) as client, management_session(client) as mgmt:
+                with pytest.raises(Exception, match="cannot load"):
+                    await mgmt.create("sslProfile", {"name": "bad", "certFile": pki.cert_file, "privateKeyFile": pki.client_key})
+                created = await mgmt.create("sslProfile", {"name": "new", "certFile": pki.cert_file, "privateKeyFile": pki.key_file})
+                assert created["ordinal"] == 1 and created["protocols"] == "TLSv1.2 TLSv1.3"
+                await mgmt.create("listener", {"name": "tls", "port": 0, "sslProfile": "new"})
+                with pytest.raises(Exception, match="names|ssl profile"):
+                    await mgmt.delete("sslProfile", name="new")  # the listener names it
+        assert await served_serial(pki, server.listener_ports()["tls"])
+        assert [p.name for p in server.agent.config.ssl_profiles] == ["new"]
