@@ -26,6 +26,7 @@
 #include <proton/proactor.h>
 #include <proton/sasl.h>
 #include <proton/session.h>
+#include <proton/ssl.h>
 #include <proton/terminus.h>
 #include <proton/transport.h>
 
@@ -47,6 +48,7 @@ typedef struct {
   /* options */
   enum mode mode;
   const char *host, *port, *address, *reply_address;
+  const char *ssl_ca; /* client modes: direct TLS, trusting this PEM CA file */
   long count; /* 0 = unbounded (listen, echo) */
   long size, window, credit;
   double timeout_s;
@@ -626,7 +628,8 @@ static void usage(const char *msg) {
           "  loadgen pingpong [--host H] [--port P] --address A --reply-address R --count N\n"
           "                   [--size S]\n"
           "  loadgen echo     [--host H] [--port P] --address A [--count N] [--credit C]\n"
-          "every mode: [--timeout SECONDS] (default 60, 0 = none)\n",
+          "every mode: [--timeout SECONDS] (default 60, 0 = none)\n"
+          "client modes: [--ssl-ca FILE] (TLS, the peer's certificate checked against FILE)\n",
           msg);
   exit(1);
 }
@@ -677,12 +680,14 @@ static void parse_args(int argc, char **argv) {
     else if (!strcmp(o, "--window")) app.window = parse_long(o, v, 1);
     else if (!strcmp(o, "--credit")) app.credit = parse_long(o, v, 1);
     else if (!strcmp(o, "--timeout")) app.timeout_s = parse_seconds(o, v);
+    else if (!strcmp(o, "--ssl-ca")) app.ssl_ca = v;
     else usage("loadgen: unknown option");
   }
   if (app.mode != LISTEN && !app.address) usage("loadgen: --address is required");
   if (app.mode == PINGPONG && !app.reply_address) usage("loadgen: --reply-address is required");
   if ((app.mode == SEND || app.mode == RECEIVE || app.mode == PINGPONG) && !app.count)
     usage("loadgen: --count is required");
+  if (app.ssl_ca && app.mode == LISTEN) usage("loadgen: --ssl-ca is for client modes");
   if (app.credit > 1L << 30 || app.window > 1L << 30) usage("loadgen: --credit/--window too large");
   if (app.mode == PINGPONG) app.credit = 10;
 }
@@ -711,6 +716,14 @@ int main(int argc, char **argv) {
   if (app.mode == LISTEN) {
     app.listener = pn_listener();
     pn_proactor_listen(app.proactor, app.listener, addr, 64);
+  } else if (app.ssl_ca) {
+    pn_transport_t *t = pn_transport();
+    pn_ssl_domain_t *d = pn_ssl_domain(PN_SSL_MODE_CLIENT);
+    if (!d || pn_ssl_domain_set_trusted_ca_db(d, app.ssl_ca) ||
+        pn_ssl_domain_set_peer_authentication(d, PN_SSL_VERIFY_PEER, NULL) || pn_ssl_init(pn_ssl(t), d, NULL))
+      die("cannot set up TLS with", app.ssl_ca);
+    pn_ssl_domain_free(d);
+    pn_proactor_connect2(app.proactor, NULL, t, addr);
   } else {
     pn_proactor_connect2(app.proactor, NULL, NULL, addr);
   }

@@ -11,6 +11,7 @@ Must not touch: router internals; everything goes through router.net.client.
 from __future__ import annotations
 
 import math
+import ssl
 import time
 from collections import Counter, deque
 from typing import Annotated, Any
@@ -31,6 +32,31 @@ CREDIT_NOTICE_S = 2.0  # blocked on credit this long: say so on stderr
 Bus = Annotated[str, typer.Option("-b", "--bus", help="router address, HOST:PORT")]
 Username = Annotated[str | None, typer.Option("--username", help="SASL PLAIN user (default: ANONYMOUS)")]
 Password = Annotated[str | None, typer.Option("--password", help="SASL PLAIN password")]
+SslCa = Annotated[str | None, typer.Option("--ssl-ca", help="connect with TLS, trusting the PEM CA certificates in this file")]
+SslCert = Annotated[str | None, typer.Option("--ssl-cert", help="TLS client certificate (PEM; SASL EXTERNAL when the router offers it)")]
+SslKey = Annotated[str | None, typer.Option("--ssl-key", help="the client certificate's private key (PEM)")]
+MECHANISMS_WITH_CERT = ("EXTERNAL", "PLAIN", "ANONYMOUS")
+
+
+def _tls(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The client's TLS context from the options (None: plain TCP)."""
+    if ca is None and cert is None:
+        if key is not None:
+            raise typer.BadParameter("--ssl-key needs --ssl-cert", param_hint="--ssl-key")
+        return None
+    try:
+        context = ssl.create_default_context(cafile=ca)
+        if cert is not None:
+            context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise typer.BadParameter(f"cannot load the TLS files: {getattr(exc, 'strerror', None) or exc}", param_hint="--ssl-*") from None
+    return context
+
+
+def _connect(host: str, port: int, username: str | None, password: str | None, tls: ssl.SSLContext | None) -> Any:
+    # Over TLS EXTERNAL comes first: a router offers it only to a client whose certificate it verified.
+    return connect(host, port, username=username, password=password, ssl_context=tls,
+                   mechanisms=MECHANISMS_WITH_CERT if tls is not None else None)  # fmt: skip
 
 
 def _outcome_name(state: Any) -> str:
@@ -71,6 +97,7 @@ async def _notice_when_stuck(sender: Sender, address: str) -> None:
 async def _send(
     host: str, port: int, address: str, count: int, payload: bytes | None,
     presettled: bool, timeout: float | None, username: str | None, password: str | None,
+    tls: ssl.SSLContext | None = None,
 ) -> int:  # fmt: skip
     counts: Counter[str] = Counter()
     details: dict[str, str] = {}
@@ -81,7 +108,7 @@ async def _send(
         counts[name] += 1
         details.setdefault(name, _outcome_detail(state))  # the first one of each kind
 
-    async with connect(host, port, username=username, password=password) as client:
+    async with _connect(host, port, username, password, tls) as client:
         sender = await client.open_sender(address, settle="settled" if presettled else "mixed")
         started = time.perf_counter()
         unsettled: deque[SendTracker] = deque()  # bounded by the credit the router gives
@@ -130,6 +157,9 @@ def send(
     timeout: Annotated[float | None, typer.Option("--timeout", min=0, help="give up after this many seconds")] = None,
     username: Username = None,
     password: Password = None,
+    ssl_ca: SslCa = None,
+    ssl_cert: SslCert = None,
+    ssl_key: SslKey = None,
 ) -> None:
     """Send messages, wait for every outcome, print a summary; fail unless all were accepted."""
     if size is not None and body is not None:
@@ -139,7 +169,8 @@ def send(
     payload = encode_message(Message.data(b"x" * size)) if size is not None else None
     if body is not None:
         payload = encode_message(Message.value(body))
-    code = run_async(f"{host}:{port}", _send, host, port, address, count, payload, presettled, timeout, username, password)
+    tls = _tls(ssl_ca, ssl_cert, ssl_key)
+    code = run_async(f"{host}:{port}", _send, host, port, address, count, payload, presettled, timeout, username, password, tls)
     raise typer.Exit(code)
 
 
@@ -168,11 +199,11 @@ def _body_text(delivery: Delivery) -> str:
 
 async def _receive(
     host: str, port: int, address: str, count: int, timeout: float | None, window: int,
-    show: bool, username: str | None, password: str | None,
+    show: bool, username: str | None, password: str | None, tls: ssl.SSLContext | None = None,
 ) -> int:  # fmt: skip
     received = 0
     interrupted = False
-    async with connect(host, port, username=username, password=password) as client:
+    async with _connect(host, port, username, password, tls) as client:
         receiver = await client.open_receiver(address, credit=0)  # credit managed below
 
         def top_up() -> None:
@@ -223,8 +254,12 @@ def receive(
     show: Annotated[bool, typer.Option("--print/--quiet", help="print each body, or only the count")] = True,
     username: Username = None,
     password: Password = None,
+    ssl_ca: SslCa = None,
+    ssl_cert: SslCert = None,
+    ssl_key: SslKey = None,
 ) -> None:
     """Receive and accept messages (COUNT of them, or until the time-out or Ctrl-C)."""
     host, port = parse_bus(bus)
-    code = run_async(f"{host}:{port}", _receive, host, port, address, count, timeout, credit, show, username, password)
+    tls = _tls(ssl_ca, ssl_cert, ssl_key)
+    code = run_async(f"{host}:{port}", _receive, host, port, address, count, timeout, credit, show, username, password, tls)
     raise typer.Exit(code)

@@ -116,6 +116,20 @@ async def _watch_signals(signals: AsyncIterator[int], server: RouterServer, scop
             return
 
 
+def _check_tls_files(config: RouterConfig) -> None:
+    """Load every ssl profile's files once before starting: a missing or broken certificate,
+    key or CA file is one line on stderr (exit 2), not a traceback."""
+    if not config.ssl_profiles:
+        return
+    from ..net.tls import TlsError, TlsProfiles
+
+    try:
+        TlsProfiles(config.ssl_profiles)
+    except TlsError as exc:
+        stderr.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from None
+
+
 def run(
     config_file: Annotated[
         Path | None, typer.Option("-c", "--config", help="YAML configuration (default: the embedded one)")
@@ -130,6 +144,7 @@ def run(
         for problem in exc.problems:
             stderr.print(problem, markup=False)
         raise typer.Exit(2) from None
+    _check_tls_files(config)
     try:
         code = trio.run(serve, config)
     except (OSError, ExceptionGroup) as exc:  # typically: a port is in use

@@ -103,11 +103,23 @@ class Listener(ConnectionSettings):
         default=20000, ge=1,
         description="the same bound for all consumer links of one connection together",
     )
+    ssl_profile: Name | None = Field(default=None, description="the ssl_profiles entry whose certificate this listener presents (TLS)")
+    require_ssl: bool = Field(
+        default=True,
+        description="with an ssl_profile: refuse clients that do not start TLS; false also serves plain AMQP on the port",
+    )
+    authenticate_peer: bool = Field(
+        default=False, description="mutual TLS: refuse clients without a certificate signed by the profile's ca_file"
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
         if not self.sasl_mechanisms:
             raise ValueError("sasl_mechanisms must name at least one mechanism")
+        if self.authenticate_peer and self.ssl_profile is None:
+            raise ValueError("authenticate_peer needs an ssl_profile")
+        if "EXTERNAL" in self.sasl_mechanisms and self.ssl_profile is None:
+            raise ValueError("EXTERNAL needs an ssl_profile (the identity is the client's certificate)")
         return self
 
 
@@ -126,6 +138,10 @@ class Connector(ConnectionSettings):
     sasl_password: str | None = None
     reconnect_initial_s: float = Field(default=0.5, gt=0)
     reconnect_max_s: float = Field(default=30.0, gt=0)
+    ssl_profile: Name | None = Field(
+        default=None, description="connect with TLS, trusting the profile's ca_file and presenting its certificate if it has one"
+    )
+    verify_hostname: bool = Field(default=True, description="with an ssl_profile: the peer's certificate must name `host`")
 
     @model_validator(mode="after")
     def _consistent(self) -> Connector:
@@ -133,6 +149,40 @@ class Connector(ConnectionSettings):
             raise ValueError("give both sasl_username and sasl_password, or neither")
         if self.reconnect_max_s < self.reconnect_initial_s:
             raise ValueError("reconnect_max_s must be >= reconnect_initial_s")
+        return self
+
+
+TlsProtocol = Literal["TLSv1.2", "TLSv1.3"]
+UID_FIELDS = "csloun125"  # country, state, locality, organisation, unit, common name; SHA-1/256/512 fingerprint
+
+
+class SslProfile(Model):
+    """Certificates and TLS settings that listeners and connectors refer to by name. The files
+    are read at start and again whenever they change (new handshakes use the new material;
+    a file that does not load is refused with a log line and the old material stays)."""
+
+    name: Name
+    cert_file: str | None = Field(default=None, min_length=1, description="PEM certificate chain (our certificate first)")
+    key_file: str | None = Field(default=None, min_length=1, description="PEM private key (the certificate file's when not set)")
+    password_file: str | None = Field(default=None, min_length=1, description="file holding the key's password (first line)")
+    ca_file: str | None = Field(
+        default=None, min_length=1,
+        description="PEM certificates trusted for peers (connectors: the system's when not set; listeners: needed for client certificates)",
+    )
+    protocols: tuple[TlsProtocol, ...] = Field(default=("TLSv1.2", "TLSv1.3"), min_length=1, description="TLS versions allowed")
+    ciphers: str | None = Field(default=None, min_length=1, description="OpenSSL cipher list for TLS 1.2 (the defaults when not set)")
+    uid_format: str = Field(
+        default="n", min_length=1, max_length=len(UID_FIELDS), pattern=f"^[{UID_FIELDS}]+$",
+        description="the SASL EXTERNAL user from the client certificate: c s l o u n (subject fields) "
+        "and 1 2 5 (SHA-1/256/512 fingerprints), joined by ';'",
+    )
+
+    @model_validator(mode="after")
+    def _key_with_cert(self) -> SslProfile:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("key_file needs a cert_file")
+        if self.password_file is not None and self.cert_file is None:
+            raise ValueError("password_file needs a cert_file")
         return self
 
 
@@ -202,6 +252,7 @@ class RouterConfig(Model):
     connectors: tuple[Connector, ...] = Field(default=(), description="outgoing connections to other routers")
     http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
+    ssl_profiles: tuple[SslProfile, ...] = Field(default=(), description="TLS certificates and settings, by name")
     users: tuple[User, ...] = ()
     failed_logins: FailedLogins = Field(default_factory=FailedLogins, description="slowing down repeated failed logins")
     limits: Limits = Field(default_factory=Limits)
@@ -212,11 +263,13 @@ class RouterConfig(Model):
             ("listener", [listener.name for listener in self.listeners]),
             ("http listener", [http.name for http in self.http]),
             ("connector", [connector.name for connector in self.connectors]),
+            ("ssl profile", [profile.name for profile in self.ssl_profiles]),
         ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
                 raise ValueError(f"{what} names must be unique: {', '.join(duplicates)}")
         self._roles_fit_mode()
+        self._profiles_exist()
         plain = any("PLAIN" in listener.sasl_mechanisms for listener in self.listeners)
         if plain and not self.users:
             raise ValueError("a listener offers PLAIN but no users are configured")
@@ -238,3 +291,19 @@ class RouterConfig(Model):
             if connector.role not in allowed[1]:
                 need = "interior" if connector.role == "inter-router" else "edge"
                 raise ValueError(f"connector {connector.name!r}: role {connector.role} needs router mode {need} (mode is {mode})")
+
+    def _profiles_exist(self) -> None:
+        profiles = {profile.name: profile for profile in self.ssl_profiles}
+        for listener in self.listeners:
+            if listener.ssl_profile is None:
+                continue
+            profile = profiles.get(listener.ssl_profile)
+            if profile is None:
+                raise ValueError(f"listener {listener.name!r}: no ssl profile named {listener.ssl_profile!r}")
+            if profile.cert_file is None:
+                raise ValueError(f"listener {listener.name!r}: ssl profile {profile.name!r} has no cert_file to present")
+            if listener.authenticate_peer and profile.ca_file is None:
+                raise ValueError(f"listener {listener.name!r}: authenticate_peer needs a ca_file in ssl profile {profile.name!r}")
+        for connector in self.connectors:
+            if connector.ssl_profile is not None and connector.ssl_profile not in profiles:
+                raise ValueError(f"connector {connector.name!r}: no ssl profile named {connector.ssl_profile!r}")

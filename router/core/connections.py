@@ -2,8 +2,8 @@
 per-connection router state.
 
 Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms and the
-PLAIN credential check from the configured users, SASL required unless ANONYMOUS is offered,
-failed logins slowed down per peer host), the client-side engine of a connector
+PLAIN credential check from the configured users, EXTERNAL with the TLS layer's identity, SASL
+required unless ANONYMOUS is offered, failed logins slowed down per peer host), the client-side engine of a connector
 (container-id = our router id, SASL PLAIN with the connector's credentials, else ANONYMOUS), and
 ConnState, the router's view of one connection (the listener or connector it belongs to, its
 role and cost, its links, backpressure flags).
@@ -37,8 +37,9 @@ def plain_checker(config: RouterConfig) -> Any:
     return check
 
 
-def engine_config(config: RouterConfig, listener: Listener) -> ConnectionConfig:
-    """The engine settings for a connection accepted on `listener`."""
+def engine_config(config: RouterConfig, listener: Listener, external_identity: str | None = None) -> ConnectionConfig:
+    """The engine settings for a connection accepted on `listener`. `external_identity`: the
+    user of the client's verified TLS certificate; SASL EXTERNAL is offered only with one."""
     return ConnectionConfig(
         container_id=config.router.id,
         server=True,
@@ -51,6 +52,7 @@ def engine_config(config: RouterConfig, listener: Listener) -> ConnectionConfig:
             # Secure default: without ANONYMOUS, skipping SASL would skip the authentication
             # the listener asks for (security §5.1: the server answers with the SASL header).
             allow_no_sasl=not listener.require_sasl and "ANONYMOUS" in listener.sasl_mechanisms,
+            external_identity=external_identity if "EXTERNAL" in listener.sasl_mechanisms else None,
         ),
     )
 
@@ -71,8 +73,8 @@ def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
     state.engine.sasl_failure_delay = lambda now: throttle.failed(peer_host(state.host), now)
 
 
-def new_engine(config: RouterConfig, listener: Listener) -> Connection:
-    return Connection(engine_config(config, listener))
+def new_engine(config: RouterConfig, listener: Listener, external_identity: str | None = None) -> Connection:
+    return Connection(engine_config(config, listener, external_identity))
 
 
 def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connection:
@@ -81,6 +83,9 @@ def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connectio
     if connector.sasl_username is not None:
         sasl = SaslClientConfig(mechanisms=("PLAIN",), username=connector.sasl_username,
                                 password=connector.sasl_password, hostname=connector.host)  # fmt: skip
+    elif _presents_certificate(config, connector):
+        # The peer may know us by our certificate (mutual TLS between routers): EXTERNAL first.
+        sasl = SaslClientConfig(mechanisms=("EXTERNAL", "ANONYMOUS"), hostname=connector.host)
     else:
         sasl = SaslClientConfig(mechanisms=("ANONYMOUS",), hostname=connector.host)
     return Connection(
@@ -95,6 +100,10 @@ def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connectio
     )
 
 
+def _presents_certificate(config: RouterConfig, connector: Connector) -> bool:
+    return any(p.name == connector.ssl_profile and p.cert_file for p in config.ssl_profiles)
+
+
 class ConnState:
     """The router's state for one connection (hung on `engine.context`)."""
 
@@ -103,6 +112,7 @@ class ConnState:
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery",
         "unsettled_out", "unsettled_limit", "stuck",
+        "tls",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -149,6 +159,8 @@ class ConnState:
         strip = listener.strip_annotations if isinstance(listener, Listener) else "both"
         self.strip_in = strip in ("in", "both")
         self.strip_out = strip in ("out", "both")
+        # The TLS session (protocol, cipher: router.net.tls.TlsInfo), set by the network layer; None if plain.
+        self.tls: Any = None
 
     @property
     def cost(self) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from ..config.loader import problems_of
-from ..config.models import Connector, Listener, RouterConfig
+from ..config.models import Connector, Listener, RouterConfig, SslProfile
 from .model import Attribute, ConnectorControl, ConnectorStatusSource, EntityType, ManagementError
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ _DESCRIPTIONS = {
 MASK = "********"  # what a secret reads as (the anchors' tools print passwords the same way)
 _RENAMED = {  # the anchors' names for the concept
     "max_sessions_per_connection": "maxSessions", "handshake_timeout_s": "initialHandshakeTimeoutSeconds",
+    "key_file": "privateKeyFile", "ca_file": "caCertFile",
 }  # fmt: skip
 
 
@@ -295,6 +296,69 @@ class ConnectorType(EntityType):
         candidate = with_config(agent, connectors=tuple(x for x in agent.config.connectors if x.name != entity["name"]))
         if (control := self._control(agent)) is not None:
             act(f"stop connector {entity['name']}", lambda: control.delete_connector(entity["name"]))
+        agent.config = candidate
+
+
+SSL_PROFILE = FieldMap(SslProfile)
+
+
+class SslProfileType(EntityType):
+    """TLS certificates and settings (the anchors' sslProfile). An UPDATE loads the files again
+    (also with no attribute changed: rotation on demand); new handshakes use the new material,
+    connections already up keep theirs; material that does not load is refused (400) and the old
+    stays in force. The network layer also reloads the files by itself when they change."""
+
+    short_name = "sslProfile"
+    description = ("TLS certificates and settings that listeners and connectors name; an UPDATE reloads the files "
+                   "(new handshakes use them, open connections keep theirs)")  # fmt: skip
+    attributes = SSL_PROFILE.without_name() + (
+        Attribute("ordinal", "long", "How many times the profile's files were loaded (1 at start, one more per rotation)"),
+    )
+    read_only = ("ordinal",)
+    operations = ("CREATE", "READ", "UPDATE", "DELETE")
+    configuration = True
+
+    def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
+        for profile in agent.config.ssl_profiles:
+            yield self._entity(agent, profile)
+
+    def _entity(self, agent: ManagementAgent, profile: SslProfile) -> dict[str, Any]:
+        loads = getattr(agent.control, "ssl_profile_loads", None)
+        return self.entity(f"sslProfile/{profile.name}", profile.name, **_without_name(SSL_PROFILE.render(profile)),
+                           ordinal=loads(profile.name) if loads is not None else None)  # fmt: skip
+
+    @staticmethod
+    def _load(agent: ManagementAgent, profile: SslProfile) -> None:
+        load = getattr(agent.control, "update_ssl_profile", None)
+        if load is not None:
+            try:
+                load(profile)
+            except ValueError as exc:  # router.net.tls.TlsError: the files do not load
+                raise ManagementError(400, str(exc)) from None
+
+    def create(self, agent: ManagementAgent, attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        profile: SslProfile = SSL_PROFILE.build(SSL_PROFILE.parse(attributes, self.read_only), "sslProfile")
+        if any(existing.name == profile.name for existing in agent.config.ssl_profiles):
+            raise ManagementError(409, f"there is an sslProfile named {profile.name!r} already")
+        candidate = with_config(agent, ssl_profiles=(*agent.config.ssl_profiles, profile))
+        self._load(agent, profile)
+        agent.config = candidate
+        return self._entity(agent, profile)
+
+    def update(self, agent: ManagementAgent, entity: dict[str, Any], attributes: dict[str, Any], now: float) -> dict[str, Any]:
+        old = next(x for x in agent.config.ssl_profiles if x.name == entity["name"])
+        new: SslProfile = SSL_PROFILE.build(SSL_PROFILE.merge(old, SSL_PROFILE.parse(attributes, self.read_only)), "sslProfile")
+        candidate = with_config(agent, ssl_profiles=tuple(new if x is old else x for x in agent.config.ssl_profiles))
+        self._load(agent, new)
+        agent.config = candidate
+        return self._entity(agent, new)
+
+    def delete(self, agent: ManagementAgent, entity: dict[str, Any]) -> None:
+        # RouterConfig's rules refuse it while a listener or connector names it.
+        candidate = with_config(agent, ssl_profiles=tuple(x for x in agent.config.ssl_profiles if x.name != entity["name"]))
+        remove = getattr(agent.control, "remove_ssl_profile", None)
+        if remove is not None:
+            remove(entity["name"])
         agent.config = candidate
 
 

@@ -154,6 +154,8 @@ class ConnectionType(EntityType):
         Attribute("isAuthenticated", "boolean", "The peer authenticated (a SASL mechanism other than ANONYMOUS)"),
         Attribute("user", "string", "Authenticated user"),
         Attribute("isEncrypted", "boolean", "TLS is in use"),
+        Attribute("sslProto", "string", "TLS version (TLSv1.2, TLSv1.3); none without TLS"),
+        Attribute("sslCipher", "string", "TLS cipher suite; none without TLS"),
         Attribute("properties", "map", "The peer's connection properties"),
         Attribute("opened", "boolean", "The open handshake completed"),
         Attribute("operStatus", "string", "up or closing"),
@@ -177,7 +179,8 @@ class ConnectionType(EntityType):
             host=state.host or None, role=state.role, dir="out" if state.outgoing else "in", protocol="amqp",
             listener=None if state.outgoing else state.listener.name, connector=state.listener.name if state.outgoing else None,
             sasl=mechanism, isAuthenticated=mechanism not in (None, "ANONYMOUS"), user=engine.user,
-            isEncrypted=False, properties=properties, opened=state.opened,
+            isEncrypted=state.tls is not None, sslProto=state.tls.protocol if state.tls is not None else None,
+            sslCipher=state.tls.cipher if state.tls is not None else None, properties=properties, opened=state.opened,
             operStatus="closing" if state.closed else "up", adminStatus="enabled",
             # Both are differences of the core's clock (`now` is that clock too): seconds, not
             # timestamps, so they hold whatever the wall clock does.

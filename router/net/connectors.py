@@ -12,7 +12,9 @@ returns or the dial fails, waits before the next attempt. The wait doubles from 
 jitter"), so that the routers of a mesh that lost a peer do not all redial it in the same
 instant. A connection that stayed up for STABLE_S counts as a success and resets the backoff;
 one the peer refuses at once (a wrong role, bad credentials) keeps backing off rather than
-hammering the peer. Must not touch: what a connection does (the caller's `run_connection`).
+hammering the peer. A connector with an ssl_profile gets TLS from the `secure` hook right after
+the dial, within the same time-out; a failed handshake is a failed attempt, its reason shown in
+the status. Must not touch: what a connection does (the caller's `run_connection`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from ..config.models import Connector
 
 log = logging.getLogger(__name__)
 
-RunConnection = Callable[[trio.SocketStream, Connector], Awaitable[None]]
+RunConnection = Callable[[trio.abc.Stream, Connector], Awaitable[None]]
+# TLS on a dialled stream (the stream to use; router.net.tls.TlsRefused if the handshake fails).
+Secure = Callable[[trio.abc.Stream, Connector], Awaitable[trio.abc.Stream]]
 
 CONNECT_TIMEOUT_S = 10.0  # a dial that hangs (a black-holed address) counts as a failure
 STABLE_S = 5.0  # a connection up this long resets the backoff
@@ -64,8 +68,9 @@ def _stopping(dialler: _Dialler) -> bool:
 
 
 class Connectors:
-    def __init__(self, run_connection: RunConnection, *, rng: random.Random | None = None) -> None:
+    def __init__(self, run_connection: RunConnection, *, rng: random.Random | None = None, secure: Secure | None = None) -> None:
         self._run_connection = run_connection
+        self._secure = secure
         self._rng = rng or random.Random()
         self._diallers: dict[str, _Dialler] = {}
         self._nursery: trio.Nursery | None = None
@@ -136,10 +141,22 @@ class Connectors:
         was up long enough to count as a success, else what went wrong."""
         try:
             with trio.fail_after(CONNECT_TIMEOUT_S):
-                stream = await trio.open_tcp_stream(connector.host, connector.port)
+                stream: trio.abc.Stream = await trio.open_tcp_stream(connector.host, connector.port)
         except (OSError, trio.TooSlowError) as exc:
             reason = "timed out" if isinstance(exc, trio.TooSlowError) else (exc.strerror or str(exc))
             return f"cannot connect to {connector.host}:{connector.port} ({reason})"
+        if self._secure is not None and connector.ssl_profile is not None:
+            from .tls import TlsRefused
+
+            tcp = stream
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):  # a peer that stalls the TLS handshake
+                    stream = await self._secure(tcp, connector)
+            except (TlsRefused, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(tcp)
+                reason = "the handshake timed out" if isinstance(exc, trio.TooSlowError) else str(exc) or type(exc).__name__
+                return f"TLS with {connector.host}:{connector.port} failed ({reason})"
         status.state = "SUCCESS"
         log.info("connector %s: connected to %s:%d", connector.name, connector.host, connector.port)
         started = trio.current_time()

@@ -1,4 +1,6 @@
-"""Runs one sans-IO AMQP connection engine over a trio stream (TCP now, TLS the same way).
+"""Runs one sans-IO AMQP connection engine over a trio stream: TCP, TLS (a TlsStream: the
+driver encrypts and decrypts through its session around the same direct socket I/O as plain
+TCP), or any other stream through its receive_some/send_all.
 
 Owns: the reader task (bytes in, timers, event dispatch), the writer task (one write per batch
 of frames), backpressure at the socket, and closing the stream when the engine is finished.
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from ..amqp.connection import Connection
 from ..amqp.endpoints import CLOSED
 from ..amqp.events import Event
+from .tlssession import TlsSession, TlsStream
 
 EventHandler = Callable[[list[Event]], None]
 PausePredicate = Callable[[], bool]
@@ -61,8 +64,12 @@ class ConnectionDriver:
         pause_reading: PausePredicate | None = None,
         write_high_water: int | None = None,
         on_output_blocked: BlockedHandler | None = None,
+        initial: bytes = b"",
     ) -> None:
+        """`initial`: bytes of the connection read from the stream already (the first bytes a
+        listener looked at to tell TLS from plain AMQP); the engine gets them first."""
         self.stream = stream
+        self._initial = initial
         self.engine = engine
         self.on_events = on_events
         self.read_size = read_size
@@ -83,9 +90,21 @@ class ConnectionDriver:
         self._last_read_full = False
         self._run_scope: trio.CancelScope | None = None  # while run() runs: abort() cancels it
         self._aborted = False
-        # A plain TCP stream's socket, written directly by flush() when it can take the bytes
-        # at once: that saves a task switch per forwarding hop. -1 for other streams (TLS).
-        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        # Under TLS (a TlsStream) every byte taken from the engine is encrypted by the session
+        # before it goes anywhere (flush, _take_output), and the engine gets only what the
+        # session decrypted (_receive): _io, _outq and the direct writes carry ciphertext only.
+        self._tls: TlsSession | None = None
+        self._tls_ended = False
+        io = stream
+        if isinstance(stream, TlsStream):
+            self._tls, io = stream.session, stream.transport_stream
+        self._io = io  # what bytes are read from and written to
+        # A TCP stream's socket (plain or under TLS), written directly by flush() when it can
+        # take the bytes at once: that saves a task switch per forwarding hop. -1 for other
+        # streams (trio.SSLStream, test streams), used through receive_some/send_all.
+        self._fd = io.socket.fileno() if isinstance(io, trio.SocketStream) else -1
+        # The peer's next bytes: chosen once, so that plain TCP pays no TLS test per read.
+        self._receive: Callable[[], Awaitable[bytes]] = self._receive_raw if self._tls is None else self._receive_tls
 
     @property
     def closed(self) -> bool:
@@ -126,6 +145,8 @@ class ConnectionDriver:
         data = self.engine.data_to_send()
         if not data:
             return
+        if self._tls is not None:
+            data = self._tls.encrypt(data)
         try:
             written = os.write(self._fd, data)
         except BlockingIOError:
@@ -155,6 +176,11 @@ class ConnectionDriver:
         data = self.engine.data_to_send()
         if not data:
             return
+        if self._tls is not None:
+            data = self._tls.encrypt(data)
+        self._queue(data)
+
+    def _queue(self, data: bytes) -> None:
         self._outq.append(data)
         self._unsent += len(data)
         high = self.write_high_water
@@ -211,6 +237,10 @@ class ConnectionDriver:
         cost as much), so it may fire before the engine's timer: the tick is then a no-op and
         the next scope takes the later deadline."""
         engine = self.engine
+        if self._initial:
+            engine.receive_data(self._initial, trio.current_time())
+            self._initial = b""
+            self._dispatch()
         while True:
             self._paused_when_due = False
             with trio.CancelScope() as scope:
@@ -265,8 +295,27 @@ class ConnectionDriver:
             if not data:
                 return True
 
-    async def _receive(self) -> bytes:
-        """The next bytes from the peer; b"" at the end of the stream or on an error.
+    async def _receive_tls(self) -> bytes:
+        """The next bytes from the peer, decrypted; b"" at the end of the stream, of the TLS
+        session, or on an error."""
+        tls = self._tls
+        assert tls is not None
+        while not self._tls_ended:
+            raw = await self._receive_raw()
+            if not raw:
+                return b""
+            plaintext, self._tls_ended = tls.decrypt(raw)
+            pending = tls.take_pending()  # the TLS layer's own answer (a key update)
+            if pending:
+                self._queue(pending)
+                self._wakeup.set()
+            if plaintext:
+                return plaintext
+        return b""
+
+    async def _receive_raw(self) -> bytes:
+        """The next bytes from the socket (the peer's under plain TCP); b"" at the end of the
+        stream or on an error.
 
         A TCP socket is read directly (os.read on its descriptor, after waiting until it is
         readable): trio's receive_some tries the read first and, the socket being empty after
@@ -277,7 +326,7 @@ class ConnectionDriver:
         fd = self._fd
         if fd < 0:  # not a TCP socket (or closed: receive_some then says so)
             try:
-                return bytes(await self.stream.receive_some(self.read_size))
+                return bytes(await self._io.receive_some(self.read_size))
             except _STREAM_ERRORS:
                 return b""
         try:
@@ -301,7 +350,12 @@ class ConnectionDriver:
             return b""
 
     async def _close_stream(self) -> None:
-        self._fd = -1  # no direct read or write from now on (see _receive and flush)
+        fd, self._fd = self._fd, -1  # no direct read or write from now on (see _receive and flush)
+        if self._tls is not None and fd >= 0 and not self._outq and not self._sending:
+            try:  # close_notify, best effort: AMQP's own close has said goodbye already
+                os.write(fd, self._tls.close_notify())
+            except OSError:
+                pass
         await trio.aclose_forcefully(self.stream)
 
     async def _writer(self) -> None:
@@ -337,7 +391,7 @@ class ConnectionDriver:
         try:
             # Not shielded: a peer that stops reading must not hang our shutdown, and a
             # cancelled write only ever happens when the connection is being torn down.
-            await self.stream.send_all(data)
+            await self._io.send_all(data)
             return True
         except _STREAM_ERRORS:
             return False

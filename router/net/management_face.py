@@ -5,7 +5,7 @@
     app = http_app(agent, healthy=..., after_call=...)   # the HTTP listeners' ASGI application
 
 Owns: which agent a router runs (the standard entity types plus `memory`, which reads this
-process) and how the HTTP face is assembled (the agent, a metrics registry of its own, health).
+process, and `sslProfile`, whose material the network layer holds) and how the HTTP face is assembled (the agent, a metrics registry of its own, health).
 Must not touch: what the agent or the faces do (router.management).
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 from ..config.models import RouterConfig
 from ..management import ConfigControl, ManagementAgent, install
 from ..management.http import ManagementApp
+from ..management.config_entities import SslProfileType
 from ..management.metrics import MemoryType, metrics_registry
 
 
@@ -25,6 +26,7 @@ def new_agent(core: Any, config: RouterConfig, control: ConfigControl, clock: Ca
     differences of its readings; wall-clock timestamps go through `core.wall_time`."""
     agent = ManagementAgent(core, config, control, clock=clock)
     agent.register(MemoryType())
+    agent.register(SslProfileType())
     return agent
 
 

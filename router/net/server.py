@@ -9,7 +9,9 @@
 Owns: the listeners (AMQP ones also created and deleted at run time through the management
 agent's ConfigControl, which this class implements; see listeners.py), the HTTP listeners
 (management as JSON, /metrics, /healthz: http_server.py serves router.management.http), the
-management agent's installation, one ConnectionDriver per connection (engine from `new_engine`)
+management agent's installation, TLS on listeners and connectors with an ssl_profile (the
+profiles' material: tls.py; the handshake runs in the connection's task within its handshake
+time-out), one ConnectionDriver per connection (engine from `new_engine`)
 inside a guard that confines whatever the connection does to it (and makes the core forget it
 however it ends), the handshake time-out, the one monotonic clock the core is called with
 (`clock`, trio's by default; the wall-clock offset is captured once at start), waking the
@@ -35,12 +37,15 @@ import trio
 from ..amqp.connection import Connection
 from ..amqp.events import Event
 from ..amqp.performatives import Error
-from ..config.models import Connector, ConnectionSettings, Listener, RouterConfig
+from ..config.models import Connector, ConnectionSettings, Listener, RouterConfig, SslProfile
 from ..core.connections import new_engine, new_outgoing_engine
 from .connectors import Connectors
 from .driver import ConnectionDriver
 from .http_server import serve_http
 from .listeners import AmqpListeners, ListenerCounters
+from .tls import TlsInfo, TlsProfiles, TlsRefused, session_of, transport_of
+from .tls import accept as tls_accept
+from .tls import connect as tls_connect
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +56,13 @@ CLOSE_REASON_MAX = 200  # characters of a peer's close error that the log shows
 BoundAddress = tuple[str, str, int]  # (listener name, host, port)
 
 
-def _set_host(state: Any, stream: trio.abc.Stream) -> None:
-    """Tell the core's connection state the peer's address (management shows it as `host`)."""
+def _set_host(state: Any, stream: trio.abc.Stream, tls: TlsInfo | None = None) -> None:
+    """Tell the core's connection state the peer's address (management shows it as `host`) and
+    its TLS session."""
     if hasattr(state, "host"):
         state.host = _peer_name(stream)
+    if tls is not None and hasattr(state, "tls"):
+        state.tls = tls
 
 
 class Core(Protocol):
@@ -75,6 +83,7 @@ class Core(Protocol):
 
 
 def _peer_name(stream: trio.abc.Stream) -> str:
+    stream = transport_of(stream)
     if isinstance(stream, trio.SocketStream):
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -120,8 +129,10 @@ class RouterServer:
         self.agent: Any = agent
         self.addresses: list[BoundAddress] = []
         self.http_addresses: list[BoundAddress] = []
+        # TlsError (naming the profile and the file) if a profile's files do not load.
+        self.tls = TlsProfiles(config.ssl_profiles)
         self._listeners = AmqpListeners(self.serve_stream)
-        self._connectors = Connectors(self.serve_outgoing)
+        self._connectors = Connectors(self.serve_outgoing, secure=self._secure_outgoing)
         for connector in config.connectors:
             self._connectors.add(connector)
         self._drivers: dict[Connection, ConnectionDriver] = {}
@@ -241,6 +252,18 @@ class RouterServer:
         counters = self._listeners.counters(name)
         return {"accept_failures": counters.accept_failures, "handshake_timeouts": counters.handshake_timeouts}
 
+    def update_ssl_profile(self, profile: SslProfile) -> None:
+        """Load `profile`'s files now (a new profile, or rotation): new handshakes use them.
+        TlsError (a ValueError naming the file) if they do not load; the old material stays."""
+        self.tls.update(profile)
+
+    def remove_ssl_profile(self, name: str) -> None:
+        self.tls.remove(name)
+
+    def ssl_profile_loads(self, name: str) -> int:
+        """How many times profile `name`'s files were loaded (management's `ordinal`)."""
+        return self.tls.loads(name)
+
     def create_connector(self, connector: Connector) -> None:
         """Start keeping `connector` up now (ValueError if the name is taken)."""
         if self.stopping:
@@ -273,15 +296,54 @@ class RouterServer:
 
     async def serve_stream(self, stream: trio.abc.Stream, listener: Listener) -> None:
         """Run one connection (accepted on `listener`) over `stream` until it is over. Never
-        raises (but for cancellation): whatever the connection does costs it alone."""
+        raises (but for cancellation): whatever the connection does costs it alone.
+
+        On a listener with an ssl_profile the TLS handshake comes first, in this connection's
+        task and within its handshake time-out (which goes on to cover the protocol header,
+        SASL and open)."""
+        counters = self._listeners.counters(listener.name)
+        timeout_s = listener.handshake_timeout_s
+        deadline = trio.current_time() + timeout_s if timeout_s else math.inf
+        label = f"from {_peer_name(stream)} on listener {listener.name}"
+        initial, tls = b"", None
+        profile = self.tls.get(listener.ssl_profile)
+        if listener.ssl_profile is not None and profile is None:  # never plain on a TLS listener
+            log.error("connection %s refused: ssl profile %r is not loaded", label, listener.ssl_profile)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+            return
+        if profile is not None:
+            refusal = "no TLS within the handshake time-out"
+            with trio.move_on_at(deadline) as scope:
+                try:
+                    stream, initial, tls = await tls_accept(stream, profile, listener)
+                    refusal = ""
+                except TlsRefused as exc:
+                    refusal = str(exc)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    refusal = f"the connection failed before TLS was up ({exc or type(exc).__name__})"
+            if refusal:
+                if scope.cancelled_caught:
+                    counters.handshake_timeouts += 1
+                log.info("connection %s refused: %s", label, refusal)
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(stream)
+                return
 
         def register() -> Connection:
-            engine = new_engine(self.config, listener)
-            _set_host(self.core.accept(engine, listener), stream)
+            engine = new_engine(self.config, listener, tls.user if tls is not None else None)
+            _set_host(self.core.accept(engine, listener), stream, tls)
             return engine
 
-        label = f"from {_peer_name(stream)} on listener {listener.name}"
-        await self._guarded(stream, register, listener, label, self._listeners.counters(listener.name))
+        await self._guarded(stream, register, listener, label, counters, initial=initial, deadline=deadline)
+
+    async def _secure_outgoing(self, stream: trio.abc.Stream, connector: Connector) -> trio.abc.Stream:
+        """TLS on a connector's dialled stream (the Connectors call it when the connector has a profile)."""
+        profile = self.tls.get(connector.ssl_profile)
+        if profile is None:
+            raise TlsRefused(f"no ssl profile named {connector.ssl_profile!r}")
+        secured, _ = await tls_connect(stream, profile, connector)
+        return secured
 
     async def serve_outgoing(self, stream: trio.abc.Stream, connector: Connector) -> None:
         """Run the connection a connector dialled over `stream` until it is over (never raises
@@ -289,7 +351,7 @@ class RouterServer:
 
         def register() -> Connection:
             engine = new_outgoing_engine(self.config, connector)
-            _set_host(self.core.connect(engine, connector, self.clock()), stream)
+            _set_host(self.core.connect(engine, connector, self.clock()), stream, session_of(stream))
             return engine
 
         await self._guarded(stream, register, connector, f"to {_peer_name(stream)} by connector {connector.name}", None)
@@ -301,6 +363,9 @@ class RouterServer:
         settings: ConnectionSettings,
         label: str,
         counters: ListenerCounters | None,
+        *,
+        initial: bytes = b"",
+        deadline: float | None = None,
     ) -> None:
         """The guard around one connection's whole life: registering it with the core, driving
         it and forgetting it. An exception from any of them (a bug, or hostile bytes the core
@@ -311,7 +376,7 @@ class RouterServer:
         try:
             engine = register()
             log.info("connection %d %s", conn_id, label)
-            await self._drive(stream, engine, settings, conn_id, counters)
+            await self._drive(stream, engine, settings, conn_id, counters, initial, deadline)
         except Exception:
             log.exception("connection %d %s failed", conn_id, label)
         finally:
@@ -327,6 +392,8 @@ class RouterServer:
         settings: ConnectionSettings,
         conn_id: int,
         counters: ListenerCounters | None,
+        initial: bytes = b"",
+        deadline: float | None = None,
     ) -> None:
         # No socket options to set: trio's SocketStream turns TCP_NODELAY on for every TCP
         # stream (checked by the server tests). With Nagle on, a small disposition or flow
@@ -349,6 +416,7 @@ class RouterServer:
             pause_reading=pause_reading,
             write_high_water=settings.write_high_water_bytes,
             on_output_blocked=output_blocked,
+            initial=initial,
         )
         self._drivers[engine] = driver
         try:
@@ -356,7 +424,9 @@ class RouterServer:
             async with trio.open_nursery() as nursery:
                 timeout_s = settings.handshake_timeout_s
                 if timeout_s:
-                    nursery.start_soon(self._handshake_watch, engine, nursery.cancel_scope, timeout_s, conn_id, counters)
+                    if deadline is None:
+                        deadline = trio.current_time() + timeout_s
+                    nursery.start_soon(self._handshake_watch, engine, nursery.cancel_scope, deadline, timeout_s, conn_id, counters)
                 await driver.run()
                 nursery.cancel_scope.cancel()  # the watch, if the handshake is still going on
         finally:
@@ -364,12 +434,14 @@ class RouterServer:
             self._paused.discard(driver)
 
     async def _handshake_watch(
-        self, engine: Connection, scope: trio.CancelScope, timeout_s: float, conn_id: int, counters: ListenerCounters | None
+        self, engine: Connection, scope: trio.CancelScope, deadline: float, timeout_s: float, conn_id: int,
+        counters: ListenerCounters | None,
     ) -> None:
         """Drop the connection if the peer has not finished the protocol header, SASL and its
-        open within `timeout_s` (a silent, header-only, SASL-stalled or vanished peer would
-        otherwise hold a descriptor until the idle time-out, which only starts after open)."""
-        await trio.sleep(timeout_s)
+        open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
+        silent, header-only, SASL-stalled or vanished peer would otherwise hold a descriptor
+        until the idle time-out, which only starts after open)."""
+        await trio.sleep_until(deadline)
         if engine.remote_open is None and not engine.finished:
             if counters is not None:
                 counters.handshake_timeouts += 1
