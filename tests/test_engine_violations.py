@@ -28,7 +28,7 @@ from router.amqp.events import (
 )
 from router.amqp.framing import AMQP_HEADER, EMPTY_FRAME, FRAME_SASL, frame
 from router.amqp.link import Link
-from router.amqp.messaging import ACCEPTED, Target
+from router.amqp.messaging import ACCEPTED, Source, Target
 from router.amqp.performatives import (
     RECEIVER,
     SENDER,
@@ -116,7 +116,7 @@ class Server:
 
     def attach_receiver(self, channel: int, handle: int, name: str = "r") -> Link:
         """We attach a receiver; the engine's application answers as sender."""
-        self.send(channel, attach(handle, name, RECEIVER, source=Target(address="q")))
+        self.send(channel, attach(handle, name, RECEIVER, source=Source(address="q")))
         (remote,) = of_type(self.peer.take_events(), RemoteAttach)
         link: Link = remote.link
         link.attach(source=remote.attach.source)
@@ -720,7 +720,7 @@ def test_echo_on_a_session_not_yet_answered_sends_nothing_before_the_begin() -> 
 def test_link_echo_before_our_attach_sends_nothing() -> None:
     server = Server()
     server.begin(0)
-    server.send(0, attach(0, name="r", role=RECEIVER, source=Target(address="q")))
+    server.send(0, attach(0, name="r", role=RECEIVER, source=Source(address="q")))
     (remote,) = of_type(server.peer.take_events(), RemoteAttach)
     server.send(0, flow(handle=0, credit=5, echo=True))
     assert server.out() == []

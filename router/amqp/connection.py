@@ -17,6 +17,7 @@ Must not touch: sockets, clocks (time is a parameter), routing.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -98,7 +99,7 @@ class Connection:
     __slots__ = (
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_inbuf", "_out", "_deferred", "_amqp_ready", "_events", "_stage", "_sasl_done",
+        "_inbuf", "_out", "_deferred", "_amqp_ready", "_header_out", "_events", "_stage", "_sasl_done",
         "_sasl", "_sessions_by_local", "_sessions_by_remote",
         "_now", "_last_received", "_last_sent", "context",
     )  # fmt: skip
@@ -118,8 +119,12 @@ class Connection:
         self.remote_idle_timeout_s: float | None = None
         self._inbuf = bytearray()
         self._out: list[bytes | memoryview] = []
-        self._deferred: list[bytes | memoryview] = []  # AMQP frames waiting for the header
-        self._amqp_ready = False
+        # AMQP frames waiting for the header and our open: the engine may have to write a
+        # session's frames (ending it on a session error) before the application opened, and
+        # nothing may precede the open (transport §2.4.1)
+        self._deferred: list[bytes | memoryview] = []
+        self._amqp_ready = False  # header and open are out: frames go straight to the output
+        self._header_out = False
         self._events: list[Event] = []
         self._stage = _HEADER
         self._sasl_done = False
@@ -218,7 +223,7 @@ class Connection:
         """Send our open (transport §2.7.1)."""
         self.state.local_input(Input.OPEN)
         idle = self.config.idle_timeout_s
-        self.write_frame(
+        self._deferred.insert(0, frame(
             0,
             Open(
                 container_id=self.config.container_id,
@@ -231,7 +236,8 @@ class Connection:
                 desired_capabilities=desired_capabilities,
                 properties=properties,
             ),
-        )
+        ))  # fmt: skip
+        self._release_deferred()
 
     def close(self, error: Error | None = None) -> None:
         """Send our close (transport §2.7.9); opens first if we never did."""
@@ -284,12 +290,21 @@ class Connection:
         (self._out if self._amqp_ready else self._deferred).extend(pieces)
 
     def write_frame(self, channel: int, performative: Any) -> None:
+        """Write one non-transfer frame; no frame may exceed the peer's max-frame-size
+        (transport §2.7.1). A detach, end or close must always go out: an error too large for
+        it (a description quoting the peer's data) is cut down to fit. Any other frame too
+        large raises FrameTooLarge and writes nothing."""
         data = frame(channel, performative)
         if len(data) > self.remote_max_frame_size and self.remote_open is not None:
-            raise E.LocalUsageError(
-                f"{type(performative).__name__} frame of {len(data)} bytes exceeds the peer's "
-                f"max-frame-size {self.remote_max_frame_size}"
-            )
+            error = getattr(performative, "error", None)
+            if isinstance(performative, (Detach, End, Close)) and error is not None:
+                smaller = _wire_error(str(error.condition)[:_MAX_DESCRIPTION_BYTES], error.description or "")
+                data = frame(channel, dataclasses.replace(performative, error=smaller))
+            if len(data) > self.remote_max_frame_size:
+                raise E.FrameTooLarge(
+                    f"{type(performative).__name__} frame of {len(data)} bytes exceeds the "
+                    f"peer's max-frame-size {self.remote_max_frame_size}"
+                )
         self.write_bytes(data)
 
     def allocate_channel(self, session: Session) -> int:
@@ -339,9 +354,14 @@ class Connection:
 
     def _write_amqp_header(self) -> None:
         self._out.append(AMQP_HEADER)
-        self._amqp_ready = True
-        self._out.extend(self._deferred)
-        self._deferred = []
+        self._header_out = True
+        self._release_deferred()
+
+    def _release_deferred(self) -> None:
+        if self._header_out and self.state.local is not UNINIT:
+            self._amqp_ready = True
+            self._out.extend(self._deferred)
+            self._deferred = []
 
     def _header_failure(self, reply: bytes, description: str) -> None:
         """transport §2.2: answer with a header we support, then close the stream."""
@@ -472,7 +492,7 @@ class Connection:
                     )
                 session = sessions.get(channel)
                 # Inline descriptor check: smallulong codes are what every peer sends.
-                if buf[body] == 0x00 and buf[body + 1] == 0x53 and body + 3 <= end:
+                if body + 3 <= end and buf[body] == 0x00 and buf[body + 1] == 0x53:
                     code, start = buf[body + 2], body + 3
                 else:
                     code, start = None, body

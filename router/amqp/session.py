@@ -137,6 +137,10 @@ class Session:
         self._blocked.clear()
         for link in self.links:
             link.queued_deliveries = 0
+            # Nothing may follow our end on this session (transport §2.5.4): its links can send
+            # nothing more, whoever ended it (the engine does on a session error, while the
+            # application still holds the links), so none keeps credit that invites a send.
+            link.credit = 0
         assert self.channel is not None
         self.conn.write_frame(self.channel, End(error=error))
         if self.state.remote is CLOSED or self.conn.failed:
