@@ -411,13 +411,16 @@ def parse_flow(buf: bytes, pos: int, end: int) -> FlowFields:
     f, _ = parsed
     f += [None] * (10 - len(f))
     ints = (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7])
-    for i, v in enumerate(ints):
-        if (v is None and 1 <= i <= 3) or (v is not None and type(v) is not int):
-            raise DecodeError("flow field has the wrong type or a mandatory field is missing")
     drain = False if f[8] is None else f[8]  # not `or`: a uint0 must fail the check below
     echo = False if f[9] is None else f[9]
-    if type(drain) is not bool or type(echo) is not bool:
-        raise DecodeError("flow.drain and flow.echo must be boolean")
+    for i, v in enumerate(ints):
+        if (v is None and 1 <= i <= 3) or (v is not None and type(v) is not int):
+            _general(buf, pos, end, Flow)  # raises, naming the field
+            raise DecodeError("flow field has the wrong type or a mandatory field is missing")
+    # properties (a map) is never among the encodings read_fields reads, so must be absent
+    if type(drain) is not bool or type(echo) is not bool or (len(f) > 10 and f[10] is not None):
+        _general(buf, pos, end, Flow)
+        raise DecodeError("flow.drain, flow.echo or flow.properties has the wrong type")
     return (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], drain, echo)
 
 
@@ -439,6 +442,8 @@ def parse_disposition(buf: bytes, pos: int, end: int) -> DispositionFields:
         type(role) is not bool or type(first) is not int or type(settled) is not bool
         or (last is not None and type(last) is not int)
         or (state is not None and type(state) not in _OUTCOME_TYPES)  # int, bool or binary
+        or (len(f) > 5 and f[5] is not None and type(f[5]) is not bool)  # batchable
     ):  # fmt: skip
+        _general(buf, pos, end, Disposition)  # raises, naming the field
         raise DecodeError("disposition field has the wrong type or is missing")
     return (role, first, last, settled, state)
