@@ -277,3 +277,76 @@ def test_no_frame_the_engine_writes_exceeds_the_peers_max_frame_size() -> None:
     assert isinstance(end.body, End) and end.body.error.condition == E.INVALID_FIELD
     assert end.body.error.description.startswith("q" * 100)
     assert all(f.size <= 512 for f in frames), [f.size for f in frames]
+
+
+# --- what fuzzing found (bench/fuzz.py), in process ------------------------------------------------
+
+
+def _core_and_engine() -> tuple[Any, Any, Any]:
+    from router.config.models import Listener, RouterConfig, RouterSection
+    from router.core.connections import new_engine
+    from router.core.router import RouterCore
+
+    config = RouterConfig(router=RouterSection(id="r"), listeners=(Listener(name="amqp", port=0),))
+    core = RouterCore(config)
+    engine = new_engine(config, config.listeners[0])
+    core.accept(engine, config.listeners[0])
+    return core, engine, config
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        opened() + raw(0, 0x18, [True]),  # a connection error after open
+        opened() + b"\x00\x00\x00\x09\x02\x00\x00\x00\x00",  # a 1-byte body cut at the frame's end
+        b"AMQP\x01\x01\x00\x00",  # a refused protocol header
+        opened() + BEGIN + frame(0, Detach(handle=5, closed=True)),  # a session error
+    ],
+)
+def test_every_way_a_connection_ends_reports_the_end_of_its_stream_once(data: bytes) -> None:
+    # The core forgets a connection on TransportClosed: a connection that failed first must
+    # still report it when its stream ends (it used to stay in the core for ever).
+    from router.amqp.events import TransportClosed
+
+    core, engine, _ = _core_and_engine()
+    engine.receive_data(data, 1.0)
+    core.handle(engine, engine.events(), 1.0)
+    engine.receive_data(b"", 1.0)
+    events = engine.events()
+    assert [type(e) for e in events if isinstance(e, TransportClosed)] == [TransportClosed]
+    core.handle(engine, events, 1.0)
+    assert engine not in core.connections
+    engine.receive_data(b"", 1.0)
+    assert engine.events() == []  # once
+
+
+def test_a_reused_delivery_id_ends_the_session_and_the_router_carries_on() -> None:
+    # Found by bench/fuzz.py: a producer repeating delivery-id 0 made the router's disposition
+    # batch recurse without end (RecursionError out of the core).
+    from router.amqp.performatives import Flow, Transfer
+
+    core, engine, _ = _core_and_engine()
+    data = opened() + BEGIN
+    data += frame(0, Attach(name="r", handle=0, role=RECEIVER, source=Source(address="q"), target=Target()))
+    data += frame(0, Attach(name="s", handle=1, role=SENDER, source=Source(), target=Target(address="q"), initial_delivery_count=0))
+    data += frame(0, Flow(next_incoming_id=0, incoming_window=1000, next_outgoing_id=0, outgoing_window=1000,
+                          handle=0, delivery_count=0, link_credit=10))  # fmt: skip
+    engine.receive_data(data, 1.0)
+    core.handle(engine, engine.events(), 1.0)  # the router answers and gives credit
+    engine.data_to_send()
+    body = b"\x00\x53\x77\xa1\x01x"  # amqp-value "x"
+    data = b"".join(frame(0, Transfer(handle=1, delivery_id=0, delivery_tag=b"0", settled=False), body) for _ in range(3))
+    engine.receive_data(data, 1.0)
+    core.handle(engine, engine.events(), 1.0)  # raises nothing
+    ends = [f.body for f in parse_wire(engine.data_to_send()) if isinstance(f, WireFrame) and isinstance(f.body, End)]
+    assert ends and ends[0].error is not None and ends[0].error.condition == E.INVALID_FIELD
+
+
+def test_a_disposition_batch_with_a_delivery_twice_keeps_its_latest_state() -> None:
+    from router.amqp.messaging import Released
+    from router.core.dispositions import DispositionBatch
+
+    batch = DispositionBatch(None, RECEIVER, True)  # type: ignore[arg-type]
+    for delivery_id, state in [(3, Accepted()), (1, Accepted()), (3, Released()), (2, Accepted())]:
+        batch.add(delivery_id, state)
+    assert batch.ranges() == [(1, 2, Accepted()), (3, 3, Released())]

@@ -177,14 +177,17 @@ def assert_detached_with(server: Server, condition: str, handle: int) -> None:
     assert condition in SPEC_CONDITIONS  # transport §2.8.18
 
 
-def prove_still_working(server: Server, channel: int = 7, handle: int = 0, *, new_session: bool = True) -> None:
-    """A new link (on a new session unless told otherwise) carries a message and its disposition."""
+def prove_still_working(
+    server: Server, channel: int = 7, handle: int = 0, *, new_session: bool = True, delivery_id: int = 0
+) -> None:
+    """A new link (on a new session unless told otherwise) carries a message and its disposition;
+    on an old session, `delivery_id` continues the peer's sequence (transport §2.6)."""
     if new_session:
         session = server.begin(channel)
     else:
         (session,) = [s for s in server.engine.sessions if s.remote_channel == channel]
     link = server.attach_sender(channel, handle, name=f"proof-{channel}-{handle}")
-    server.send(channel, transfer(handle, 0, b"proof"), b"message body")
+    server.send(channel, transfer(handle, delivery_id, b"proof"), b"message body")
     (t,) = of_type(server.peer.take_events(), TransferReceived)
     assert t.link is link and t.payload == b"message body"
     link.dispose(t.delivery_id, state=ACCEPTED)
@@ -545,6 +548,24 @@ def test_frames_after_the_session_error_are_discarded_until_the_end() -> None:
 # --- links (transport §2.6) ---------------------------------------------------------------------
 
 
+def test_a_delivery_id_out_of_sequence_ends_the_session() -> None:
+    # Delivery-ids are a session-scoped sequence (transport §2.6): a reused id would make two
+    # deliveries one for their dispositions. Discarded transfers (a detached link) still count.
+    server = Server()
+    server.begin(0)
+    server.attach_sender(0, 0)
+    server.send(0, transfer(0, 5))
+    assert len(of_type(server.peer.take_events(), TransferReceived)) == 1
+    server.send(0, transfer(0, 6, more=True))
+    server.send(0, transfer(0, 6, b"t"))  # a continuation may repeat its id
+    assert len(of_type(server.peer.take_events(), TransferReceived)) == 2
+    server.send(0, transfer(0, 6, b"again"))  # a new delivery reusing 6
+    out = server.out()
+    (end,) = [b for b in out if isinstance(b, End)]
+    assert end.error is not None and end.error.condition == E.INVALID_FIELD
+    assert "out of sequence (expected 7)" in end.error.description
+
+
 def test_transfer_without_link_credit() -> None:
     server = Server()
     server.begin(0)
@@ -557,7 +578,7 @@ def test_transfer_without_link_credit() -> None:
     assert server.out() == [] and server.peer.take_events() == []
     server.send(0, Detach(handle=0, closed=True))
     assert of_type(server.peer.take_events(), RemoteDetach)
-    prove_still_working(server, channel=0, handle=1, new_session=False)
+    prove_still_working(server, channel=0, handle=1, new_session=False, delivery_id=2)
     prove_still_working(server)
 
 

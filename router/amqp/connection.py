@@ -101,7 +101,7 @@ class Connection:
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
         "_inbuf", "_out", "_deferred", "_amqp_ready", "_header_out", "_events", "_stage", "_sasl_done",
         "_sasl", "_sessions_by_local", "_sessions_by_remote",
-        "_now", "_last_received", "_last_sent", "context",
+        "_now", "_last_received", "_last_sent", "_stream_ended", "context",
     )  # fmt: skip
 
     def __init__(self, config: ConnectionConfig) -> None:
@@ -134,6 +134,7 @@ class Connection:
         self._now = 0.0
         self._last_received = 0.0
         self._last_sent = 0.0
+        self._stream_ended = False
         self.context: Any = None
         if not config.server:  # the TCP client speaks first (transport §2.2)
             if config.sasl_client is not None:
@@ -148,7 +149,10 @@ class Connection:
         """Feed bytes from the peer; b"" means the peer closed its side of the stream."""
         self._now = now
         if not data:
-            if not self.finished or self._stage != _DONE:
+            # Reported once, however the connection ended (a violation, a refused header or SASL
+            # exchange included): the application releases what the connection held on it.
+            if not self._stream_ended:
+                self._stream_ended = True
                 clean = self.state.both_closed
                 self._stage = _DONE
                 self.finished = True
@@ -358,7 +362,9 @@ class Connection:
         self._release_deferred()
 
     def _release_deferred(self) -> None:
-        if self._header_out and self.state.local is not UNINIT:
+        # Only a server reads a peer's frames before its own open (a client opens first), so
+        # only a server's frames wait for the open.
+        if self._header_out and (self.state.local is not UNINIT or not self.config.server):
             self._amqp_ready = True
             self._out.extend(self._deferred)
             self._deferred = []

@@ -53,7 +53,7 @@ class Session:
         "next_outgoing_id", "incoming_window", "incoming_window_size", "outgoing_window",
         "next_incoming_id", "remote_incoming_window", "remote_outgoing_window",
         "handle_max", "remote_handle_max", "links_by_local", "links_by_remote", "links_by_name",
-        "_next_delivery_id", "_blocked", "context",
+        "_next_delivery_id", "_next_incoming_delivery", "_blocked", "context",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, channel: int | None) -> None:
@@ -76,6 +76,9 @@ class Session:
         self.links_by_remote: dict[int, Link] = {}
         self.links_by_name: dict[tuple[str, bool], Link] = {}
         self._next_delivery_id = 0
+        # the delivery-id the peer's next delivery must have (its session-scoped sequence,
+        # transport §2.6); -1 until its first delivery sets where the sequence starts
+        self._next_incoming_delivery = -1
         # Frames that must wait for the peer's incoming window, in order (transport §2.5.6).
         self._blocked: deque[tuple[int, Any, Link | None, bool]] = deque()
         self.context: Any = None
@@ -477,7 +480,10 @@ class Session:
                 E.NOT_ALLOWED, "session",
             )  # fmt: skip
         if link.state.local is not ACTIVE:
-            return  # in flight when we detached: discard (transport §2.6.5)
+            # in flight when we detached: discard (transport §2.6.5), following the sequence
+            if delivery_id >= 0 and delivery_id != self._next_incoming_delivery - 1:
+                self._next_incoming_delivery = (delivery_id + 1) & 0xFFFFFFFF
+            return
         first = link.in_delivery < 0
         if first:
             if delivery_id < 0 or tag is None:
@@ -485,6 +491,15 @@ class Session:
                     "first transfer of a delivery lacks delivery-id or delivery-tag",
                     E.INVALID_FIELD, "session",
                 )  # fmt: skip
+            expected = self._next_incoming_delivery
+            if delivery_id != expected and expected >= 0:
+                # A reused or skipped id would make two deliveries one (their dispositions, our
+                # maps): the peer's sequence is broken (Proton refuses the same).
+                raise E.ProtocolError(
+                    f"delivery-id {delivery_id} out of sequence (expected {expected})",
+                    E.INVALID_FIELD, "session",
+                )  # fmt: skip
+            self._next_incoming_delivery = (delivery_id + 1) & 0xFFFFFFFF
             if link.credit > 0:
                 link.credit -= 1
             elif link.granted_limit is None or not serial_lt(link.delivery_count, link.granted_limit):
