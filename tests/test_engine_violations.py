@@ -559,11 +559,24 @@ def test_a_delivery_id_out_of_sequence_ends_the_session() -> None:
     server.send(0, transfer(0, 6, more=True))
     server.send(0, transfer(0, 6, b"t"))  # a continuation may repeat its id
     assert len(of_type(server.peer.take_events(), TransferReceived)) == 2
+    server.send(0, transfer(0, 7, b"u"))
+    server.send(0, transfer(0, 8, b"v"))  # the sequence: 7, 8 ...
+    assert len(of_type(server.peer.take_events(), TransferReceived)) == 2
     server.send(0, transfer(0, 6, b"again"))  # a new delivery reusing 6
     out = server.out()
     (end,) = [b for b in out if isinstance(b, End)]
     assert end.error is not None and end.error.condition == E.INVALID_FIELD
-    assert "out of sequence (expected 7)" in end.error.description
+    assert "out of sequence (expected 9)" in end.error.description
+
+
+def test_delivery_ids_wrap_around() -> None:
+    server = Server()
+    server.begin(0)
+    server.attach_sender(0, 0)
+    for delivery_id in (0xFFFFFFFE, 0xFFFFFFFF, 0, 1):  # serial numbers (transport §2.8.10)
+        server.send(0, transfer(0, delivery_id, b"%d" % delivery_id))
+    assert [t.delivery_id for t in of_type(server.peer.take_events(), TransferReceived)] == [0xFFFFFFFE, 0xFFFFFFFF, 0, 1]
+    assert not server.violations()
 
 
 def test_transfer_without_link_credit() -> None:

@@ -482,24 +482,15 @@ class Session:
         if link.state.local is not ACTIVE:
             # in flight when we detached: discard (transport §2.6.5), following the sequence
             if delivery_id >= 0 and delivery_id != self._next_incoming_delivery - 1:
-                self._next_incoming_delivery = (delivery_id + 1) & 0xFFFFFFFF
+                self._next_incoming_delivery = delivery_id + 1
             return
         first = link.in_delivery < 0
         if first:
-            if delivery_id < 0 or tag is None:
-                raise E.ProtocolError(
-                    "first transfer of a delivery lacks delivery-id or delivery-tag",
-                    E.INVALID_FIELD, "session",
-                )  # fmt: skip
             expected = self._next_incoming_delivery
-            if delivery_id != expected and expected >= 0:
-                # A reused or skipped id would make two deliveries one (their dispositions, our
-                # maps): the peer's sequence is broken (Proton refuses the same).
-                raise E.ProtocolError(
-                    f"delivery-id {delivery_id} out of sequence (expected {expected})",
-                    E.INVALID_FIELD, "session",
-                )  # fmt: skip
-            self._next_incoming_delivery = (delivery_id + 1) & 0xFFFFFFFF
+            if delivery_id != expected or tag is None:
+                self._check_first_transfer(delivery_id, tag, expected)
+            # kept unwrapped (one add per delivery): 2**32 stands for 0 (_check_first_transfer)
+            self._next_incoming_delivery = delivery_id + 1
             if link.credit > 0:
                 link.credit -= 1
             elif link.granted_limit is None or not serial_lt(link.delivery_count, link.granted_limit):
@@ -542,6 +533,22 @@ class Session:
                 message_format, state, rcv_settle_mode, first, payload,
             )  # fmt: skip
         )
+
+    def _check_first_transfer(self, delivery_id: int, tag: bytes | None, expected: int) -> None:
+        """The rare first transfers: the peer's first delivery (no sequence yet), the sequence
+        wrapping (transport §2.8.10), or a violation."""
+        if delivery_id < 0 or tag is None:
+            raise E.ProtocolError(
+                "first transfer of a delivery lacks delivery-id or delivery-tag",
+                E.INVALID_FIELD, "session",
+            )  # fmt: skip
+        if expected >= 0 and delivery_id != expected & 0xFFFFFFFF:
+            # Delivery-ids are a session-scoped sequence (transport §2.6): a reused or skipped id
+            # would make two deliveries one for their dispositions (Proton refuses it too).
+            raise E.ProtocolError(
+                f"delivery-id {delivery_id} out of sequence (expected {expected & 0xFFFFFFFF})",
+                E.INVALID_FIELD, "session",
+            )  # fmt: skip
 
     def on_disposition(self, fields: DispositionFields) -> None:
         role, first, last, settled, state = fields
