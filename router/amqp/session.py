@@ -488,7 +488,7 @@ class Session:
         if first:
             expected = self._next_incoming_delivery
             if delivery_id != expected or tag is None:
-                self._check_first_transfer(delivery_id, tag, expected)
+                tag = self._check_first_transfer(delivery_id, tag, expected)
             # kept unwrapped (one add per delivery): 2**32 stands for 0 (_check_first_transfer)
             self._next_incoming_delivery = delivery_id + 1
             if link.credit > 0:
@@ -534,9 +534,9 @@ class Session:
             )  # fmt: skip
         )
 
-    def _check_first_transfer(self, delivery_id: int, tag: bytes | None, expected: int) -> None:
+    def _check_first_transfer(self, delivery_id: int, tag: bytes | None, expected: int) -> bytes:
         """The rare first transfers: the peer's first delivery (no sequence yet), the sequence
-        wrapping (transport §2.8.10), or a violation."""
+        wrapping (transport §2.8.10), or a violation (raised). Returns the tag."""
         if delivery_id < 0 or tag is None:
             raise E.ProtocolError(
                 "first transfer of a delivery lacks delivery-id or delivery-tag",
@@ -549,6 +549,7 @@ class Session:
                 f"delivery-id {delivery_id} out of sequence (expected {expected & 0xFFFFFFFF})",
                 E.INVALID_FIELD, "session",
             )  # fmt: skip
+        return tag
 
     def on_disposition(self, fields: DispositionFields) -> None:
         role, first, last, settled, state = fields
