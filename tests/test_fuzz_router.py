@@ -1,6 +1,7 @@
 """Fuzzing a live `router run` process over sockets: hypothesis-generated frames and mutations of
 what a real python-qpid-proton client sends (captured through a socket proxy at the start), each
-on a connection of its own, while a well-behaved Proton client keeps sending on another.
+on a connection of its own (to a client listener or an inter-router one), while a well-behaved
+Proton client keeps sending on another.
 
 Asserted: the process never exits; its log holds no traceback and no error; what it answers is
 well-formed frames, and a close it sends carries a condition the spec defines; once the inputs
@@ -37,9 +38,12 @@ INPUTS = int(os.environ.get("ROUTER_FUZZ_INPUTS", "300"))
 RSS_GROWTH_LIMIT = 64 * 1024 * 1024  # what the inputs may add to the router's RSS
 SPEC_CONDITIONS = {v for k, v in vars(E).items() if k.isupper() and isinstance(v, str) and v.startswith("amqp:")}
 CONFIG = {
-    "router": {"id": "fuzzed"},
-    # the same limits a deployment would use; frames up to 64 KiB
-    "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}],
+    "router": {"id": "fuzzed", "mode": "interior"},
+    # default limits (frames up to 64 KiB); a third of the inputs go to the inter-router listener
+    "listeners": [
+        {"name": "amqp", "host": "127.0.0.1", "port": 0},
+        {"name": "mesh", "host": "127.0.0.1", "port": 0, "role": "inter-router"},
+    ],
 }
 
 
@@ -88,11 +92,15 @@ def test_fuzzing_a_live_router_stops_nothing(fuzzed: RouterProcess) -> None:
         max_examples=INPUTS, deadline=None, database=None, derandomize=False,
         suppress_health_check=list(HealthCheck),
     )  # fmt: skip
-    @given(data=hostile_inputs(captured), half_close=st.booleans(), chunks=st.integers(1, 3))
-    def throw_one(data: bytes, half_close: bool, chunks: int) -> None:
+    @given(
+        data=hostile_inputs(captured), half_close=st.booleans(), chunks=st.integers(1, 3),
+        listener=st.sampled_from(["amqp", "amqp", "mesh"]),
+    )  # fmt: skip
+    def throw_one(data: bytes, half_close: bool, chunks: int, listener: str) -> None:
         nonlocal thrown
         thrown += 1
-        answer = throw(port, data, half_close=half_close, chunks=chunks, read_s=0.05 if half_close else 0.02)
+        to = fuzzed.ports[listener]
+        answer = throw(to, data, half_close=half_close, chunks=chunks, read_s=0.05 if half_close else 0.02)
         assert fuzzed.proc is not None and fuzzed.proc.poll() is None, f"the router exited on {data!r}\n{fuzzed.output}"
         _check_answer(answer)
 
