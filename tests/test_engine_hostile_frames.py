@@ -350,3 +350,25 @@ def test_a_disposition_batch_with_a_delivery_twice_keeps_its_latest_state() -> N
     for delivery_id, state in [(3, Accepted()), (1, Accepted()), (3, Released()), (2, Accepted())]:
         batch.add(delivery_id, state)
     assert batch.ranges() == [(1, 2, Accepted()), (3, 3, Released())]
+
+
+@pytest.mark.parametrize("section", [b"\x00\x53\x72\x45", b"\x00\x53\x72\xa1\x01x", b"\x00\x53\x71\x52\x07"])
+def test_annotations_that_are_no_map_reject_the_delivery(section: bytes) -> None:
+    # Found by bench/fuzz.py: message annotations encoded as a list (or a string) raised
+    # DecodeError out of the core when it stripped the router's annotations, failing the
+    # producer's connection. The message is malformed: the delivery is rejected, nothing else.
+    from .routerharness import RouterHarness
+
+    harness = RouterHarness()
+    client = harness.connect("producer")
+    receiver = client.receiver("q")
+    harness.pump()
+    receiver.flow(5)
+    sender = client.sender("q")
+    harness.pump()
+    bad = client.send(sender, section + b"\x00\x53\x77\xa1\x01x")
+    good = client.send(sender, Message.value("fine"))
+    harness.pump()
+    rejected = client.outcomes[bad]
+    assert type(rejected).__name__ == "Rejected" and rejected.error.condition == E.DECODE_ERROR
+    assert isinstance(client.outcomes[good], Accepted) and client.bodies(receiver) == ["fine"]
