@@ -372,3 +372,33 @@ def test_annotations_that_are_no_map_reject_the_delivery(section: bytes) -> None
     rejected = client.outcomes[bad]
     assert type(rejected).__name__ == "Rejected" and rejected.error.condition == E.DECODE_ERROR
     assert isinstance(client.outcomes[good], Accepted) and client.bodies(receiver) == ["fine"]
+
+
+def test_an_outcome_passed_on_fits_the_producers_max_frame_size() -> None:
+    # The router passes a consumer's outcome to the producer: a rejection whose error quotes
+    # kilobytes (written within the consumer's 64 KiB frames) must still reach a producer that
+    # takes 512-byte frames, its condition intact (transport §2.7.1).
+    from router.amqp.messaging import Rejected
+    from router.amqp.performatives import Error
+
+    from .routerharness import RouterHarness
+
+    harness = RouterHarness()
+    producer = harness.connect("producer", max_frame_size=512)
+    consumer = harness.connect("consumer")
+    consumer.auto_accept = False
+    receiver = consumer.receiver("q")
+    harness.pump()
+    receiver.flow(5)
+    sender = producer.sender("q")
+    harness.pump()
+    sent = producer.send(sender, Message.value("judge me"))
+    harness.pump()
+    (got,) = consumer.received[receiver]
+    verdict = Rejected(error=Error(condition="app:too-dull", description="d" * 3000, info={"why": "w" * 2000}))
+    receiver.dispose(got.delivery_id, state=verdict, settled=True)
+    harness.pump()
+    outcome = producer.outcomes[sent]
+    assert isinstance(outcome, Rejected) and outcome.error is not None
+    assert outcome.error.condition == "app:too-dull" and outcome.error.description.startswith("d" * 100)
+    assert not [e for e in producer.events if type(e).__name__ in ("RemoteClose", "ProtocolViolation")]

@@ -64,26 +64,15 @@ from .performatives import (
     Transfer,
 )
 from .sasl import SaslClient, SaslClientConfig, SaslProtocolError, SaslServer, SaslServerConfig
+from .session import MAX_DESCRIPTION_BYTES as _MAX_DESCRIPTION_BYTES
 from .session import Session
+from .session import wire_error as _wire_error
 
 _unpack_frame_header = FRAME_HEADER.unpack_from
 _HEADER: Final = 0
 _SASL: Final = 1
 _AMQP: Final = 2
 _DONE: Final = 3
-# Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
-# carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
-# (transport §2.7.1 MIN-MAX-FRAME-SIZE): cap the description well below that.
-_MAX_DESCRIPTION_BYTES: Final = 256
-
-
-def _wire_error(condition: str, description: str) -> Error:
-    data = description.encode("utf-8")
-    if len(data) > _MAX_DESCRIPTION_BYTES:
-        description = data[: _MAX_DESCRIPTION_BYTES - 3].decode("utf-8", "ignore") + "..."
-    return Error(condition=condition, description=description)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionConfig:
     container_id: str

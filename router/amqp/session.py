@@ -34,6 +34,7 @@ from .fastpath import (
     transfer_performative,
 )
 from .link import Link
+from .messaging import Modified, Rejected, TransactionalState
 from .performatives import RECEIVER, SENDER, Attach, Begin, Detach, End, Error, Fields, Symbols
 from .serial import serial_add, serial_diff, serial_lt
 
@@ -45,6 +46,33 @@ DEFAULT_WINDOW: Final = 0x7FFFFFFF  # "no session-level limit": link credit is w
 _TRANSFER: Final = 0
 _ORDERED: Final = 1
 _LINK_FLOW: Final = 2
+
+
+# Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
+# carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
+# (transport §2.7.1 MIN-MAX-FRAME-SIZE): cap the description well below that.
+MAX_DESCRIPTION_BYTES: Final = 256
+
+
+def wire_error(condition: str, description: str) -> Error:
+    data = description.encode("utf-8")
+    if len(data) > MAX_DESCRIPTION_BYTES:
+        description = data[: MAX_DESCRIPTION_BYTES - 3].decode("utf-8", "ignore") + "..."
+    return Error(condition=condition, description=description)
+
+
+def fitting_state(state: Any) -> Any:
+    """`state` without what may make a disposition larger than the peer's max-frame-size: a
+    rejection's error cut as wire_error cuts it, a modification's annotations dropped. Outcomes
+    often carry what another peer wrote (the router passes them on), in frames of any size."""
+    if type(state) is Rejected and state.error is not None:
+        error = state.error
+        return Rejected(error=wire_error(str(error.condition)[:MAX_DESCRIPTION_BYTES], error.description or ""))
+    if type(state) is Modified:
+        return Modified(delivery_failed=state.delivery_failed, undeliverable_here=state.undeliverable_here)
+    if type(state) is TransactionalState:
+        return TransactionalState(txn_id=state.txn_id, outcome=fitting_state(state.outcome))
+    return state
 
 
 class Session:
@@ -175,6 +203,8 @@ class Session:
             raise E.LocalUsageError("session is not begun")
         self.conn.check_not_closed()
         body = disposition_performative(role, first, last, settled, state)
+        if len(body) + 8 > self.conn.remote_max_frame_size:
+            body = disposition_performative(role, first, last, settled, fitting_state(state))
         pieces = frame_header(8 + len(body), self.channel or 0) + body
         # Settling deliveries we sent must not overtake their transfers still in the queue.
         if role is SENDER and self._blocked:
