@@ -160,3 +160,21 @@ def test_a_wrongly_typed_sasl_init_ends_the_exchange_cleanly(items: list[Any]) -
     assert out[0] == SASL_HEADER and isinstance(out[1].body, p.SaslMechanisms)  # type: ignore[union-attr]
     (violation,) = [e for e in events if isinstance(e, ProtocolViolation)]
     assert "SASL" in violation.description and engine.finished
+
+
+SASL_FIELDS = [(p.SaslInit, i) for i in range(3)]
+
+
+@pytest.mark.parametrize(("cls", "index"), SASL_FIELDS, ids=[f"SaslInit.{dataclasses.fields(p.SaslInit)[i].name}" for _, i in SASL_FIELDS])
+@settings(max_examples=25)
+@given(value=values | st.none())
+def test_a_sasl_init_field_of_any_value_is_read_or_ends_the_exchange(cls: type, index: int, value: Any) -> None:
+    engine = Connection(ConnectionConfig(container_id="server", server=True, sasl_server=SaslServerConfig(mechanisms=("ANONYMOUS",))))
+    items: list[Any] = ["ANONYMOUS", None, None]
+    items[index] = value
+    data = _raw_frame(0, cls, items, FRAME_SASL)
+    engine.receive_data(SASL_HEADER + data, 0.0)  # raises nothing, whatever the value
+    events = engine.events()
+    if len(data) <= engine.config.max_frame_size and not _decodes(cls, items):
+        (violation,) = [e for e in events if isinstance(e, ProtocolViolation)]
+        assert engine.finished and violation.scope == "connection"
