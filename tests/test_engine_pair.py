@@ -741,7 +741,7 @@ def test_reattach_after_detach_closed_false() -> None:
 
 def test_refusing_a_link_attaches_with_null_terminus_then_detaches() -> None:
     pair, cs, ss = connected_pair()
-    cl = cs.attach_sender("nope", target="missing")
+    cl = cs.attach_sender("nope", target=Target(address="missing"))
     _, server_events = pair.pump()
     sl = of_type(server_events, RemoteAttach)[0].link
     sl.reject(Error(condition=E.NOT_FOUND, description="no such node"))
@@ -757,7 +757,7 @@ def test_refusing_a_link_attaches_with_null_terminus_then_detaches() -> None:
 
 def test_detaching_a_link_never_attached_locally_refuses_it() -> None:
     pair, cs, ss = connected_pair()
-    cs.attach_receiver("r", source="s")
+    cs.attach_receiver("r", source=Source(address="s"))
     _, server_events = pair.pump()
     sl = of_type(server_events, RemoteAttach)[0].link
     sl.detach(error=Error(condition=E.UNAUTHORIZED_ACCESS))

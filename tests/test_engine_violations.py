@@ -28,7 +28,7 @@ from router.amqp.events import (
 )
 from router.amqp.framing import AMQP_HEADER, EMPTY_FRAME, FRAME_SASL, frame
 from router.amqp.link import Link
-from router.amqp.messaging import ACCEPTED, Target
+from router.amqp.messaging import ACCEPTED, Source, Target
 from router.amqp.performatives import (
     RECEIVER,
     SENDER,
@@ -116,7 +116,7 @@ class Server:
 
     def attach_receiver(self, channel: int, handle: int, name: str = "r") -> Link:
         """We attach a receiver; the engine's application answers as sender."""
-        self.send(channel, attach(handle, name, RECEIVER, source=Target(address="q")))
+        self.send(channel, attach(handle, name, RECEIVER, source=Source(address="q")))
         (remote,) = of_type(self.peer.take_events(), RemoteAttach)
         link: Link = remote.link
         link.attach(source=remote.attach.source)
@@ -177,14 +177,17 @@ def assert_detached_with(server: Server, condition: str, handle: int) -> None:
     assert condition in SPEC_CONDITIONS  # transport §2.8.18
 
 
-def prove_still_working(server: Server, channel: int = 7, handle: int = 0, *, new_session: bool = True) -> None:
-    """A new link (on a new session unless told otherwise) carries a message and its disposition."""
+def prove_still_working(
+    server: Server, channel: int = 7, handle: int = 0, *, new_session: bool = True, delivery_id: int = 0
+) -> None:
+    """A new link (on a new session unless told otherwise) carries a message and its disposition;
+    on an old session, `delivery_id` continues the peer's sequence (transport §2.6)."""
     if new_session:
         session = server.begin(channel)
     else:
         (session,) = [s for s in server.engine.sessions if s.remote_channel == channel]
     link = server.attach_sender(channel, handle, name=f"proof-{channel}-{handle}")
-    server.send(channel, transfer(handle, 0, b"proof"), b"message body")
+    server.send(channel, transfer(handle, delivery_id, b"proof"), b"message body")
     (t,) = of_type(server.peer.take_events(), TransferReceived)
     assert t.link is link and t.payload == b"message body"
     link.dispose(t.delivery_id, state=ACCEPTED)
@@ -545,6 +548,37 @@ def test_frames_after_the_session_error_are_discarded_until_the_end() -> None:
 # --- links (transport §2.6) ---------------------------------------------------------------------
 
 
+def test_a_delivery_id_out_of_sequence_ends_the_session() -> None:
+    # Delivery-ids are a session-scoped sequence (transport §2.6): a reused id would make two
+    # deliveries one for their dispositions. Discarded transfers (a detached link) still count.
+    server = Server()
+    server.begin(0)
+    server.attach_sender(0, 0)
+    server.send(0, transfer(0, 5))
+    assert len(of_type(server.peer.take_events(), TransferReceived)) == 1
+    server.send(0, transfer(0, 6, more=True))
+    server.send(0, transfer(0, 6, b"t"))  # a continuation may repeat its id
+    assert len(of_type(server.peer.take_events(), TransferReceived)) == 2
+    server.send(0, transfer(0, 7, b"u"))
+    server.send(0, transfer(0, 8, b"v"))  # the sequence: 7, 8 ...
+    assert len(of_type(server.peer.take_events(), TransferReceived)) == 2
+    server.send(0, transfer(0, 6, b"again"))  # a new delivery reusing 6
+    out = server.out()
+    (end,) = [b for b in out if isinstance(b, End)]
+    assert end.error is not None and end.error.condition == E.INVALID_FIELD
+    assert "out of sequence (expected 9)" in end.error.description
+
+
+def test_delivery_ids_wrap_around() -> None:
+    server = Server()
+    server.begin(0)
+    server.attach_sender(0, 0)
+    for delivery_id in (0xFFFFFFFE, 0xFFFFFFFF, 0, 1):  # serial numbers (transport §2.8.10)
+        server.send(0, transfer(0, delivery_id, b"%d" % delivery_id))
+    assert [t.delivery_id for t in of_type(server.peer.take_events(), TransferReceived)] == [0xFFFFFFFE, 0xFFFFFFFF, 0, 1]
+    assert not server.violations()
+
+
 def test_transfer_without_link_credit() -> None:
     server = Server()
     server.begin(0)
@@ -557,7 +591,7 @@ def test_transfer_without_link_credit() -> None:
     assert server.out() == [] and server.peer.take_events() == []
     server.send(0, Detach(handle=0, closed=True))
     assert of_type(server.peer.take_events(), RemoteDetach)
-    prove_still_working(server, channel=0, handle=1, new_session=False)
+    prove_still_working(server, channel=0, handle=1, new_session=False, delivery_id=2)
     prove_still_working(server)
 
 
@@ -720,7 +754,7 @@ def test_echo_on_a_session_not_yet_answered_sends_nothing_before_the_begin() -> 
 def test_link_echo_before_our_attach_sends_nothing() -> None:
     server = Server()
     server.begin(0)
-    server.send(0, attach(0, name="r", role=RECEIVER, source=Target(address="q")))
+    server.send(0, attach(0, name="r", role=RECEIVER, source=Source(address="q")))
     (remote,) = of_type(server.peer.take_events(), RemoteAttach)
     server.send(0, flow(handle=0, credit=5, echo=True))
     assert server.out() == []

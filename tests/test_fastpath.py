@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router.amqp import messaging as m
 from router.amqp import performatives as p
 from router.amqp.decode import decode_at
 from router.amqp.encode import encode
@@ -23,6 +24,7 @@ from router.amqp.fastpath import (
     transfer_middle,
 )
 from router.amqp.framing import frame
+from router.amqp.types import Described, UInt, ULong
 
 from .strategies import same
 from .test_performatives import composites
@@ -125,3 +127,41 @@ def test_the_fast_transfer_frame_decodes_to_the_transfer_asked_for(
 def test_transfers_the_fast_writer_cannot_express_are_left_to_the_general_one() -> None:
     assert transfer_middle(0, 256, 4) == b""
     assert transfer_middle(0, 1, 201) == b""
+
+
+# Values of every shape the fast parsers read inline (null, uint0/smalluint/uint, true/false,
+# vbin8, an empty outcome) and some they leave to the general decoder, for type confusion.
+_confusing = st.one_of(
+    st.none(), st.booleans(), st.sampled_from([0, 1, 255, 256]).map(UInt),
+    st.binary(max_size=4), st.text(max_size=3), st.sampled_from([m.Accepted(), m.Released(), m.Rejected(), m.Modified(), m.Source()]),
+)
+
+
+_VALID_START: dict[type, list[Any]] = {
+    p.Transfer: [UInt(0), UInt(1), b"t"],
+    p.Flow: [None, UInt(10), UInt(1), UInt(10)],
+    p.Disposition: [True, UInt(0)],
+}
+
+
+@pytest.mark.parametrize("cls", list(PARSERS), ids=lambda c: c.__name__)
+@settings(max_examples=300)
+@given(data=st.data())
+def test_fast_parsers_agree_on_wrongly_typed_fields(cls: type, data: st.DataObject) -> None:
+    # Any field may hold a value of another type (a uint0 where a boolean belongs, a binary
+    # where a state belongs ...): the fast parser refuses exactly what the general decoder
+    # refuses, and reads the same fields from the rest.
+    items: list[Any] = list(_VALID_START[cls])
+    items += [data.draw(_confusing, label=f"extra {i}") for i in range(data.draw(st.integers(0, 8)))]
+    for i in range(len(items)):
+        if data.draw(st.integers(0, 3), label=f"replace {i}?") == 0:
+            items[i] = data.draw(_confusing, label=f"field {i}")
+    body = encode(Described(ULong(cls.DESCRIPTOR_CODE), items))  # type: ignore[attr-defined]
+    parse, expected = PARSERS[cls]
+    general, fast = _general(body), _fast(parse, body)
+    if isinstance(general, DecodeError):
+        assert isinstance(fast, DecodeError), (items, fast)
+        return
+    assert not isinstance(fast, DecodeError), (items, fast)
+    value, stop = general
+    _assert_agree(expected(value, stop), fast)

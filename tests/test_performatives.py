@@ -38,7 +38,9 @@ from .test_codec_proton import has_described_in_described, proton_decode, proton
 
 # --- the spec's field tables ----------------------------------------------------------------------
 # (field, kind, mandatory). Kinds: AMQP type names; "symbol*" is a multiple symbol field
-# (types §1.3: one value or an array); "*" a field of any described type, drawn by name below.
+# (types §1.3: one value or an array); "error", "source", "target", "delivery-state", "outcome"
+# fields of a described type the spec names or whose archetype it requires (types §1.4); "*" any
+# value; "filter-set" and "unsettled" the restricted maps of messaging §3.5.8 and transport §2.7.3.
 
 Field = tuple[str, str, bool]
 
@@ -62,8 +64,8 @@ SPEC: dict[type, list[Field]] = {
     ],
     p.Attach: [  # transport §2.7.3
         _f("name", "string", True), _f("handle", "uint", True), _f("role", "boolean", True),
-        _f("snd_settle_mode", "ubyte"), _f("rcv_settle_mode", "ubyte"), _f("source", "*"),
-        _f("target", "*"), _f("unsettled", "map"), _f("incomplete_unsettled", "boolean"),
+        _f("snd_settle_mode", "ubyte"), _f("rcv_settle_mode", "ubyte"), _f("source", "source"),
+        _f("target", "target"), _f("unsettled", "unsettled"), _f("incomplete_unsettled", "boolean"),
         _f("initial_delivery_count", "uint"), _f("max_message_size", "ulong"), *CAPS,
         _f("properties", "fields"),
     ],
@@ -77,16 +79,16 @@ SPEC: dict[type, list[Field]] = {
     p.Transfer: [  # transport §2.7.5
         _f("handle", "uint", True), _f("delivery_id", "uint"), _f("delivery_tag", "binary"),
         _f("message_format", "uint"), _f("settled", "boolean"), _f("more", "boolean"),
-        _f("rcv_settle_mode", "ubyte"), _f("state", "*"), _f("resume", "boolean"),
+        _f("rcv_settle_mode", "ubyte"), _f("state", "delivery-state"), _f("resume", "boolean"),
         _f("aborted", "boolean"), _f("batchable", "boolean"),
     ],
     p.Disposition: [  # transport §2.7.6
         _f("role", "boolean", True), _f("first", "uint", True), _f("last", "uint"),
-        _f("settled", "boolean"), _f("state", "*"), _f("batchable", "boolean"),
+        _f("settled", "boolean"), _f("state", "delivery-state"), _f("batchable", "boolean"),
     ],
-    p.Detach: [_f("handle", "uint", True), _f("closed", "boolean"), _f("error", "*")],  # §2.7.7
-    p.End: [_f("error", "*")],  # transport §2.7.8
-    p.Close: [_f("error", "*")],  # transport §2.7.9
+    p.Detach: [_f("handle", "uint", True), _f("closed", "boolean"), _f("error", "error")],
+    p.End: [_f("error", "error")],  # transport §2.7.8
+    p.Close: [_f("error", "error")],  # transport §2.7.9
     p.Error: [  # transport §2.8.14
         _f("condition", "symbol", True), _f("description", "string"), _f("info", "fields"),
     ],
@@ -100,22 +102,29 @@ SPEC: dict[type, list[Field]] = {
     p.SaslOutcome: [_f("code", "ubyte", True), _f("additional_data", "binary")],  # §5.3.3.5
     m.Received: [_f("section_number", "uint", True), _f("section_offset", "ulong", True)],
     m.Accepted: [],  # messaging §3.4.2
-    m.Rejected: [_f("error", "*")],  # messaging §3.4.3
+    m.Rejected: [_f("error", "error")],  # messaging §3.4.3
     m.Released: [],  # messaging §3.4.4
     m.Modified: [  # messaging §3.4.5
         _f("delivery_failed", "boolean"), _f("undeliverable_here", "boolean"),
         _f("message_annotations", "fields"),
     ],
     m.Source: [  # messaging §3.5.3
-        _f("address", "*"), _f("durable", "uint"), _f("expiry_policy", "symbol"),
+        # address: `*` requiring "address", which only address-string provides (§3.2.15)
+        _f("address", "string"), _f("durable", "uint"), _f("expiry_policy", "symbol"),
         _f("timeout", "uint"), _f("dynamic", "boolean"), _f("dynamic_node_properties", "fields"),
-        _f("distribution_mode", "symbol"), _f("filter", "map"), _f("default_outcome", "*"),
+        _f("distribution_mode", "symbol"), _f("filter", "filter-set"),
+        _f("default_outcome", "outcome"),
         _f("outcomes", "symbol*"), _f("capabilities", "symbol*"),
     ],
     m.Target: [  # messaging §3.5.4
-        _f("address", "*"), _f("durable", "uint"), _f("expiry_policy", "symbol"),
+        _f("address", "string"), _f("durable", "uint"), _f("expiry_policy", "symbol"),
         _f("timeout", "uint"), _f("dynamic", "boolean"), _f("dynamic_node_properties", "fields"),
         _f("capabilities", "symbol*"),
+    ],
+    m.Coordinator: [_f("capabilities", "symbol*")],  # transactions §4.5.1
+    m.Declared: [_f("txn_id", "binary", True)],  # transactions §4.5.5
+    m.TransactionalState: [  # transactions §4.5.6
+        _f("txn_id", "binary", True), _f("outcome", "outcome"),
     ],
     m.DeleteOnClose: [],  # messaging §3.5.10-§3.5.13
     m.DeleteOnNoLinks: [],
@@ -149,7 +158,8 @@ CODES: dict[type, int] = {
     p.Disposition: 0x15, p.Detach: 0x16, p.End: 0x17, p.Close: 0x18, p.Error: 0x1D,
     p.SaslMechanisms: 0x40, p.SaslInit: 0x41, p.SaslChallenge: 0x42, p.SaslResponse: 0x43,
     p.SaslOutcome: 0x44, m.Received: 0x23, m.Accepted: 0x24, m.Rejected: 0x25,
-    m.Released: 0x26, m.Modified: 0x27, m.Source: 0x28, m.Target: 0x29,
+    m.Released: 0x26, m.Modified: 0x27, m.Source: 0x28, m.Target: 0x29, m.Coordinator: 0x30,
+    m.Declared: 0x33, m.TransactionalState: 0x34,
     m.DeleteOnClose: 0x2B, m.DeleteOnNoLinks: 0x2C, m.DeleteOnNoMessages: 0x2D,
     m.DeleteOnNoLinksOrMessages: 0x2E, m.Header: 0x70, m.DeliveryAnnotations: 0x71,
     m.MessageAnnotations: 0x72, m.Properties: 0x73, m.ApplicationProperties: 0x74,
@@ -234,12 +244,24 @@ _ANY: dict[str, st.SearchStrategy[Any]] = {
 
 
 def _field(cls: type, name: str, kind: str) -> st.SearchStrategy[Any]:
-    if kind != "*":
+    if kind in _KIND:
         strategy = _KIND[kind]
-    elif name in ("source", "target"):
-        strategy = st.deferred(lambda: composites(m.Source if name == "source" else m.Target))
-    else:
+    elif kind == "source":
+        strategy = st.deferred(lambda: composites(m.Source))
+    elif kind == "target":
+        strategy = st.deferred(lambda: composites(m.Target) | composites(m.Coordinator))
+    elif kind == "outcome":
+        strategy = outcomes | st.builds(m.Declared, txn_id=_KIND["binary"])
+    elif kind == "delivery-state":
+        strategy = delivery_states | st.builds(
+            m.TransactionalState, txn_id=_KIND["binary"], outcome=st.none() | outcomes
+        )
+    elif kind in ("filter-set", "unsettled"):
+        strategy = st.nothing()  # drawn below
+    elif name in _ANY:
         strategy = _ANY[name]
+    else:
+        strategy = _ANY[kind]
     if cls is m.Source and name == "filter":  # filter-set: symbol keys, described filters
         strategy = st.dictionaries(_symbols, st.none() | st.builds(
             Described, st.just(Symbol("apache.org:selector-filter:string")), st.text()))
@@ -381,6 +403,8 @@ _VALID: dict[str, Any] = {
     "string": "s", "symbol": Symbol("s"), "binary": b"b", "boolean": True, "ubyte": UByte(1),
     "ushort": UShort(1), "uint": UInt(1), "ulong": ULong(1), "timestamp": Timestamp(1),
     "symbol*": Array("symbol", [Symbol("s")]), "fields": {}, "map": {}, "list": [], "*": None,
+    "error": p.Error(condition="amqp:internal-error"), "source": m.Source(), "target": m.Target(),
+    "delivery-state": m.Accepted(), "outcome": m.Released(), "filter-set": {}, "unsettled": {},
 }  # fmt: skip
 # A value of the wrong AMQP type for each kind. A string is a valid single symbol for a
 # multiple symbol field, so those get an int.
@@ -388,6 +412,10 @@ _WRONG: dict[str, Any] = {
     "string": UInt(1), "symbol": UInt(1), "binary": "x", "boolean": "x", "ubyte": "x",
     "ushort": "x", "uint": "x", "ulong": "x", "timestamp": "x", "symbol*": UInt(1),
     "fields": "x", "map": "x", "list": "x",
+    # described kinds: a described value of another type (a source where an error belongs ...)
+    "error": m.Accepted(), "source": m.Target(), "target": m.Source(), "delivery-state": m.Source(),
+    "outcome": m.Received(section_number=0, section_offset=0), "filter-set": "x",
+    "unsettled": {"not-a-tag": None},
 }  # fmt: skip
 
 

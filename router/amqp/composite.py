@@ -6,9 +6,13 @@ registers an encoder (a described list, fields equal to their default written as
 nulls trimmed) and a decoder that validates every field and fills defaults.
 
 Field kinds: "string", "symbol", "binary", "boolean", "ubyte", "ushort", "uint", "ulong",
-"timestamp", "fields" (map), "map", "list", "*" (any value, e.g. a described type); a trailing
-"*" marks a multiple field (types §1.3: a single value or an array, kept as a tuple) and a
-trailing "!" a mandatory one.
+"timestamp", "fields" (map with symbol keys), "map", "list", "filter-set" (messaging §3.5.8),
+"unsettled" (attach: delivery-tag -> delivery-state, transport §2.7.3), "*" (any value); or the
+name of a composite ("error", "source") or of an archetype composites provide ("delivery-state",
+"outcome", "target"): the value must be one of those described types, so a field is never
+stored with a type the spec does not allow (a wrong type is amqp:decode-error). A trailing "*"
+marks a multiple field (types §1.3: a single value or an array, kept as a tuple) and a trailing
+"!" a mandatory one.
 Must not touch: the meaning of any particular performative (performatives.py, messaging.py).
 """
 
@@ -21,7 +25,7 @@ from typing import Any, TypeVar
 from .decode import register_described
 from .encode import encode_value, register_encoder
 from .errors import DecodeError, EncodeError
-from .types import Array, Symbol, Timestamp, UByte, UInt, ULong, UShort
+from .types import Array, Described, Symbol, Timestamp, UByte, UInt, ULong, UShort
 
 T = TypeVar("T")
 
@@ -64,6 +68,44 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
 }
 
 
+# Composite type name or archetype -> the classes that are or provide it (filled by `composite`).
+# Kinds naming a described type are looked up when a value is decoded, so a performative may name
+# a type that a later module defines (attach's source, defined in messaging.py).
+_DESCRIBED_KINDS: dict[str, tuple[type, ...]] = {}
+
+
+def described_kind(kind: str) -> tuple[type, ...] | None:
+    """The classes a described-type kind accepts, None if `kind` names no described type."""
+    return _DESCRIBED_KINDS.get(kind)
+
+
+def _filter_set(value: Any, where: str) -> dict[Any, Any]:
+    """messaging §3.5.8: symbol keys; each value null or a described filter."""
+    if not isinstance(value, dict):
+        raise DecodeError(f"{where} must be a map, got {type(value).__name__}")
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        if item is not None and not isinstance(item, Described) and not hasattr(item, "DESCRIPTOR_CODE"):
+            raise DecodeError(f"{where} value must be a described filter, got {type(item).__name__}")
+        out[_from_wire("symbol", key, f"{where} key")] = item
+    return out
+
+
+def _unsettled(value: Any, where: str) -> dict[Any, Any]:
+    """transport §2.7.3: delivery-tag (binary) -> delivery-state or null."""
+    if not isinstance(value, dict):
+        raise DecodeError(f"{where} must be a map, got {type(value).__name__}")
+    for key, item in value.items():
+        if not isinstance(key, bytes):
+            raise DecodeError(f"{where} key must be a delivery-tag, got {type(key).__name__}")
+        if item is not None:
+            _from_wire("delivery-state", item, f"{where} value")
+    return value
+
+
+_SPECIAL: dict[str, Callable[[Any, str], Any]] = {"filter-set": _filter_set, "unsettled": _unsettled}
+
+
 def _from_wire(kind: str, value: Any, where: str) -> Any:
     """Validate a decoded field against its kind; raise DecodeError naming the field."""
     if kind == "*":
@@ -93,12 +135,28 @@ def _from_wire(kind: str, value: Any, where: str) -> Any:
         except EncodeError:
             raise DecodeError(f"{where} must be symbol, got non-ASCII text") from None
     check = _CHECKS.get(kind)
-    if check is not None and not check(value):
-        raise DecodeError(f"{where} must be {kind}, got {type(value).__name__}")
-    if kind == "fields":
-        # fields keys are symbols (transport §2.8.13); anything else could not be re-encoded.
-        return {_from_wire("symbol", key, f"{where} key"): item for key, item in value.items()}
+    if check is not None:
+        if not check(value):
+            raise DecodeError(f"{where} must be {kind}, got {type(value).__name__}")
+        if kind == "fields":
+            # fields keys are symbols (transport §2.8.13); anything else could not be re-encoded.
+            return {_from_wire("symbol", key, f"{where} key"): item for key, item in value.items()}
+        return value
+    special = _SPECIAL.get(kind)
+    if special is not None:
+        return special(value, where)
+    classes = _DESCRIBED_KINDS.get(kind)
+    if classes is None:  # a kind no module registered: a bug here, reported as bad input
+        raise DecodeError(f"{where}: unknown field kind {kind!r}")
+    if not isinstance(value, classes):
+        raise DecodeError(f"{where} must be {kind}, got {_described_name(value)}")
     return value
+
+
+def _described_name(value: Any) -> str:
+    if isinstance(value, Described):
+        return f"described {value.descriptor!r}"
+    return type(value).__name__
 
 
 def _descriptor_prefix(code: int) -> bytes:
@@ -107,8 +165,11 @@ def _descriptor_prefix(code: int) -> bytes:
     return bytes(out)
 
 
-def composite(code: int, name: str, *kinds: str) -> Callable[[type[T]], type[T]]:
-    """Register a dataclass as the composite type with descriptor `code` / `name`."""
+def composite(
+    code: int, name: str, *kinds: str, provides: tuple[str, ...] = ()
+) -> Callable[[type[T]], type[T]]:
+    """Register a dataclass as the composite type with descriptor `code` / `name`, which
+    provides the archetypes `provides` (types §1.4, e.g. a source provides "source")."""
 
     def wrap(cls: type[T]) -> type[T]:
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
@@ -157,6 +218,8 @@ def composite(code: int, name: str, *kinds: str) -> Callable[[type[T]], type[T]]
 
         register_encoder(cls, encode_composite)
         register_described((code, Symbol(name)), decode_composite)
+        for kind_name in (type_name, *provides):
+            _DESCRIBED_KINDS[kind_name] = (*_DESCRIBED_KINDS.get(kind_name, ()), cls)
         setattr(cls, "DESCRIPTOR_CODE", code)
         setattr(cls, "DESCRIPTOR_NAME", name)
         return cls

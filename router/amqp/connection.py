@@ -17,6 +17,7 @@ Must not touch: sockets, clocks (time is a parameter), routing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -64,7 +65,9 @@ from .performatives import (
     Transfer,
 )
 from .sasl import SaslClient, SaslClientConfig, SaslProtocolError, SaslServer, SaslServerConfig
+from .session import MAX_DESCRIPTION_BYTES as _MAX_DESCRIPTION_BYTES
 from .session import Session
+from .session import wire_error as _wire_error
 
 _unpack_frame_header = FRAME_HEADER.unpack_from
 _HEADER: Final = 0
@@ -72,17 +75,6 @@ _SASL: Final = 1
 _AMQP: Final = 2
 _DONE: Final = 3
 _HELD: Final = 4  # a failed SASL outcome held back until a deadline (login throttling)
-# Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
-# carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
-# (transport §2.7.1 MIN-MAX-FRAME-SIZE): cap the description well below that.
-_MAX_DESCRIPTION_BYTES: Final = 256
-
-
-def _wire_error(condition: str, description: str) -> Error:
-    data = description.encode("utf-8")
-    if len(data) > _MAX_DESCRIPTION_BYTES:
-        description = data[: _MAX_DESCRIPTION_BYTES - 3].decode("utf-8", "ignore") + "..."
-    return Error(condition=condition, description=description)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,9 +92,9 @@ class Connection:
     __slots__ = (
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_inbuf", "_out", "_deferred", "_amqp_ready", "_events", "_stage", "_sasl_done",
+        "_inbuf", "_out", "_deferred", "_amqp_ready", "_header_out", "_events", "_stage", "_sasl_done",
         "_sasl", "_sessions_by_local", "_sessions_by_remote",
-        "_now", "_last_received", "_last_sent", "context", "sasl_failure_delay", "_held",
+        "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay", "_held",
     )  # fmt: skip
 
     def __init__(self, config: ConnectionConfig) -> None:
@@ -120,8 +112,12 @@ class Connection:
         self.remote_idle_timeout_s: float | None = None
         self._inbuf = bytearray()
         self._out: list[bytes | memoryview] = []
-        self._deferred: list[bytes | memoryview] = []  # AMQP frames waiting for the header
-        self._amqp_ready = False
+        # AMQP frames waiting for the header and our open: the engine may have to write a
+        # session's frames (ending it on a session error) before the application opened, and
+        # nothing may precede the open (transport §2.4.1)
+        self._deferred: list[bytes | memoryview] = []
+        self._amqp_ready = False  # header and open are out: frames go straight to the output
+        self._header_out = False
         self._events: list[Event] = []
         self._stage = _HEADER
         self._sasl_done = False
@@ -131,6 +127,7 @@ class Connection:
         self._now = 0.0
         self._last_received = 0.0
         self._last_sent = 0.0
+        self._stream_ended = False
         self.context: Any = None
         # Server side: asked with `now` when a login fails, how long to hold back the failed
         # sasl-outcome (seconds; the router's LoginThrottle). The engine holds it, and the end
@@ -156,7 +153,10 @@ class Connection:
         """Feed bytes from the peer; b"" means the peer closed its side of the stream."""
         self._now = now
         if not data:
-            if not self.finished or self._stage != _DONE:
+            # Reported once, however the connection ended (a violation, a refused header or SASL
+            # exchange included): the application releases what the connection held on it.
+            if not self._stream_ended:
+                self._stream_ended = True
                 clean = self.state.both_closed
                 self._stage = _DONE
                 self.finished = True
@@ -234,7 +234,7 @@ class Connection:
         """Send our open (transport §2.7.1)."""
         self.state.local_input(Input.OPEN)
         idle = self.config.idle_timeout_s
-        self.write_frame(
+        self._deferred.insert(0, frame(
             0,
             Open(
                 container_id=self.config.container_id,
@@ -247,7 +247,8 @@ class Connection:
                 desired_capabilities=desired_capabilities,
                 properties=properties,
             ),
-        )
+        ))  # fmt: skip
+        self._release_deferred()
 
     def close(self, error: Error | None = None) -> None:
         """Send our close (transport §2.7.9); opens first if we never did."""
@@ -300,12 +301,21 @@ class Connection:
         (self._out if self._amqp_ready else self._deferred).extend(pieces)
 
     def write_frame(self, channel: int, performative: Any) -> None:
+        """Write one non-transfer frame; no frame may exceed the peer's max-frame-size
+        (transport §2.7.1). A detach, end or close must always go out: an error too large for
+        it (a description quoting the peer's data) is cut down to fit. Any other frame too
+        large raises FrameTooLarge and writes nothing."""
         data = frame(channel, performative)
         if len(data) > self.remote_max_frame_size and self.remote_open is not None:
-            raise E.LocalUsageError(
-                f"{type(performative).__name__} frame of {len(data)} bytes exceeds the peer's "
-                f"max-frame-size {self.remote_max_frame_size}"
-            )
+            error = getattr(performative, "error", None)
+            if isinstance(performative, (Detach, End, Close)) and error is not None:
+                smaller = _wire_error(str(error.condition)[:_MAX_DESCRIPTION_BYTES], error.description or "")
+                data = frame(channel, dataclasses.replace(performative, error=smaller))
+            if len(data) > self.remote_max_frame_size:
+                raise E.FrameTooLarge(
+                    f"{type(performative).__name__} frame of {len(data)} bytes exceeds the "
+                    f"peer's max-frame-size {self.remote_max_frame_size}"
+                )
         self.write_bytes(data)
 
     def allocate_channel(self, session: Session) -> int:
@@ -365,9 +375,16 @@ class Connection:
 
     def _write_amqp_header(self) -> None:
         self._out.append(AMQP_HEADER)
-        self._amqp_ready = True
-        self._out.extend(self._deferred)
-        self._deferred = []
+        self._header_out = True
+        self._release_deferred()
+
+    def _release_deferred(self) -> None:
+        # Only a server reads a peer's frames before its own open (a client opens first), so
+        # only a server's frames wait for the open.
+        if self._header_out and (self.state.local is not UNINIT or not self.config.server):
+            self._amqp_ready = True
+            self._out.extend(self._deferred)
+            self._deferred = []
 
     def _header_failure(self, reply: bytes, description: str) -> None:
         """transport §2.2: answer with a header we support, then close the stream."""
@@ -503,7 +520,7 @@ class Connection:
                     )
                 session = sessions.get(channel)
                 # Inline descriptor check: smallulong codes are what every peer sends.
-                if buf[body] == 0x00 and buf[body + 1] == 0x53 and body + 3 <= end:
+                if body + 3 <= end and buf[body] == 0x00 and buf[body + 1] == 0x53:
                     code, start = buf[body + 2], body + 3
                 else:
                     code, start = None, body

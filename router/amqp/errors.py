@@ -82,3 +82,11 @@ class LocalUsageError(AmqpError, RuntimeError):
     """The application asked the engine for something the protocol state does not allow."""
 
     condition = ILLEGAL_STATE
+
+
+class FrameTooLarge(LocalUsageError):
+    """A frame we were asked to write would exceed the peer's max-frame-size (transport §2.7.1):
+    nothing was written. An answer that echoes the peer's data (an attach's termini, say) is
+    refused instead of sent (Link.answer)."""
+
+    condition = FRAME_SIZE_TOO_SMALL

@@ -201,7 +201,8 @@ class ProtocolViolation:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransportClosed:
-    """The byte stream ended. `clean` when both closes were exchanged before it did."""
+    """The byte stream ended (reported once, whatever ended the connection before). `clean`
+    when both closes were exchanged before it did."""
 
     clean: bool
 

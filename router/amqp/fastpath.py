@@ -38,6 +38,10 @@ _EMPTY_OUTCOMES: Final[dict[int, Any]] = {
 }
 
 
+# The only described values read_fields gives (other states take the general decoder).
+_OUTCOME_TYPES: Final = frozenset(type(state) for state in _EMPTY_OUTCOMES.values())
+
+
 def u32(buf: bytes, pos: int) -> int:
     """The big-endian uint32 at `pos`. Byte reads of a `bytes` compile to plain loads (mypyc),
     where struct.unpack_from costs a call and a tuple per field."""
@@ -359,7 +363,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
             # read here; a state or a settle mode (rare) takes the general path.
             for index in range(6, min(count, 11)):
                 c = buf[p]
-                if c == 0x40 or c == 0x42:
+                if c == 0x40 or (c == 0x42 and index >= 8):  # false is a boolean's only
                     p += 1
                 elif c == 0x41 and index >= 8:
                     if index == 9:
@@ -407,13 +411,16 @@ def parse_flow(buf: bytes, pos: int, end: int) -> FlowFields:
     f, _ = parsed
     f += [None] * (10 - len(f))
     ints = (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7])
+    drain = False if f[8] is None else f[8]  # not `or`: a uint0 must fail the check below
+    echo = False if f[9] is None else f[9]
     for i, v in enumerate(ints):
         if (v is None and 1 <= i <= 3) or (v is not None and type(v) is not int):
+            _general(buf, pos, end, Flow)  # raises, naming the field
             raise DecodeError("flow field has the wrong type or a mandatory field is missing")
-    drain = f[8] or False
-    echo = f[9] or False
-    if type(drain) is not bool or type(echo) is not bool:
-        raise DecodeError("flow.drain and flow.echo must be boolean")
+    # properties (a map) is never among the encodings read_fields reads, so must be absent
+    if type(drain) is not bool or type(echo) is not bool or (len(f) > 10 and f[10] is not None):
+        _general(buf, pos, end, Flow)
+        raise DecodeError("flow.drain, flow.echo or flow.properties has the wrong type")
     return (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], drain, echo)
 
 
@@ -428,10 +435,15 @@ def parse_disposition(buf: bytes, pos: int, end: int) -> DispositionFields:
         return (d.role, d.first, d.last, d.settled, d.state)
     f, _ = parsed
     f += [None] * (5 - len(f))
-    role, first, last, settled = f[0], f[1], f[2], f[3] or False
+    role, first, last, settled, state = f[0], f[1], f[2], f[3], f[4]
+    if settled is None:
+        settled = False
     if (
         type(role) is not bool or type(first) is not int or type(settled) is not bool
         or (last is not None and type(last) is not int)
+        or (state is not None and type(state) not in _OUTCOME_TYPES)  # int, bool or binary
+        or (len(f) > 5 and f[5] is not None and type(f[5]) is not bool)  # batchable
     ):  # fmt: skip
+        _general(buf, pos, end, Disposition)  # raises, naming the field
         raise DecodeError("disposition field has the wrong type or is missing")
-    return (role, first, last, settled, f[4])
+    return (role, first, last, settled, state)

@@ -185,10 +185,31 @@ class Link:
         )
         self.session.link_locally_detached(self)
 
+    def answer(self, **attach: Any) -> bool:
+        """Answer the peer's attach with ours (arguments as attach). When ours cannot be sent,
+        because it would exceed the peer's max-frame-size (it echoes the peer's termini, which
+        may be as large as our own frame limit) or no handle is free, refuse the link instead
+        (reject: null termini, then a detach naming why) and return False."""
+        try:
+            self.attach(**attach)
+        except LocalUsageError as exc:
+            if self.state.local is not UNINIT:
+                raise  # not a refusal case: the link was answered or closed before
+            self.reject(Error(condition=exc.condition, description=f"cannot answer the attach: {exc}"))
+            return False
+        return True
+
     def reject(self, error: Error) -> None:
-        """Refuse a link the peer attached: null-terminus attach, then detach with `error`."""
+        """Refuse a link the peer attached: null-terminus attach, then detach with `error`.
+        With no handle left even for that (the peer's handle-max, transport §2.7.2), the link
+        cannot be answered at all: the session ends with the error."""
         if self.state.local is UNINIT:
-            self.attach(source=None, target=None)
+            try:
+                self.attach(source=None, target=None)
+            except LocalUsageError:
+                if self.session.state.local is ACTIVE:
+                    self.session.end(error)
+                return
         self.detach(closed=True, error=error)
 
     def flow(self, credit: int, *, drain: bool = False, echo: bool = False) -> None:

@@ -17,7 +17,11 @@ from .performatives import Error, Fields, Symbols
 # --- delivery states, messaging §3.4 ------------------------------------------------------------
 
 
-@composite(0x23, "amqp:received:list", "uint!", "ulong!")
+_STATE: Final = ("delivery-state",)
+_OUTCOME: Final = ("delivery-state", "outcome")
+
+
+@composite(0x23, "amqp:received:list", "uint!", "ulong!", provides=_STATE)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Received:
     DESCRIPTOR_CODE: ClassVar[int]
@@ -25,26 +29,26 @@ class Received:
     section_offset: int
 
 
-@composite(0x24, "amqp:accepted:list")
+@composite(0x24, "amqp:accepted:list", provides=_OUTCOME)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Accepted:
     DESCRIPTOR_CODE: ClassVar[int]
 
 
-@composite(0x25, "amqp:rejected:list", "*")
+@composite(0x25, "amqp:rejected:list", "error", provides=_OUTCOME)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rejected:
     DESCRIPTOR_CODE: ClassVar[int]
     error: Error | None = None
 
 
-@composite(0x26, "amqp:released:list")
+@composite(0x26, "amqp:released:list", provides=_OUTCOME)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Released:
     DESCRIPTOR_CODE: ClassVar[int]
 
 
-@composite(0x27, "amqp:modified:list", "boolean", "boolean", "fields")
+@composite(0x27, "amqp:modified:list", "boolean", "boolean", "fields", provides=_OUTCOME)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Modified:
     DESCRIPTOR_CODE: ClassVar[int]
@@ -98,11 +102,15 @@ class DeleteOnNoLinksOrMessages:
 
 
 # --- terminus, messaging §3.5.3-§3.5.4 ----------------------------------------------------------
+# An address is `*` requiring the archetype "address", which only address-string (messaging
+# §3.2.15) provides: an address of another type (binary, say) is a decode error like any field of
+# the wrong type. A source's filter is a filter-set, its default outcome an outcome.
 
 
 @composite(
     0x28, "amqp:source:list",
-    "*", "uint", "symbol", "uint", "boolean", "fields", "symbol", "map", "*", "symbol*", "symbol*",
+    "string", "uint", "symbol", "uint", "boolean", "fields", "symbol", "filter-set", "outcome",
+    "symbol*", "symbol*", provides=("source",),
 )  # fmt: skip
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Source:
@@ -120,7 +128,10 @@ class Source:
     capabilities: Symbols | None = None
 
 
-@composite(0x29, "amqp:target:list", "*", "uint", "symbol", "uint", "boolean", "fields", "symbol*")
+@composite(
+    0x29, "amqp:target:list", "string", "uint", "symbol", "uint", "boolean", "fields", "symbol*",
+    provides=("target",),
+)  # fmt: skip
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
     DESCRIPTOR_CODE: ClassVar[int]
@@ -131,6 +142,33 @@ class Target:
     dynamic: bool = False
     dynamic_node_properties: Fields | None = None
     capabilities: Symbols | None = None
+
+
+# --- the transaction types a link or a delivery may carry, transactions §4.5 ---------------------
+# Known so that a coordinator target or a transactional state is a valid field (the router refuses
+# coordinator links itself, router/core/links.py) rather than an unknown described value.
+
+
+@composite(0x30, "amqp:coordinator:list", "symbol*", provides=("target",))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Coordinator:
+    DESCRIPTOR_CODE: ClassVar[int]
+    capabilities: Symbols | None = None
+
+
+@composite(0x33, "amqp:declared:list", "binary!", provides=_OUTCOME)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Declared:
+    DESCRIPTOR_CODE: ClassVar[int]
+    txn_id: bytes
+
+
+@composite(0x34, "amqp:transactional-state:list", "binary!", "outcome", provides=_STATE)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransactionalState:
+    DESCRIPTOR_CODE: ClassVar[int]
+    txn_id: bytes
+    outcome: Any = None
 
 
 # --- message sections, messaging §3.2 -----------------------------------------------------------

@@ -133,6 +133,9 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
     return to, expiry, created
 
 
+_MAPS: Final = (0xC1, 0xD1)  # map8, map32
+
+
 def _skip_map8(payload: bytes, pos: int, end: int) -> int:
     """The end of a well-formed map8 at `pos` (message annotations between routers always are
     one), checked as skip_value checks it; -1 for anything else (skip_value then decides)."""
@@ -185,6 +188,10 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
             return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
         stop = _skip_map8(payload, value_pos, end) if code == _MESSAGE_ANNOTATIONS else -1
         if stop < 0:
+            if (code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS) and payload[value_pos] not in _MAPS:
+                # annotations are maps (messaging §3.2.2-§3.2.3): the router reads and rewrites
+                # message annotations, so any other value is refused here, not deep in the core
+                raise DecodeError(f"section {code:#04x} must be a map")
             stop = skip_value(payload, value_pos, end)
         if code == _HEADER:
             header, _ = decode_at(payload, start, stop)

@@ -1,7 +1,8 @@
 """The AMQP frame bodies: transport performatives (transport §2.7), error, and SASL frames
 (security §5.3.3) as frozen, slotted, keyword-only dataclasses with their descriptors.
 
-Owns: field names, kinds and defaults exactly as the spec declares them.
+Owns: field names, kinds and defaults exactly as the spec declares them (a field of a described
+type names it, e.g. attach's "source", so decoding checks it: see composite.py).
 Must not touch: what the engine does with them (connection.py, session.py, link.py).
 """
 
@@ -80,7 +81,7 @@ class Begin:
 
 @composite(
     0x12, "amqp:attach:list",
-    "string!", "uint!", "boolean!", "ubyte", "ubyte", "*", "*", "map", "boolean", "uint",
+    "string!", "uint!", "boolean!", "ubyte", "ubyte", "source", "target", "unsettled", "boolean", "uint",
     "ulong", "symbol*", "symbol*", "fields",
 )  # fmt: skip
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +130,7 @@ class Flow:
 
 @composite(
     0x14, "amqp:transfer:list",
-    "uint!", "uint", "binary", "uint", "boolean", "boolean", "ubyte", "*", "boolean", "boolean",
+    "uint!", "uint", "binary", "uint", "boolean", "boolean", "ubyte", "delivery-state", "boolean", "boolean",
     "boolean",
 )  # fmt: skip
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,7 +151,9 @@ class Transfer:
     batchable: bool = False
 
 
-@composite(0x15, "amqp:disposition:list", "boolean!", "uint!", "uint", "boolean", "*", "boolean")
+@composite(
+    0x15, "amqp:disposition:list", "boolean!", "uint!", "uint", "boolean", "delivery-state", "boolean",
+)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Disposition:
     """transport §2.7.6"""
@@ -164,7 +167,7 @@ class Disposition:
     batchable: bool = False
 
 
-@composite(0x16, "amqp:detach:list", "uint!", "boolean", "*")
+@composite(0x16, "amqp:detach:list", "uint!", "boolean", "error")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Detach:
     """transport §2.7.7"""
@@ -175,7 +178,7 @@ class Detach:
     error: Error | None = None
 
 
-@composite(0x17, "amqp:end:list", "*")
+@composite(0x17, "amqp:end:list", "error")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class End:
     """transport §2.7.8"""
@@ -184,7 +187,7 @@ class End:
     error: Error | None = None
 
 
-@composite(0x18, "amqp:close:list", "*")
+@composite(0x18, "amqp:close:list", "error")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Close:
     """transport §2.7.9"""
@@ -244,3 +247,9 @@ AMQP_PERFORMATIVES: Final = (Open, Begin, Attach, Flow, Transfer, Disposition, D
 SASL_PERFORMATIVES: Final = (SaslMechanisms, SaslInit, SaslChallenge, SaslResponse, SaslOutcome)
 Performative = Open | Begin | Attach | Flow | Transfer | Disposition | Detach | End | Close
 SaslFrame = SaslMechanisms | SaslInit | SaslChallenge | SaslResponse | SaslOutcome
+
+
+# The described types these frames name (source, target, delivery-state ...) are defined in
+# messaging.py, which imports Error from here: import it last so that decoding a performative
+# always knows them, whichever module was imported first.
+from . import messaging as _messaging  # noqa: E402,F401

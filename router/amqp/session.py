@@ -34,6 +34,7 @@ from .fastpath import (
     transfer_performative,
 )
 from .link import Link
+from .messaging import Modified, Rejected, TransactionalState
 from .performatives import RECEIVER, SENDER, Attach, Begin, Detach, End, Error, Fields, Symbols
 from .serial import serial_add, serial_diff, serial_lt
 
@@ -47,13 +48,40 @@ _ORDERED: Final = 1
 _LINK_FLOW: Final = 2
 
 
+# Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
+# carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
+# (transport §2.7.1 MIN-MAX-FRAME-SIZE): cap the description well below that.
+MAX_DESCRIPTION_BYTES: Final = 256
+
+
+def wire_error(condition: str, description: str) -> Error:
+    data = description.encode("utf-8")
+    if len(data) > MAX_DESCRIPTION_BYTES:
+        description = data[: MAX_DESCRIPTION_BYTES - 3].decode("utf-8", "ignore") + "..."
+    return Error(condition=condition, description=description)
+
+
+def fitting_state(state: Any) -> Any:
+    """`state` without what may make a disposition larger than the peer's max-frame-size: a
+    rejection's error cut as wire_error cuts it, a modification's annotations dropped. Outcomes
+    often carry what another peer wrote (the router passes them on), in frames of any size."""
+    if type(state) is Rejected and state.error is not None:
+        error = state.error
+        return Rejected(error=wire_error(str(error.condition)[:MAX_DESCRIPTION_BYTES], error.description or ""))
+    if type(state) is Modified:
+        return Modified(delivery_failed=state.delivery_failed, undeliverable_here=state.undeliverable_here)
+    if type(state) is TransactionalState:
+        return TransactionalState(txn_id=state.txn_id, outcome=fitting_state(state.outcome))
+    return state
+
+
 class Session:
     __slots__ = (
         "conn", "channel", "remote_channel", "state", "remote_begin", "remote_error",
         "next_outgoing_id", "incoming_window", "incoming_window_size", "outgoing_window",
         "next_incoming_id", "remote_incoming_window", "remote_outgoing_window",
         "handle_max", "remote_handle_max", "links_by_local", "links_by_remote", "links_by_name",
-        "_next_delivery_id", "_blocked", "context",
+        "_next_delivery_id", "_next_incoming_delivery", "_blocked", "context",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, channel: int | None) -> None:
@@ -76,6 +104,9 @@ class Session:
         self.links_by_remote: dict[int, Link] = {}
         self.links_by_name: dict[tuple[str, bool], Link] = {}
         self._next_delivery_id = 0
+        # the delivery-id the peer's next delivery must have (its session-scoped sequence,
+        # transport §2.6); -1 until its first delivery sets where the sequence starts
+        self._next_incoming_delivery = -1
         # Frames that must wait for the peer's incoming window, in order (transport §2.5.6).
         self._blocked: deque[tuple[int, Any, Link | None, bool]] = deque()
         self.context: Any = None
@@ -137,6 +168,10 @@ class Session:
         self._blocked.clear()
         for link in self.links:
             link.queued_deliveries = 0
+            # Nothing may follow our end on this session (transport §2.5.4): its links can send
+            # nothing more, whoever ended it (the engine does on a session error, while the
+            # application still holds the links), so none keeps credit that invites a send.
+            link.credit = 0
         assert self.channel is not None
         self.conn.write_frame(self.channel, End(error=error))
         if self.state.remote is CLOSED or self.conn.failed:
@@ -168,6 +203,8 @@ class Session:
             raise E.LocalUsageError("session is not begun")
         self.conn.check_not_closed()
         body = disposition_performative(role, first, last, settled, state)
+        if len(body) + 8 > self.conn.remote_max_frame_size:
+            body = disposition_performative(role, first, last, settled, fitting_state(state))
         pieces = frame_header(8 + len(body), self.channel or 0) + body
         # Settling deliveries we sent must not overtake their transfers still in the queue.
         if role is SENDER and self._blocked:
@@ -473,14 +510,17 @@ class Session:
                 E.NOT_ALLOWED, "session",
             )  # fmt: skip
         if link.state.local is not ACTIVE:
-            return  # in flight when we detached: discard (transport §2.6.5)
+            # in flight when we detached: discard (transport §2.6.5), following the sequence
+            if delivery_id >= 0 and delivery_id != self._next_incoming_delivery - 1:
+                self._next_incoming_delivery = delivery_id + 1
+            return
         first = link.in_delivery < 0
         if first:
-            if delivery_id < 0 or tag is None:
-                raise E.ProtocolError(
-                    "first transfer of a delivery lacks delivery-id or delivery-tag",
-                    E.INVALID_FIELD, "session",
-                )  # fmt: skip
+            expected = self._next_incoming_delivery
+            if delivery_id != expected or tag is None:
+                tag = self._check_first_transfer(delivery_id, tag, expected)
+            # kept unwrapped (one add per delivery): 2**32 stands for 0 (_check_first_transfer)
+            self._next_incoming_delivery = delivery_id + 1
             if link.credit > 0:
                 link.credit -= 1
             elif link.granted_limit is None or not serial_lt(link.delivery_count, link.granted_limit):
@@ -523,6 +563,23 @@ class Session:
                 message_format, state, rcv_settle_mode, first, payload,
             )  # fmt: skip
         )
+
+    def _check_first_transfer(self, delivery_id: int, tag: bytes | None, expected: int) -> bytes:
+        """The rare first transfers: the peer's first delivery (no sequence yet), the sequence
+        wrapping (transport §2.8.10), or a violation (raised). Returns the tag."""
+        if delivery_id < 0 or tag is None:
+            raise E.ProtocolError(
+                "first transfer of a delivery lacks delivery-id or delivery-tag",
+                E.INVALID_FIELD, "session",
+            )  # fmt: skip
+        if expected >= 0 and delivery_id != expected & 0xFFFFFFFF:
+            # Delivery-ids are a session-scoped sequence (transport §2.6): a reused or skipped id
+            # would make two deliveries one for their dispositions (Proton refuses it too).
+            raise E.ProtocolError(
+                f"delivery-id {delivery_id} out of sequence (expected {expected & 0xFFFFFFFF})",
+                E.INVALID_FIELD, "session",
+            )  # fmt: skip
+        return tag
 
     def on_disposition(self, fields: DispositionFields) -> None:
         role, first, last, settled, state = fields

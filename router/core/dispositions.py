@@ -57,10 +57,11 @@ class DispositionBatch:
             runs.append((self.run_first, self.run_last, self.run_state))
         if self.ordered:
             return runs
-        # Out of order: the same runs, rebuilt from every delivery in id order.
-        items = [(delivery_id, state) for first, last, state in runs for delivery_id in range(first, last + 1)]
+        # Out of order: the same runs, rebuilt from every delivery in id order. A delivery added
+        # twice keeps its latest state: a repeated id would be out of order again (no end).
+        latest = {delivery_id: state for first, last, state in runs for delivery_id in range(first, last + 1)}
         rebuilt = DispositionBatch(self.session, self.role, self.settled)
-        for delivery_id, state in sorted(items, key=_delivery_id):
+        for delivery_id, state in sorted(latest.items(), key=_delivery_id):
             rebuilt.add(delivery_id, state)
         return rebuilt.ranges()
 

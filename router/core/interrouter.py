@@ -162,12 +162,15 @@ def answer_attach(core: RouterCore, peer: Peer | None, conn: ConnState, link: Li
                              f"inter-router connection (target capability {CONTROL_CAPABILITY} or {DATA_CAPABILITY})"))  # fmt: skip
         return
     if CONTROL_CAPABILITY in caps:
-        link.attach(source=link.remote_source, target=link.remote_target)
+        if not link.answer(source=link.remote_source, target=link.remote_target):
+            return  # refused: the echo would not fit the peer's max-frame-size
         link.context = ControlIn(peer)
         link.flow(CONTROL_CREDIT)
     elif DATA_CAPABILITY in caps:
         link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
-        link.attach(source=link.remote_source, target=link.remote_target, max_message_size=core.config.limits.max_message_size)
+        if not link.answer(source=link.remote_source, target=link.remote_target,
+                           max_message_size=core.config.limits.max_message_size):  # fmt: skip
+            return  # refused: the echo would not fit the peer's max-frame-size
         window = max(DATA_WINDOW_MIN, 4 * conn.listener.link_capacity)
         inl = InLink(link, conn, None, peer=peer.id, capacity=window)
         # From an edge router a delivery enters the mesh here (docs/mesh.md, "Edge routers").

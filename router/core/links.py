@@ -224,7 +224,9 @@ def _attach_consumer(core: RouterCore, conn: ConnState, link: Link, now: float) 
             _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {core.router_id}")
             return
         entry, answer = maybe, honoured_source(source.address)
-    link.attach(source=answer, target=link.remote_target)
+    if not link.answer(source=answer, target=link.remote_target):  # refused: the echo won't fit
+        table.discard_if_unused(entry)
+        return
     out = OutLink(link, conn, entry)
     out.zero_credit_since = now  # no credit until the consumer gives some
     link.context = out
@@ -266,7 +268,10 @@ def _attach_producer(core: RouterCore, conn: ConnState, link: Link, now: float) 
         answer = honoured_target(None)
     limit = core.config.limits.max_message_size
     link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
-    link.attach(source=link.remote_source, target=answer, max_message_size=limit)
+    if not link.answer(source=link.remote_source, target=answer, max_message_size=limit):
+        if entry is not None:  # refused: the echo would not fit the peer's max-frame-size
+            core.table.discard_if_unused(entry)
+        return
     inl = InLink(link, conn, entry, address)
     inl.zero_credit_since = now  # until the first flush gives it credit (when it has a destination)
     link.context = inl

@@ -255,7 +255,9 @@ class RouterCore:
                     self.logins.succeeded(peer_host(state.host))
             case ev.RemoteBegin():
                 session = event.session
-                if session.state.local is not ACTIVE and engine.state.local is ACTIVE:
+                # UNINIT, not "not ACTIVE": the engine may have ended the session already (a
+                # session error read in the same batch), and it cannot begin again.
+                if session.state.local is UNINIT and engine.state.local is ACTIVE:
                     session.begin()
             case ev.RemoteAttach():
                 attach_link(self, state, event.link, now)
