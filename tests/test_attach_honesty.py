@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from proton import Data, Terminus, symbol
+from proton import Data, Described, Terminus, symbol
 from proton.reactor import DurableSubscription, Filter, LinkOption, Selector
 from proton.utils import BlockingConnection
 
@@ -57,7 +57,8 @@ def attach_and_look(port: int) -> dict[str, Any]:
     try:
         selector = conn.create_receiver("orders", options=[Selector("color = 'red'"), _AsksForEverything()])
         other = conn.create_receiver("invoices", name="by-filter",
-                                     options=[Filter({symbol("my-filter"): "x > 1"}), DurableSubscription()])  # fmt: skip
+                                     options=[Filter({symbol("my-filter"): Described(symbol("example:my-filter"), "x > 1")}),
+                                              DurableSubscription()])  # fmt: skip
         sender = conn.create_sender("orders", options=_AsksForEverything())
         sender.link.send(_message("blue"))  # not waiting for the outcome: the receiver gives it
         got = selector.receive(timeout=TIMEOUT_S)
