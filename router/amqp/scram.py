@@ -199,11 +199,12 @@ class ScramServer:
     or None; an unknown user gets a made-up salt and fails at the proof, like a wrong password,
     so the exchange does not tell who exists."""
 
-    __slots__ = ("mechanism", "_lookup", "_fake_key", "_nonce", "_gs2", "_first_bare", "_server_first",
+    __slots__ = ("mechanism", "_lookup", "_fake_key", "_server_nonce", "_nonce", "_gs2", "_first_bare", "_server_first",
                  "_user", "_authzid", "_credentials")  # fmt: skip
 
-    def __init__(self, mechanism: str, lookup: Lookup, fake_key: bytes) -> None:
+    def __init__(self, mechanism: str, lookup: Lookup, fake_key: bytes, *, nonce: str | None = None) -> None:
         self.mechanism = mechanism
+        self._server_nonce = nonce or _b64(secrets.token_bytes(NONCE_BYTES))  # given: the RFCs' test vectors
         self._lookup = lookup
         self._fake_key = fake_key
         self._nonce = ""
@@ -248,7 +249,7 @@ class ScramServer:
             size = hashlib.new(HASHES[self.mechanism]).digest_size
             salt = hmac.digest(self._fake_key, user.encode("utf-8"), "sha256")[:16]
             credentials = StoredCredentials(self.mechanism, DEFAULT_ITERATIONS, salt, bytes(size), bytes(size))
-        self._nonce = nonce + _b64(secrets.token_bytes(NONCE_BYTES))
+        self._nonce = nonce + self._server_nonce
         self._server_first = f"r={self._nonce},s={_b64(credentials.salt)},i={credentials.iterations}"
         return self._server_first.encode("ascii")
 
