@@ -105,7 +105,7 @@ def test_the_client_prefers_scram_sha_256_and_explains_a_refusal() -> None:
     bad = SaslClientConfig(username="alice", password="wrong")
     client_result, server_result, sent = _exchange(bad, SERVER)
     assert not server_result.ok and sent[-1] == SaslOutcome(code=SASL_AUTH)  # type: ignore[attr-defined]
-    assert "wrong user name or password" in client_result.description  # type: ignore[attr-defined]
+    assert "SCRAM-SHA-256 login refused: wrong user name or password" in client_result.description  # type: ignore[attr-defined]
     assert "sasl-code" not in client_result.description  # type: ignore[attr-defined]
 
 

@@ -219,7 +219,7 @@ class SaslClient:
             if mechanism is None:
                 offered = ", ".join(frame.sasl_server_mechanisms) or "none"
                 need = "" if self.config.username else " without credentials"
-                return self._failed(f"no usable SASL mechanism{need} (the server offers {offered})")
+                return self._failed(f"no usable mechanism{need} (the server offers {offered})")
             self._mechanism = mechanism
             init = SaslInit(
                 mechanism=mechanism,
@@ -240,7 +240,7 @@ class SaslClient:
         if isinstance(frame, SaslOutcome) and self._mechanism is not None:
             if frame.code != SASL_OK:
                 reason = SASL_CODES.get(frame.code, f"sasl-code {frame.code}")
-                return self._failed(f"authentication failed with {self._mechanism}: {reason}", frame.code)
+                return self._failed(f"{self._mechanism} login refused: {reason}", frame.code)
             if self._scram is not None and not self._scram.verified:
                 try:  # RFC 5802 §3: the server proves it knows the password too
                     self._scram.verify(frame.additional_data or b"")
