@@ -211,6 +211,42 @@ async def test_proton_logs_in_with_plain_against_the_hashes_over_tls(tmp_path: P
         assert server.core.logins.failures == 1
 
 
+async def test_proton_c_send_ssl_plain_against_the_users_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Proton C's `send-ssl` example (PLAIN inside TLS) against a users file: the right password
+    sends and every message is acknowledged; a wrong one is refused, counted and logged."""
+    from .support.proton_c import build_examples
+
+    (program,) = build_examples(tmp_path, ("send-ssl",)).values()
+    pki = make_pki(tmp_path)
+    path = tmp_path / "users.yaml"
+    _users_file(path, carol="s3cret")
+    config = _router(str(path), ["PLAIN"], ssl_profile="site", require_sasl=True)
+    config["ssl_profiles"] = [{"name": "site", "cert_file": pki.cert_file, "key_file": pki.key_file}]
+    config["listeners"].append({"name": "plain", "port": 0})
+    env = {**os.environ, "SSL_CERT_FILE": pki.ca_file}
+    async with serving(config) as server:
+        ports = server.listener_ports()
+        async with connect("127.0.0.1", ports["plain"]) as client:
+            receiver = await client.open_receiver("c-users", credit=10)
+            command = [str(program), "localhost", str(ports["amqp"]), "c-users", "3", "carol"]
+            with trio.fail_after(TIMEOUT_S), caplog.at_level(logging.WARNING, logger="router.sasl"):
+                refused = await trio.run_process([*command, "wrong"], capture_stdout=True, capture_stderr=True, check=False, env=env)
+                async with trio.open_nursery() as nursery:
+                    done: list[subprocess.CompletedProcess[bytes]] = []
+
+                    async def send() -> None:
+                        done.append(await trio.run_process([*command, "s3cret"], capture_stdout=True, capture_stderr=True,
+                                                           check=False, env=env))  # fmt: skip
+
+                    nursery.start_soon(send)
+                    for _ in range(3):
+                        receiver.accept(await receiver.receive())
+        assert refused.returncode != 0 and b"3 messages sent" not in refused.stdout
+        assert done[0].returncode == 0 and b"3 messages sent and acknowledged" in done[0].stdout, done[0]
+        assert server.core.logins.failures == 1
+        assert any("mechanism PLAIN, user 'carol'" in r.getMessage() for r in caplog.records)
+
+
 CYRUS_PROBE = "import proton, sys; sys.exit(0 if proton.SASL.extended() else 3)"
 
 
