@@ -146,6 +146,41 @@ async def test_scram_logins_over_sockets_failures_counted_and_logged(tmp_path: P
             await client.open_sender("users.q")
 
 
+async def _raw(port: int, data: bytes) -> bytes:
+    """Send `data`, read until the router ends the stream."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(data)
+        got = b""
+        with trio.fail_after(TIMEOUT_S):
+            while chunk := await stream.receive_some(65536):
+                got += chunk
+    return got
+
+
+@pytest.mark.parametrize(
+    "first",
+    [b"p=tls-server-end-point,,n=alice,r=abc", b"\xff" * 100, b"n,,n=alice,r=" + b"a" * 60000, b"", b"n,,n=alice,r=abc,m=x"],
+    ids=["channel-binding", "not-utf8", "oversize", "empty", "garbage-extension"],
+)
+async def test_hostile_scram_over_a_socket_gets_an_auth_outcome_and_the_router_serves_on(tmp_path: Path, first: bytes) -> None:
+    from router.amqp.framing import FRAME_SASL, SASL_HEADER, frame
+    from router.amqp.performatives import SASL_AUTH, SaslInit, SaslOutcome, SaslResponse
+
+    path = tmp_path / "users.yaml"
+    _users_file(path, alice="s3cret")
+    async with serving(_router(str(path), ["SCRAM-SHA-256"])) as server:
+        port = server.listener_ports()["amqp"]
+        init = frame(0, SaslInit(mechanism="SCRAM-SHA-256", initial_response=first), frame_type=FRAME_SASL)
+        # A second message after a refusal is never read as a login: the outcome is already out.
+        again = frame(0, SaslResponse(response=b"c=biws,r=abc,p=AAAA"), frame_type=FRAME_SASL)
+        got = await _raw(port, SASL_HEADER + init + again)
+        assert got.startswith(SASL_HEADER) and got.endswith(frame(0, SaslOutcome(code=SASL_AUTH), frame_type=FRAME_SASL))
+        assert server.core.logins.failures == 1
+        async with connect("127.0.0.1", port, username="alice", password="s3cret") as client:
+            assert client.engine.user == "alice"
+
+
 async def test_users_file_changes_take_effect_and_a_broken_one_keeps_the_old(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "users.yaml"
     _users_file(path, alice="s3cret")
