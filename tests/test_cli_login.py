@@ -72,6 +72,15 @@ async def test_run_refuses_a_users_file_that_does_not_load(tmp_path: Path) -> No
     assert "users_file" in line and "gone.yaml" in line and "cannot read" in line
 
 
+async def test_config_check_warns_about_plain_text_passwords(tmp_path: Path) -> None:
+    config = tmp_path / "router.yaml"
+    config.write_text(yaml.safe_dump({"listeners": [{"name": "amqp", "port": 0, "sasl_mechanisms": ["SCRAM-SHA-256"]}],
+                                      "users": [{"username": "old", "password": "s3cret"}]}))  # fmt: skip
+    result = await cli("config", "check", str(config))
+    assert result.returncode == 0 and result.stdout.decode().strip() == f"{config}: ok"
+    assert "warning: user 'old' has a plain-text password" in result.stderr.decode()
+
+
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
     return make_pki(tmp_path)
