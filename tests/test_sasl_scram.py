@@ -230,3 +230,14 @@ def test_stored_credentials_round_trip_and_check_plain_passwords() -> None:
     assert saslprep("I\u00adX") == "IX" and saslprep("\u2168") == "IX"  # RFC 4013 §3 examples
     with pytest.raises(ValueError):
         saslprep("\u0007")
+
+
+@settings(max_examples=300, deadline=None)
+@given(challenge=st.binary(max_size=300), final=st.binary(max_size=200))
+def test_a_hostile_server_cannot_make_the_client_raise(challenge: bytes, final: bytes) -> None:
+    client = SaslClient(SaslClientConfig(mechanisms=("SCRAM-SHA-256",), username="alice", password="s3cret"))
+    [init], _ = client.on_frame(SaslMechanisms(sasl_server_mechanisms=("SCRAM-SHA-256",)))
+    replies, result = client.on_frame(SaslChallenge(challenge=challenge))
+    if result is None:
+        _, result = client.on_frame(SaslOutcome(code=SASL_OK, additional_data=final))
+    assert result is not None and not result.ok  # nothing random proves the server knows the password
