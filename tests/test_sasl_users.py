@@ -181,6 +181,22 @@ async def test_hostile_scram_over_a_socket_gets_an_auth_outcome_and_the_router_s
             assert client.engine.user == "alice"
 
 
+async def test_a_failed_login_log_line_cannot_be_forged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from router.amqp.framing import FRAME_SASL, SASL_HEADER, frame
+    from router.amqp.performatives import SaslInit
+
+    path = tmp_path / "users.yaml"
+    _users_file(path, alice="s3cret")
+    async with serving(_router(str(path), ["SCRAM-SHA-256", "PLAIN"], allow_insecure_plain=True)) as server:
+        port = server.listener_ports()["amqp"]
+        with caplog.at_level(logging.WARNING, logger="router.sasl"):
+            await _raw(port, SASL_HEADER + frame(0, SaslInit(mechanism="X\nERROR root: forged", initial_response=b""), frame_type=FRAME_SASL))
+            await _raw(port, SASL_HEADER + frame(0, SaslInit(mechanism="PLAIN", initial_response=b"\x00bob\nforged" + b"x" * 500 + b"\x00pw"), frame_type=FRAME_SASL))
+    lines = [r.getMessage() for r in caplog.records if r.name == "router.sasl"]
+    assert len(lines) == 2 and all("\n" not in line for line in lines), lines
+    assert "mechanism 'X\\nERROR root: forged'" in lines[0] and "'bob\\nforged" in lines[1] and len(lines[1]) < 300
+
+
 async def test_users_file_changes_take_effect_and_a_broken_one_keeps_the_old(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "users.yaml"
     _users_file(path, alice="s3cret")

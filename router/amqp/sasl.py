@@ -103,7 +103,7 @@ class SaslServer:
         if isinstance(frame, SaslInit) and self._mechanism is None:
             self._mechanism = frame.mechanism
             if frame.mechanism not in self._offered:
-                return self._finish(False, None, SASL_AUTH, f"mechanism {frame.mechanism} refused")
+                return self._finish(False, None, SASL_AUTH, f"mechanism {frame.mechanism[:32]!r} not offered")
             if frame.mechanism in ("PLAIN", *SCRAM_MECHANISMS) and frame.initial_response is None:
                 return [SaslChallenge(challenge=b"")], None  # ask for the credentials
             if frame.mechanism in SCRAM_MECHANISMS:

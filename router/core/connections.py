@@ -19,7 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.connection import Connection, ConnectionConfig
-from ..amqp.sasl import LoginThrottle, SaslClientConfig, SaslResult, SaslServerConfig
+from ..amqp.sasl import SUPPORTED, LoginThrottle, SaslClientConfig, SaslResult, SaslServerConfig
 from ..amqp.scram import MECHANISMS as SCRAM_MECHANISMS
 from ..config.models import Connector, FailedLogins, Listener, RouterConfig
 from ..config.users import credential_store
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 _ids = itertools.count(1)
 log = logging.getLogger("router.sasl")
+_KNOWN = frozenset(SUPPORTED)
 
 
 def engine_config(
@@ -77,10 +78,12 @@ def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
 
     def failed(now: float, result: SaslResult) -> float:
         delay = throttle.failed(peer_host(state.host), now)
+        # What the peer sent is shown quoted and cut short: a log line must not be theirs to forge.
+        mechanism = result.mechanism if result.mechanism in _KNOWN else repr((result.mechanism or "-")[:32])
+        user = result.user_given[:64] if result.user_given is not None else None
         log.warning(
             "failed login from %s on listener %s: mechanism %s, user %r: %s (outcome in %.2f s)",
-            state.host or "?", state.listener.name, result.mechanism or "-", result.user_given,
-            result.description, delay,
+            state.host or "?", state.listener.name, mechanism, user, result.description, delay,
         )
         return delay
 
