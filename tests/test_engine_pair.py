@@ -254,10 +254,14 @@ def test_sasl_plain_good_credentials() -> None:
     assert of_type(pair.server_events, RemoteOpen)
 
 
-def test_sasl_plain_authzid_becomes_the_user() -> None:
+def test_sasl_plain_authzid_of_another_user_is_refused() -> None:
+    # Acting for another user would let any user become any other (an operator, say): refused.
     server = SaslServerConfig(mechanisms=("PLAIN",), check_plain=check_plain)
     pair = sasl_pair(SaslClientConfig(username="bob", password="hunter2", authzid="admin"), server)
-    assert pair.server.user == "admin"
+    (fail,) = of_type(pair.server_events, AuthenticationFailed)
+    assert fail.code == SASL_AUTH and pair.server.user is None
+    pair = sasl_pair(SaslClientConfig(username="bob", password="hunter2", authzid="bob"), server)
+    assert pair.server.user == "bob"  # naming oneself is fine
 
 
 def test_sasl_plain_bad_credentials() -> None:

@@ -57,7 +57,7 @@ def _server(delay: float) -> Connection:
     config = ConnectionConfig(container_id="srv", server=True,
                               sasl_server=SaslServerConfig(mechanisms=("PLAIN",), check_plain=lambda *_: False))  # fmt: skip
     server = Connection(config)
-    server.sasl_failure_delay = lambda now: delay
+    server.sasl_failure_delay = lambda now, _result: delay
     return server
 
 
@@ -114,12 +114,12 @@ def test_engine_without_delay_answers_at_once() -> None:
 
 
 def test_a_listener_without_anonymous_requires_sasl() -> None:
-    plain = Listener(sasl_mechanisms=("PLAIN",))
+    plain = Listener(sasl_mechanisms=("PLAIN",), allow_insecure_plain=True)
     from router.core.connections import engine_config
 
     config = RouterConfig(listeners=(plain,), users=(User(username="u", password="p"),))
     assert engine_config(config, plain).sasl_server.allow_no_sasl is False  # type: ignore[union-attr]
-    anonymous = Listener(sasl_mechanisms=("ANONYMOUS", "PLAIN"))
+    anonymous = Listener(sasl_mechanisms=("ANONYMOUS", "PLAIN"), allow_insecure_plain=True)
     assert engine_config(config, anonymous).sasl_server.allow_no_sasl is True  # type: ignore[union-attr]
     strict = Listener(sasl_mechanisms=("ANONYMOUS",), require_sasl=True)
     assert engine_config(config, strict).sasl_server.allow_no_sasl is False  # type: ignore[union-attr]
@@ -131,7 +131,7 @@ def test_a_listener_without_anonymous_requires_sasl() -> None:
 def _config() -> RouterConfig:
     return RouterConfig(
         router=RouterSection(id="sasl-router"),
-        listeners=(Listener(name="plain", host="0.0.0.0", port=0, sasl_mechanisms=("PLAIN",)),),
+        listeners=(Listener(name="plain", host="0.0.0.0", port=0, sasl_mechanisms=("PLAIN",), allow_insecure_plain=True),),
         users=(User(username="alice", password="s3cret"),),
         failed_logins=FailedLogins(initial_delay_s=HELD_S, max_delay_s=HELD_S),
     )

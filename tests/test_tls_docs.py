@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from router.config.models import RouterConfig
+from router.config.users import parse_users
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 
@@ -16,8 +17,12 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 def test_the_example_configurations_are_valid() -> None:
     blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
     configs = [yaml.safe_load(block) for block in blocks]
+    # The users file shown (a mapping of users, not a configuration) loads as one.
+    users_files = [config for config in configs if isinstance(config.get("users"), dict)]
+    assert len(users_files) == 1 and list(parse_users(users_files[0], "docs")) == ["alice"]
+    configs = [config for config in configs if config not in users_files]
     complete = [config for config in configs if "router" in config]
-    assert len(complete) == 2  # the two sites
+    assert len(complete) == 3  # the two sites, and the router with users
     for config in complete:
         parsed = RouterConfig.model_validate(config)
         assert parsed.ssl_profiles and all(p.cert_file for p in parsed.ssl_profiles)

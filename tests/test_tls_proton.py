@@ -14,6 +14,7 @@ from proton import Delivery, Message, SSLDomain
 from proton.utils import BlockingConnection
 
 from router.amqp.message import Message as PlainMessage
+from router.config.users import hash_password
 from router.net.client import connect
 from router.net.server import RouterServer
 
@@ -145,7 +146,7 @@ async def test_proton_c_send_ssl_with_plain_over_tls(pki: Pki, tmp_path: Path) -
 
     (program,) = build_examples(tmp_path, ("send-ssl",)).values()
     cfg = config(pki, sasl_mechanisms=["PLAIN"], require_sasl=True)
-    cfg["users"] = [{"username": "carol", "password": "secret"}]
+    cfg["users"] = [{"username": "carol", "hashes": list(hash_password("secret"))}]  # checked against the hash
     async with serving(cfg) as server:
         async with connect("127.0.0.1", server.listener_ports()["plain"]) as client:
             receiver = await client.open_receiver("c-tls", credit=10)

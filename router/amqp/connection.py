@@ -64,7 +64,7 @@ from .performatives import (
     Symbols,
     Transfer,
 )
-from .sasl import SaslClient, SaslClientConfig, SaslProtocolError, SaslServer, SaslServerConfig
+from .sasl import SaslClient, SaslClientConfig, SaslProtocolError, SaslResult, SaslServer, SaslServerConfig
 from .session import MAX_DESCRIPTION_BYTES as _MAX_DESCRIPTION_BYTES
 from .session import Session
 from .session import wire_error as _wire_error
@@ -129,11 +129,12 @@ class Connection:
         self._last_sent = 0.0
         self._stream_ended = False
         self.context: Any = None
-        # Server side: asked with `now` when a login fails, how long to hold back the failed
+        # Server side: asked with `now` and the failed result when a login fails (the router logs
+        # it there), how long to hold back the failed
         # sasl-outcome (seconds; the router's LoginThrottle). The engine holds it, and the end
         # of the connection, until that deadline (next_deadline/tick), dropping what the peer
         # sends meanwhile.
-        self.sasl_failure_delay: Callable[[float], float] | None = None
+        self.sasl_failure_delay: Callable[[float, SaslResult], float] | None = None
         self._held: tuple[float, list[bytes], Event] | None = None
         if not config.server:  # the TCP client speaks first (transport §2.2)
             if config.sasl_client is not None:
@@ -454,7 +455,7 @@ class Connection:
             return True
         if not result.ok:
             failed = AuthenticationFailed(mechanism=result.mechanism, code=result.code, description=result.description)
-            delay = self.sasl_failure_delay(self._now) if self.config.server and self.sasl_failure_delay else 0.0
+            delay = self.sasl_failure_delay(self._now, result) if self.config.server and self.sasl_failure_delay else 0.0
             if delay > 0:
                 self._held = (self._now + delay, frames, failed)
                 self._stage = _HELD

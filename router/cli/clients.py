@@ -11,7 +11,6 @@ Must not touch: router internals; everything goes through router.net.client.
 from __future__ import annotations
 
 import math
-import ssl
 import time
 from collections import Counter, deque
 from typing import Annotated, Any
@@ -24,39 +23,17 @@ from rich.table import Table
 from ..amqp.message import Message, encode_message
 from ..amqp.messaging import AmqpValue, Data
 from ..net.client import Delivery, Sender, SendTracker, connect
+from .login import Login, current, with_login
 from .common import parse_bus, progress_bar, run_async, stderr, stop_on_signal, wants_progress
 
 stdout = Console(highlight=False, soft_wrap=True)
 CREDIT_NOTICE_S = 2.0  # blocked on credit this long: say so on stderr
 
 Bus = Annotated[str, typer.Option("-b", "--bus", help="router address, HOST:PORT")]
-Username = Annotated[str | None, typer.Option("--username", help="SASL PLAIN user (default: ANONYMOUS)")]
-Password = Annotated[str | None, typer.Option("--password", help="SASL PLAIN password")]
-SslCa = Annotated[str | None, typer.Option("--ssl-ca", help="connect with TLS, trusting the PEM CA certificates in this file")]
-SslCert = Annotated[str | None, typer.Option("--ssl-cert", help="TLS client certificate (PEM; SASL EXTERNAL when the router offers it)")]
-SslKey = Annotated[str | None, typer.Option("--ssl-key", help="the client certificate's private key (PEM)")]
-MECHANISMS_WITH_CERT = ("EXTERNAL", "PLAIN", "ANONYMOUS")
 
 
-def _tls(ca: str | None, cert: str | None, key: str | None) -> ssl.SSLContext | None:
-    """The client's TLS context from the options (None: plain TCP)."""
-    if ca is None and cert is None:
-        if key is not None:
-            raise typer.BadParameter("--ssl-key needs --ssl-cert", param_hint="--ssl-key")
-        return None
-    try:
-        context = ssl.create_default_context(cafile=ca)
-        if cert is not None:
-            context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise typer.BadParameter(f"cannot load the TLS files: {getattr(exc, 'strerror', None) or exc}", param_hint="--ssl-*") from None
-    return context
-
-
-def _connect(host: str, port: int, username: str | None, password: str | None, tls: ssl.SSLContext | None) -> Any:
-    # Over TLS EXTERNAL comes first: a router offers it only to a client whose certificate it verified.
-    return connect(host, port, username=username, password=password, ssl_context=tls,
-                   mechanisms=MECHANISMS_WITH_CERT if tls is not None else None)  # fmt: skip
+def _connect(host: str, port: int, login: Login) -> Any:
+    return connect(host, port, **login.connect_options())
 
 
 def _outcome_name(state: Any) -> str:
@@ -96,8 +73,7 @@ async def _notice_when_stuck(sender: Sender, address: str) -> None:
 
 async def _send(
     host: str, port: int, address: str, count: int, payload: bytes | None,
-    presettled: bool, timeout: float | None, username: str | None, password: str | None,
-    tls: ssl.SSLContext | None = None,
+    presettled: bool, timeout: float | None, login: Login,
 ) -> int:  # fmt: skip
     counts: Counter[str] = Counter()
     details: dict[str, str] = {}
@@ -108,7 +84,7 @@ async def _send(
         counts[name] += 1
         details.setdefault(name, _outcome_detail(state))  # the first one of each kind
 
-    async with _connect(host, port, username, password, tls) as client:
+    async with _connect(host, port, login) as client:
         sender = await client.open_sender(address, settle="settled" if presettled else "mixed")
         started = time.perf_counter()
         unsettled: deque[SendTracker] = deque()  # bounded by the credit the router gives
@@ -147,6 +123,7 @@ async def _send(
     return 0
 
 
+@with_login
 def send(
     address: Annotated[str, typer.Argument(help="target address")],
     bus: Bus = "127.0.0.1:5672",
@@ -155,11 +132,6 @@ def send(
     body: Annotated[str | None, typer.Option("--body", help="body: this text (default 'message <i>')")] = None,
     presettled: Annotated[bool, typer.Option("--presettled", help="send settled: no outcomes")] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", min=0, help="give up after this many seconds")] = None,
-    username: Username = None,
-    password: Password = None,
-    ssl_ca: SslCa = None,
-    ssl_cert: SslCert = None,
-    ssl_key: SslKey = None,
 ) -> None:
     """Send messages, wait for every outcome, print a summary; fail unless all were accepted."""
     if size is not None and body is not None:
@@ -169,8 +141,7 @@ def send(
     payload = encode_message(Message.data(b"x" * size)) if size is not None else None
     if body is not None:
         payload = encode_message(Message.value(body))
-    tls = _tls(ssl_ca, ssl_cert, ssl_key)
-    code = run_async(f"{host}:{port}", _send, host, port, address, count, payload, presettled, timeout, username, password, tls)
+    code = run_async(f"{host}:{port}", _send, host, port, address, count, payload, presettled, timeout, current())
     raise typer.Exit(code)
 
 
@@ -199,11 +170,11 @@ def _body_text(delivery: Delivery) -> str:
 
 async def _receive(
     host: str, port: int, address: str, count: int, timeout: float | None, window: int,
-    show: bool, username: str | None, password: str | None, tls: ssl.SSLContext | None = None,
+    show: bool, login: Login,
 ) -> int:  # fmt: skip
     received = 0
     interrupted = False
-    async with _connect(host, port, username, password, tls) as client:
+    async with _connect(host, port, login) as client:
         receiver = await client.open_receiver(address, credit=0)  # credit managed below
 
         def top_up() -> None:
@@ -245,6 +216,7 @@ async def _receive(
     return 0
 
 
+@with_login
 def receive(
     address: Annotated[str, typer.Argument(help="source address")],
     bus: Bus = "127.0.0.1:5672",
@@ -252,14 +224,8 @@ def receive(
     timeout: Annotated[float | None, typer.Option("--timeout", min=0, help="stop after this many seconds without a message")] = None,
     credit: Annotated[int, typer.Option("--credit", min=1, help="credit window")] = 250,
     show: Annotated[bool, typer.Option("--print/--quiet", help="print each body, or only the count")] = True,
-    username: Username = None,
-    password: Password = None,
-    ssl_ca: SslCa = None,
-    ssl_cert: SslCert = None,
-    ssl_key: SslKey = None,
 ) -> None:
     """Receive and accept messages (COUNT of them, or until the time-out or Ctrl-C)."""
     host, port = parse_bus(bus)
-    tls = _tls(ssl_ca, ssl_cert, ssl_key)
-    code = run_async(f"{host}:{port}", _receive, host, port, address, count, timeout, credit, show, username, password, tls)
+    code = run_async(f"{host}:{port}", _receive, host, port, address, count, timeout, credit, show, current())
     raise typer.Exit(code)

@@ -6,6 +6,7 @@
     router receive ADDRESS ...         receive (and accept) messages
     router stat [VIEW]                 a running router's state as tables (like qdstat)
     router manage VERB ...             query and change its entities, JSON in and out (like qdmanage)
+    router users add|remove|list|hash  the users file of salted password hashes
     router demo                        a router with a sender and a receiver, in one process
 
 Each command lives in its own module; only `run` loads the routing core.
@@ -18,7 +19,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import clients, config_cmd, manage, run, stat
+from . import clients, config_cmd, manage, run, stat, users
 
 app = typer.Typer(
     name="router",
@@ -33,6 +34,7 @@ app.command()(clients.send)
 app.command()(clients.receive)
 app.command()(stat.stat)
 app.add_typer(manage.app, name="manage")
+app.add_typer(users.app, name="users")
 
 
 @app.command()

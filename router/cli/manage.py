@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from .common import parse_bus, run_async
+from .login import with_login
 from .mgmt import (
     DEFAULT_BUS, DEFAULT_TIMEOUT_S, Bus, Indent, RouterId, Timeout, parse_assignments, session, target,
     to_json, usage_error,
@@ -63,6 +64,7 @@ def _read_stdin() -> list[dict[str, Any]]:
 
 
 @app.command()
+@with_login
 def query(
     type: OptionalType = None, attributes: Annotated[list[str] | None, typer.Argument(help="attributes to show (default: all)")] = None,
     bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S, indent: Indent = 2,
@@ -79,6 +81,7 @@ def query(
 
 
 @app.command()
+@with_login
 def read(
     type: Type, name: Name = None, identity: Identity = None,
     bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S, indent: Indent = 2,
@@ -96,6 +99,7 @@ def read(
 
 
 @app.command()
+@with_login
 def create(
     type: OptionalType = None, attributes: Attributes = None, name: Name = None, stdin: Stdin = False,
     bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S, indent: Indent = 2,
@@ -121,6 +125,7 @@ def create(
 
 
 @app.command()
+@with_login
 def update(
     type: Type, attributes: Attributes = None, name: Name = None, identity: Identity = None, stdin: Stdin = False,
     bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S, indent: Indent = 2,
@@ -143,6 +148,7 @@ def update(
 
 
 @app.command()
+@with_login
 def delete(
     type: Type, name: Name = None, identity: Identity = None,
     bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S,
@@ -172,6 +178,7 @@ TypeArgument = Annotated[str | None, typer.Argument(help="only this type")]
 
 
 @app.command("get-types")
+@with_login
 def get_types(
     type: TypeArgument = None, bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S,
     indent: Indent = 2,
@@ -181,6 +188,7 @@ def get_types(
 
 
 @app.command("get-attributes")
+@with_login
 def get_attributes(
     type: TypeArgument = None, bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S,
     indent: Indent = 2,
@@ -190,6 +198,7 @@ def get_attributes(
 
 
 @app.command("get-operations")
+@with_login
 def get_operations(
     type: TypeArgument = None, bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S,
     indent: Indent = 2,
@@ -199,6 +208,7 @@ def get_operations(
 
 
 @app.command("get-mgmt-nodes")
+@with_login
 def get_mgmt_nodes(
     bus: Bus = DEFAULT_BUS, router: RouterId = None, timeout: Timeout = DEFAULT_TIMEOUT_S, indent: Indent = 2,
 ) -> None:  # fmt: skip

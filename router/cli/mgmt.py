@@ -1,8 +1,9 @@
 """What `router stat` and `router manage` share: the options that pick a router, opening a
 management session on it, JSON output, and one-line usage errors.
 
-Owns: -b/--bus, --router, --timeout, and how a session is opened (connect, dynamic reply
-receiver, anonymous request sender: router.net.management_client).
+Owns: -b/--bus, --router, --timeout, and how a session is opened (connect with the command's
+login options (router.cli.login), dynamic reply receiver, anonymous request sender:
+router.net.management_client).
 Must not touch: the router's internals (router.core, router.management): this is a client.
 """
 
@@ -18,6 +19,7 @@ import typer
 from ..net.client import connect
 from ..net.management_client import ManagementSession, management_session, node_address
 from .common import stderr
+from .login import Login, current
 
 Bus = Annotated[str, typer.Option("-b", "--bus", help="router to connect to, HOST:PORT")]
 RouterId = Annotated[
@@ -39,8 +41,11 @@ def usage_error(message: str) -> NoReturn:
 
 
 @asynccontextmanager
-async def session(host: str, port: int, timeout_s: float) -> AsyncIterator[ManagementSession]:
-    async with connect(host, port, open_timeout_s=timeout_s) as client:
+async def session(host: str, port: int, timeout_s: float, login: Login | None = None) -> AsyncIterator[ManagementSession]:
+    """A management session on the router at host:port, logged in as `login` (default: the
+    running command's --username/--ssl-* options)."""
+    login = login if login is not None else current()
+    async with connect(host, port, open_timeout_s=timeout_s, **login.connect_options()) as client:
         async with management_session(client, timeout_s=timeout_s) as mgmt:
             yield mgmt
 

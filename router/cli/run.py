@@ -130,6 +130,20 @@ def _check_tls_files(config: RouterConfig) -> None:
         raise typer.Exit(2) from None
 
 
+def _check_users(config: RouterConfig) -> None:
+    """The users file must load before starting (one line, exit 2); building the credential
+    store now also logs, at start, any user still given a plain-text password."""
+    from ..config.users import UsersFileError, check_users_file, credential_store
+
+    try:
+        check_users_file(config)
+    except UsersFileError as exc:
+        stderr.print(f"error: users_file: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    if config.users or config.users_file:
+        credential_store(config)
+
+
 def run(
     config_file: Annotated[
         Path | None, typer.Option("-c", "--config", help="YAML configuration (default: the embedded one)")
@@ -145,6 +159,7 @@ def run(
             stderr.print(problem, markup=False)
         raise typer.Exit(2) from None
     _check_tls_files(config)
+    _check_users(config)
     try:
         code = trio.run(serve, config)
     except (OSError, ExceptionGroup) as exc:  # typically: a port is in use

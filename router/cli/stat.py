@@ -24,6 +24,7 @@ from rich.table import Table
 from ..net.errors import ClientError
 from ..net.management_client import ManagementSession
 from .common import parse_bus, run_async, stderr
+from .login import with_login
 from .mgmt import (
     DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, RouterId, Timeout, router_of, session, strip_scheme, target,
     to_json, usage_error,
@@ -220,6 +221,7 @@ async def _stat(host: str, port: int, name: ViewName, router: str | None, all_ro
     return 1 if failed else 0
 
 
+@with_login
 def stat(
     view: Annotated[ViewName, typer.Argument(help="what to show", case_sensitive=False)] = ViewName.general,
     bus: Bus = DEFAULT_BUS,

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..amqp.scram import StoredCredentials
+
 # unavailable: attaches are refused (amqp:not-found) and anonymous sends rejected, as the anchors do
 Distribution = Literal["closest", "balanced", "multicast", "unavailable"]
 Port = Annotated[int, Field(ge=0, le=65535, description="TCP port; 0 picks a free one")]
@@ -83,7 +85,12 @@ class Listener(ConnectionSettings):
         description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers",
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
-    sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL"], ...] = ("ANONYMOUS",)
+    sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL", "SCRAM-SHA-256", "SCRAM-SHA-1"], ...] = ("ANONYMOUS",)
+    allow_insecure_plain: bool = Field(
+        default=False,
+        description="offer PLAIN on connections without TLS too (the password then crosses the network in clear); "
+        "by default PLAIN is offered only once TLS is up",
+    )
     strip_annotations: Literal["in", "out", "both", "no"] = Field(
         default="both",
         description="remove the router's x-opt-qd.* message annotations from what clients send (in), "
@@ -134,7 +141,9 @@ class Connector(ConnectionSettings):
         default="inter-router", description="inter-router: to another interior router; edge: from an edge router to an interior one"
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
-    sasl_username: str | None = Field(default=None, description="SASL PLAIN user; ANONYMOUS when not set")
+    sasl_username: str | None = Field(
+        default=None, description="SASL user (SCRAM-SHA-256, SCRAM-SHA-1 or PLAIN, as the peer offers); ANONYMOUS when not set"
+    )
     sasl_password: str | None = None
     reconnect_initial_s: float = Field(default=0.5, gt=0)
     reconnect_max_s: float = Field(default=30.0, gt=0)
@@ -211,10 +220,23 @@ class AddressConfig(Model):
 
 
 class User(Model):
-    """A user for SASL PLAIN."""
+    """A user for SASL PLAIN and SCRAM: `hashes` as `router users hash` prints them (salted,
+    iterated; never the password). A plain-text `password` is still read, with a warning at
+    start: the router hashes it in memory, but the file holds a secret it should not."""
 
-    username: str = Field(min_length=1)
-    password: str = Field(min_length=1)
+    username: str = Field(min_length=1, max_length=255)
+    hashes: tuple[str, ...] = Field(
+        default=(), description="SCRAM-SHA-256$ITERATIONS:SALT$STOREDKEY:SERVERKEY (and/or SCRAM-SHA-1$...), base64"
+    )
+    password: str | None = Field(default=None, min_length=1, description="deprecated: plain text; use hashes or users_file")
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> User:
+        if (self.password is None) == (not self.hashes):
+            raise ValueError(f"user {self.username!r}: give hashes (or, deprecated, password), not both")
+        for text in self.hashes:
+            StoredCredentials.decode(text)  # raises ValueError naming what is wrong
+        return self
 
 
 class FailedLogins(Model):
@@ -254,6 +276,11 @@ class RouterConfig(Model):
     addresses: tuple[AddressConfig, ...] = ()
     ssl_profiles: tuple[SslProfile, ...] = Field(default=(), description="TLS certificates and settings, by name")
     users: tuple[User, ...] = ()
+    users_file: str | None = Field(
+        default=None, min_length=1,
+        description="file of users and their salted, iterated password hashes, written by `router users add`; "
+        "read again when it changes",
+    )
     failed_logins: FailedLogins = Field(default_factory=FailedLogins, description="slowing down repeated failed logins")
     limits: Limits = Field(default_factory=Limits)
 
@@ -270,9 +297,15 @@ class RouterConfig(Model):
                 raise ValueError(f"{what} names must be unique: {', '.join(duplicates)}")
         self._roles_fit_mode()
         self._profiles_exist()
-        plain = any("PLAIN" in listener.sasl_mechanisms for listener in self.listeners)
-        if plain and not self.users:
-            raise ValueError("a listener offers PLAIN but no users are configured")
+        password = [m for listener in self.listeners for m in listener.sasl_mechanisms if m == "PLAIN" or m.startswith("SCRAM")]
+        if password and not self.users and self.users_file is None:
+            raise ValueError(f"a listener offers {password[0]} but no users are configured (users or users_file)")
+        for listener in self.listeners:
+            if "PLAIN" in listener.sasl_mechanisms and listener.ssl_profile is None and not listener.allow_insecure_plain:
+                raise ValueError(
+                    f"listener {listener.name!r} offers PLAIN without TLS: the password would cross the network in "
+                    "clear; give it an ssl_profile, offer SCRAM-SHA-256 instead, or set allow_insecure_plain: true"
+                )
         return self
 
     def _roles_fit_mode(self) -> None:

@@ -1,45 +1,49 @@
 """Turning a listener's or connector's configuration into a connection engine, and
 per-connection router state.
 
-Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms and the
-PLAIN credential check from the configured users, EXTERNAL with the TLS layer's identity, SASL
-required unless ANONYMOUS is offered, failed logins slowed down per peer host), the client-side engine of a connector
-(container-id = our router id, SASL PLAIN with the connector's credentials, else ANONYMOUS), and
-ConnState, the router's view of one connection (the listener or connector it belongs to, its
-role and cost, its links, backpressure flags).
-Must not touch: routing decisions, I/O.
+Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms; PLAIN
+and SCRAM checked against the users' salted hashes (router.config.users); PLAIN offered only
+once TLS is up unless the listener allows it in clear; EXTERNAL with the TLS layer's identity;
+SASL required unless ANONYMOUS is offered; failed logins logged with the peer's address and
+slowed down per peer host), the client-side engine of a connector (container-id = our router
+id; SCRAM-SHA-256, SCRAM-SHA-1 or PLAIN with the connector's credentials, else EXTERNAL with a
+certificate, else ANONYMOUS), and ConnState, the router's view of one connection (the listener
+or connector it belongs to, its role and cost, its links, backpressure flags).
+Must not touch: routing decisions, I/O (but the users file, read through the credential store).
 """
 
 from __future__ import annotations
 
-import hmac
 import itertools
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.connection import Connection, ConnectionConfig
-from ..amqp.sasl import LoginThrottle, SaslClientConfig, SaslServerConfig
+from ..amqp.sasl import SUPPORTED, LoginThrottle, SaslClientConfig, SaslResult, SaslServerConfig
+from ..amqp.scram import MECHANISMS as SCRAM_MECHANISMS
 from ..config.models import Connector, FailedLogins, Listener, RouterConfig
+from ..config.users import credential_store
 
 if TYPE_CHECKING:
     from .links import InLink, OutLink
 
 _ids = itertools.count(1)
+log = logging.getLogger("router.sasl")
+_KNOWN = frozenset(SUPPORTED)
 
 
-def plain_checker(config: RouterConfig) -> Any:
-    users = {user.username: user.password for user in config.users}
-
-    def check(_authzid: str, username: str, password: str) -> bool:
-        expected = users.get(username)
-        # constant-time comparison: the answer's timing must not leak the password
-        return expected is not None and hmac.compare_digest(expected.encode(), password.encode())
-
-    return check
-
-
-def engine_config(config: RouterConfig, listener: Listener, external_identity: str | None = None) -> ConnectionConfig:
+def engine_config(
+    config: RouterConfig, listener: Listener, external_identity: str | None = None, *, tls: bool | None = None
+) -> ConnectionConfig:
     """The engine settings for a connection accepted on `listener`. `external_identity`: the
-    user of the client's verified TLS certificate; SASL EXTERNAL is offered only with one."""
+    user of the client's verified TLS certificate; SASL EXTERNAL is offered only with one.
+    `tls`: whether the connection runs over TLS (None: as the listener requires)."""
+    mechanisms = listener.sasl_mechanisms
+    secure = tls if tls is not None else (listener.ssl_profile is not None and listener.require_ssl)
+    passwords = "PLAIN" in mechanisms or any(m in SCRAM_MECHANISMS for m in mechanisms)
+    store = credential_store(config) if passwords else None
+    # PLAIN sends the password itself: only inside TLS, unless the listener says otherwise.
+    plain = store is not None and "PLAIN" in mechanisms and (secure or listener.allow_insecure_plain)
     return ConnectionConfig(
         container_id=config.router.id,
         server=True,
@@ -47,12 +51,13 @@ def engine_config(config: RouterConfig, listener: Listener, external_identity: s
         channel_max=listener.max_sessions_per_connection - 1,
         idle_timeout_s=listener.idle_timeout_s or None,
         sasl_server=SaslServerConfig(
-            mechanisms=tuple(listener.sasl_mechanisms),
-            check_plain=plain_checker(config) if "PLAIN" in listener.sasl_mechanisms else None,
+            mechanisms=tuple(mechanisms),
+            check_plain=store.check_plain if plain and store is not None else None,
+            scram_credentials=store.scram if store is not None else None,
             # Secure default: without ANONYMOUS, skipping SASL would skip the authentication
             # the listener asks for (security §5.1: the server answers with the SASL header).
-            allow_no_sasl=not listener.require_sasl and "ANONYMOUS" in listener.sasl_mechanisms,
-            external_identity=external_identity if "EXTERNAL" in listener.sasl_mechanisms else None,
+            allow_no_sasl=not listener.require_sasl and "ANONYMOUS" in mechanisms,
+            external_identity=external_identity if "EXTERNAL" in mechanisms else None,
         ),
     )
 
@@ -70,18 +75,35 @@ def peer_host(peer: str) -> str:
 def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
     """Failed logins on the accepted connection `state` are slowed down per peer host (the host
     is read when a login fails: the network layer sets it after accept)."""
-    state.engine.sasl_failure_delay = lambda now: throttle.failed(peer_host(state.host), now)
+
+    def failed(now: float, result: SaslResult) -> float:
+        delay = throttle.failed(peer_host(state.host), now)
+        # What the peer sent is shown quoted and cut short: a log line must not be theirs to forge.
+        mechanism = result.mechanism if result.mechanism in _KNOWN else repr((result.mechanism or "-")[:32])
+        user = result.user_given[:64] if result.user_given is not None else None
+        log.warning(
+            "failed login from %s on listener %s: mechanism %s, user %r: %s (outcome in %.2f s)",
+            state.host or "?", state.listener.name, mechanism, user, result.description, delay,
+        )
+        return delay
+
+    state.engine.sasl_failure_delay = failed
 
 
-def new_engine(config: RouterConfig, listener: Listener, external_identity: str | None = None) -> Connection:
-    return Connection(engine_config(config, listener, external_identity))
+def new_engine(
+    config: RouterConfig, listener: Listener, external_identity: str | None = None, *, tls: bool | None = None
+) -> Connection:
+    return Connection(engine_config(config, listener, external_identity, tls=tls))
 
 
 def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connection:
     """The client-side engine of a connection `connector` opens to another router. Its open is
     sent by `RouterCore.connect`, which also registers it."""
     if connector.sasl_username is not None:
-        sasl = SaslClientConfig(mechanisms=("PLAIN",), username=connector.sasl_username,
+        # SCRAM first: the password never crosses the wire and the peer proves it knows it too.
+        # PLAIN only inside TLS (the peer's listener offers it only there by default anyway).
+        mechanisms = (*SCRAM_MECHANISMS, "PLAIN") if connector.ssl_profile else SCRAM_MECHANISMS
+        sasl = SaslClientConfig(mechanisms=mechanisms, username=connector.sasl_username,
                                 password=connector.sasl_password, hostname=connector.host)  # fmt: skip
     elif _presents_certificate(config, connector):
         # The peer may know us by our certificate (mutual TLS between routers): EXTERNAL first.

@@ -237,7 +237,7 @@ async def connect(
     sasl_config = None
     if sasl:
         sasl_config = SaslClientConfig(
-            mechanisms=mechanisms or ("PLAIN", "ANONYMOUS"),
+            mechanisms=mechanisms or ("SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN", "ANONYMOUS"),
             username=username,
             password=password,
             hostname=hostname or host,

@@ -331,7 +331,7 @@ class RouterServer:
                 return
 
         def register() -> Connection:
-            engine = new_engine(self.config, listener, tls.user if tls is not None else None)
+            engine = new_engine(self.config, listener, tls.user if tls is not None else None, tls=tls is not None)
             _set_host(self.core.accept(engine, listener), stream, tls)
             return engine
 

@@ -24,6 +24,7 @@ from rich.console import Console, Group
 from rich.live import Live
 
 from router.cli.common import parse_bus, run_async, stderr
+from router.cli.login import with_login
 from router.cli.mgmt import DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, Timeout, session, to_json
 
 from . import render
@@ -80,6 +81,7 @@ def _known(network: Network, router: str) -> str:
 
 
 @app.command()
+@with_login
 def routers(bus: Bus = DEFAULT_BUS, json: AsJson = False, timeout: Timeout = DEFAULT_TIMEOUT_S) -> None:
     """The routers in the network: reachable or not, next hop and cost from the bus router."""
 
@@ -91,6 +93,7 @@ def routers(bus: Bus = DEFAULT_BUS, json: AsJson = False, timeout: Timeout = DEF
 
 
 @app.command()
+@with_login
 def links(bus: Bus = DEFAULT_BUS, json: AsJson = False, timeout: Timeout = DEFAULT_TIMEOUT_S) -> None:
     """The inter-router links with their costs, and the least-cost tree from the bus router."""
 
@@ -102,6 +105,7 @@ def links(bus: Bus = DEFAULT_BUS, json: AsJson = False, timeout: Timeout = DEFAU
 
 
 @app.command()
+@with_login
 def routes(
     bus: Bus = DEFAULT_BUS,
     router: Annotated[str | None, typer.Option("--router", "-r", help="whose routes (default: the bus router)")] = None,
@@ -121,6 +125,7 @@ def routes(
 
 
 @app.command()
+@with_login
 def path(
     address: Annotated[str, typer.Option("--address", "-a", help="the address the message is sent to")],
     source: From = None,
@@ -147,6 +152,7 @@ def path(
 
 
 @app.command()
+@with_login
 def address(
     name: Annotated[str, typer.Argument(help="the address")],
     bus: Bus = DEFAULT_BUS,
@@ -173,6 +179,7 @@ def address(
 
 
 @app.command()
+@with_login
 def graph(
     bus: Bus = DEFAULT_BUS,
     source: From = None,
@@ -197,6 +204,7 @@ def graph(
 
 
 @app.command()
+@with_login
 def watch(
     bus: Bus = DEFAULT_BUS,
     interval: Annotated[float, typer.Option("--interval", "-i", min=0.2, help="seconds between refreshes")] = 2.0,
