@@ -111,6 +111,18 @@ class Listener(ConnectionSettings):
     authenticate_peer: bool = Field(
         default=False, description="mutual TLS: refuse clients without a certificate signed by the profile's ca_file"
     )
+    websocket: bool = Field(
+        default=False,
+        description="serve AMQP over WebSocket (subprotocol amqp, binary messages; wss with an ssl_profile) "
+        "instead of AMQP over TCP",
+    )
+    websocket_path: str | None = Field(
+        default=None, pattern=r"^/", description="with websocket: the only request path served (404 for others); any when not set"
+    )
+    websocket_max_request_bytes: int = Field(
+        default=8192, ge=512, le=1024 * 1024,
+        description="with websocket: the longest HTTP upgrade request head taken (431 beyond it)",
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
