@@ -77,12 +77,14 @@ class WebSocketUpgrade:
 
     def receive(self, data: bytes) -> Accepted | Refused | None:
         """Bytes from the peer (b"": it closed): the decision once the request head is in."""
+        if not data:  # a request complete before the peer closed was decided already
+            return Refused(b"", "the peer closed the connection during the WebSocket upgrade")
         if not self._line_done:
             # A request line is printable ASCII: an AMQP header (or TLS on a plain port) is
             # answered at once, not at the handshake time-out after h11 waited for its end.
             self._first_line = (self._first_line + data)[:256]
             line, end, _ = self._first_line.partition(b"\n")
-            self._line_done = bool(end) or len(self._first_line) == 256 or not data
+            self._line_done = bool(end) or len(self._first_line) == 256
             if any(byte >= 0x7F or (byte < 0x20 and byte != 0x0D) for byte in line):
                 return self._refuse(400, "Bad Request", "not an HTTP request (this port serves AMQP over WebSocket)")
         self._received += len(data)
@@ -94,11 +96,9 @@ class WebSocketUpgrade:
                 return self._refuse(431, "Request Header Fields Too Large", f"request head over {self._max} bytes")
             return self._refuse(400, "Bad Request", f"not an HTTP request ({exc})")
         if event is h11.NEED_DATA:
-            if not data:
-                return Refused(b"", "the peer closed the connection during the WebSocket upgrade")
             return None
-        if not isinstance(event, h11.Request):  # ConnectionClosed
-            return Refused(b"", "the peer closed the connection during the WebSocket upgrade")
+        if not isinstance(event, h11.Request):  # h11 has no other event for a server's first one
+            return self._refuse(400, "Bad Request", "not an HTTP request")
         if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > self._max:
             return self._refuse(431, "Request Header Fields Too Large", f"request head over {self._max} bytes")
         return self._check(event)
