@@ -234,3 +234,15 @@ def test_any_bytes_end_in_a_decision_or_a_close_never_an_exception(head: bytes, 
     assert len(amqp) <= len(frames)
     if ended:
         assert framing.close_code is not None
+
+
+def test_what_the_router_sends_comes_in_binary_messages_of_bounded_size() -> None:
+    from router.net.websocket import OUT_MESSAGE_BYTES
+
+    framing = WebSocketFraming(1000)
+    payload = bytes(range(256)) * 1000  # 256 000 bytes
+    events = server_events(framing.wrap(b"small") + framing.wrap(payload))
+    assert all(isinstance(e, BytesMessage) and e.message_finished for e in events)
+    sizes = [len(e.data) for e in events]  # type: ignore[attr-defined]
+    assert sizes[0] == 5 and max(sizes) <= OUT_MESSAGE_BYTES and len(sizes) == 1 + -(-len(payload) // OUT_MESSAGE_BYTES)
+    assert b"".join(e.data for e in events[1:]) == payload  # type: ignore[attr-defined]

@@ -37,6 +37,9 @@ _ACCEPT_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 1.3
 # Our frames carry at most max-frame-size bytes of AMQP; a peer may join a few small AMQP frames
 # in one WebSocket frame, so the bound on its WebSocket frames is that plus this margin.
 FRAME_MARGIN_BYTES = 64 * 1024
+# What we send is cut into messages (one frame each) of at most this: clients bound the frames
+# they take too, some at 64 KiB (Netty's default, under Qpid JMS), whatever their AMQP max-frame-size.
+OUT_MESSAGE_BYTES = 32 * 1024
 
 
 def accept_token(key: bytes) -> bytes:
@@ -231,10 +234,15 @@ class WebSocketFraming:
             pass
 
     def wrap(self, amqp: bytes) -> bytes:
-        """One binary message carrying `amqp` (nothing once the WebSocket is closing)."""
+        """Binary messages carrying `amqp`, OUT_MESSAGE_BYTES each at most (nothing once the
+        WebSocket is closing)."""
         if self._ws.state is not ConnectionState.OPEN:
             return b""
-        return self._ws.send(BytesMessage(data=amqp))
+        if len(amqp) <= OUT_MESSAGE_BYTES:
+            return self._ws.send(BytesMessage(data=amqp))
+        view = memoryview(amqp)
+        return b"".join(self._ws.send(BytesMessage(data=bytes(view[i : i + OUT_MESSAGE_BYTES])))
+                        for i in range(0, len(amqp), OUT_MESSAGE_BYTES))  # fmt: skip
 
     def close(self, code: int = CloseReason.NORMAL_CLOSURE, reason: str = "") -> bytes:
         """Our close frame (nothing if the WebSocket is closing already)."""
