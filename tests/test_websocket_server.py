@@ -17,6 +17,7 @@ import trio
 from router.amqp.framing import AMQP_HEADER
 from router.amqp.message import Message
 from router.net.client import connect
+from router.net.management_client import management_session
 
 from .rawamqp import HEADER, OPEN, frame, read_until_closed
 from .tlssupport import Pki, make_pki, serving
@@ -211,3 +212,22 @@ async def test_the_router_ends_with_a_close_frame_after_amqp_close() -> None:
         assert ws.close_code == 1000
         assert ws.received.startswith(AMQP_HEADER)
         await ws.aclose()
+
+
+async def test_a_websocket_listener_created_and_updated_through_management() -> None:
+    async with serving({"router": {"id": "mgmt-ws"}, "listeners": [{"name": "plain", "port": 0}]}) as server:
+        with trio.fail_after(TIMEOUT_S):
+            async with connect("127.0.0.1", server.listener_ports()["plain"]) as client, management_session(client) as mgmt:
+                created = await mgmt.create("listener", {"name": "ws", "port": 0, "websocket": True, "websocketPath": "/amqp"})
+                assert created["websocket"] is True and created["websocketPath"] == "/amqp"
+                assert created["websocketMaxRequestBytes"] == 8192
+                with pytest.raises(Exception, match="websocketPath|websocket_path|pattern"):
+                    await mgmt.create("listener", {"name": "bad", "port": 0, "websocket": True, "websocketPath": "amqp"})
+        port = server.listener_ports()["ws"]
+        async with ws_bridge(port, path="/amqp") as local:
+            await round_trip(local)
+        with pytest.raises(WsRejected):
+            await WsClient.open(port, path="/")
+        async with connect("127.0.0.1", server.listener_ports()["plain"]) as client, management_session(client) as mgmt:
+            await mgmt.update("listener", {"websocket": False}, name="ws")  # back to AMQP over TCP
+        await round_trip(server.listener_ports()["ws"])
