@@ -246,3 +246,16 @@ def test_what_the_router_sends_comes_in_binary_messages_of_bounded_size() -> Non
     sizes = [len(e.data) for e in events]  # type: ignore[attr-defined]
     assert sizes[0] == 5 and max(sizes) <= OUT_MESSAGE_BYTES and len(sizes) == 1 + -(-len(payload) // OUT_MESSAGE_BYTES)
     assert b"".join(e.data for e in events[1:]) == payload  # type: ignore[attr-defined]
+
+
+def test_a_browsers_origin_must_be_allowed_when_origins_are_configured() -> None:
+    def with_origin(origin: str | None, origins: tuple[str, ...]) -> Accepted | Refused | None:
+        extra = b"" if origin is None else b"Origin: " + origin.encode() + b"\r\n"
+        return WebSocketUpgrade(path=None, max_request_bytes=8192, origins=origins).receive(request(extra=extra))
+
+    allowed = ("https://console.example.com",)
+    assert isinstance(with_origin("https://Console.example.com", allowed), Accepted)  # origins compare case-insensitively
+    assert isinstance(with_origin(None, allowed), Accepted)  # not a browser
+    assert isinstance(with_origin("https://evil.example", ()), Accepted)  # no list: any
+    refused = with_origin("https://evil.example", allowed)
+    assert isinstance(refused, Refused) and refused.response.startswith(b"HTTP/1.1 403 ") and b"evil.example" in refused.response

@@ -112,6 +112,16 @@ async def test_upgrade_refusals_say_why(subprotocols: tuple[str, ...], path: str
         await ws.aclose()
 
 
+async def test_a_browser_from_another_origin_is_refused_when_origins_are_listed() -> None:
+    async with serving(ws_config(websocket_origins=["https://console.example.com"])) as server:
+        port = server.listener_ports()["ws"]
+        with pytest.raises(WsRejected) as refused:
+            await WsClient.open(port, headers=((b"Origin", b"https://evil.example"),))
+        assert refused.value.status == 403
+        ws = await WsClient.open(port, headers=((b"Origin", b"https://console.example.com"),))
+        await ws.aclose()
+
+
 async def test_plain_amqp_on_a_websocket_port_is_refused_with_an_http_answer() -> None:
     async with serving(ws_config()) as server:
         tcp = await trio.open_tcp_stream("127.0.0.1", server.listener_ports()["ws"])

@@ -40,12 +40,13 @@ class WsClient:
 
     @classmethod
     async def open(cls, port: int, *, path: str = "/", subprotocols: tuple[str, ...] = ("amqp",),
-                   ssl_context: ssl.SSLContext | None = None) -> WsClient:  # fmt: skip
+                   ssl_context: ssl.SSLContext | None = None, headers: tuple[tuple[bytes, bytes], ...] = ()) -> WsClient:  # fmt: skip
         stream: trio.abc.Stream = await trio.open_tcp_stream("127.0.0.1", port)
         if ssl_context is not None:
             stream = trio.SSLStream(stream, ssl_context, server_hostname="127.0.0.1")
         ws = WSConnection(ConnectionType.CLIENT)
-        await stream.send_all(ws.send(Request(host="127.0.0.1", target=path, subprotocols=list(subprotocols))))
+        await stream.send_all(ws.send(Request(host="127.0.0.1", target=path, subprotocols=list(subprotocols),
+                                               extra_headers=list(headers))))
         status, body = 0, b""
         with trio.fail_after(TIMEOUT_S):
             while True:

@@ -119,6 +119,11 @@ class Listener(ConnectionSettings):
     websocket_path: str | None = Field(
         default=None, pattern=r"^/", description="with websocket: the only request path served (404 for others); any when not set"
     )
+    websocket_origins: tuple[str, ...] = Field(
+        default=(),
+        description="with websocket: the Origin values (scheme://host[:port]) a browser's upgrade may carry, "
+        "others refused with 403; empty: any. Requests without Origin (not from a browser) are served",
+    )
     websocket_max_request_bytes: int = Field(
         default=8192, ge=512, le=1024 * 1024,
         description="with websocket: the longest HTTP upgrade request head taken (431 beyond it)",

@@ -12,7 +12,8 @@ messages and frames arbitrarily, so the payloads of binary messages are handed o
 and the AMQP engine finds its own frame boundaries. The peer is hostile until checked: the
 request head is bounded (431), the subprotocol `amqp` is required (400), text messages are
 refused (close 1003), frames longer than the bound (close 1009) or malformed or unmasked
-(close 1002, RFC 6455 5.1/5.2) end the WebSocket with a close frame saying why.
+(close 1002, RFC 6455 5.1/5.2) end the WebSocket with a close frame saying why; browsers'
+requests from origins not allowed are refused (403).
 
 Owns: the upgrade's checks and answer, the WebSocket frame layer after it (wsproto).
 Must not touch: sockets, time, AMQP itself (the engine's).
@@ -68,10 +69,12 @@ class Refused:
 class WebSocketUpgrade:
     """The server side of one HTTP/1.1 upgrade request (RFC 6455 4.2.1)."""
 
-    def __init__(self, *, path: str | None, max_request_bytes: int) -> None:
+    def __init__(self, *, path: str | None, max_request_bytes: int, origins: tuple[str, ...] = ()) -> None:
         """`path`: the request target to serve (None: any); `max_request_bytes`: the longest
-        request head taken (a longer one is refused with 431)."""
+        request head taken (a longer one is refused with 431); `origins`: the Origin values
+        a browser's request may carry (empty: any)."""
         self._path = path
+        self._origins = {origin.rstrip("/").lower().encode() for origin in origins}
         self._max = max_request_bytes
         self._received = 0
         self._first_line = b""  # the start of the request line, until its end is in
@@ -137,6 +140,11 @@ class WebSocketUpgrade:
                                 [(b"Sec-WebSocket-Protocol", SUBPROTOCOL.encode())])  # fmt: skip
         if self._path is not None and target.split("?", 1)[0] != self._path:
             return self._refuse(404, "Not Found", f"path {target!r} (this listener serves {self._path!r})")
+        origin = headers.get(b"origin")
+        if self._origins and origin is not None and (len(origin) != 1 or origin[0].lower() not in self._origins):
+            # Only a browser sends Origin, and a page from another site cannot forge it (RFC 6455
+            # 10.2): the check keeps such pages from using a browser's client certificate here.
+            return self._refuse(403, "Forbidden", f"origin {b', '.join(origin).decode('ascii', 'replace')!r} is not allowed")
         if headers.get(b"content-length", [b"0"]) != [b"0"] or b"transfer-encoding" in headers:
             return self._refuse(400, "Bad Request", "an upgrade request carries no body")
         # No extension is accepted (permessage-deflate would cost a compressor per connection and

@@ -38,7 +38,8 @@ async def accept(stream: trio.abc.Stream, listener: Listener, initial: bytes = b
     """Run the server side of the upgrade on `stream` (`initial`: bytes of it read already):
     (the stream of AMQP bytes, AMQP bytes that came with the upgrade). WebSocketRefused after
     the refusal's HTTP answer went out."""
-    upgrade = WebSocketUpgrade(path=listener.websocket_path, max_request_bytes=listener.websocket_max_request_bytes)
+    upgrade = WebSocketUpgrade(path=listener.websocket_path, max_request_bytes=listener.websocket_max_request_bytes,
+                               origins=listener.websocket_origins)  # fmt: skip
     data = initial
     while True:
         if not data:
