@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+from wsproto.events import BytesMessage, CloseConnection, Ping
 
 from router.amqp.framing import AMQP_HEADER
 from router.amqp.message import Message
@@ -197,8 +198,6 @@ async def test_hostile_frames_are_closed_with_the_right_code(kind: str, code: in
 async def test_ping_is_answered_and_the_close_handshake_done() -> None:
     async with serving(ws_config()) as server:
         ws = await WsClient.open(server.listener_ports()["ws"])
-        from wsproto.events import CloseConnection, Ping
-
         await ws.send_raw(ws.ws.send(Ping(payload=b"are you there")))
         with trio.fail_after(TIMEOUT_S):
             while not ws.pongs:
@@ -241,3 +240,33 @@ async def test_a_websocket_listener_created_and_updated_through_management() -> 
         async with connect("127.0.0.1", server.listener_ports()["plain"]) as client, management_session(client) as mgmt:
             await mgmt.update("listener", {"websocket": False}, name="ws")  # back to AMQP over TCP
         await round_trip(server.listener_ports()["ws"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_random_frames_after_the_upgrade_cost_only_their_connection(seed: int) -> None:
+    """Garbage after a good upgrade: raw bytes, masked binary frames of random AMQP bytes, random
+    opcodes and lengths. The router closes or keeps the connection; another client is served."""
+    import random
+
+    rng = random.Random(seed)
+    async with serving(ws_config()) as server:
+        port = server.listener_ports()["ws"]
+        ws = await WsClient.open(port)
+        for _ in range(20):
+            kind = rng.choice(["raw", "binary", "header"])
+            if kind == "raw":
+                wire = rng.randbytes(rng.randrange(1, 300))
+            elif kind == "binary":
+                wire = ws.ws.send(BytesMessage(data=rng.randbytes(rng.randrange(0, 300))))
+            else:
+                wire = bytes([rng.randrange(256), 0x80 | rng.randrange(126)]) + rng.randbytes(4 + rng.randrange(0, 130))
+            try:
+                await ws.send_raw(wire)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+        await ws.aclose()
+        async with ws_bridge(port) as local:
+            await round_trip(local)
+        with trio.fail_after(TIMEOUT_S):  # the hostile connection is gone, released
+            while [c for c in server.agent.entities("connection") if c.get("listener") == "ws"]:
+                await trio.sleep(0.01)
