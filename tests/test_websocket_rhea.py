@@ -1,5 +1,6 @@
 """rhea (AMQP 1.0 for Node.js) over its WebSocket transport (the ws package), a client we did
-not write: messages through a WebSocket listener, plain and over TLS (wss), every one accepted,
+not write: messages through a WebSocket listener, plain and over TLS (wss), and through the
+WebSocket API of browsers (Node's own), every one accepted,
 a 200 000-byte one among them (many AMQP frames, many WebSocket messages). Skips cleanly when
 Node.js or the packages are missing: `npm install --prefix tests/rhea` installs them
 (tests/rhea/package.json)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +34,10 @@ def ws_listener(**options: Any) -> dict[str, Any]:
     return {"name": "ws", "port": 0, "websocket": True, "websocket_path": "/amqp", **options}
 
 
-async def run_rhea(url: str, *extra: str) -> dict[str, Any]:
+async def run_rhea(url: str, *extra: str, node_options: tuple[str, ...] = ()) -> dict[str, Any]:
     assert NODE is not None
     with trio.fail_after(20):
-        done = await trio.run_process([NODE, str(HERE / "ws_roundtrip.js"), url, "rhea.ws", str(COUNT), *extra],
+        done = await trio.run_process([NODE, *node_options, str(HERE / "ws_roundtrip.js"), url, "rhea.ws", str(COUNT), *extra],
                                       capture_stdout=True, capture_stderr=True, check=False)  # fmt: skip
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     result: dict[str, Any] = json.loads(done.stdout.decode().strip().splitlines()[-1])
@@ -61,4 +63,21 @@ async def test_rhea_over_websocket_with_tls(tmp_path: Path) -> None:
         "listeners": [ws_listener(ssl_profile="server")],
     }
     async with serving(config) as server:
-        assert_all_through(await run_rhea(f"wss://localhost:{server.listener_ports()['ws']}/amqp", pki.ca_file))
+        assert_all_through(await run_rhea(f"wss://localhost:{server.listener_ports()['ws']}/amqp", "--ca", pki.ca_file))
+
+
+def node_has_browser_websocket() -> bool:
+    """Node.js 20.10+ has the WHATWG WebSocket behind a flag (22+ without it)."""
+    assert NODE is not None
+    probe = subprocess.run([NODE, "--experimental-websocket", "-e", "process.exit(typeof WebSocket === 'function' ? 0 : 1)"],
+                           capture_output=True, check=False)  # fmt: skip
+    return probe.returncode == 0
+
+
+async def test_rhea_over_a_browsers_websocket() -> None:
+    """The WebSocket API of browsers (binaryType arraybuffer, no options), as rhea uses it in a page."""
+    if not node_has_browser_websocket():
+        pytest.skip("this Node.js has no WHATWG WebSocket")
+    async with serving({"router": {"id": "ws"}, "listeners": [ws_listener()]}) as server:
+        url = f"ws://127.0.0.1:{server.listener_ports()['ws']}/amqp"
+        assert_all_through(await run_rhea(url, "--browser", node_options=("--experimental-websocket",)))

@@ -1,7 +1,9 @@
 // rhea over its WebSocket transport (the ws package) as a third-party client of the router
 // (tests/test_websocket_rhea.py):
-//   node ws_roundtrip.js URL ADDRESS COUNT [CA_FILE]
-// URL is ws://host:port/path or wss://... (CA_FILE: the certificate authority to trust). One
+//   node ws_roundtrip.js URL ADDRESS COUNT [--ca CA_FILE] [--browser]
+// URL is ws://host:port/path or wss://... (CA_FILE: the certificate authority to trust).
+// --browser: the WHATWG WebSocket of browsers (Node's own, `node --experimental-websocket`;
+// rhea then takes the path it takes in a browser) instead of the ws package. One
 // connection with a receiver and a sender on ADDRESS; sends COUNT messages (the last one of
 // 200 000 bytes, so that it spans many AMQP frames), receives and accepts them, and prints one
 // JSON line: the bodies received (long ones as their length), the outcomes the sender learned,
@@ -9,9 +11,11 @@
 "use strict";
 const fs = require("fs");
 const rhea = require("rhea");
-const WebSocket = require("ws");
 
-const [url, address, countText, caFile] = process.argv.slice(2);
+const [url, address, countText, ...flags] = process.argv.slice(2);
+const caFile = flags.includes("--ca") ? flags[flags.indexOf("--ca") + 1] : null;
+const browser = flags.includes("--browser");
+const WebSocket = browser ? globalThis.WebSocket : require("ws");
 const count = Number(countText);
 const big = "b".repeat(200000);
 const result = { received: [], accepted: 0, other_outcomes: [], protocol: null };
@@ -73,7 +77,7 @@ class RecordedWebSocket extends WebSocket {
     socket = this;
   }
 }
-const options = caFile ? { ca: fs.readFileSync(caFile) } : {};
+const options = caFile ? { ca: fs.readFileSync(caFile) } : {}; // a browser's WebSocket takes none
 const ws = container.websocket_connect(RecordedWebSocket);
 const connection = container.connect({ connection_details: ws(url, ["amqp"], options), reconnect: false });
 connection.open_receiver(address);
