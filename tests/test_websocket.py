@@ -77,6 +77,7 @@ def test_the_request_may_come_a_byte_at_a_time_with_frames_behind_it() -> None:
         (request(protocols="mqtt, binary"), 400, b"amqp"),
         (request(protocols="AMQP"), 400, b"amqp"),  # subprotocol names are case-sensitive (RFC 6455 4.1)
         (request(method=b"POST"), 405, b"GET"),
+        (request().replace(b"HTTP/1.1", b"HTTP/1.0"), 400, b"HTTP/1.1"),
         (request().replace(b"Upgrade: websocket\r\n", b""), 426, b"WebSocket upgrade"),
         (request().replace(b"Version: 13", b"Version: 8"), 426, b"13"),
         (request().replace(KEY, b"short"), 400, b"Sec-WebSocket-Key"),
@@ -259,3 +260,34 @@ def test_a_browsers_origin_must_be_allowed_when_origins_are_configured() -> None
     assert isinstance(with_origin("https://evil.example", ()), Accepted)  # no list: any
     refused = with_origin("https://evil.example", allowed)
     assert isinstance(refused, Refused) and refused.response.startswith(b"HTTP/1.1 403 ") and b"evil.example" in refused.response
+
+
+HEADER_NAMES = ["Host", "Upgrade", "Connection", "Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Protocol",
+                "Origin", "Content-Length", "Transfer-Encoding", "Sec-WebSocket-Extensions"]  # fmt: skip
+HEADER_VALUES = ["websocket", "Upgrade", "keep-alive, upgrade", "13", "8", "amqp", "AMQP", "binary, amqp", "", "0", "5",
+                 "chunked", KEY.decode(), "c2hvcnQ=", "permessage-deflate", "https://a.example", "x" * 300]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    method=st.sampled_from([b"GET", b"POST", b"OPTIONS"]),
+    target=st.sampled_from([b"/", b"/amqp", b"/amqp?x", b"*", b"http://h/amqp"]),
+    version=st.sampled_from([b"1.1", b"1.0"]),
+    headers=st.lists(st.tuples(st.sampled_from(HEADER_NAMES), st.sampled_from(HEADER_VALUES)), max_size=12),
+    path=st.sampled_from([None, "/amqp"]),
+    origins=st.sampled_from([(), ("https://a.example",)]),
+)
+def test_near_valid_requests_are_decided_never_raised(
+    method: bytes, target: bytes, version: bytes, headers: list[tuple[str, str]], path: str | None, origins: tuple[str, ...]
+) -> None:
+    head = method + b" " + target + b" HTTP/" + version + b"\r\n"
+    head += b"".join(f"{name}: {value}\r\n".encode() for name, value in headers) + b"\r\n"
+    decision = WebSocketUpgrade(path=path, max_request_bytes=8192, origins=origins).receive(head)
+    assert isinstance(decision, (Accepted, Refused)) or decision is None  # None: a body announced, not come
+    if isinstance(decision, Accepted):
+        named = {name.lower() for name, _ in headers}
+        assert {"upgrade", "connection", "sec-websocket-key", "sec-websocket-protocol"} <= named
+        assert method == b"GET" and version == b"1.1"
+        assert b"Sec-WebSocket-Protocol: amqp" in decision.response
+    elif isinstance(decision, Refused):
+        assert decision.response.startswith(b"HTTP/1.1 4") and b"Connection: close" in decision.response

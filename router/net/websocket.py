@@ -119,6 +119,8 @@ class WebSocketUpgrade:
             return [w.strip().lower() if lower else w.strip() for w in words if w.strip()]
 
         target = request.target.decode("ascii", "replace")
+        if request.http_version != b"1.1":
+            return self._refuse(400, "Bad Request", "HTTP/1.1 expected (RFC 6455 4.1)")
         if request.method != b"GET":
             return self._refuse(405, "Method Not Allowed", f"method {request.method.decode('ascii', 'replace')} (GET expected)",
                                 [(b"Allow", b"GET")])  # fmt: skip
@@ -154,7 +156,10 @@ class WebSocketUpgrade:
             (b"Sec-WebSocket-Accept", accept_token(keys[0])),
             (b"Sec-WebSocket-Protocol", SUBPROTOCOL.encode()),
         ])  # fmt: skip
-        data = self._http.send(response) or b""
+        try:
+            data = self._http.send(response) or b""
+        except h11.LocalProtocolError as exc:  # not expected after the checks above; refused all the same
+            return self._refuse(400, "Bad Request", f"cannot switch protocols ({exc})")
         trailing, _ = self._http.trailing_data
         return Accepted(data, bytes(trailing), target)
 
