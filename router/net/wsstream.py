@@ -53,6 +53,7 @@ async def accept(stream: trio.abc.Stream, listener: Listener, initial: bytes = b
             try:
                 with trio.move_on_after(CLOSE_SEND_S):  # the answer tells the peer why; never wait long for it
                     await stream.send_all(decision.response)
+                    await _drain_until_closed(stream)
             except _STREAM_ERRORS:
                 pass
         raise WebSocketRefused(decision.reason)
@@ -65,6 +66,20 @@ async def accept(stream: trio.abc.Stream, listener: Listener, initial: bytes = b
         if ws.ended:
             raise WebSocketRefused(f"the WebSocket ended at once ({framing.close_code} {framing.close_reason})")
     return ws, first
+
+
+async def _drain_until_closed(stream: trio.abc.Stream) -> None:
+    """After a refusal: what the peer still sends (the rest of an oversized request) is read and
+    dropped, up to CLOSE_LINGER_BYTES, until it closes: closing with unread bytes would reset the
+    connection, and the reset can destroy the answer before the peer has read it."""
+    if isinstance(stream, trio.SocketStream):
+        await stream.send_eof()
+    drained = 0
+    while drained < CLOSE_LINGER_BYTES:
+        data = await stream.receive_some(UPGRADE_READ * 16)
+        if not data:
+            return
+        drained += len(data)
 
 
 class WebSocketStream(trio.abc.Stream):
