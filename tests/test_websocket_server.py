@@ -84,6 +84,35 @@ async def test_wss_carries_messages(tmp_path: Path) -> None:
                     assert conn["isEncrypted"] is True
 
 
+async def test_ws_and_wss_on_one_port_when_tls_is_not_required(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    async with serving(ws_config(pki, require_ssl=False)) as server:
+        port = server.listener_ports()["ws"]
+        async with ws_bridge(port) as local:
+            await round_trip(local)
+        async with ws_bridge(port, ssl_context=client_context(pki)) as local:
+            await round_trip(local)
+
+
+async def test_a_wss_peer_stalled_after_tls_mid_upgrade_is_dropped_at_the_handshake_time_out(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    async with serving(ws_config(pki)) as server:
+        port = server.listener_ports()["ws"]
+        started = trio.current_time()
+        tls = trio.SSLStream(await trio.open_tcp_stream("127.0.0.1", port), client_context(pki), server_hostname="127.0.0.1")
+        await tls.do_handshake()
+        await tls.send_all(b"GET /amqp HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        async with ws_bridge(port, ssl_context=client_context(pki)) as local:
+            await round_trip(local)  # served all the while
+        with trio.fail_after(TIMEOUT_S), pytest.raises(trio.BrokenResourceError):
+            while await tls.receive_some(100):
+                pass
+            raise trio.BrokenResourceError  # a clean end counts as dropped too
+        assert trio.current_time() - started >= HANDSHAKE_TIMEOUT_S * 0.9
+        assert listener_entity(server)["handshakeTimeouts"] == 1
+        await trio.aclose_forcefully(tls)
+
+
 async def test_frames_joined_and_split_in_fragmented_messages() -> None:
     """The AMQP header and open in one message of several fragments; the close's bytes joined to them."""
     async with serving(ws_config()) as server:
