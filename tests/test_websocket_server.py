@@ -268,7 +268,9 @@ async def test_a_websocket_listener_created_and_updated_through_management() -> 
         with pytest.raises(WsRejected):
             await WsClient.open(port, path="/")
         async with connect("127.0.0.1", server.listener_ports()["plain"]) as client, management_session(client) as mgmt:
-            await mgmt.update("listener", {"websocket": False}, name="ws")  # back to AMQP over TCP
+            with pytest.raises(Exception, match="need websocket: true"):  # a path that would not be honoured
+                await mgmt.update("listener", {"websocket": False}, name="ws")
+            await mgmt.update("listener", {"websocket": False, "websocketPath": None}, name="ws")  # back to AMQP over TCP
         await round_trip(server.listener_ports()["ws"])
 
 
@@ -300,3 +302,18 @@ async def test_random_frames_after_the_upgrade_cost_only_their_connection(seed: 
         with trio.fail_after(TIMEOUT_S):  # the hostile connection is gone, released
             while [c for c in server.agent.entities("connection") if c.get("listener") == "ws"]:
                 await trio.sleep(0.01)
+
+
+def test_configuration_errors_name_the_field() -> None:
+    from pydantic import ValidationError
+
+    from router.config.models import RouterConfig
+
+    for listener, text in (
+        ({"websocket": True, "role": "inter-router"}, "role normal"),
+        ({"websocket_path": "/amqp"}, "need websocket: true"),
+        ({"websocket": True, "websocket_path": "amqp"}, "websocket_path"),
+        ({"websocket": True, "websocket_max_request_bytes": 10}, "websocket_max_request_bytes"),
+    ):
+        with pytest.raises(ValidationError, match=text):
+            RouterConfig.model_validate({"router": {"mode": "interior"}, "listeners": [{"name": "a", **listener}]})

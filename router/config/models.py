@@ -137,6 +137,10 @@ class Listener(ConnectionSettings):
             raise ValueError("authenticate_peer needs an ssl_profile")
         if "EXTERNAL" in self.sasl_mechanisms and self.ssl_profile is None:
             raise ValueError("EXTERNAL needs an ssl_profile (the identity is the client's certificate)")
+        if self.websocket and self.role != "normal":
+            raise ValueError("websocket listeners serve clients (role normal): connectors do not speak WebSocket")
+        if not self.websocket and (self.websocket_path is not None or self.websocket_origins):
+            raise ValueError("websocket_path and websocket_origins need websocket: true")
         return self
 
 
