@@ -140,6 +140,7 @@ async def test_upgrade_refusals_say_why(subprotocols: tuple[str, ...], path: str
         assert (b"amqp" if status == 400 else b"/amqp") in refused.value.body
         ws = await WsClient.open(port, path="/amqp")  # the configured path is served
         await ws.aclose()
+        assert listener_entity(server)["websocketUpgradesRefused"] == 1
 
 
 async def test_a_browser_from_another_origin_is_refused_when_origins_are_listed() -> None:
@@ -317,3 +318,21 @@ def test_configuration_errors_name_the_field() -> None:
     ):
         with pytest.raises(ValidationError, match=text):
             RouterConfig.model_validate({"router": {"mode": "interior"}, "listeners": [{"name": "a", **listener}]})
+
+
+async def test_refused_upgrades_show_in_metrics() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from router.config.models import Listener
+
+    from .support.management import managed_router, management_config
+
+    config = management_config()
+    config = config.model_copy(update={"listeners": (*config.listeners, Listener(name="ws", port=0, websocket=True))})
+    async with managed_router(config) as router:
+        with pytest.raises(WsRejected):
+            await WsClient.open(router.server.listener_ports()["ws"], subprotocols=("mqtt",))
+        metrics = (await router.http("GET", "/metrics")).body.decode()
+        samples = {(s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(metrics) for s in f.samples}
+        assert samples[("amqp_router_listener_websocket_upgrades_refused_total", (("listener", "ws"),))] == 1
+        assert samples[("amqp_router_listener_websocket_upgrades_refused_total", (("listener", "amqp"),))] == 0

@@ -47,6 +47,14 @@ class WsClient:
         ws = WSConnection(ConnectionType.CLIENT)
         await stream.send_all(ws.send(Request(host="127.0.0.1", target=path, subprotocols=list(subprotocols),
                                                extra_headers=list(headers))))
+        try:
+            return await cls._upgrade(stream, ws)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+
+    @classmethod
+    async def _upgrade(cls, stream: trio.abc.Stream, ws: WSConnection) -> WsClient:
         status, body = 0, b""
         with trio.fail_after(TIMEOUT_S):
             while True:

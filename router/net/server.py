@@ -47,7 +47,7 @@ from .listeners import AmqpListeners, ListenerCounters
 from .tls import TlsInfo, TlsProfiles, TlsRefused, session_of, transport_of
 from .tls import accept as tls_accept
 from .tls import connect as tls_connect
-from .wsstream import WebSocketRefused, WebSocketStream
+from .wsstream import WebSocketRefused, WebSocketStream, linger_after_refusal
 from .wsstream import accept as websocket_accept
 
 log = logging.getLogger(__name__)
@@ -253,9 +253,10 @@ class RouterServer:
 
     def listener_counters(self, name: str) -> dict[str, int]:
         """Refusals on listener `name` for management: accepts that failed (out of descriptors,
-        say) and connections dropped for not finishing the handshake in time."""
+        say), connections dropped for not finishing the handshake in time, WebSocket upgrades refused."""
         counters = self._listeners.counters(name)
-        return {"accept_failures": counters.accept_failures, "handshake_timeouts": counters.handshake_timeouts}
+        return {"accept_failures": counters.accept_failures, "handshake_timeouts": counters.handshake_timeouts,
+                "upgrades_refused": counters.upgrades_refused}  # fmt: skip
 
     def update_ssl_profile(self, profile: SslProfile) -> None:
         """Load `profile`'s files now (a new profile, or rotation): new handshakes use them.
@@ -337,13 +338,14 @@ class RouterServer:
         if listener.websocket:
             # The HTTP upgrade, over TLS when the listener has a profile (wss), within the same
             # handshake time-out: a peer stalled mid-request is dropped like one stalled mid-TLS.
-            refusal = "no WebSocket upgrade within the handshake time-out"
+            refusal, answered = "no WebSocket upgrade within the handshake time-out", False
             with trio.move_on_at(deadline) as scope:
                 try:
                     stream, initial = await websocket_accept(stream, listener, initial)
                     refusal = ""
                 except WebSocketRefused as exc:
-                    refusal = str(exc)
+                    refusal, answered = str(exc), exc.answered
+                    counters.upgrades_refused += answered
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     refusal = f"the connection failed during the WebSocket upgrade ({exc or type(exc).__name__})"
             if refusal:
@@ -351,6 +353,8 @@ class RouterServer:
                     counters.handshake_timeouts += 1
                 log.info("connection %s refused: %s", label, refusal)
                 with trio.CancelScope(shield=True):
+                    if answered:
+                        await linger_after_refusal(stream)
                     await trio.aclose_forcefully(stream)
                 return
 

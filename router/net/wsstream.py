@@ -33,11 +33,15 @@ _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyR
 class WebSocketRefused(Exception):
     """A peer that did not get as far as a WebSocket (a refused or unfinished upgrade)."""
 
+    def __init__(self, reason: str, *, answered: bool = False) -> None:
+        super().__init__(reason)
+        self.answered = answered  # refused with an HTTP error (not a peer that left mid-request)
+
 
 async def accept(stream: trio.abc.Stream, listener: Listener, initial: bytes = b"") -> tuple[WebSocketStream, bytes]:
     """Run the server side of the upgrade on `stream` (`initial`: bytes of it read already):
     (the stream of AMQP bytes, AMQP bytes that came with the upgrade). WebSocketRefused after
-    the refusal's HTTP answer went out."""
+    the refusal's HTTP answer went out (linger_after_refusal before closing the socket)."""
     upgrade = WebSocketUpgrade(path=listener.websocket_path, max_request_bytes=listener.websocket_max_request_bytes,
                                origins=listener.websocket_origins)  # fmt: skip
     data = initial
@@ -53,10 +57,9 @@ async def accept(stream: trio.abc.Stream, listener: Listener, initial: bytes = b
             try:
                 with trio.move_on_after(CLOSE_SEND_S):  # the answer tells the peer why; never wait long for it
                     await stream.send_all(decision.response)
-                    await _drain_until_closed(stream)
             except _STREAM_ERRORS:
                 pass
-        raise WebSocketRefused(decision.reason)
+        raise WebSocketRefused(decision.reason, answered=bool(decision.response))
     await stream.send_all(decision.response)
     framing = WebSocketFraming(max_frame_bytes(listener.max_frame_size))
     ws = WebSocketStream(stream, framing)
@@ -68,18 +71,23 @@ async def accept(stream: trio.abc.Stream, listener: Listener, initial: bytes = b
     return ws, first
 
 
-async def _drain_until_closed(stream: trio.abc.Stream) -> None:
-    """After a refusal: what the peer still sends (the rest of an oversized request) is read and
-    dropped, up to CLOSE_LINGER_BYTES, until it closes: closing with unread bytes would reset the
-    connection, and the reset can destroy the answer before the peer has read it."""
-    if isinstance(stream, trio.SocketStream):
-        await stream.send_eof()
-    drained = 0
-    while drained < CLOSE_LINGER_BYTES:
-        data = await stream.receive_some(UPGRADE_READ * 16)
-        if not data:
-            return
-        drained += len(data)
+async def linger_after_refusal(stream: trio.abc.Stream) -> None:
+    """After a refusal's answer, before the socket closes: what the peer still sends (the rest of
+    an oversized request) is read and dropped until it closes, within CLOSE_LINGER_S and
+    CLOSE_LINGER_BYTES. Closing with unread bytes would reset the connection, and the reset can
+    destroy the answer before the peer has read it."""
+    with trio.move_on_after(CLOSE_LINGER_S):
+        try:
+            if isinstance(stream, trio.SocketStream):
+                await stream.send_eof()
+            drained = 0
+            while drained < CLOSE_LINGER_BYTES:
+                data = await stream.receive_some(UPGRADE_READ * 16)
+                if not data:
+                    return
+                drained += len(data)
+        except _STREAM_ERRORS:
+            pass
 
 
 class WebSocketStream(trio.abc.Stream):
