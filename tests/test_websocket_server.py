@@ -113,6 +113,28 @@ async def test_a_wss_peer_stalled_after_tls_mid_upgrade_is_dropped_at_the_handsh
         await trio.aclose_forcefully(tls)
 
 
+async def test_amqp_right_behind_the_upgrade_request_is_served() -> None:
+    """A client that does not wait for the 101 before its first frames (in the same write)."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.connection import Connection
+    from wsproto.events import Request
+
+    async with serving(ws_config()) as server:
+        tcp = await trio.open_tcp_stream("127.0.0.1", server.listener_ports()["ws"])
+        ws = WSConnection(ConnectionType.CLIENT)
+        upgrade = ws.send(Request(host="127.0.0.1", target="/", subprotocols=["amqp"]))
+        await tcp.send_all(upgrade + Connection(ConnectionType.CLIENT).send(BytesMessage(data=HEADER + frame(OPEN))))
+        received = b""
+        with trio.fail_after(TIMEOUT_S):
+            while len(received) < 8:
+                data = await tcp.receive_some(65536)
+                assert data, "closed by the router"
+                ws.receive_data(data)
+                received += b"".join(bytes(e.data) for e in ws.events() if isinstance(e, BytesMessage))
+        assert received[:8] == AMQP_HEADER
+        await tcp.aclose()
+
+
 async def test_frames_joined_and_split_in_fragmented_messages() -> None:
     """The AMQP header and open in one message of several fragments; the close's bytes joined to them."""
     async with serving(ws_config()) as server:
