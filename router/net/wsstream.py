@@ -3,6 +3,7 @@ TlsStream: wss) and WebSocketStream, the stream of AMQP bytes the connection dri
 
     stream, initial = await accept(tcp_or_tls, listener)   # WebSocketRefused with the reason
     ConnectionDriver(stream, engine, ..., initial=initial)
+    await linger_after_refusal(tcp_or_tls)                  # after a refusal, before the close
 
 The driver sees an ordinary trio stream (receive_some/send_all): it reads TCP and TLS sockets
 directly for speed, a WebSocket connection pays a task switch per read more, which only
@@ -10,8 +11,12 @@ WebSocket listeners choose. Two tasks write here: the driver's writer (AMQP, sen
 reader (pongs and the answer to the peer's close, from receive_some); a lock keeps their frames
 whole. A peer that floods pings but does not read stalls only its own reader.
 
+Both ends are lingering closes: after our close frame (or a refusal's HTTP answer) what the peer
+still sends is read and dropped, briefly and up to a bound, because closing a socket with unread
+bytes resets the connection and the reset can destroy the answer before the peer reads it.
+
 Owns: the upgrade's socket I/O (within the caller's time-out), WebSocket framing on the wire,
-the close frame before the socket closes.
+the close frame and the lingering close.
 Must not touch: the upgrade's checks (websocket.py), TLS (tlssession.py), AMQP.
 """
 
