@@ -14,9 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import micro, scenarios, tls, topology
+from . import micro, scenarios, tls, topology, websocket
 
-SUITES = {"micro": micro.run, "router": scenarios.run, "chain": scenarios.run_chain, "topology": topology.run, "tls": tls.run}
+SUITES = {"micro": micro.run, "router": scenarios.run, "chain": scenarios.run_chain, "topology": topology.run, "tls": tls.run, "websocket": websocket.run}
 
 
 def python_build() -> str:
@@ -43,7 +43,7 @@ def _flatten(results: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
-    names = [a for a in argv if not a.startswith("--")] or [s for s in SUITES if s not in ("chain", "tls")]  # chain: in router
+    names = [a for a in argv if not a.startswith("--")] or [s for s in SUITES if s not in ("chain", "tls", "websocket")]  # chain: in router
     console = Console()
     out_dir = Path(os.environ.get("BENCH_RESULTS_DIR") or Path(__file__).parent / "results")
     out_dir.mkdir(exist_ok=True)
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
         if name not in SUITES:
             console.print(f"unknown suite {name!r}; choose from {', '.join(SUITES)}")
             return 2
-        results = SUITES[name](quick) if name in ("router", "chain", "tls") else SUITES[name]()
+        results = SUITES[name](quick) if name in ("router", "chain", "tls", "websocket") else SUITES[name]()
         table = Table("metric", "value", title=f"bench: {name}")
         for key, value in _flatten(results).items():
             table.add_row(key, f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}")

@@ -118,6 +118,23 @@ class Listener(ConnectionSettings):
     authenticate_peer: bool = Field(
         default=False, description="mutual TLS: refuse clients without a certificate signed by the profile's ca_file"
     )
+    websocket: bool = Field(
+        default=False,
+        description="serve AMQP over WebSocket (subprotocol amqp, binary messages; wss with an ssl_profile) "
+        "instead of AMQP over TCP",
+    )
+    websocket_path: str | None = Field(
+        default=None, pattern=r"^/", description="with websocket: the only request path served (404 for others); any when not set"
+    )
+    websocket_origins: tuple[str, ...] = Field(
+        default=(),
+        description="with websocket: the Origin values (scheme://host[:port]) a browser's upgrade may carry, "
+        "others refused with 403; empty: any. Requests without Origin (not from a browser) are served",
+    )
+    websocket_max_request_bytes: int = Field(
+        default=8192, ge=512, le=1024 * 1024,
+        description="with websocket: the longest HTTP upgrade request head taken (431 beyond it)",
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
@@ -127,6 +144,10 @@ class Listener(ConnectionSettings):
             raise ValueError("authenticate_peer needs an ssl_profile")
         if "EXTERNAL" in self.sasl_mechanisms and self.ssl_profile is None:
             raise ValueError("EXTERNAL needs an ssl_profile (the identity is the client's certificate)")
+        if self.websocket and self.role != "normal":
+            raise ValueError("websocket listeners serve clients (role normal): connectors do not speak WebSocket")
+        if not self.websocket and (self.websocket_path is not None or self.websocket_origins):
+            raise ValueError("websocket_path and websocket_origins need websocket: true")
         return self
 
 

@@ -169,8 +169,10 @@ class ListenerType(EntityType):
         Attribute("acceptFailures", "long", "Accepts that failed (out of file descriptors or memory); the listener backs off"),
         Attribute("handshakeTimeouts", "long", "Connections dropped for not finishing header, SASL and open in time"),
         Attribute("connectionsRefused", "long", "Connections refused at the router's connection limit"),
+        Attribute("websocketUpgradesRefused", "long",
+                  "WebSocket upgrade requests refused with an HTTP error (not a request, wrong subprotocol, path or origin, too long)"),
     )
-    read_only = ("boundPort", "acceptFailures", "handshakeTimeouts", "connectionsRefused")
+    read_only = ("boundPort", "acceptFailures", "handshakeTimeouts", "connectionsRefused", "websocketUpgradesRefused")
     operations = ("CREATE", "READ", "UPDATE", "DELETE")
     configuration = True
 
@@ -186,7 +188,8 @@ class ListenerType(EntityType):
             yield self.entity(f"listener/{listener.name}", listener.name, **attrs, boundPort=ports.get(listener.name),
                               acceptFailures=counted.get("accept_failures"),
                               handshakeTimeouts=counted.get("handshake_timeouts"),
-                              connectionsRefused=refused.get(listener.name, 0))  # fmt: skip
+                              connectionsRefused=refused.get(listener.name, 0),
+                              websocketUpgradesRefused=counted.get("upgrades_refused"))  # fmt: skip
 
     def _open(self, agent: ManagementAgent, listener: Listener) -> None:
         if agent.control is not None:

@@ -22,7 +22,8 @@ Metrics (all prefixed `amqp_router_`):
   `address_deliveries_egress_total`, `address_deliveries_transit_total`; gauges
   `address_subscribers`, `address_remote_subscribers`
 - per listener (label `listener`): counters `listener_accept_failures_total`,
-  `listener_handshake_timeouts_total`, `listener_connections_refused_total`
+  `listener_handshake_timeouts_total`, `listener_connections_refused_total`,
+  `listener_websocket_upgrades_refused_total`
 A router's totals cover what the router still remembers: an address whose entry the router drops
 when it becomes unused loses its series, and Prometheus sees a counter reset if it comes back.
 
@@ -89,6 +90,7 @@ LISTENER_COUNTERS = (
     ("listener_accept_failures", "Accepts that failed on the listener (out of descriptors or memory).", "acceptFailures"),
     ("listener_handshake_timeouts", "Connections dropped for not finishing the handshake in time.", "handshakeTimeouts"),
     ("listener_connections_refused", "Connections refused at the router's connection limit.", "connectionsRefused"),
+    ("listener_websocket_upgrades_refused", "WebSocket upgrade requests refused with an HTTP error.", "websocketUpgradesRefused"),
 )
 ADDRESS_GAUGES = (
     ("address_subscribers", "Local consumers of the address.", "subscriberCount"),

@@ -50,6 +50,7 @@ class ListenerCounters:
 
     accept_failures: int = 0  # accept() failed (EMFILE, ENFILE, ENOBUFS, ENOMEM, ...)
     handshake_timeouts: int = 0  # connections dropped: no open within handshake_timeout_s
+    upgrades_refused: int = 0  # WebSocket upgrade requests refused with an HTTP error (websocket listeners)
 
 
 @dataclass

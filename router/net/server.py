@@ -11,7 +11,8 @@ agent's ConfigControl, which this class implements; see listeners.py), the HTTP 
 (management as JSON, /metrics, /healthz: http_server.py serves router.management.http), the
 management agent's installation, TLS on listeners and connectors with an ssl_profile (the
 profiles' material: tls.py; the handshake runs in the connection's task within its handshake
-time-out), one ConnectionDriver per connection (engine from `new_engine`)
+time-out), AMQP over WebSocket on listeners with `websocket` (the HTTP upgrade likewise, after
+TLS: wsstream.py), one ConnectionDriver per connection (engine from `new_engine`)
 inside a guard that confines whatever the connection does to it (and makes the core forget it
 however it ends), the handshake time-out, the one monotonic clock the core is called with
 (`clock`, trio's by default; the wall-clock offset is captured once at start), waking the
@@ -46,6 +47,8 @@ from .listeners import AmqpListeners, ListenerCounters
 from .tls import TlsInfo, TlsProfiles, TlsRefused, session_of, transport_of
 from .tls import accept as tls_accept
 from .tls import connect as tls_connect
+from .wsstream import WebSocketRefused, WebSocketStream, linger_after_refusal
+from .wsstream import accept as websocket_accept
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,8 @@ class Core(Protocol):
 
 
 def _peer_name(stream: trio.abc.Stream) -> str:
+    if isinstance(stream, WebSocketStream):
+        stream = stream.transport_stream
     stream = transport_of(stream)
     if isinstance(stream, trio.SocketStream):
         try:
@@ -248,9 +253,10 @@ class RouterServer:
 
     def listener_counters(self, name: str) -> dict[str, int]:
         """Refusals on listener `name` for management: accepts that failed (out of descriptors,
-        say) and connections dropped for not finishing the handshake in time."""
+        say), connections dropped for not finishing the handshake in time, WebSocket upgrades refused."""
         counters = self._listeners.counters(name)
-        return {"accept_failures": counters.accept_failures, "handshake_timeouts": counters.handshake_timeouts}
+        return {"accept_failures": counters.accept_failures, "handshake_timeouts": counters.handshake_timeouts,
+                "upgrades_refused": counters.upgrades_refused}  # fmt: skip
 
     def update_ssl_profile(self, profile: SslProfile) -> None:
         """Load `profile`'s files now (a new profile, or rotation): new handshakes use them.
@@ -327,6 +333,28 @@ class RouterServer:
                     counters.handshake_timeouts += 1
                 log.info("connection %s refused: %s", label, refusal)
                 with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(stream)
+                return
+        if listener.websocket:
+            # The HTTP upgrade, over TLS when the listener has a profile (wss), within the same
+            # handshake time-out: a peer stalled mid-request is dropped like one stalled mid-TLS.
+            refusal, answered = "no WebSocket upgrade within the handshake time-out", False
+            with trio.move_on_at(deadline) as scope:
+                try:
+                    stream, initial = await websocket_accept(stream, listener, initial)
+                    refusal = ""
+                except WebSocketRefused as exc:
+                    refusal, answered = str(exc), exc.answered
+                    counters.upgrades_refused += answered
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    refusal = f"the connection failed during the WebSocket upgrade ({exc or type(exc).__name__})"
+            if refusal:
+                if scope.cancelled_caught:
+                    counters.handshake_timeouts += 1
+                log.info("connection %s refused: %s", label, refusal)
+                with trio.CancelScope(shield=True):
+                    if answered:
+                        await linger_after_refusal(stream)
                     await trio.aclose_forcefully(stream)
                 return
 
