@@ -218,11 +218,53 @@ class SslProfile(Model):
 
 class HttpListener(Model):
     """An HTTP listener: the management resources as JSON, `/metrics` (Prometheus) and
-    `/healthz`. Plain HTTP only: bind it to a host that only operators and scrapers reach."""
+    `/healthz`. With an ssl_profile it serves HTTPS; with authenticate: basic, requests carry
+    HTTP basic credentials checked against the users (refused on plain HTTP: the password would
+    cross the network in clear). Who may read and write is the `management` section's."""
 
     name: Name = "http"
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="bind address; loopback unless operators elsewhere must reach it")
     port: Port = 8080
+    ssl_profile: Name | None = Field(default=None, description="serve HTTPS with the profile's certificate")
+    authenticate: Literal["none", "basic"] = Field(
+        default="none", description="basic: HTTP basic credentials checked against the users (needs an ssl_profile)"
+    )
+    open_health_metrics: bool = Field(
+        default=True, description="/healthz and /metrics answer without credentials (for probes and scrapers)"
+    )
+
+    @model_validator(mode="after")
+    def _basic_over_tls(self) -> HttpListener:
+        if self.authenticate == "basic" and self.ssl_profile is None:
+            raise ValueError(f"http listener {self.name!r}: authenticate: basic needs an ssl_profile (the password would cross in clear)")
+        return self
+
+
+Principals = tuple[Annotated[str, Field(min_length=1, max_length=255)], ...]
+
+
+class Management(Model):
+    """Who may use management (the AMQP node, WD14 over AMQP and the HTTP listeners).
+
+    `operators` and a list of `readers` name users or groups (of `groups`). Operators may
+    read and write (CREATE, UPDATE, DELETE; HTTP POST, PUT, DELETE); readers may read.
+    `loopback_anonymous_operator`: a connection that did not log in as a user may write when it
+    came through a listener bound only to a loopback address (127.0.0.0/8, ::1, localhost), so
+    that a fresh `router run` can be managed from its own host. When not set it is true while no
+    operators are configured and false once some are: naming operators turns the check on
+    everywhere."""
+
+    operators: Principals = Field(default=(), description="users or groups that may change the router")
+    readers: Literal["open", "authenticated"] | Principals = Field(
+        default="open", description="open: anyone who reaches management; authenticated: any logged-in user; or users/groups"
+    )
+    groups: dict[Annotated[str, Field(min_length=1, max_length=255)], Principals] = Field(
+        default_factory=dict, description="group name -> its users"
+    )
+    loopback_anonymous_operator: bool | None = Field(
+        default=None,
+        description="anonymous writes through a loopback-only listener; when not set: allowed until operators are named",
+    )
 
 
 class AddressConfig(Model):
@@ -303,6 +345,7 @@ class RouterConfig(Model):
         "read again when it changes",
     )
     failed_logins: FailedLogins = Field(default_factory=FailedLogins, description="slowing down repeated failed logins")
+    management: Management = Field(default_factory=Management, description="who may read and change the router through management")
     limits: Limits = Field(default_factory=Limits)
 
     @model_validator(mode="after")
@@ -318,7 +361,8 @@ class RouterConfig(Model):
                 raise ValueError(f"{what} names must be unique: {', '.join(duplicates)}")
         self._roles_fit_mode()
         self._profiles_exist()
-        password = [m for listener in self.listeners for m in listener.sasl_mechanisms if m == "PLAIN" or m.startswith("SCRAM")]
+        password: list[str] = [m for listener in self.listeners for m in listener.sasl_mechanisms if m == "PLAIN" or m.startswith("SCRAM")]
+        password += ["HTTP basic" for http in self.http if http.authenticate == "basic"]
         if password and not self.users and self.users_file is None:
             raise ValueError(f"a listener offers {password[0]} but no users are configured (users or users_file)")
         for listener in self.listeners:
@@ -358,6 +402,12 @@ class RouterConfig(Model):
                 raise ValueError(f"listener {listener.name!r}: ssl profile {profile.name!r} has no cert_file to present")
             if listener.authenticate_peer and profile.ca_file is None:
                 raise ValueError(f"listener {listener.name!r}: authenticate_peer needs a ca_file in ssl profile {profile.name!r}")
+        for http in self.http:
+            if http.ssl_profile is None:
+                continue
+            profile = profiles.get(http.ssl_profile)
+            if profile is None or profile.cert_file is None:
+                raise ValueError(f"http listener {http.name!r}: no ssl profile named {http.ssl_profile!r} with a cert_file")
         for connector in self.connectors:
             if connector.ssl_profile is not None and connector.ssl_profile not in profiles:
                 raise ValueError(f"connector {connector.name!r}: no ssl profile named {connector.ssl_profile!r}")

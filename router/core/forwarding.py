@@ -48,6 +48,9 @@ class Forwarder(Settlement):
         self._expiring: list[tuple[float, int, Forward]] = []
         self._seq = itertools.count()
         self.router_sent = self.router_dropped = 0
+        # The connection (ConnState) whose delivery an in-process endpoint is handling, while it
+        # does: management reads the authenticated user from it. None for the router's own.
+        self.local_sender: Any = None
 
     # --- arriving frames ------------------------------------------------------------------------
 
@@ -548,10 +551,12 @@ class Forwarder(Settlement):
         fwd.frames = None
         try:
             link_address = fwd.in_link.address if fwd.in_link is not None else None
+            self.local_sender = fwd.in_link.conn if fwd.in_link is not None else None
             state, replies = handler(payload, self.now, link_address)
         except Exception as exc:  # an endpoint's bug must not take the router down
             state = Rejected(error=Error(condition=E.INTERNAL_ERROR, description=f"{type(exc).__name__}: {exc}"))
             replies = []
+        self.local_sender = None
         fwd.entry.deliveries_egress += 1
         if fwd.presettled:
             self._presettled_sent(fwd)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.models import Connector, RouterConfig
 from .address_rules import AddressRule, AddressRuleType
+from .authz import Authorizer
 from .config_entities import ConnectorType, ListenerType
 from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
 from .logs import LogType
@@ -60,6 +61,7 @@ class ManagementAgent:
         self._types: dict[str, EntityType] = {}
         self._ordered: list[EntityType] = []
         self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.authz = Authorizer(lambda: self.config.management)  # the faces check requests with it
         for etype in (RouterType(), ListenerType(), ConnectorType(), AddressRuleType(), ConnectionType(),
                       LinkType(), RouterAddressType(), NodeType(), LogType()):  # fmt: skip
             self.register(etype)

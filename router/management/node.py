@@ -12,6 +12,10 @@ operations.py; otherwise WD14's HTTP-over-AMQP mapping, amqp_http.py), and build
 (to the request's reply-to; correlation-id = the request's message-id, or its correlation-id
 when it has no message-id, as the anchors' tools and Proton's SyncRequestResponse match on
 that).
+Also owns: who sent a request (the authenticated user of the connection it arrived on, which
+the core exposes while the node runs as `forwarder.local_sender`) and whether it reads or writes
+(operations CREATE, UPDATE, DELETE; WD14 methods PUT, POST, DELETE): a request the agent's
+authorizer refuses (authz.py) is answered 403 in its dialect before anything is looked up.
 Must not touch: what a request means (the dialects'), routing (the core routes the replies).
 
 Every decodable request is accepted and answered, errors included (a bug in a handler is a
@@ -32,7 +36,8 @@ from ..amqp.message import Message, decode_message, encode_message
 from ..amqp.messaging import ACCEPTED, AmqpValue, Properties, Rejected
 from ..amqp.performatives import Error
 from . import amqp_http, operations
-from .model import Reply
+from .authz import UNKNOWN, Requester, is_loopback
+from .model import ManagementError, Reply
 
 if TYPE_CHECKING:
     from ..core.router import RouterCore
@@ -44,6 +49,33 @@ NODE_ADDRESS = "$management"
 NODE_ADDRESSES = (NODE_ADDRESS, "_local/" + NODE_ADDRESS)
 MGMT_CAPABILITY = "AMQP_MGMT_V1_0"  # WD14 §3.1
 MGMT_NODE_PROPERTY = "amqp:mgmt-node"  # WD14 §3.1: without it clients would assume $mgmt
+WRITE_OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE"})
+WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
+_MISSING = object()
+
+
+def requester_of(conn: Any) -> Requester:
+    """Who sent a request that arrived on connection `conn` (a core ConnState). The user is
+    the SASL one (EXTERNAL: the certificate's); ANONYMOUS or no SASL is no user."""
+    if conn is _MISSING:
+        return UNKNOWN  # the core did not say: trust nobody
+    if conn is None:
+        return Requester(None, loopback=True)  # the router's own message
+    if getattr(conn, "role", "normal") != "normal" or getattr(conn, "outgoing", False):
+        return Requester(None, from_router=True)
+    mechanism = getattr(conn, "sasl_mechanism", None)
+    user = getattr(conn.engine, "user", None) if mechanism not in (None, "ANONYMOUS") else None
+    host = getattr(conn.listener, "host", "")
+    return Requester(user, loopback=isinstance(host, str) and is_loopback(host))
+
+
+def is_write(request: Message) -> bool:
+    app = request.application_properties or {}
+    if "operation" in app:
+        operation = app.get("operation")
+        return isinstance(operation, str) and operation.upper() in WRITE_OPERATIONS
+    subject = request.properties.subject if request.properties is not None else None
+    return isinstance(subject, str) and subject.upper() in WRITE_METHODS
 
 
 class ManagementNode:
@@ -64,11 +96,15 @@ class ManagementNode:
         self.requests += 1
         app = request.application_properties or {}
         operation_dialect = "operation" in app
+        requester = requester_of(getattr(getattr(self.agent.core, "forwarder", None), "local_sender", _MISSING))
         try:
+            self.agent.authz.check(requester, write=is_write(request))
             if operation_dialect:
                 reply = self._operations(self.agent, request, now)
             else:  # a request without `to` is for the address its link is attached to
                 reply = self._http(self.agent, request, now, link_address)
+        except ManagementError as exc:  # refused: answered in the request's dialect
+            reply = operations.error_reply(exc.status, exc.description) if operation_dialect else amqp_http.error_reply(exc.status, exc.description)
         except Exception as exc:  # a bug: answer it rather than let it reach the core
             log.exception("management request failed")
             reply = internal_error(f"{type(exc).__name__}: {exc}", operation_dialect)
