@@ -104,6 +104,11 @@ class RouterType(EntityType):
         "failedLogins: SASL logins that failed (every listener)",
         "failedLoginsDelayed: Failed logins whose outcome was held back (repeated failures from one host)",
         "failedLoginHosts: Hosts remembered now for their failed logins (bounded)",
+    ) + _counters(
+        "managementReadsRefused: Management reads refused (403) over AMQP",
+        "managementWritesRefused: Management writes refused (403) over AMQP",
+        "httpReadsRefused: Management reads refused (401 or 403) over HTTP",
+        "httpWritesRefused: Management writes refused (401 or 403) over HTTP",
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -133,6 +138,9 @@ class RouterType(EntityType):
             uptimeSeconds=max(0, int(now - agent.started_at)),
             failedLogins=core.logins.failures, failedLoginsDelayed=core.logins.delayed,
             failedLoginHosts=core.logins.hosts,
+            managementReadsRefused=agent.authz.refusals["amqp-read"],
+            managementWritesRefused=agent.authz.refusals["amqp-write"],
+            httpReadsRefused=agent.authz.refusals["http-read"], httpWritesRefused=agent.authz.refusals["http-write"],
             stuckLinkCount=core.bounds.stuck_now, unsettledBoundReached=core.bounds.stuck_total,
             bufferedBytes=core.bounds.buffered_total, bufferedBudgetBytes=core.bounds.budget,
             pausedConnectionCount=core.bounds.paused_count(), releasedOverBudget=core.bounds.released_over_budget,

@@ -17,7 +17,8 @@ Metrics (all prefixed `amqp_router_`):
   `deliveries_accepted_total`, `deliveries_rejected_total`, `deliveries_released_total`,
   `deliveries_modified_total`, `deliveries_presettled_total`, `deliveries_dropped_presettled_total`,
   `failed_logins_total`, `failed_logins_delayed_total`, `unsettled_bound_reached_total`,
-  `deliveries_released_over_budget_total`
+  `deliveries_released_over_budget_total`, `management_reads_refused_total`,
+  `management_writes_refused_total`, `http_reads_refused_total`, `http_writes_refused_total`
 - per address (label `address`): counters `address_deliveries_ingress_total`,
   `address_deliveries_egress_total`, `address_deliveries_transit_total`; gauges
   `address_subscribers`, `address_remote_subscribers`
@@ -80,6 +81,10 @@ COUNTERS = (
     ("unsettled_bound_reached", "Times a consumer link or connection reached its unsettled bound.", "unsettledBoundReached"),
     ("deliveries_released_over_budget", "Deliveries released because holding them would pass a byte bound.",
      "releasedOverBudget"),
+    ("management_reads_refused", "Management reads refused over AMQP (403).", "managementReadsRefused"),
+    ("management_writes_refused", "Management writes refused over AMQP (403).", "managementWritesRefused"),
+    ("http_reads_refused", "Management reads refused over HTTP (401 or 403).", "httpReadsRefused"),
+    ("http_writes_refused", "Management writes refused over HTTP (401 or 403).", "httpWritesRefused"),
 )
 ADDRESS_COUNTERS = (
     ("address_deliveries_ingress", "Deliveries that arrived for the address.", "deliveriesIngress"),
