@@ -20,6 +20,19 @@ The statuses are the agent's (400, 404, 405, 409, 410) plus the HTTP layer's own
 bad JSON or paging, 405, 406 when Accept admits no JSON, 413, 415). An empty page is `200 []` rather than WD14's `204`: a
 JSON client can parse every collection answer the same way.
 
+Who may do what (authz.py): GET and HEAD read, POST, PUT and DELETE write. A listener with
+`authenticate: basic` (HTTPS only) takes the user from the Authorization header (RFC 7617),
+checked against the users (the users file and inline users, as SASL PLAIN): missing or wrong
+credentials are 401 with a `WWW-Authenticate: Basic` challenge; a known user the rules do not
+allow is 403. A listener without authentication has no user: a request through it is anonymous
+(writes only on a loopback listener, while the rules allow it). /healthz and /metrics answer
+without credentials while the listener's `open_health_metrics` says so (otherwise they are
+reads), and so does `/`, which only names the paths.
+The listener comes in the ASGI scope (router.net.http_server); a request without one is
+anonymous on no listener (fail closed). A verified password is remembered (bounded) against
+the stored hash it matched, so a client that repeats its credentials costs one PBKDF2 run, and a
+changed or removed user stops matching at once.
+
 Owns: the HTTP mapping (paths, methods, statuses, headers, JSON) over the agent's methods. The
 mapping itself is `handle()`, a plain function of the request (no I/O); the ASGI callable
 around it only reads the body and writes the response, so Hypercorn (router/net) can serve it.
@@ -28,21 +41,35 @@ Must not touch: sockets, the router's state (only the agent reads and changes it
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import hmac
 import json
+import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, quote, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from ..config.models import HttpListener, SslProfile
+from ..config.users import credential_store
 from .agent import ManagementAgent
+from .authz import Requester, is_loopback
 from .model import ManagementError, accepts, etag
 
 MEDIA_TYPE = "application/amqp-management+json"
 JSON_TYPES = (MEDIA_TYPE, "application/json")
 PREFIX = "management"
 MAX_BODY_BYTES = 1024 * 1024
+LISTENER_KEY = "router.http_listener"  # set by router.net.http_server
+WRITE_METHODS = frozenset({"POST", "PUT", "DELETE"})
+VERIFIED_MEMORY = 256  # (user, password digest) pairs remembered after a successful check
+MAX_CREDENTIALS_BYTES = 4096
+CHALLENGE = ("www-authenticate", 'Basic realm="router", charset="UTF-8"')
+_PEPPER = os.urandom(32)  # the remembered digests are of this process only
 
 Headers = list[tuple[str, str]]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -108,6 +135,7 @@ class ManagementApp:
         self.healthy = healthy
         self.registry = registry
         self.after_call = after_call
+        self._verified: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
 
     # --- ASGI ------------------------------------------------------------------------------------
 
@@ -133,13 +161,58 @@ class ManagementApp:
         if too_big:
             response = _error(413, f"request body over {MAX_BODY_BYTES} bytes")
         else:
-            response = self.handle(scope["method"], path.decode("latin-1"), scope.get("query_string", b"").decode("latin-1"), headers, body)
+            listener = scope.get(LISTENER_KEY)
+            requester = self.requester(listener if isinstance(listener, HttpListener) else None, headers.get("authorization"))
+            response = self.handle(scope["method"], path.decode("latin-1"), scope.get("query_string", b"").decode("latin-1"),
+                                   headers, body, requester=requester, listener=listener if isinstance(listener, HttpListener) else None)  # fmt: skip
         out = b"" if scope["method"] == "HEAD" or response.status in (204, 304) else response.body
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
         if response.status not in (204, 304):
             raw.append((b"content-length", str(len(response.body)).encode()))
         await send({"type": "http.response.start", "status": response.status, "headers": raw})
         await send({"type": "http.response.body", "body": out})
+
+    def ssl_profiles(self) -> tuple[SslProfile, ...]:
+        """The live configuration's TLS profiles (the HTTP listeners' come from them)."""
+        return self.agent.config.ssl_profiles
+
+    # --- who asks ---------------------------------------------------------------------------------
+
+    def requester(self, listener: HttpListener | None, authorization: str | None) -> Requester | None:
+        """Who sends a request through `listener` with this Authorization header; None when the
+        listener wants credentials and they are missing or wrong (401)."""
+        if listener is None:
+            return Requester(None, face="http")
+        loopback = is_loopback(listener.host)
+        if listener.authenticate == "none":
+            return Requester(None, loopback=loopback, face="http")
+        user = self._basic_user(authorization)
+        return None if user is None else Requester(user, loopback=loopback, face="http")
+
+    def _basic_user(self, authorization: str | None) -> str | None:
+        if authorization is None or len(authorization) > MAX_CREDENTIALS_BYTES:
+            return None
+        scheme, _, encoded = authorization.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        name, colon, password = decoded.partition(":")
+        if not colon or not name:
+            return None
+        store = credential_store(self.agent.config)
+        stored = store.user(name)
+        digest = hmac.new(_PEPPER, f"{name}\0{password}".encode(), hashlib.sha256).digest()
+        if stored is not None and self._verified.get((name, digest)) is stored:
+            return name
+        if not store.check_plain("", name, password):
+            return None
+        self._verified[(name, digest)] = store.user(name)
+        while len(self._verified) > VERIFIED_MEMORY:
+            self._verified.popitem(last=False)
+        return name
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -152,11 +225,21 @@ class ManagementApp:
 
     # --- the mapping (no I/O) --------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes) -> Response:
+    def handle(self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes, *,
+               requester: Requester | None = Requester(None, loopback=True, face="http"),
+               listener: HttpListener | None = None) -> Response:  # fmt: skip
         """One request -> one response. `path` is the raw (percent-encoded) path; `headers`
-        have lower-case names."""
+        have lower-case names. `requester`: who asks (None: credentials missing or wrong, 401
+        wherever they are needed); the default is an anonymous local caller. `listener`: the
+        HTTP listener it came through (its open_health_metrics)."""
         method = "GET" if method == "HEAD" else method
         segments = [unquote(s) for s in path.split("?", 1)[0].strip("/").split("/")] if path.strip("/") else []
+        open_paths = listener is None or listener.open_health_metrics
+        # The root document only names the paths: it stays open with health and metrics.
+        if segments and not (open_paths and segments in (["healthz"], ["metrics"])):
+            refused = self._refused(method, requester)
+            if refused is not None:
+                return refused
         if segments == ["healthz"]:
             return self._only(method, "GET", self._healthz)
         if segments == ["metrics"]:
@@ -177,6 +260,18 @@ class ManagementApp:
                 self.after_call()
         except ManagementError as exc:
             return _error(exc.status, exc.description)
+
+    def _refused(self, method: str, requester: Requester | None) -> Response | None:
+        """401 (no valid credentials) or 403 (not allowed), counted; None when allowed."""
+        write = method in WRITE_METHODS
+        if requester is None:
+            self.agent.authz.refusals["http-write" if write else "http-read"] += 1
+            return _error(401, "this listener needs HTTP basic credentials of a known user", CHALLENGE)
+        try:
+            self.agent.authz.check(requester, write=write)
+        except ManagementError as exc:
+            return _error(exc.status, exc.description)
+        return None
 
     def _only(self, method: str, allowed: str, fn: Callable[[], Response]) -> Response:
         return fn() if method == allowed else _error(405, f"{method} not allowed here", ("allow", f"{allowed}, HEAD"))
