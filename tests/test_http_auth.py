@@ -139,3 +139,17 @@ async def test_a_stalled_tls_handshake_does_not_block_others(tmp_path: Path) -> 
             assert (await _http(server, pki, "GET", "/management/address", BOB))[0] == 200
         finally:
             await stalled.aclose()
+
+
+async def test_repeated_wrong_credentials_from_one_host_are_slowed_down(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    config = _config(tmp_path, pki)
+    config["failed_logins"] = {"initial_delay_s": 0.01, "max_delay_s": 0.02}
+    async with serving(config) as server:
+        for _ in range(3):
+            assert (await _http(server, pki, "GET", "/management/address", ("bob", "guess")))[0] == 401
+        assert (await _http(server, pki, "GET", "/management/address"))[0] == 401  # no credentials: no failed login
+        throttle = server._http_app().logins
+        assert (throttle.failures, throttle.delayed, throttle.hosts) == (3, 2, 1)
+        assert (await _http(server, pki, "GET", "/management/address", BOB))[0] == 200
+        assert throttle.hosts == 0  # a success forgets the host

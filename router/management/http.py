@@ -31,7 +31,8 @@ reads), and so does `/`, which only names the paths.
 The listener comes in the ASGI scope (router.net.http_server); a request without one is
 anonymous on no listener (fail closed). A verified password is remembered (bounded) against
 the stored hash it matched, so a client that repeats its credentials costs one PBKDF2 run, and a
-changed or removed user stops matching at once.
+changed or removed user stops matching at once. Wrong credentials from one host are answered
+later and later (the configuration's failed_logins, a throttle of the HTTP listeners' own).
 
 Owns: the HTTP mapping (paths, methods, statuses, headers, JSON) over the agent's methods. The
 mapping itself is `handle()`, a plain function of the request (no I/O); the ASGI callable
@@ -54,6 +55,7 @@ from urllib.parse import parse_qs, quote, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from ..amqp.sasl import LoginThrottle
 from ..config.models import HttpListener, SslProfile
 from ..config.users import credential_store
 from .agent import ManagementAgent
@@ -130,11 +132,18 @@ class ManagementApp:
         healthy: Callable[[], bool],
         registry: CollectorRegistry | None = None,
         after_call: Callable[[], None] = lambda: None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.agent = agent
         self.healthy = healthy
         self.registry = registry
         self.after_call = after_call
+        # Failed basic logins from one host are answered later and later (as failed SASL
+        # logins are; the configuration's failed_logins), with `sleep` (the server's: trio's).
+        self.sleep = sleep
+        limits = agent.config.failed_logins if agent is not None else None
+        self.logins = LoginThrottle(limits.initial_delay_s, limits.max_delay_s, limits.forget_after_s,
+                                    limits.max_hosts) if limits is not None else LoginThrottle()  # fmt: skip
         self._verified: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
 
     # --- ASGI ------------------------------------------------------------------------------------
@@ -162,15 +171,29 @@ class ManagementApp:
             response = _error(413, f"request body over {MAX_BODY_BYTES} bytes")
         else:
             listener = scope.get(LISTENER_KEY)
-            requester = self.requester(listener if isinstance(listener, HttpListener) else None, headers.get("authorization"))
+            listener = listener if isinstance(listener, HttpListener) else None
+            requester = self.requester(listener, headers.get("authorization"))
+            if listener is not None and listener.authenticate != "none":
+                await self._throttle(scope, requester is not None, headers.get("authorization") is not None)
             response = self.handle(scope["method"], path.decode("latin-1"), scope.get("query_string", b"").decode("latin-1"),
-                                   headers, body, requester=requester, listener=listener if isinstance(listener, HttpListener) else None)  # fmt: skip
+                                   headers, body, requester=requester, listener=listener)  # fmt: skip
         out = b"" if scope["method"] == "HEAD" or response.status in (204, 304) else response.body
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
         if response.status not in (204, 304):
             raw.append((b"content-length", str(len(response.body)).encode()))
         await send({"type": "http.response.start", "status": response.status, "headers": raw})
         await send({"type": "http.response.body", "body": out})
+
+    async def _throttle(self, scope: Mapping[str, Any], ok: bool, tried: bool) -> None:
+        """A request without credentials is no failed login (a browser asks first without)."""
+        client = scope.get("client")
+        host = str(client[0]) if isinstance(client, (tuple, list)) and client else "?"
+        if ok:
+            self.logins.succeeded(host)
+        elif tried:
+            delay = self.logins.failed(host, self.agent.clock())
+            if delay > 0 and self.sleep is not None:
+                await self.sleep(delay)
 
     def ssl_profiles(self) -> tuple[SslProfile, ...]:
         """The live configuration's TLS profiles (the HTTP listeners' come from them)."""

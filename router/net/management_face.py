@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import trio
+
 from ..config.models import RouterConfig
 from ..management import ConfigControl, ManagementAgent, install
 from ..management.http import ManagementApp
@@ -35,4 +37,4 @@ def install_management(core: Any, agent: ManagementAgent) -> None:
 
 
 def http_app(agent: ManagementAgent, *, healthy: Callable[[], bool], after_call: Callable[[], None]) -> ManagementApp:
-    return ManagementApp(agent, healthy=healthy, registry=metrics_registry(agent), after_call=after_call)
+    return ManagementApp(agent, healthy=healthy, registry=metrics_registry(agent), after_call=after_call, sleep=trio.sleep)
