@@ -6,7 +6,8 @@
   is counted (router entity and /metrics).
 - /healthz and /metrics answer without credentials unless `open_health_metrics: false`.
 - A listener without authentication, bound to loopback, refuses anonymous writes once operators are named (403).
-- A stalled TLS handshake does not block other clients.
+- A stalled TLS handshake does not block other clients; repeated wrong credentials from one host
+  are slowed down (failed_logins), a success forgets the host.
 """
 
 from __future__ import annotations
