@@ -7,12 +7,14 @@
 - Through the whole router over sockets: our client logging in with SCRAM-SHA-256 as an
   operator and as a reader (the operation dialect: CREATE 201 and 403; WD14: POST 201 and 403),
   an anonymous client once operators are named, restricted reads; python-qpid-proton over TLS
-  with PLAIN as both users; every refusal counted on the router entity.
+  with PLAIN as both users; a client certificate's user (SASL EXTERNAL) as an operator; every
+  refusal counted on the router entity; a core that does not say who asks gets writes refused.
 - `router manage` with and without an operator's credentials: a refused write says so in words.
 """
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 from functools import partial
 from pathlib import Path
@@ -24,10 +26,10 @@ from proton import Message as ProtonMessage
 from proton import SSLDomain
 from proton.utils import BlockingConnection
 
+from router.amqp.scram import make_credentials
 from router.config.loader import parse_config
 from router.config.models import Management
 from router.config.users import write_users
-from router.amqp.scram import make_credentials
 from router.management.authz import Authorizer, Requester, is_loopback
 from router.management.node import requester_of
 from router.net.client import connect
@@ -238,3 +240,50 @@ async def test_router_manage_with_and_without_operator_credentials(tmp_path: Pat
         operator = await _cli(*create, "--username", ALICE[0], "--password", ALICE[1])
         assert operator.returncode == 0 and b"cli-rule" in operator.stdout, operator
         assert "cli-rule" in {rule["name"] for rule in server.agent.entities("address")}
+
+
+async def test_a_client_certificate_user_is_an_operator_through_external(tmp_path: Path) -> None:
+    """SASL EXTERNAL: the certificate's user (common name `alice`) is checked like any other."""
+    pki = make_pki(tmp_path)
+    config = {
+        "ssl_profiles": [{"name": "site", "cert_file": pki.cert_file, "key_file": pki.key_file, "ca_file": pki.ca_file}],
+        "listeners": [{"name": "amqps", "port": 0, "ssl_profile": "site", "sasl_mechanisms": ["EXTERNAL", "ANONYMOUS"]}],
+        "management": {"operators": ["alice"]},
+    }
+    with_cert = ssl.create_default_context(cafile=pki.ca_file)
+    with_cert.load_cert_chain(pki.client_cert, pki.client_key)
+    without = ssl.create_default_context(cafile=pki.ca_file)
+    async with serving(config) as server:
+        port = server.listener_ports()["amqps"]
+        with trio.fail_after(TIMEOUT_S):
+            async with connect("127.0.0.1", port, ssl_context=with_cert, mechanisms=("EXTERNAL",)) as client:
+                async with management_session(client) as mgmt:
+                    assert (await mgmt.create("address", {"prefix": "cert"}, name="by-cert"))["name"] == "by-cert"
+            async with connect("127.0.0.1", port, ssl_context=without, mechanisms=("ANONYMOUS",)) as client:
+                async with management_session(client) as mgmt:
+                    with pytest.raises(ManagementStatusError) as refused:
+                        await mgmt.delete("address", name="by-cert")
+        assert refused.value.status == 403
+        assert "by-cert" in {rule["name"] for rule in server.agent.entities("address")}
+
+
+def test_a_node_whose_core_does_not_say_who_asks_refuses_writes() -> None:
+    """Fail closed: without the core's `local_sender` the requester is nobody."""
+    from router.amqp.message import Message, encode_message
+    from router.amqp.messaging import AmqpValue, Properties
+    from router.config.models import RouterConfig
+    from router.core.router import RouterCore
+    from router.management import ManagementAgent
+    from router.management.node import ManagementNode
+
+    config = RouterConfig()
+    core = RouterCore(config)
+    agent = ManagementAgent(core, config)
+    node = ManagementNode(agent)
+    del core.forwarder.local_sender
+    request = Message(properties=Properties(message_id="1", reply_to="replies"),
+                      application_properties={"operation": "CREATE", "type": "address", "name": "x"},
+                      body=AmqpValue(value={"prefix": "x"}))  # fmt: skip
+    _, replies = node(encode_message(request), 0.0)
+    assert replies and b"statusCode" in replies[0][1] and not agent.entities("address")
+    assert agent.authz.refusals["amqp-write"] == 1
