@@ -8,6 +8,8 @@
 - A listener without authentication, bound to loopback, refuses anonymous writes once operators are named (403).
 - A stalled TLS handshake does not block other clients; repeated wrong credentials from one host
   are slowed down (failed_logins), a success forgets the host.
+- Any Authorization header (hypothesis) is a user or none, never an error; only the right
+  password logs in.
 """
 
 from __future__ import annotations
@@ -22,10 +24,16 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from router.amqp.scram import make_credentials
 from router.config.loader import ConfigError, parse_config
+from router.config.models import RouterConfig
 from router.config.users import write_users
+from router.core.router import RouterCore
+from router.management import ManagementAgent
+from router.management.http import ManagementApp
 from router.net.server import RouterServer
 
 from .tlssupport import Pki, make_pki, serving
@@ -154,3 +162,31 @@ async def test_repeated_wrong_credentials_from_one_host_are_slowed_down(tmp_path
         assert (throttle.failures, throttle.delayed, throttle.hosts) == (3, 2, 1)
         assert (await _http(server, pki, "GET", "/management/address", BOB))[0] == 200
         assert throttle.hosts == 0  # a success forgets the host
+
+
+@settings(max_examples=150, deadline=None)
+@given(header=st.one_of(
+    st.text(max_size=300),
+    st.builds(lambda b: "Basic " + base64.b64encode(b).decode(), st.binary(max_size=200)),
+    st.builds(lambda u, p: "Basic " + base64.b64encode(f"{u}:{p}".encode()).decode(), st.sampled_from(["bob", "alice", ""]), st.text(max_size=40)),
+))
+def test_any_authorization_header_is_a_user_or_none_never_an_error(header: str) -> None:
+    user = _APP._basic_user(header)
+    assert user is None or (user, header) == ("bob", "Basic " + base64.b64encode(b"bob:re4der").decode())
+
+
+def test_the_right_password_and_only_it_logs_in() -> None:
+    good = "Basic " + base64.b64encode(b"bob:re4der").decode()
+    assert _APP._basic_user(good) == "bob" and _APP._basic_user(good) == "bob"  # the second from memory
+    assert _APP._basic_user("basic " + base64.b64encode(b"bob:re4der").decode()) == "bob"  # the scheme is case-blind
+    for bad in ("Basic " + base64.b64encode(b"bob:re4deR").decode(), "Bearer abc", "Basic !!!", "Basic " + "A" * 5000, ""):
+        assert _APP._basic_user(bad) is None
+
+
+def _app() -> ManagementApp:
+    users = [{"username": name, "hashes": [make_credentials("SCRAM-SHA-256", pw).encode()]} for name, pw in (ALICE, BOB)]
+    config = RouterConfig.model_validate({"users": users})
+    return ManagementApp(ManagementAgent(RouterCore(config), config), healthy=lambda: True)
+
+
+_APP = _app()
