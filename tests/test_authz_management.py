@@ -110,6 +110,7 @@ def test_requester_of_a_connection() -> None:
         engine, listener, role, outgoing, sasl_mechanism = Engine(), Listener(), "normal", False, "SCRAM-SHA-256"
 
     assert requester_of(Conn()) == Requester("alice", loopback=True)
+    assert requester_of(None) == Requester(None, loopback=False)  # no producer link: nobody
     anonymous = Conn()
     anonymous.sasl_mechanism = "ANONYMOUS"
     assert requester_of(anonymous).user is None

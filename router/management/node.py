@@ -57,10 +57,10 @@ _MISSING = object()
 def requester_of(conn: Any) -> Requester:
     """Who sent a request that arrived on connection `conn` (a core ConnState). The user is
     the SASL one (EXTERNAL: the certificate's); ANONYMOUS or no SASL is no user."""
-    if conn is _MISSING:
-        return UNKNOWN  # the core did not say: trust nobody
-    if conn is None:
-        return Requester(None, loopback=True)  # the router's own message
+    if conn is _MISSING or conn is None:
+        # The core did not say, or the delivery has no producer link any more (the router's
+        # own message, or one its producer settled before it was complete): trust nobody.
+        return UNKNOWN
     if getattr(conn, "role", "normal") != "normal" or getattr(conn, "outgoing", False):
         return Requester(None, from_router=True)
     mechanism = getattr(conn, "sasl_mechanism", None)
