@@ -31,9 +31,7 @@ from router.amqp.scram import make_credentials
 from router.config.loader import ConfigError, parse_config
 from router.config.models import RouterConfig
 from router.config.users import write_users
-from router.core.router import RouterCore
-from router.management import ManagementAgent
-from router.management.http import ManagementApp
+from router.management.http_auth import HttpAuthenticator
 from router.net.server import RouterServer
 
 from .tlssupport import Pki, make_pki, serving
@@ -158,7 +156,7 @@ async def test_repeated_wrong_credentials_from_one_host_are_slowed_down(tmp_path
         for _ in range(3):
             assert (await _http(server, pki, "GET", "/management/address", ("bob", "guess")))[0] == 401
         assert (await _http(server, pki, "GET", "/management/address"))[0] == 401  # no credentials: no failed login
-        throttle = server._http_app().logins
+        throttle = server._http_app().auth.logins
         assert (throttle.failures, throttle.delayed, throttle.hosts) == (3, 2, 1)
         assert (await _http(server, pki, "GET", "/management/address", BOB))[0] == 200
         assert throttle.hosts == 0  # a success forgets the host
@@ -171,22 +169,22 @@ async def test_repeated_wrong_credentials_from_one_host_are_slowed_down(tmp_path
     st.builds(lambda u, p: "Basic " + base64.b64encode(f"{u}:{p}".encode()).decode(), st.sampled_from(["bob", "alice", ""]), st.text(max_size=40)),
 ))
 def test_any_authorization_header_is_a_user_or_none_never_an_error(header: str) -> None:
-    user = _APP._basic_user(header)
+    user = _AUTH.basic_user(header)
     assert user is None or (user, header) == ("bob", "Basic " + base64.b64encode(b"bob:re4der").decode())
 
 
 def test_the_right_password_and_only_it_logs_in() -> None:
     good = "Basic " + base64.b64encode(b"bob:re4der").decode()
-    assert _APP._basic_user(good) == "bob" and _APP._basic_user(good) == "bob"  # the second from memory
-    assert _APP._basic_user("basic " + base64.b64encode(b"bob:re4der").decode()) == "bob"  # the scheme is case-blind
+    assert _AUTH.basic_user(good) == "bob" and _AUTH.basic_user(good) == "bob"  # the second from memory
+    assert _AUTH.basic_user("basic " + base64.b64encode(b"bob:re4der").decode()) == "bob"  # the scheme is case-blind
     for bad in ("Basic " + base64.b64encode(b"bob:re4deR").decode(), "Bearer abc", "Basic !!!", "Basic " + "A" * 5000, ""):
-        assert _APP._basic_user(bad) is None
+        assert _AUTH.basic_user(bad) is None
 
 
-def _app() -> ManagementApp:
+def _authenticator() -> HttpAuthenticator:
     users = [{"username": name, "hashes": [make_credentials("SCRAM-SHA-256", pw).encode()]} for name, pw in (ALICE, BOB)]
     config = RouterConfig.model_validate({"users": users})
-    return ManagementApp(ManagementAgent(RouterCore(config), config), healthy=lambda: True)
+    return HttpAuthenticator(lambda: config, lambda: 0.0)
 
 
-_APP = _app()
+_AUTH = _authenticator()

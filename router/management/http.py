@@ -20,19 +20,12 @@ The statuses are the agent's (400, 404, 405, 409, 410) plus the HTTP layer's own
 bad JSON or paging, 405, 406 when Accept admits no JSON, 413, 415). An empty page is `200 []` rather than WD14's `204`: a
 JSON client can parse every collection answer the same way.
 
-Who may do what (authz.py): GET and HEAD read, POST, PUT and DELETE write. A listener with
-`authenticate: basic` (HTTPS only) takes the user from the Authorization header (RFC 7617),
-checked against the users (the users file and inline users, as SASL PLAIN): missing or wrong
-credentials are 401 with a `WWW-Authenticate: Basic` challenge; a known user the rules do not
-allow is 403. A listener without authentication has no user: a request through it is anonymous
-(writes only on a loopback listener, while the rules allow it). /healthz and /metrics answer
-without credentials while the listener's `open_health_metrics` says so (otherwise they are
-reads), and so does `/`, which only names the paths.
-The listener comes in the ASGI scope (router.net.http_server); a request without one is
-anonymous on no listener (fail closed). A verified password is remembered (bounded) against
-the stored hash it matched, so a client that repeats its credentials costs one PBKDF2 run, and a
-changed or removed user stops matching at once. Wrong credentials from one host are answered
-later and later (the configuration's failed_logins, a throttle of the HTTP listeners' own).
+Who may do what (authz.py): GET and HEAD read, POST, PUT and DELETE write. Who asks comes
+from the listener in the ASGI scope (router.net.http_server) and its basic credentials
+(http_auth.py): missing or wrong credentials where the listener needs them are 401 with a
+`WWW-Authenticate: Basic` challenge; a requester the rules do not allow is 403. /healthz and
+/metrics answer without credentials while the listener's `open_health_metrics` says so
+(otherwise they are reads), and so does `/`, which only names the paths.
 
 Owns: the HTTP mapping (paths, methods, statuses, headers, JSON) over the agent's methods. The
 mapping itself is `handle()`, a plain function of the request (no I/O); the ASGI callable
@@ -42,24 +35,18 @@ Must not touch: sockets, the router's state (only the agent reads and changes it
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import hmac
 import json
-import os
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, quote, unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from ..amqp.sasl import LoginThrottle
 from ..config.models import HttpListener, SslProfile
-from ..config.users import credential_store
 from .agent import ManagementAgent
-from .authz import Requester, is_loopback
+from .authz import Requester
+from .http_auth import CHALLENGE, HttpAuthenticator
 from .model import ManagementError, accepts, etag
 
 MEDIA_TYPE = "application/amqp-management+json"
@@ -68,10 +55,6 @@ PREFIX = "management"
 MAX_BODY_BYTES = 1024 * 1024
 LISTENER_KEY = "router.http_listener"  # set by router.net.http_server
 WRITE_METHODS = frozenset({"POST", "PUT", "DELETE"})
-VERIFIED_MEMORY = 256  # (user, password digest) pairs remembered after a successful check
-MAX_CREDENTIALS_BYTES = 4096
-CHALLENGE = ("www-authenticate", 'Basic realm="router", charset="UTF-8"')
-_PEPPER = os.urandom(32)  # the remembered digests are of this process only
 
 Headers = list[tuple[str, str]]
 Receive = Callable[[], Awaitable[Mapping[str, Any]]]
@@ -138,13 +121,8 @@ class ManagementApp:
         self.healthy = healthy
         self.registry = registry
         self.after_call = after_call
-        # Failed basic logins from one host are answered later and later (as failed SASL
-        # logins are; the configuration's failed_logins), with `sleep` (the server's: trio's).
-        self.sleep = sleep
-        limits = agent.config.failed_logins if agent is not None else None
-        self.logins = LoginThrottle(limits.initial_delay_s, limits.max_delay_s, limits.forget_after_s,
-                                    limits.max_hosts) if limits is not None else LoginThrottle()  # fmt: skip
-        self._verified: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
+        # Who asks (http_auth.py); `sleep` (the server's: trio's) holds back failed logins.
+        self.auth = HttpAuthenticator(lambda: agent.config, agent.clock, sleep) if agent is not None else None
 
     # --- ASGI ------------------------------------------------------------------------------------
 
@@ -172,9 +150,11 @@ class ManagementApp:
         else:
             listener = scope.get(LISTENER_KEY)
             listener = listener if isinstance(listener, HttpListener) else None
-            requester = self.requester(listener, headers.get("authorization"))
-            if listener is not None and listener.authenticate != "none":
-                await self._throttle(scope, requester is not None, headers.get("authorization") is not None)
+            requester = self.auth.requester(listener, headers.get("authorization")) if self.auth is not None else None
+            if self.auth is not None and listener is not None and listener.authenticate != "none":
+                client = scope.get("client")
+                host = str(client[0]) if isinstance(client, (tuple, list)) and client else "?"
+                await self.auth.throttle(host, ok=requester is not None, tried="authorization" in headers)
             response = self.handle(scope["method"], path.decode("latin-1"), scope.get("query_string", b"").decode("latin-1"),
                                    headers, body, requester=requester, listener=listener)  # fmt: skip
         out = b"" if scope["method"] == "HEAD" or response.status in (204, 304) else response.body
@@ -184,58 +164,9 @@ class ManagementApp:
         await send({"type": "http.response.start", "status": response.status, "headers": raw})
         await send({"type": "http.response.body", "body": out})
 
-    async def _throttle(self, scope: Mapping[str, Any], ok: bool, tried: bool) -> None:
-        """A request without credentials is no failed login (a browser asks first without)."""
-        client = scope.get("client")
-        host = str(client[0]) if isinstance(client, (tuple, list)) and client else "?"
-        if ok:
-            self.logins.succeeded(host)
-        elif tried:
-            delay = self.logins.failed(host, self.agent.clock())
-            if delay > 0 and self.sleep is not None:
-                await self.sleep(delay)
-
     def ssl_profiles(self) -> tuple[SslProfile, ...]:
         """The live configuration's TLS profiles (the HTTP listeners' come from them)."""
         return self.agent.config.ssl_profiles
-
-    # --- who asks ---------------------------------------------------------------------------------
-
-    def requester(self, listener: HttpListener | None, authorization: str | None) -> Requester | None:
-        """Who sends a request through `listener` with this Authorization header; None when the
-        listener wants credentials and they are missing or wrong (401)."""
-        if listener is None:
-            return Requester(None, face="http")
-        loopback = is_loopback(listener.host)
-        if listener.authenticate == "none":
-            return Requester(None, loopback=loopback, face="http")
-        user = self._basic_user(authorization)
-        return None if user is None else Requester(user, loopback=loopback, face="http")
-
-    def _basic_user(self, authorization: str | None) -> str | None:
-        if authorization is None or len(authorization) > MAX_CREDENTIALS_BYTES:
-            return None
-        scheme, _, encoded = authorization.strip().partition(" ")
-        if scheme.lower() != "basic":
-            return None
-        try:
-            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        name, colon, password = decoded.partition(":")
-        if not colon or not name:
-            return None
-        store = credential_store(self.agent.config)
-        stored = store.user(name)
-        digest = hmac.new(_PEPPER, f"{name}\0{password}".encode(), hashlib.sha256).digest()
-        if stored is not None and self._verified.get((name, digest)) is stored:
-            return name
-        if not store.check_plain("", name, password):
-            return None
-        self._verified[(name, digest)] = store.user(name)
-        while len(self._verified) > VERIFIED_MEMORY:
-            self._verified.popitem(last=False)
-        return name
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
