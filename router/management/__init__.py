@@ -5,7 +5,9 @@ address_rules.py: configuration; metrics.py: memory) behind one
 entry point, the agent (agent.py); two AMQP dialects at the management node (node.py): AMQP
 Management WD14 over the HTTP-over-AMQP mapping (amqp_http.py) and the operation dialect of the
 anchors' tools (operations.py). The HTTP/JSON face (http.py) and metrics (metrics.py) use the
-same agent. docs/management.md describes the types, the attributes and both dialects.
+same agent. Who may read and write is authz.py's (every face asks `agent.authz` before it
+acts; the HTTP face learns who asks through http_auth.py). docs/management.md describes the
+types, the attributes and both dialects; docs/security.md who may do what.
 
     agent = ManagementAgent(core, config, control, started_at)   # control: ConfigControl | None
     install(core, agent)            # the node at $management and _local/$management
@@ -25,6 +27,7 @@ The agent's API (stable; every failure raises ManagementError(status, descriptio
     agent.update(type, key, attributes, if_match=None) -> dict      # key: identity or name
     agent.delete(type, key, if_match=None) -> None
     agent.config                                    # the live RouterConfig
+    agent.authz.check(requester, write=...)         # 403 (counted) unless allowed (authz.py)
     etag(entity) -> str                             # a digest of an entity's attributes
 
 `type` may be None where an entity is looked up (any type). Every method takes `now=` (the
