@@ -269,7 +269,11 @@ async def test_a_client_certificate_user_is_an_operator_through_external(tmp_pat
 
 
 def test_a_node_whose_core_does_not_say_who_asks_refuses_writes() -> None:
-    """Fail closed: without the core's `local_sender` the requester is nobody."""
+    """Fail closed: a request the core hands over with no connection behind it (`local_sender`
+    None, as outside a delivery) or without saying (no `local_sender`) is nobody's."""
+    from router.management.node import _MISSING
+
+    assert requester_of(_MISSING) == Requester(None, loopback=False)
     from router.amqp.message import Message, encode_message
     from router.amqp.messaging import AmqpValue, Properties
     from router.config.models import RouterConfig
@@ -281,7 +285,6 @@ def test_a_node_whose_core_does_not_say_who_asks_refuses_writes() -> None:
     core = RouterCore(config)
     agent = ManagementAgent(core, config)
     node = ManagementNode(agent)
-    del core.forwarder.local_sender
     request = Message(properties=Properties(message_id="1", reply_to="replies"),
                       application_properties={"operation": "CREATE", "type": "address", "name": "x"},
                       body=AmqpValue(value={"prefix": "x"}))  # fmt: skip
