@@ -1,0 +1,59 @@
+"""SIGTERM drains a `router run` process under traffic: it stops accepting, every delivery in
+flight gets an outcome (released to its sender), every connection is closed with
+amqp:connection:forced saying the router is shutting down, and the process exits 0 well within
+the grace period."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from router.amqp.message import Message
+from router.net.client import connect
+from router.net.errors import ConnectionClosed
+from tests.support.router_process import RouterProcess, core_ready
+
+IN_FLIGHT = 40  # deliveries the consumer holds unsettled when the signal comes
+GRACE_S = 20.0  # router run's default --grace-period-s
+
+
+@pytest.mark.skipif(not core_ready(), reason="the routing core does not route yet")
+@pytest.mark.process
+async def test_sigterm_under_traffic_gives_every_delivery_an_outcome(tmp_path: Path) -> None:
+    with RouterProcess.running(tmp_path) as router:
+        port = router.ports["amqp"]
+        async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
+            receiver = await consumer.open_receiver("drain/orders", credit=IN_FLIGHT * 2)
+            sender = await producer.open_sender("drain/orders")
+            # Some settled end to end before the signal ...
+            for i in range(10):
+                tracker = await sender.start_send(Message.value(f"early {i}"))
+                receiver.accept(await receiver.receive())
+                assert type(await tracker.wait()).__name__ == "Accepted"
+            # ... and IN_FLIGHT held by the consumer, unsettled, when it comes.
+            trackers = [await sender.start_send(Message.value(i)) for i in range(IN_FLIGHT)]
+            with trio.fail_after(10):
+                for _ in range(IN_FLIGHT):
+                    await receiver.receive()
+            signalled = time.monotonic()
+            router.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                outcomes = [type(await tracker.wait()).__name__ for tracker in trackers]
+            assert set(outcomes) <= {"Released", "Modified"}, outcomes
+            assert len(outcomes) == IN_FLIGHT
+            # The consumer learns why its connection ends.
+            with trio.fail_after(10), pytest.raises(ConnectionClosed) as closed:
+                await receiver.receive()
+            assert closed.value.condition == "amqp:connection:forced"
+            assert "shutting down" in str(closed.value)
+        code = await trio.to_thread.run_sync(router.wait, GRACE_S)
+        elapsed = time.monotonic() - signalled
+    assert code == 0, router.output
+    assert elapsed < GRACE_S
+    assert "Traceback" not in router.output
+    with pytest.raises(OSError):  # nothing accepts any more
+        await trio.open_tcp_stream("127.0.0.1", port)
