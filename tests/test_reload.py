@@ -153,3 +153,20 @@ async def test_router_run_reloads_on_sighup_and_on_a_file_change(tmp_path: Path)
         assert "refused" in line
         assert type(await roundtrip(port)).__name__ == "Accepted"
     assert "Traceback" not in router.output
+
+
+async def test_log_levels_follow_the_file(nursery: trio.Nursery) -> None:
+    import logging
+
+    server = RouterServer(config())
+    await nursery.start(server.run)
+    before = logging.getLogger("router.net.reload_test").level
+    try:
+        report = server.reload(config(log_levels={"router.net.reload_test": "debug+"}))
+        assert report.applied == ["update log router.net.reload_test"]
+        assert logging.getLogger("router.net.reload_test").level == logging.DEBUG
+        server.reload(config())  # no longer named: it inherits again
+        assert logging.getLogger("router.net.reload_test").level == logging.NOTSET
+    finally:
+        logging.getLogger("router.net.reload_test").setLevel(before)
+    server.shutdown()

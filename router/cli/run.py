@@ -102,6 +102,10 @@ async def serve(
     raise_fd_limit()
     server = RouterServer(config, drain_s=max(0.1, grace_period_s - GRACE_MARGIN_S))
     reloader = Reloader(server, config_file)
+    if config.log_levels and server.agent is not None:
+        from ..net.reload import apply_log_levels
+
+        apply_log_levels(server.agent, config)
     # The signal receiver is open before anything binds: a SIGTERM that arrives while we
     # start still means "stop gracefully" rather than trio's default KeyboardInterrupt.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:

@@ -4,7 +4,7 @@
     report = apply_reload(agent, plan)                          # through the management agent
 
 Owns: what changed between two versions of the configuration file (listeners, connectors and
-ssl profiles by name, address rules by content, users) and applying those changes through the
+ssl profiles by name, address rules by content, users, log levels by module) and applying those changes through the
 management agent's own create/update/delete, so that a file change obeys exactly the rules of a
 management change (validation, a port in use refused, a listener re-opened on update, an ssl
 profile's files loaded before it is used). The order keeps every step valid: new and changed
@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..config.models import AddressConfig, RouterConfig
+from ..management.logs import ROOT_LOGGER
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,23 @@ def plan_reload(old: RouterConfig, new: RouterConfig) -> ReloadPlan:
     # deleted listener frees its port for a new one), profiles last (nothing names them then).
     ssl_first = [c for c in updates if c.entity_type == "sslProfile"]
     others = [c for c in updates if c.entity_type != "sslProfile"]
-    plan.changes = ssl_first + deletes + others + creates + profile_deletes
+    plan.changes = ssl_first + deletes + others + creates + profile_deletes + _log_changes(old, new)
     plan.users_changed = (old.users, old.users_file) != (new.users, new.users_file)
     return plan
+
+
+def _log_changes(old: RouterConfig, new: RouterConfig) -> list[Change]:
+    changes = []
+    for module in sorted(set(old.log_levels) | set(new.log_levels)):
+        before, after = old.log_levels.get(module), new.log_levels.get(module)
+        if before != after:  # a module no longer named inherits again
+            changes.append(Change("update", "log", module, {"enable": after or "default"}))
+    return changes
+
+
+def apply_log_levels(agent: Any, config: RouterConfig) -> ReloadReport:
+    """At start: `config.log_levels` through the management `log` entity."""
+    return apply_reload(agent, plan_reload(config.model_copy(update={"log_levels": {}}), config))
 
 
 def _address_key(agent: Any, rule: AddressConfig) -> str | None:
@@ -189,6 +204,10 @@ def _apply_one(agent: Any, change: Change) -> None:
         agent.delete(change.entity_type, key)
         return
     key = f"{change.entity_type}/{change.name}"
+    if change.entity_type == "log":
+        logging.getLogger(ROOT_LOGGER if change.name == "DEFAULT" else change.name)  # known from now on
+        agent.update("log", key, change.attributes)
+        return
     if change.operation == "create":
         agent.create(change.entity_type, change.attributes)
     elif change.operation == "update":
