@@ -15,6 +15,7 @@ import trio
 from router.amqp.message import Message
 from router.net.client import connect
 from router.net.errors import ConnectionClosed
+from tests.rawamqp import HEADER, OPEN, frame, read_until
 from tests.support.router_process import RouterProcess, core_ready
 
 IN_FLIGHT = 40  # deliveries the consumer holds unsettled when the signal comes
@@ -57,3 +58,26 @@ async def test_sigterm_under_traffic_gives_every_delivery_an_outcome(tmp_path: P
     assert "Traceback" not in router.output
     with pytest.raises(OSError):  # nothing accepts any more
         await trio.open_tcp_stream("127.0.0.1", port)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("grace_s", [1.5, 3.0])
+async def test_a_silent_peer_cannot_hold_the_exit_past_the_grace_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace_s: float
+) -> None:
+    import tests.support.router_process as support
+
+    plain = support.router_command
+    monkeypatch.setattr(support, "router_command", lambda *args: plain(*args, "--grace-period-s", str(grace_s)))
+    with RouterProcess.running(tmp_path) as router:
+        # A peer that opens and then neither reads nor answers the router's close.
+        stream = await trio.open_tcp_stream("127.0.0.1", router.ports["amqp"])
+        await stream.send_all(HEADER + frame(OPEN))
+        await read_until(stream, b"\x00\x53\x10")  # the router's open: the connection is up
+        signalled = time.monotonic()
+        router.send_signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(router.wait, grace_s + 5)
+        elapsed = time.monotonic() - signalled
+        await stream.aclose()
+    assert code == 0, router.output
+    assert grace_s - 1.5 <= elapsed < grace_s + 1.0, elapsed  # it waited for the peer, within the period

@@ -144,7 +144,7 @@ async def test_router_run_reloads_on_sighup_and_on_a_file_change(tmp_path: Path)
         # and the router goes on serving.
         path.write_text(yaml.safe_dump(dict(second, listeners=[{"name": "amqp", "port": "many"}])))
         line = await wait_for_line(router, "configuration reload refused")
-        assert "listeners[0].port" in line or "listeners.0.port" in line, line
+        assert "listeners[0].port" in line, line
         assert type(await roundtrip(port)).__name__ == "Accepted"
         # A file changing the router id is refused whole.
         path.write_text(yaml.safe_dump(dict(second, router={"id": "another"})))
