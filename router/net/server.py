@@ -19,7 +19,8 @@ however it ends), the handshake time-out, the one monotonic clock the core is ca
 writers of the engines the core touched, the core's timer, socket backpressure (reads paused
 while the core says so, output blocked/unblocked as writers cross their high-water marks) and
 graceful shutdown (stop accepting, close every connection with amqp:connection:forced, let
-writers flush, then drop the sockets).
+writers flush for up to `drain_s`, then drop the sockets), and applying a changed configuration
+file (`reload`: what changed goes through the management agent, see reload.py).
 Must not touch: routing decisions (router.core), protocol rules (router.amqp).
 """
 
