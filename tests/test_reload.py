@@ -209,3 +209,18 @@ async def test_a_configmap_style_symlink_swap_is_seen(tmp_path: Path, monkeypatc
     finally:
         code = router.stop()
     assert code == 0, router.output
+
+
+async def test_a_failing_change_costs_that_change_only(nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = RouterServer(config())
+    await nursery.start(server.run)
+
+    def broken(listener: Listener) -> int:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(server, "create_listener", broken)
+    report = server.reload(config(listeners=(AMQP, Listener(name="two", port=0)), addresses=(AddressConfig(prefix="x"),)))
+    assert [f.split(":")[0] for f in report.failed] == ["create listener two"]
+    assert "create router.config.address prefix x" in report.applied
+    assert not server.stopping
+    server.shutdown()

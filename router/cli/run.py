@@ -175,6 +175,9 @@ class Reloader:
         except ReloadRefused as exc:
             log.error("configuration reload refused, the running configuration stays: %s", exc)
             return False
+        except Exception:  # a bug in reloading must not stop a running router
+            log.exception("configuration reload failed (%s)", reason)
+            return False
         log.info("configuration reloaded (%s): %s applied%s", reason, describe(report.applied),
                  f"; refused: {describe(report.failed)}" if report.failed else "")  # fmt: skip
         return True

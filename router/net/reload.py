@@ -180,6 +180,10 @@ def apply_reload(agent: Any, plan: ReloadPlan) -> ReloadReport:
             log.error("configuration reload: %s refused: %s", change, exc.description)
             report.failed.append(f"{change}: {exc.description}")
             continue
+        except Exception as exc:  # a bug must cost this change only, never the router
+            log.exception("configuration reload: %s failed", change)
+            report.failed.append(f"{change}: {type(exc).__name__}: {exc}")
+            continue
         log.info("configuration reload: %s", change)
         report.applied.append(str(change))
     if plan.users_changed and not users_first:
