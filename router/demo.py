@@ -3,8 +3,10 @@
     A ---1--- B ---1--- C          A's way to C: through B (cost 2), not the direct link (5)
     \\________5________/
 
-Starts routers A, B and C (interior, the embedded defaults but for ephemeral ports and the
-inter-router listeners and connectors of the triangle above), waits until the mesh has formed,
+Starts routers A, B and C at once (interior, the embedded defaults but for ephemeral ports and
+an inter-router listener), then writes the connectors of the triangle above into their files and
+has them applied by SIGHUP, without a restart (ports are ephemeral: a router's neighbours learn
+its port only once it listens). It waits until the mesh has formed,
 and shows it with the topology CLI's tables (routers, links, the least-cost tree, A's routes).
 Then a receiver on C and a sender on A pass messages, every one with its outcome. Router B is
 killed (SIGKILL) in the middle of a stream of messages: deliveries in flight through B come back
@@ -17,6 +19,7 @@ Must not touch: anything of the routers' own (it is a client of them, over socke
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -84,6 +87,12 @@ class RouterProcess:
                     if len(words) == 3 and words[0] == "listening":  # listening NAME amqp://HOST:PORT
                         self.ports[words[1]] = int(words[2].rsplit(":", 1)[1])
 
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Write a new configuration and have the running router apply it (SIGHUP)."""
+        (self.directory / f"{self.name}.yaml").write_text(yaml.safe_dump(config))
+        assert self.process is not None
+        self.process.send_signal(signal.SIGHUP)
+
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -105,13 +114,13 @@ class RouterProcess:
         return await self.process.wait()
 
 
-def router_config(name: str, routers: dict[str, RouterProcess]) -> dict[str, Any]:
+def router_config(name: str, routers: dict[str, RouterProcess], *, linked: bool = True) -> dict[str, Any]:
     return {
         "router": {"id": name, "mode": "interior"},
         "listeners": [{"name": "amqp", "port": 0}, {"name": "inter", "port": 0, "role": "inter-router"}],
         "connectors": [
             {"name": f"to-{peer}", "host": "127.0.0.1", "port": routers[peer].ports["inter"], "cost": cost}
-            for dialler, peer, cost in LINKS if dialler == name
+            for dialler, peer, cost in LINKS if dialler == name and linked
         ],
     }  # fmt: skip
 
@@ -176,10 +185,18 @@ async def run_demo(count: int, console: Console, directory: Path) -> DemoResult:
     routers = {name: RouterProcess(name, directory) for name in ROUTERS}
     try:
         with trio.fail_after(DEMO_TIMEOUT_S):
+            # All three start at once, without connectors (the ports are ephemeral: nobody knows
+            # the others' yet); then each file gets its connectors and SIGHUP applies it live.
+            async with trio.open_nursery() as nursery:
+                for name in ROUTERS:
+                    nursery.start_soon(routers[name].start, router_config(name, routers, linked=False))
             for name in ROUTERS:
-                await routers[name].start(router_config(name, routers))
                 console.print(f"router {name}: amqp://127.0.0.1:{routers[name].ports['amqp']} "
                               f"(inter-router on port {routers[name].ports['inter']})")  # fmt: skip
+            for name in ROUTERS:
+                routers[name].reconfigure(router_config(name, routers))
+            console.print("connectors added to the files of B and C, applied by SIGHUP (no restart): "
+                          + ", ".join(f"{a} -> {b} (cost {cost})" for a, b, cost in LINKS))  # fmt: skip
             a_port, c_port = routers["A"].ports["amqp"], routers["C"].ports["amqp"]
             network = await wait_for_route(a_port, "C", "B", set(ROUTERS))
             result.hop_before = network.routes_of("A")["C"][0]

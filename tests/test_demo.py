@@ -34,3 +34,4 @@ async def test_the_demo_shows_a_mesh_and_a_failover(tmp_path: Path) -> None:
     for name in ROUTERS:  # the topology tables were shown
         assert f"│ {name}" in text
     assert "A -> B -> C" in text and "A -> C" in text
+    assert "applied by SIGHUP" in text  # the links were added to running routers
