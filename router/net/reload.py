@@ -145,7 +145,7 @@ def _log_changes(old: RouterConfig, new: RouterConfig) -> list[Change]:
 
 def apply_log_levels(agent: Any, config: RouterConfig) -> ReloadReport:
     """At start: `config.log_levels` through the management `log` entity."""
-    return apply_reload(agent, plan_reload(config.model_copy(update={"log_levels": {}}), config))
+    return apply_reload(agent, plan_reload(config.model_copy(update={"log_levels": {}}), config), "configuration")
 
 
 def _address_key(agent: Any, rule: AddressConfig) -> str | None:
@@ -159,14 +159,14 @@ def _set_users(agent: Any, new: RouterConfig) -> None:
     agent.config = agent.config.model_copy(update={"users": new.users, "users_file": new.users_file})
 
 
-def apply_reload(agent: Any, plan: ReloadPlan) -> ReloadReport:
+def apply_reload(agent: Any, plan: ReloadPlan, what: str = "configuration reload") -> ReloadReport:
     """Apply `plan` through `agent` (a ManagementAgent). Never raises for a refused change: it
     is logged and listed in the report's `failed`."""
     from ..management.model import ManagementError
 
     report = ReloadReport(needs_restart=list(plan.needs_restart))
     for section in plan.needs_restart:
-        log.warning("configuration reload: %s changed but is read only at start; restart the router to apply it", section)
+        log.warning("%s: %s changed but is read only at start; restart the router to apply it", what, section)
     # Users before the listeners that may offer PLAIN or SCRAM for them, unless users go away
     # (then after the listeners that offered those mechanisms have changed).
     users_first = plan.users_changed and bool(plan.new.users or plan.new.users_file)
@@ -177,20 +177,20 @@ def apply_reload(agent: Any, plan: ReloadPlan) -> ReloadReport:
         try:
             _apply_one(agent, change)
         except ManagementError as exc:
-            log.error("configuration reload: %s refused: %s", change, exc.description)
+            log.error("%s: %s refused: %s", what, change, exc.description)
             report.failed.append(f"{change}: {exc.description}")
             continue
         except Exception as exc:  # a bug must cost this change only, never the router
-            log.exception("configuration reload: %s failed", change)
+            log.exception("%s: %s failed", what, change)
             report.failed.append(f"{change}: {type(exc).__name__}: {exc}")
             continue
-        log.info("configuration reload: %s", change)
+        log.info("%s: %s", what, change)
         report.applied.append(str(change))
     if plan.users_changed and not users_first:
         _set_users(agent, plan.new)
         report.applied.append("update users")
     if plan.users_changed:
-        log.info("configuration reload: update users (new logins use them)")
+        log.info("%s: update users (new logins use them)", what)
     return report
 
 
