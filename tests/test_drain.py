@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from router.amqp.message import Message
-from router.net.client import connect
+from router.net.client import SendTracker, connect
 from router.net.errors import ConnectionClosed
 from tests.rawamqp import HEADER, OPEN, frame, read_until
 from tests.support.router_process import RouterProcess, core_ready
@@ -81,3 +81,54 @@ async def test_a_silent_peer_cannot_hold_the_exit_past_the_grace_period(
         await stream.aclose()
     assert code == 0, router.output
     assert grace_s - 1.5 <= elapsed < grace_s + 1.0, elapsed  # it waited for the peer, within the period
+
+
+@pytest.mark.skipif(not core_ready(), reason="the routing core does not route yet")
+@pytest.mark.process
+async def test_sigterm_during_a_continuous_stream_leaves_no_sender_guessing(tmp_path: Path) -> None:
+    """Messages keep flowing when the signal comes: each sent delivery ends with an outcome, or
+    (the few still on the wire when the router closed) its sender is told the connection was
+    forced closed; none waits forever."""
+    with RouterProcess.running(tmp_path) as router:
+        port = router.ports["amqp"]
+        trackers = []
+        async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
+            receiver = await consumer.open_receiver("drain/stream", credit=50)
+            sender = await producer.open_sender("drain/stream")
+
+            async def consume() -> None:
+                try:
+                    while True:
+                        receiver.accept(await receiver.receive())
+                except ConnectionClosed:
+                    return
+
+            async def signal_once_settled(tracker: SendTracker) -> None:
+                await tracker.wait()  # traffic is flowing end to end: now
+                router.send_signal(signal.SIGTERM)
+
+            async def produce(nursery: trio.Nursery) -> None:
+                try:
+                    for i in range(100_000):
+                        trackers.append(await sender.start_send(Message.value(i)))
+                        if i == 100:
+                            nursery.start_soon(signal_once_settled, trackers[100])
+                except ConnectionClosed:
+                    return
+
+            with trio.fail_after(15):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(consume)
+                    nursery.start_soon(produce, nursery)
+                fates: dict[str, int] = {}
+                for tracker in trackers:
+                    try:
+                        fate = type(await tracker.wait()).__name__
+                    except ConnectionClosed as exc:
+                        assert exc.condition == "amqp:connection:forced", exc
+                        fate = "connection forced"
+                    fates[fate] = fates.get(fate, 0) + 1
+        code = await trio.to_thread.run_sync(router.wait, GRACE_S)
+    assert code == 0, router.output
+    assert fates.get("Accepted", 0) > 100, fates
+    assert set(fates) <= {"Accepted", "Released", "Modified", "connection forced"}, fates
