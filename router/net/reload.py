@@ -32,7 +32,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..config.models import AddressConfig, RouterConfig
-from ..management.logs import ROOT_LOGGER
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +194,7 @@ def apply_reload(agent: Any, plan: ReloadPlan, what: str = "configuration reload
 
 
 def _apply_one(agent: Any, change: Change) -> None:
+    # Imported here, as the server imports the agent: only a router that reloads loads them.
     from ..management.model import ManagementError
 
     if change.entity_type == "router.config.address":
@@ -209,6 +209,8 @@ def _apply_one(agent: Any, change: Change) -> None:
         return
     key = f"{change.entity_type}/{change.name}"
     if change.entity_type == "log":
+        from ..management.logs import ROOT_LOGGER
+
         logging.getLogger(ROOT_LOGGER if change.name == "DEFAULT" else change.name)  # known from now on
         agent.update("log", key, change.attributes)
         return
