@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) scripts/bootstrap.sh
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP)  ## three routers as processes, traffic, a router killed, traffic moves
 	$(PY) -m router.demo
 
 run: $(STAMP)

@@ -45,15 +45,12 @@ def version() -> None:
 
 @app.command()
 def demo(
-    count: Annotated[int, typer.Option("-n", "--count", min=1, help="messages in the throughput run")] = 2000,
+    count: Annotated[int, typer.Option("-n", "--count", min=1, help="messages per phase")] = 200,
 ) -> None:
-    """Start a router in this process and send messages through it, showing what flows."""
-    import trio
-    from rich.console import Console
+    """Start a mesh of three routers (processes), pass traffic, kill one and show it move."""
+    from ..demo import demo as run_demo
 
-    from ..demo import run_demo
-
-    raise typer.Exit(trio.run(run_demo, count, Console()))
+    raise typer.Exit(run_demo(count))
 
 
 if __name__ == "__main__":

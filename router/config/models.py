@@ -331,6 +331,13 @@ class Limits(Model):
     )
 
 
+_LEVEL = r"(trace|debug|info|notice|warning|error|critical)\+?"
+# A logger of the router (`DEFAULT`: its root logger `router`) and its level in the anchors' `enable`
+# syntax, as the management `log` entity takes it (docs/management.md).
+LogModule = Annotated[str, Field(pattern=r"^(DEFAULT|router(\.[A-Za-z0-9_]+)+)$")]
+LogEnable = Annotated[str, Field(pattern=rf"^(none|default|{_LEVEL}(\s*,\s*{_LEVEL})*)$")]
+
+
 class RouterConfig(Model):
     router: RouterSection = Field(default_factory=RouterSection)
     listeners: tuple[Listener, ...] = (Listener(),)
@@ -347,6 +354,11 @@ class RouterConfig(Model):
     failed_logins: FailedLogins = Field(default_factory=FailedLogins, description="slowing down repeated failed logins")
     management: Management = Field(default_factory=Management, description="who may read and change the router through management")
     limits: Limits = Field(default_factory=Limits)
+    log_levels: dict[LogModule, LogEnable] = Field(
+        default_factory=dict,
+        description="log level by module (DEFAULT or a router.* logger), e.g. {DEFAULT: info+, router.core: debug+}; "
+        "applied at start and when the file is applied again at run time (over --log-level)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RouterConfig:

@@ -19,7 +19,8 @@ however it ends), the handshake time-out, the one monotonic clock the core is ca
 writers of the engines the core touched, the core's timer, socket backpressure (reads paused
 while the core says so, output blocked/unblocked as writers cross their high-water marks) and
 graceful shutdown (stop accepting, close every connection with amqp:connection:forced, let
-writers flush, then drop the sockets).
+writers flush for up to `drain_s`, then drop the sockets), and applying a changed configuration
+file (`reload`: what changed goes through the management agent, see reload.py).
 Must not touch: routing decisions (router.core), protocol rules (router.amqp).
 """
 
@@ -44,6 +45,7 @@ from .connectors import Connectors
 from .driver import ConnectionDriver
 from .http_server import serve_http
 from .listeners import AmqpListeners, ListenerCounters
+from .reload import ReloadRefused, ReloadReport, apply_reload, plan_reload
 from .tls import TlsInfo, TlsProfiles, TlsRefused, session_of, transport_of
 from .tls import accept as tls_accept
 from .tls import connect as tls_connect
@@ -110,12 +112,17 @@ class RouterServer:
         agent: Any = None,
         clock: Callable[[], float] = trio.current_time,
         wall_clock: Callable[[], float] = time.time,
+        drain_s: float = SHUTDOWN_FLUSH_S,
     ) -> None:
         """`clock`: the one monotonic clock every `now` given to the core comes from (trio's, so
         that tests may run on trio's mock clock). `wall_clock` is read once, here: the core gets
         the offset between the two for what must be wall time (see router.core.router).
-        Construct it inside trio.run (the default clock is trio's)."""
+        Construct it inside trio.run (the default clock is trio's). `drain_s`: how long a
+        graceful stop lets connections finish closing (their outcomes written) before dropping
+        them."""
         self.config = config
+        self.file_config = config  # what reload() diffs a changed file against
+        self.drain_s = drain_s
         self.clock = clock
         self.wall_offset = wall_clock() - clock()
         self._installs_agent = False
@@ -227,7 +234,7 @@ class RouterServer:
             self._after_core()
         except Exception:  # the connections are dropped below all the same
             log.exception("the core failed to close the connections")
-        with trio.move_on_after(SHUTDOWN_FLUSH_S):
+        with trio.move_on_after(self.drain_s):
             for driver in list(self._drivers.values()):
                 await driver.wait_closed()
         unfinished = sum(1 for driver in self._drivers.values() if not driver.closed)
@@ -235,6 +242,22 @@ class RouterServer:
             log.info("dropping %d connection(s) that did not finish closing", unfinished)
 
     # --- run-time configuration (the management agent's ConfigControl) ---------------------------
+
+    def reload(self, new: RouterConfig) -> ReloadReport:
+        """Apply a changed configuration file (router.net.reload has the rules): the changes
+        since the last file applied go through the management agent. ReloadRefused (nothing
+        applied) if `new` changes the router's identity or the router is shutting down."""
+        if self.stopping:
+            raise ReloadRefused("the router is shutting down")
+        if self.agent is None:
+            raise ReloadRefused("this router runs without a management agent")
+        plan = plan_reload(self.file_config, new)
+        self.file_config = new
+        report = apply_reload(self.agent, plan)
+        # New logins use the new users (the credential store is chosen per connection).
+        self.config = self.config.model_copy(update={"users": new.users, "users_file": new.users_file})
+        self._after_core()  # a dropped connector or a changed rule may have queued output
+        return report
 
     def create_listener(self, listener: Listener) -> int:
         """Open `listener` now and return its bound port (OSError if it cannot bind)."""
