@@ -30,10 +30,12 @@ from . import annotate, remote
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .links import InLink, OutLink, alive
 from .settlement import DELIVERY_FAILED, Settlement
-from .table import NOWHERE, UNAVAILABLE, AddressEntry
+from .table import NOWHERE, UNAVAILABLE, AddressEntry, AddressTable
 
 if TYPE_CHECKING:
-    from .router import RouterCore
+    from .bounds import Bounds
+    from .mesh import Mesh
+    from .touched import Touched
 
 LOCAL_MESSAGE_LIMIT: Final = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
 # A client's delivery to an address that is `distribution: unavailable` (the anchors' answer).
@@ -42,9 +44,15 @@ NOT_AVAILABLE: Final = Rejected(
 
 
 class Forwarder(Settlement):
-    def __init__(self, core: RouterCore) -> None:
-        super().__init__(core)
-        self.max_message_size = core.config.limits.max_message_size
+    def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, *, router_id: str,
+                 wall_offset: float, max_message_size: int | None) -> None:  # fmt: skip
+        """`wall_offset`: wall-clock seconds minus `now` (RouterCore's)."""
+        super().__init__(touched, bounds)
+        self.table = table
+        self.mesh = mesh
+        self.router_id = router_id
+        self.wall_offset = wall_offset
+        self.max_message_size = max_message_size
         self._expiring: list[tuple[float, int, Forward]] = []
         self._seq = itertools.count()
         self.router_sent = self.router_dropped = 0
@@ -54,7 +62,7 @@ class Forwarder(Settlement):
     def on_transfer(self, event: TransferReceived, now: float) -> None:
         inl = event.link.context
         if type(inl) is not InLink:
-            self.core.mesh.on_transfer(event, now)  # a control message between routers
+            self.mesh.on_transfer(event, now)  # a control message between routers
             return
         if event.first:
             self._first_frame(inl, event, now)
@@ -111,12 +119,12 @@ class Forwarder(Settlement):
                 self._refuse(inl, event, E.PRECONDITION_FAILED,
                              "routing failure: no address (properties.to) on an anonymous link")  # fmt: skip
                 return
-            entry = self.core.table.lookup(to)
+            entry = self.table.lookup(to)
         settled = event.settled
         fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
         if fwd.size > inl.size_watch and not event.more:  # a large message: credit by bytes (bounds.py)
-            self.core.bounds.observe(inl, fwd.size)
+            self.bounds.observe(inl, fwd.size)
         inl.inflight += 1
         inl.held += 1
         fwd.holds_slot = True
@@ -129,8 +137,8 @@ class Forwarder(Settlement):
             inl.streaming = fwd
         if meta is not None:
             fwd.meta = meta
-            if remote.looped(self.core.mesh, meta):
-                self.core.mesh.dropped_loop += 1
+            if remote.looped(self.mesh, meta):
+                self.mesh.dropped_loop += 1
                 self.unroutable(fwd)
                 return
         if entry is None or not entry.has_destination:
@@ -139,7 +147,7 @@ class Forwarder(Settlement):
         entry.deliveries_ingress += 1
         if view is not None:
             if view.absolute_expiry_ms is not None or view.ttl_ms:  # most messages have neither
-                expiry = _expiry(view, now, self.core.wall_offset)
+                expiry = _expiry(view, now, self.wall_offset)
                 if expiry <= now:
                     entry.expired += 1
                     self.unroutable(fwd)
@@ -164,9 +172,9 @@ class Forwarder(Settlement):
             inl.streaming = None
             fwd.complete = True
             if not event.aborted:
-                self.core.bounds.observe(inl, fwd.arrived)
+                self.bounds.observe(inl, fwd.arrived)
         elif fwd.arrived > inl.size_watch:
-            self.core.bounds.growing(inl, fwd.arrived)
+            self.bounds.growing(inl, fwd.arrived)
         if fwd.done:
             return  # its destination went away: the rest has nowhere to go
         if event.aborted:
@@ -209,7 +217,7 @@ class Forwarder(Settlement):
         elif fwd.frames is not None:  # still waiting for a consumer
             fwd.frames.append(bytes(payload) if type(payload) is memoryview else payload)
             fwd.size += len(payload)
-            bounds = self.core.bounds
+            bounds = self.bounds
             bounds.hold(inl.conn, len(payload))
             if bounds.over(inl.conn, 0):  # it grew past a byte bound while waiting: released
                 bounds.released_over_budget += 1
@@ -219,7 +227,7 @@ class Forwarder(Settlement):
     def _stream(self, out: OutLink, payload: Payload, fwd: Forward) -> None:
         out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),
                                more=not fwd.complete, message_format=fwd.message_format)  # fmt: skip
-        self.core.touch(out.conn.engine)
+        self.touched.touch(out.conn.engine)
 
     def _stream_done(self, out: OutLink, record: Forward | Copy) -> None:
         out.streaming = None
@@ -243,7 +251,7 @@ class Forwarder(Settlement):
                 out.streaming = None
                 if alive(out.link):
                     out.link.abort()
-                    self.core.touch(out.conn.engine)
+                    self.touched.touch(out.conn.engine)
                 maps = out.link.session.context
                 if maps is not None and maps.outbound.pop(record.out_id) is not None:
                     self.unsettled_out(record, out)
@@ -309,7 +317,7 @@ class Forwarder(Settlement):
                     entry.rr += 1
                     self._send(fwd, local)
                 return
-        choice = remote.anycast(self.core.mesh, fwd, balanced)
+        choice = remote.anycast(self.mesh, fwd, balanced)
         if local is not None and (choice is None or not choice[2] or local.outstanding <= choice[1]):
             entry.rr += 1
             self._send(fwd, local)
@@ -327,7 +335,7 @@ class Forwarder(Settlement):
 
     def _queue_on(self, out: OutLink, fwd: Forward) -> None:
         """Wait for credit on an inter-router data link."""
-        if self.core.bounds.release_waiting(fwd):  # no room for its bytes
+        if self.bounds.release_waiting(fwd):  # no room for its bytes
             self.unroutable(fwd)
             return
         if fwd.frames is not None:
@@ -350,7 +358,7 @@ class Forwarder(Settlement):
                 meta = fwd.meta = annotate.for_client_delivery(view, to, True)
             first = fwd.rframe
             if first is None:
-                first = annotate.for_router(frames[0], meta, self.core.router_id)
+                first = annotate.for_router(frames[0], meta, self.router_id)
                 if fwd.copies is not None:
                     fwd.rframe = first
             return [first, *frames[1:]]
@@ -369,7 +377,7 @@ class Forwarder(Settlement):
             if view is None:  # its first frame said too little to annotate it: as it came
                 return frames
             meta = annotate.for_client_delivery(view, None, False)  # (for this consumer only)
-        return [annotate.for_router(frames[0], meta, self.core.router_id), *frames[1:]]
+        return [annotate.for_router(frames[0], meta, self.router_id), *frames[1:]]
 
     @staticmethod
     def _pick(consumers: list[OutLink], rr: int, balanced: bool) -> OutLink | None:
@@ -412,7 +420,7 @@ class Forwarder(Settlement):
             out.zero_credit_since = self.now
         conn = out.conn
         conn.last_delivery = self.now
-        self.core.touch(conn.engine)
+        self.touched.touch(conn.engine)
         if out.neighbour is None:
             fwd.entry.deliveries_egress += 1
         else:
@@ -426,7 +434,7 @@ class Forwarder(Settlement):
             conn = out.conn
             conn.unsettled_out += 1
             if out.outstanding >= out.unsettled_limit or conn.unsettled_out >= conn.unsettled_limit:
-                self.core.bounds.reached(out)  # stuck: nothing more goes to it for now
+                self.bounds.reached(out)  # stuck: nothing more goes to it for now
         else:
             out.presettled += 1
         if not fwd.complete:
@@ -457,7 +465,7 @@ class Forwarder(Settlement):
     def _multicast(self, fwd: Forward) -> None:
         entry = fwd.entry
         targets: list[OutLink] = []
-        mesh = self.core.mesh
+        mesh = self.mesh
         meta = fwd.meta
         if meta is None or remote.local_ok(mesh, meta):
             if meta is not None and meta.came_from is not None:  # never back where it came from
@@ -465,7 +473,7 @@ class Forwarder(Settlement):
             else:
                 targets.extend(entry.consumers)
             if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
-                alias = self.core.table.entries.get("L" + entry.key[1:])
+                alias = self.table.entries.get("L" + entry.key[1:])
                 if alias is not None:
                     targets.extend(alias.consumers)
         elif not entry.remote:
@@ -513,14 +521,14 @@ class Forwarder(Settlement):
             out.zero_credit_since = self.now
         conn = out.conn
         conn.last_delivery = self.now
-        self.core.touch(conn.engine)
+        self.touched.touch(conn.engine)
         if not settled:
             maps_of(link.session).outbound.put(copy.out_id, copy)
             out.outstanding += 1
             conn = out.conn
             conn.unsettled_out += 1
             if out.outstanding >= out.unsettled_limit or conn.unsettled_out >= conn.unsettled_limit:
-                self.core.bounds.reached(out)
+                self.bounds.reached(out)
         else:
             out.presettled += 1
         if not fwd.complete:
@@ -563,7 +571,7 @@ class Forwarder(Settlement):
     def send_from_router(self, to: str, payload: bytes) -> bool:
         """Route a message the router itself originates (presettled), e.g. a management reply.
         False when `to` has no destination (the message is dropped and counted)."""
-        entry = self.core.table.lookup(to)
+        entry = self.table.lookup(to)
         if entry is None or not entry.has_destination:
             self.router_dropped += 1
             return False
@@ -582,7 +590,7 @@ class Forwarder(Settlement):
     # --- waiting for credit ---------------------------------------------------------------------
 
     def _wait(self, fwd: Forward) -> None:
-        if self.core.bounds.release_waiting(fwd):  # no room for its bytes
+        if self.bounds.release_waiting(fwd):  # no room for its bytes
             self.unroutable(fwd)
             return
         if fwd.frames is not None:  # a waiting delivery must not pin the reads it came in
@@ -599,7 +607,7 @@ class Forwarder(Settlement):
         if session is not None:
             conn = session.conn.context
             if conn is not None:
-                self.core.bounds.hold(conn, sign * fwd.size)
+                self.bounds.hold(conn, sign * fwd.size)
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
         """`out` may take deliveries: give it waiting ones, then answer a drain request."""
@@ -622,7 +630,7 @@ class Forwarder(Settlement):
                 if not any(c.sent_frames == 0 and not c.done for c in fwd.copies or ()):
                     fwd.frames = None
         if out.neighbour is not None and out.conn.role == "edge":
-            self.core.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
+            self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
         while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
             fwd = queue.popleft()
@@ -637,7 +645,7 @@ class Forwarder(Settlement):
             self._send(fwd, out)
         if link.drain and link.credit > 0 and not queue and not pending and out.streaming is None:
             link.complete_drain()  # nothing to send: give the credit back (transport §2.6.7)
-            self.core.touch(out.conn.engine)
+            self.touched.touch(out.conn.engine)
             if out.zero_credit_since is None:
                 out.zero_credit_since = self.now
 
@@ -650,7 +658,7 @@ class Forwarder(Settlement):
                 out.zero_credit_since = now
             self.consumer_ready(out, now)
         else:
-            self.core.mesh.on_flow(event)  # a control link between routers
+            self.mesh.on_flow(event)  # a control link between routers
 
     def expire(self, now: float) -> None:
         heap = self._expiring
@@ -673,7 +681,7 @@ class Forwarder(Settlement):
         entry = out.entry
         if out in entry.consumers:
             entry.consumers.remove(out)
-            self.core.mesh.consumers_changed(entry)
+            self.mesh.consumers_changed(entry)
         self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
         record = out.streaming
         out.streaming = None
@@ -697,7 +705,7 @@ class Forwarder(Settlement):
         out.pending = None
         if not entry.consumers and out.neighbour is None:
             if entry.key[0] == "M":
-                self.core.mesh.local_consumers(entry, False)
+                self.mesh.local_consumers(entry, False)
             self.reroute(entry)  # to other routers, or released when there are none
             for producer in entry.producers:
                 self.credit_dirty(producer)  # no destination any more: drain their credit

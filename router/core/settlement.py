@@ -26,7 +26,8 @@ from .dispositions import Dispositions
 from .links import InLink, LinkCounts, OutLink, alive
 
 if TYPE_CHECKING:
-    from .router import RouterCore
+    from .bounds import Bounds
+    from .touched import Touched
     from .table import AddressEntry
 
 DELIVERY_FAILED: Final = Modified(delivery_failed=True)
@@ -41,8 +42,9 @@ _RANK: Final[dict[type, int]] = {Rejected: 3, Accepted: 2, Modified: 1, Released
 
 
 class Settlement:
-    def __init__(self, core: RouterCore) -> None:
-        self.core = core
+    def __init__(self, touched: Touched, bounds: Bounds) -> None:
+        self.touched = touched
+        self.bounds = bounds
         self.now = 0.0  # the core's `now` (monotonic) of the batch being handled (set by the core)
         # Producers whose credit to look at in flush(), each once (InLink.credit_dirty marks
         # them: a set add per delivery was a hash and a probe per message)
@@ -71,23 +73,23 @@ class Settlement:
         if entry is not None and not entry.has_destination:
             if link.credit > 0:
                 link.flow(0, drain=True)
-                self.core.touch(inl.conn.engine)
+                self.touched.touch(inl.conn.engine)
                 if inl.zero_credit_since is None:
                     inl.zero_credit_since = self.now
             return
         window = inl.capacity
-        bounds = self.core.bounds
+        bounds = self.bounds
         if inl.size_hint or bounds.nearly_full:
             window = bounds.window(inl)
         desired = window - inl.held
         if desired > link.credit:
             if link.credit <= window // 2:
                 link.flow(desired)
-                self.core.touch(inl.conn.engine)
+                self.touched.touch(inl.conn.engine)
                 inl.zero_credit_since = None
         elif link.credit > desired and (inl.size_hint or bounds.nearly_full):  # more credit than bytes
             link.flow(max(0, desired))
-            self.core.touch(inl.conn.engine)
+            self.touched.touch(inl.conn.engine)
             if desired <= 0 and inl.zero_credit_since is None:
                 inl.zero_credit_since = self.now
 
@@ -122,12 +124,12 @@ class Settlement:
 
     def flush(self) -> None:
         """Write batched dispositions as ranges, then top up producers' credit."""
-        bounds = self.core.bounds
+        bounds = self.bounds
         if bounds.resumable:  # consumers that fell below their unsettled bound: send to them
             bounds.resume()  # first, so that outcomes this gives are written with the rest
         for batch in self._dispositions.take():
             if batch.write():
-                self.core.touch(batch.session.conn)
+                self.touched.touch(batch.session.conn)
         if self._credit_dirty:
             dirty, self._credit_dirty = self._credit_dirty, []
             for inl in dirty:
@@ -177,7 +179,7 @@ class Settlement:
             out.outstanding -= 1
             out.conn.unsettled_out -= 1
             if out.stuck:  # at its unsettled bound: it may take deliveries again (bounds.py)
-                self.core.bounds.settled(out)
+                self.bounds.settled(out)
         else:
             self.unsettled_out(record, out)
         if type(record) is Copy:
@@ -232,7 +234,7 @@ class Settlement:
         out.streaming = None
         if alive(out.link) and out.link.out_delivery >= 0:
             out.link.abort()
-            self.core.touch(out.conn.engine)
+            self.touched.touch(out.conn.engine)
         self.consumer_ready(out)
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
@@ -338,7 +340,7 @@ class Settlement:
         out.outstanding -= 1
         out.conn.unsettled_out -= 1
         if out.stuck:
-            self.core.bounds.settled(out)
+            self.bounds.settled(out)
         if out.neighbour is not None and type(record) is Forward:
             counts = record.entry.remote_out
             left = counts.get(out, 0) - 1
