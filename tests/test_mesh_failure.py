@@ -206,8 +206,15 @@ def test_a_neighbour_is_not_blamed_while_this_router_does_not_read_it() -> None:
     a = h.cores["A"]
     b_engine = a.mesh.peers["B"].conn.engine
     paused = {b_engine}
-    original = a.read_paused
-    a.read_paused = lambda engine: engine in paused or original(engine)  # type: ignore[method-assign]
+
+    class PausedCore:  # the core as liveness sees it (ports.ConnectionCloser), B's reading paused
+        def read_paused(self, engine: Connection) -> bool:
+            return engine in paused or a.read_paused(engine)
+
+        def close_connection(self, state: Any, error: Any, now: float) -> None:
+            a.close_connection(state, error, now)
+
+    a.mesh.liveness.closer = PausedCore()
     h.freeze("B")
     h.advance(6.0)
     assert "B" in a.mesh.peers and a.mesh.liveness.closed == 0  # not read: its silence may be ours
