@@ -39,6 +39,7 @@ from ..config.models import Connector, Listener, RouterConfig
 from .attach import Links
 from .bounds import Bounds
 from .connections import ConnState, login_throttle, peer_host, throttle_logins
+from .coreread import CoreReadApi
 from .forwarding import Forwarder
 from .interrouter import check_open, open_properties
 from .mesh import Mesh
@@ -84,6 +85,8 @@ class RouterCore:
         # Connections refused at the connection limit, by the name of the listener they came
         # in on (management's listener connectionsRefused).
         self.refused_connections: dict[str, int] = {}
+        # Frozen snapshots for management (router.core.coreread; the mesh's half is core.mesh).
+        self.read = CoreReadApi(self.connections, self.table, self.links, self.forwarder, self.bounds, self.logins)
 
     # --- the surface the network layer uses -----------------------------------------------------
 
