@@ -106,7 +106,8 @@ class RouterCore:
         self.connections[engine] = state
         if self.mesh.enabled:
             self.mesh.start(now)
-        engine.open(offered_capabilities=self.offered_capabilities, properties=open_properties(self.open_properties, state))
+        properties = open_properties(self.open_properties, state)
+        engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
         self.touch(engine)
         return state
 
@@ -329,7 +330,8 @@ class RouterCore:
         if state.role == "normal":
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
             return
-        engine.open(offered_capabilities=self.offered_capabilities, properties=open_properties(self.open_properties, state))
+        properties = open_properties(self.open_properties, state)
+        engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
         self.mesh.peer_opened(state, cost, now)
 
     def _connection_gone(self, state: ConnState, now: float) -> None:

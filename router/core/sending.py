@@ -1,9 +1,10 @@
 """Choosing destinations and sending: what happens to a delivery once its first frame is read.
 
 Owns: the anycast distributions (closest: round robin, local consumers first; balanced: least
-outstanding; multicast is multicast.py's), paths to other routers (chosen by remote.py), the router annotations a delivery gets on its way out (annotate.py: only
-on deliveries that cross routers, stripped for clients), sending a delivery or copy on a
-consumer link (the unsettled bound: bounds.py), presettled and settled-on-send records.
+outstanding; multicast is multicast.py's), paths to other routers (chosen by remote.py), the
+router annotations a delivery gets on its way out (annotate.py: only on deliveries that cross
+routers, stripped for clients), sending a delivery or copy on a consumer link (the unsettled
+bound: bounds.py), presettled and settled-on-send records.
 A layer of the forwarder: credit.py < settlement.py < sending.py < multicast.py < waiting.py <
 forwarding.py, each class deriving from the one before (one object, native calls when compiled).
 Collaborators: the address table, the mesh (paths, loop counters), Bounds, Touched.
