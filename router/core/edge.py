@@ -19,7 +19,7 @@ their own), choosing among destinations (forwarding.py, remote.py).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from topology.routes import LinkState, compute_routes
 
@@ -34,14 +34,42 @@ from .links import OutLink
 from .table import AddressEntry, AddressTable
 
 if TYPE_CHECKING:
-    from .mesh import Mesh
-    from .ports import ConnectionCloser
+    from topology.config import TopologyConfig
+    from topology.routes import Routes
+
+    from .paths import Paths
+    from .ports import ConnectionCloser, Routing
+
+
+class EdgeMesh(Protocol):
+    """The mesh (router.core.mesh), as its edges see it: its routes and data links (an edge
+    router's are its uplink's), control messages, counters, and the forwarder as `routing`."""
+
+    me: str
+    edge: bool
+    dirty: bool
+    routes: Routes
+    links: dict[str, OutLink]
+    paths: Paths
+    last_change: float | None
+    replaced_connections: int
+    malformed_control: int
+    topology_config: TopologyConfig
+    routing: Routing
+
+    def send_control(self, peer: Peer, payload: bytes) -> None: ...
+
+    def remote_for(self, key: str) -> frozenset[str]: ...
+
+    def set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None: ...
+
+    def local_consumers(self, entry: AddressEntry, present: bool) -> None: ...
 
 
 class Edges:
     """Edge connections of one router (see the module docstring)."""
 
-    def __init__(self, mesh: Mesh, table: AddressTable, closer: ConnectionCloser) -> None:
+    def __init__(self, mesh: EdgeMesh, table: AddressTable, closer: ConnectionCloser) -> None:
         """`mesh`: the mesh that owns these edges (its routes, control messages, and the
         forwarder as `mesh.routing`); `closer`: the core, which closes connections."""
         self.mesh = mesh

@@ -13,20 +13,31 @@ Must not touch: the HELLO protocol (topology/), what closing a connection does (
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..amqp import errors as E
 from ..amqp.performatives import Error
 
 if TYPE_CHECKING:
-    from .mesh import Mesh
+    from topology.config import TopologyConfig
+    from topology.node import TopologyNode
+
+    from .interrouter import Peer
     from .ports import ConnectionCloser
+
+
+class LivenessMesh(Protocol):
+    """The mesh (router.core.mesh), as liveness sees it."""
+
+    topology_config: TopologyConfig
+    node: TopologyNode | None
+    peers: dict[str, Peer]
 
 
 class Liveness:
     """See the module docstring; one per Mesh."""
 
-    def __init__(self, mesh: Mesh, closer: ConnectionCloser) -> None:
+    def __init__(self, mesh: LivenessMesh, closer: ConnectionCloser) -> None:
         """`closer`: the core, which closes connections and knows whether one is read now."""
         self.mesh = mesh
         self.closer = closer

@@ -42,7 +42,7 @@ from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_link
 from .links import OutLink, alive
 from .liveness import Liveness
 from .meshread import MeshReadApi
-from .remote import Paths
+from .paths import Paths
 from .table import AddressEntry, AddressTable
 
 if TYPE_CHECKING:

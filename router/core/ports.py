@@ -14,10 +14,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from topology.routes import Routes
+
     from ..amqp.connection import Connection
     from ..amqp.performatives import Error
     from .connections import ConnState
     from .links import InLink, OutLink
+    from .paths import Paths
     from .table import AddressEntry
 
 
@@ -42,3 +45,14 @@ class Routing(Credit, Protocol):
     address whose destinations changed."""
 
     def reroute(self, entry: AddressEntry) -> None: ...
+
+
+class MeshPaths(Protocol):
+    """The mesh, as path choices see it (router.core.remote): its routes, data links and the
+    choices remembered under them."""
+
+    me: str
+    edge: bool
+    routes: Routes
+    links: dict[str, OutLink]
+    paths: Paths
