@@ -26,7 +26,7 @@ Counters for management: links stuck now, times a link reached the bound, delive
 at a byte bound.
 Collaborators (given by RouterCore): the buffered budget, the core's connections (read only), and
 the forwarder as a ports.Credit (producers' credit, consumers ready again).
-Must not touch: choosing destinations (forwarding.py), outcomes (settlement.py), the engines.
+Must not touch: choosing destinations (sending.py, multicast.py), outcomes (settlement.py), the engines.
 """
 
 from __future__ import annotations

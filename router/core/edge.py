@@ -13,7 +13,7 @@ interior also tells each edge which mobile addresses have a destination other th
 by that, as an interior does by its own table (docs/mesh.md, "Edge routers"); the messages
 themselves are edgemsg.py's.
 Must not touch: the inter-router protocol (edges take no part in it: no HELLO, no routes of
-their own), choosing among destinations (forwarding.py, remote.py).
+their own), choosing among destinations (sending.py, multicast.py, remote.py).
 """
 
 from __future__ import annotations

@@ -71,9 +71,9 @@ class InLink(LinkCounts):
         self.capacity = capacity or conn.listener.link_capacity
         self.inflight = 0  # deliveries taken from this link without a final outcome yet
         # Of those, the ones that count against the credit window (`capacity`): all but the
-        # deliveries already handed to a local consumer (see Settlement._refresh_credit).
+        # deliveries already handed to a local consumer (see ProducerCredit._refresh_credit in credit.py).
         self.held = 0
-        self.credit_dirty = False  # waiting in Settlement's list for the next credit refresh
+        self.credit_dirty = False  # waiting in ProducerCredit's list for the next credit refresh
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
         self.discarding = False  # dropping the remaining frames of a refused delivery
         self.gone = False

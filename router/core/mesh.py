@@ -13,7 +13,7 @@ AddressesChanged -> the remote routers of mobile addresses. Producers gain or lo
 an address gains its first or loses its last destination anywhere; deliveries waiting for a
 path are routed again when routes change.
 Must not touch: the protocol's rules (topology/), message bytes of routed deliveries, choosing
-destinations (forwarding.py, remote.py), edge connections (edge.py: an edge router has no
+destinations (sending.py, multicast.py, remote.py), edge connections (edge.py: an edge router has no
 node; the Mesh hands its connections and control messages to Edges).
 """
 

@@ -14,7 +14,7 @@ annotations and the inter-router data links:
   under the routes and data links they were made with, so a kind of delivery consults the
   routes once.
 It reads the mesh as a ports.MeshPaths (its routes, data links and remembered paths).
-Must not touch: sending (forwarding.py), message bytes, the protocol.
+Must not touch: sending (sending.py, multicast.py), message bytes, the protocol.
 """
 
 from __future__ import annotations
