@@ -15,7 +15,7 @@ Between two routers consecutive deliveries nearly always carry the same section:
 inter-router link remembers what the sections it saw said (`Seen`, a `Record` per distinct
 section), so a section is read, and the next router's and the consumer's sections are built,
 once per link and kind of delivery rather than once per delivery.
-Must not touch: routing decisions (forwarding.py, remote.py), links.
+Must not touch: routing decisions (sending.py, multicast.py, remote.py), links.
 """
 
 from __future__ import annotations

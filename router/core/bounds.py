@@ -24,21 +24,23 @@ Owns:
   what a first window of multi-frame messages brings beyond the bounds is released.
 Counters for management: links stuck now, times a link reached the bound, deliveries released
 at a byte bound.
-Must not touch: choosing destinations (forwarding.py), outcomes (settlement.py), the engines.
+Collaborators (given by RouterCore): the buffered budget, the core's connections (read only), and
+the forwarder as a ports.Credit (producers' credit, consumers ready again).
+Must not touch: choosing destinations (sending.py, multicast.py), outcomes (settlement.py), the engines.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
+
+from .links import UNKNOWN
 
 if TYPE_CHECKING:
+    from ..amqp.connection import Connection
     from .connections import ConnState
     from .delivery import Forward
     from .links import InLink, OutLink
-    from .router import RouterCore
-
-NO_LIMIT: Final = 1 << 62  # an unsettled bound that is never reached (links between routers)
-UNKNOWN: Final = -1  # InLink.size_hint before a first delivery is complete
+    from .ports import Credit
 
 
 def resume_below(limit: int) -> int:
@@ -48,9 +50,13 @@ def resume_below(limit: int) -> int:
 
 
 class Bounds:
-    def __init__(self, core: RouterCore) -> None:
-        self.core = core
-        self.budget = core.config.limits.buffered_budget_bytes
+    # The forwarder, set by RouterCore once built (it is built with these bounds).
+    credit: Credit
+
+    def __init__(self, budget_bytes: int, connections: dict[Connection, ConnState]) -> None:
+        """`connections`: the core's open connections (read: how many share the budget)."""
+        self.connections = connections
+        self.budget = budget_bytes
         # Reads pause past this (credit keeps the router under it: the windows of all connections
         # together fit the budget); deliveries that would pass the budget itself are released.
         self.pause_above = self.budget - self.budget // 32
@@ -118,7 +124,7 @@ class Bounds:
     def resume(self) -> None:
         """Send to the links that fell below their bound (from the forwarder's flush)."""
         resumable, self.resumable = self.resumable, []
-        forwarder = self.core.forwarder
+        forwarder = self.credit
         for out in resumable:
             if not out.stuck:
                 forwarder.consumer_ready(out)
@@ -141,7 +147,7 @@ class Bounds:
             self._freed -= nbytes
             if self._freed >= self.budget >> 6 or total <= 0:
                 self._freed = 0
-                credit_dirty = self.core.forwarder.credit_dirty
+                credit_dirty = self.credit.credit_dirty
                 for inl in self.starved:
                     credit_dirty(inl)
                 self.starved.clear()
@@ -167,7 +173,7 @@ class Bounds:
 
     def paused_count(self) -> int:
         """Connections the network layer is told not to read now (management)."""
-        return sum(1 for conn in self.core.connections.values() if self.read_paused(conn))
+        return sum(1 for conn in self.connections.values() if self.read_paused(conn))
 
     # --- credit by bytes ------------------------------------------------------------------------
 
@@ -190,7 +196,7 @@ class Bounds:
         if new != inl.size_hint:
             inl.size_hint = new
             inl.size_watch = 0 if new else small
-            self.core.forwarder.credit_dirty(inl)
+            self.credit.credit_dirty(inl)
 
     def window(self, inl: InLink) -> int:
         """The credit window of a producer link that sends large messages (or whose sizes are
@@ -208,7 +214,7 @@ class Bounds:
             size = max(1, small_size(inl))
         else:  # not known yet: single-frame messages, the whole bound (each of a client's first
             size = listener.max_frame_size  # links starts with its full window, as the anchors)
-        share = self.budget // max(1, len(self.core.connections))
+        share = self.budget // max(1, len(self.connections))
         if share < room:
             room = share
         window = max(1, min(inl.capacity, room // size))
@@ -216,7 +222,7 @@ class Bounds:
         # connections shared it): no more credit than its part of the room left, even none, or
         # deliveries would only be read to be released. Room coming free gives it credit again
         # (hold).
-        connections = max(1, len(self.core.connections))
+        connections = max(1, len(self.connections))
         free = (self.budget - self.buffered_total) // connections + conn.buffered_bytes
         if free < window * size:
             window = free // size

@@ -13,13 +13,13 @@ interior also tells each edge which mobile addresses have a destination other th
 by that, as an interior does by its own table (docs/mesh.md, "Edge routers"); the messages
 themselves are edgemsg.py's.
 Must not touch: the inter-router protocol (edges take no part in it: no HELLO, no routes of
-their own), choosing among destinations (forwarding.py, remote.py).
+their own), choosing among destinations (sending.py, multicast.py, remote.py).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from topology.routes import LinkState, compute_routes
 
@@ -31,17 +31,50 @@ from .edgemsg import decode_addresses as decode_addresses
 from .edgemsg import encode_addresses, encode_mesh_addresses, encode_request
 from .interrouter import Peer, attach_links
 from .links import OutLink
-from .table import AddressEntry
+from .table import AddressEntry, AddressTable
 
 if TYPE_CHECKING:
-    from .mesh import Mesh
+    from topology.config import TopologyConfig
+    from topology.routes import Routes
+
+    from .paths import Paths
+    from .ports import ConnectionCloser, Routing
+
+
+class EdgeMesh(Protocol):
+    """The mesh (router.core.mesh), as its edges see it: its routes and data links (an edge
+    router's are its uplink's), control messages, counters, and the forwarder as `routing`."""
+
+    me: str
+    edge: bool
+    dirty: bool
+    routes: Routes
+    links: dict[str, OutLink]
+    paths: Paths
+    last_change: float | None
+    replaced_connections: int
+    malformed_control: int
+    topology_config: TopologyConfig
+    routing: Routing
+
+    def send_control(self, peer: Peer, payload: bytes) -> None: ...
+
+    def remote_for(self, key: str) -> frozenset[str]: ...
+
+    def set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None: ...
+
+    def local_consumers(self, entry: AddressEntry, present: bool) -> None: ...
 
 
 class Edges:
     """Edge connections of one router (see the module docstring)."""
 
-    def __init__(self, mesh: Mesh) -> None:
+    def __init__(self, mesh: EdgeMesh, table: AddressTable, closer: ConnectionCloser) -> None:
+        """`mesh`: the mesh that owns these edges (its routes, control messages, and the
+        forwarder as `mesh.routing`); `closer`: the core, which closes connections."""
         self.mesh = mesh
+        self.table = table
+        self.closer = closer
         self.edges: dict[str, Peer] = {}  # interior: edge id -> its connection
         self.addresses: dict[str, set[str]] = {}  # interior: edge id -> its consumers' addresses
         self.uplinks: dict[str, Peer] = {}  # edge: interior id -> connection, oldest first
@@ -77,12 +110,12 @@ class Edges:
             if not self.mesh.edge:
                 self._set_addresses(existing, set())  # its link consumes nothing any more
             error = Error(condition=E.CONNECTION_FORCED, description=f"a newer connection with {peer_id} replaced it")
-            self.mesh.core.close_connection(existing.conn, error, now)
+            self.closer.close_connection(existing.conn, error, now)
         peer = Peer(peer_id, state, cost)
         peer.edge = True
         state.peer = peer
         table[peer_id] = peer
-        attach_links(self.mesh.core, peer)
+        attach_links(self.mesh.me, peer, now)
         if self.mesh.edge:
             self.mesh_addresses.pop(peer_id, None)  # none until this uplink says
             self.mesh_seq.pop(peer_id, None)
@@ -113,7 +146,7 @@ class Edges:
 
     def _choose(self, now: float) -> None:
         """Use the oldest uplink that is up; on a change every address is routed anew."""
-        mesh, core = self.mesh, self.mesh.core
+        mesh, table = self.mesh, self.table
         active = next(iter(self.uplinks), None)
         if active == self.active:
             return
@@ -123,7 +156,7 @@ class Edges:
         me = mesh.me
         if active is None:
             mesh.routes, mesh.links = compute_routes({}, me), {}
-            core.table.fallback = None
+            table.fallback = None
         else:
             out = self.uplinks[active].data_out
             assert out is not None
@@ -131,11 +164,11 @@ class Edges:
             mesh.routes, mesh.links = compute_routes(states, me), {active: out}
             fallback = AddressEntry("U", f"<uplink {active}>", "closest")
             fallback.remote = frozenset((active,))
-            core.table.fallback = fallback
+            table.fallback = fallback
             self.dirty = mesh.dirty = True  # tell the new uplink our addresses
         mesh.last_change = now
         mesh.paths.clear()  # new routes and links
-        for entry in list(core.table.entries.values()):
+        for entry in list(table.entries.values()):
             if entry.key[0] != "L":
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
 
@@ -154,7 +187,7 @@ class Edges:
         if not self.dirty or self.active is None:
             return
         self.dirty = False
-        entries = self.mesh.core.table.entries.values()
+        entries = self.table.entries.values()
         addresses = sorted(e.key[1:] for e in entries if e.key[0] == "M" and e.consumers)
         self.seq += 1
         self.mesh.send_control(self.uplinks[self.active], encode_addresses(self.mesh.me, self.seq, addresses))
@@ -194,7 +227,7 @@ class Edges:
         self.mesh_addresses[uplink] = new
         if uplink != self.active:
             return
-        mesh, table = self.mesh, self.mesh.core.table
+        mesh, table = self.mesh, self.table
         for address in sorted(new ^ (current or set())):
             entry = table.entries.get("M" + address)
             if entry is not None:
@@ -241,7 +274,7 @@ class Edges:
         changed, self.changed = self.changed, set()
         if not self.edges or (not changed and not self.full_due):
             return
-        mesh, entries = self.mesh, self.mesh.core.table.entries
+        mesh, entries = self.mesh, self.table.entries
         for edge_id, peer in self.edges.items():
             out = peer.data_out
             told = self.told.get(edge_id)
@@ -269,8 +302,8 @@ class Edges:
 
     def _set_addresses(self, peer: Peer, new: set[str]) -> None:
         """The edge's data link consumes exactly `new` (mobile addresses) from now on."""
-        mesh, core = self.mesh, self.mesh.core
-        forwarder, table = core.forwarder, core.table
+        mesh, table = self.mesh, self.table
+        forwarder = mesh.routing
         out = peer.data_out
         old = self.addresses.pop(peer.id, set())
         if new:
@@ -304,11 +337,11 @@ class Edges:
 
     def ready(self, out: OutLink) -> None:
         """An edge's data link got credit: deliveries waiting at its addresses may go."""
-        table = self.mesh.core.table
+        table = self.table
         for address in sorted(self.addresses.get(out.neighbour or "", ())):
             entry = table.entries.get("M" + address)
             if entry is not None and entry.pending:
-                self.mesh.core.forwarder.reroute(entry)
+                self.mesh.routing.reroute(entry)
 
     def read(self) -> dict[str, Any]:
         """For the read API: edges here (interior) or uplinks (edge)."""

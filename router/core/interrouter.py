@@ -28,7 +28,7 @@ from .links import InLink, OutLink
 from .table import AddressEntry
 
 if TYPE_CHECKING:
-    from .router import RouterCore
+    from .ports import Credit
 
 ROLE_PROPERTY = "mesh.role"  # normal (or absent), inter-router, edge
 VERSION_PROPERTY = "mesh.version"  # of the inter-router link setup below
@@ -78,10 +78,10 @@ class ControlOut:
         self.peer = peer
 
 
-def open_properties(core: RouterCore, state: ConnState) -> dict[str, Any]:
-    """What our open carries on `state`: the router's properties, plus role, version and cost
-    on a connection between routers."""
-    properties = dict(core.open_properties)
+def open_properties(base: dict[str, Any], state: ConnState) -> dict[str, Any]:
+    """What our open carries on `state`: the router's properties (`base`), plus role, version
+    and cost on a connection between routers."""
+    properties = dict(base)
     if state.role != "normal":
         properties.update({ROLE_PROPERTY: state.role, VERSION_PROPERTY: MESH_VERSION, COST_PROPERTY: state.cost})
     return properties
@@ -91,8 +91,9 @@ def _refusal(description: str, condition: str = E.NOT_ALLOWED) -> Error:
     return Error(condition=condition, description=description)
 
 
-def check_open(core: RouterCore, state: ConnState) -> tuple[Error | None, int]:
-    """Check the peer's open on `state`: (an error to close with, or None; the link cost)."""
+def check_open(state: ConnState, router_id: str, mode: str) -> tuple[Error | None, int]:
+    """Check the peer's open on `state` at router `router_id` of `mode`: (an error to close
+    with, or None; the link cost)."""
     remote = state.engine.remote_open
     assert remote is not None
     props = {str(k): v for k, v in (remote.properties or {}).items()}
@@ -106,8 +107,8 @@ def check_open(core: RouterCore, state: ConnState) -> tuple[Error | None, int]:
     if claimed != state.role:
         return _refusal(f"{what} is for routers with role {state.role}: the peer's open must carry "
                         f"the connection property {ROLE_PROPERTY}={state.role!r} (got {claimed!r})"), 0  # fmt: skip
-    if state.role == "inter-router" and core.config.router.mode != "interior":
-        return _refusal(f"router {core.router_id} is not an interior router (mode {core.config.router.mode})"), 0
+    if state.role == "inter-router" and mode != "interior":
+        return _refusal(f"router {router_id} is not an interior router (mode {mode})"), 0
     version = props.get(VERSION_PROPERTY)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         return _refusal(f"{VERSION_PROPERTY} must be a positive integer: {version!r}", E.INVALID_FIELD), 0
@@ -115,7 +116,7 @@ def check_open(core: RouterCore, state: ConnState) -> tuple[Error | None, int]:
     if not peer_id or "/" in peer_id or len(peer_id) > 255:
         return _refusal(f"a router's container-id is its router id (1-255 characters, no '/'): {peer_id!r}",
                         E.INVALID_FIELD), 0  # fmt: skip
-    if peer_id == core.router_id:
+    if peer_id == router_id:
         return _refusal(f"the peer has this router's id {peer_id!r}: router ids must be unique"), 0
     cost = props.get(COST_PROPERTY, 1)
     if isinstance(cost, bool) or not isinstance(cost, int) or not 1 <= cost <= COST_MAX:
@@ -123,19 +124,19 @@ def check_open(core: RouterCore, state: ConnState) -> tuple[Error | None, int]:
     return None, max(int(cost), state.cost)
 
 
-def attach_links(core: RouterCore, peer: Peer) -> None:
+def attach_links(router_id: str, peer: Peer, now: float) -> None:
     """Attach our sending links to `peer`: control and data, in a session of our own."""
     conn = peer.conn
     session = conn.engine.begin_session()
-    control = session.attach_sender(f"{core.router_id}>{peer.id}/control", source=Source(address=None),
+    control = session.attach_sender(f"{router_id}>{peer.id}/control", source=Source(address=None),
                                     target=Target(address=None, capabilities=(CONTROL_CAPABILITY,)))  # fmt: skip
     control.context = ControlOut(peer)
     peer.control_out = control
-    data = session.attach_sender(f"{core.router_id}>{peer.id}/data", source=Source(address=None),
+    data = session.attach_sender(f"{router_id}>{peer.id}/data", source=Source(address=None),
                                  target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
     private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
     out = OutLink(data, conn, private, neighbour=peer.id)
-    out.zero_credit_since = core.forwarder.now  # no credit until the peer gives some
+    out.zero_credit_since = now  # no credit until the peer gives some
     data.context = out
     conn.out_links.add(out)
     peer.data_out = out
@@ -150,9 +151,11 @@ def _capabilities(terminus: Any) -> tuple[str, ...]:
     return tuple(str(c) for c in caps)
 
 
-def answer_attach(core: RouterCore, peer: Peer | None, conn: ConnState, link: Link) -> None:
+def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *, credit: Credit,
+                  max_message_size: int | None, edge_router: bool) -> None:  # fmt: skip
     """The peer router attached a link: its control or data link (we receive on it). Anything
-    else on a connection between routers is refused."""
+    else on a connection between routers is refused. `credit` gives a data link its window;
+    `edge_router`: this router is an edge router."""
     if peer is None:
         link.reject(_refusal("the inter-router connection is not set up (or was replaced)"))
         return
@@ -169,16 +172,16 @@ def answer_attach(core: RouterCore, peer: Peer | None, conn: ConnState, link: Li
     elif DATA_CAPABILITY in caps:
         link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
         if not link.answer(source=link.remote_source, target=link.remote_target,
-                           max_message_size=core.config.limits.max_message_size):  # fmt: skip
+                           max_message_size=max_message_size):  # fmt: skip
             return  # refused: the echo would not fit the peer's max-frame-size
         window = max(DATA_WINDOW_MIN, 4 * conn.listener.link_capacity)
         inl = InLink(link, conn, None, peer=peer.id, capacity=window)
         # From an edge router a delivery enters the mesh here (docs/mesh.md, "Edge routers").
-        inl.seen = Seen(peer.id, entering=conn.role == "edge" and not core.mesh.edge)
-        inl.zero_credit_since = core.forwarder.now  # until the flush gives it its window
+        inl.seen = Seen(peer.id, entering=conn.role == "edge" and not edge_router)
+        inl.zero_credit_since = now  # until the flush gives it its window
         link.context = inl
         conn.in_links.add(inl)
-        core.forwarder.credit_dirty(inl)  # a window at once: not tied to destinations
+        credit.credit_dirty(inl)  # a window at once: not tied to destinations
     else:
         link.reject(_refusal(f"unknown inter-router link capabilities {list(caps)}"))
 

@@ -1,29 +1,23 @@
-"""Producer and consumer links as the router sees them, and their attach and detach.
+"""Producer and consumer links as the router sees them: the records and the termini it answers with.
 
 Owns: InLink (a client sends to the router: our receiver link), OutLink (the router sends to a
-client: our sender link), answering attaches (address lookup, dynamic and anonymous termini,
-refusals with the right condition, link limits), and tearing links down on detach, session end
-or connection loss, which hands in-flight deliveries to the forwarder for reporting. Links of
-inter-router connections are the same classes (an InLink with `peer`, an OutLink with
-`neighbour` set); their attaches are answered by router.core.interrouter.
+client: our sender link), their counters and the totals of links that are gone, and the termini
+the router answers attaches with. Links of inter-router connections are the same classes (an
+InLink with `peer`, an OutLink with `neighbour` set). Attaching and tearing links down is
+router.core.attach (the Links unit); inter-router attaches are answered by router.core.interrouter.
 Must not touch: message bytes, disposition bookkeeping (forwarder/settlement).
 """
 
 from __future__ import annotations
 
 import itertools
-import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
 
-from ..amqp import errors as E
-from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
+from ..amqp.endpoints import ACTIVE
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
-from ..amqp.performatives import Error
-from ..amqp.session import Session
 from ..amqp.types import Symbol
 from ..config.models import Listener
-from .bounds import NO_LIMIT, UNKNOWN
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .table import AddressEntry
@@ -32,9 +26,11 @@ if TYPE_CHECKING:
     from collections import deque
 
     from .annotate import Seen
-    from .router import RouterCore
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
+
+NO_LIMIT: Final = 1 << 62  # an unsettled bound that is never reached (links between routers)
+UNKNOWN: Final = -1  # InLink.size_hint before a first delivery is complete (router.core.bounds)
 
 
 class LinkCounts:
@@ -75,9 +71,9 @@ class InLink(LinkCounts):
         self.capacity = capacity or conn.listener.link_capacity
         self.inflight = 0  # deliveries taken from this link without a final outcome yet
         # Of those, the ones that count against the credit window (`capacity`): all but the
-        # deliveries already handed to a local consumer (see Settlement._refresh_credit).
+        # deliveries already handed to a local consumer (see ProducerCredit._refresh_credit in credit.py).
         self.held = 0
-        self.credit_dirty = False  # waiting in Settlement's list for the next credit refresh
+        self.credit_dirty = False  # waiting in ProducerCredit's list for the next credit refresh
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
         self.discarding = False  # dropping the remaining frames of a refused delivery
         self.gone = False
@@ -180,139 +176,6 @@ def honoured_source(address: str | None, dynamic: bool = False) -> Source:
 
 def honoured_target(address: str | None, dynamic: bool = False) -> Target:
     return Target(address=address, expiry_policy="link-detach", dynamic=dynamic)
-
-
-def _refuse(link: Link, condition: str, description: str) -> None:
-    link.reject(Error(condition=condition, description=description))
-
-
-def attach_link(core: RouterCore, conn: ConnState, link: Link, now: float) -> None:
-    """Answer a client's attach: register a producer or a consumer, or refuse it."""
-    if conn.closed or link.state.local is not UNINIT or conn.engine.state.local is not ACTIVE:
-        return
-    if conn.role != "normal":  # links between routers (router.core.interrouter)
-        core.mesh.peer_attach(conn, link)
-        return
-    if conn.link_count >= conn.listener.max_links_per_connection:
-        _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
-                f"link limit ({conn.listener.max_links_per_connection}) reached on this connection")  # fmt: skip
-        return
-    if link.is_sender:
-        _attach_consumer(core, conn, link, now)
-    else:
-        _attach_producer(core, conn, link, now)
-
-
-def _attach_consumer(core: RouterCore, conn: ConnState, link: Link, now: float) -> None:
-    source = link.remote_source
-    if not isinstance(source, Source):
-        _refuse(link, E.INVALID_FIELD, "a receiving link needs a source")
-        return
-    table = core.table
-    if source.dynamic:
-        entry = table.new_dynamic()
-        answer = honoured_source(entry.address, dynamic=True)
-    else:
-        if not source.address:
-            _refuse(link, E.INVALID_FIELD, "a receiving link needs a source address (or dynamic)")
-            return
-        if table.unavailable(source.address):  # the anchors' wording
-            _refuse(link, E.NOT_FOUND, f"Node not found: {source.address} is unavailable")
-            return
-        maybe = table.get_or_create(source.address, consumer=True)
-        if maybe is None:
-            _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {core.router_id}")
-            return
-        entry, answer = maybe, honoured_source(source.address)
-    if not link.answer(source=answer, target=link.remote_target):  # refused: the echo won't fit
-        table.discard_if_unused(entry)
-        return
-    out = OutLink(link, conn, entry)
-    out.zero_credit_since = now  # no credit until the consumer gives some
-    link.context = out
-    conn.out_links.add(out)
-    first = not entry.consumers
-    entry.consumers.append(out)
-    core.mesh.consumers_changed(entry)
-    if first:  # a destination appeared: its producers may now have credit
-        for producer in entry.producers:
-            core.forwarder.credit_dirty(producer)
-        if entry.key[0] == "M":  # the mesh learns of it (router.core.mesh)
-            core.mesh.local_consumers(entry, True)
-
-
-def _attach_producer(core: RouterCore, conn: ConnState, link: Link, now: float) -> None:
-    target = link.remote_target
-    if target is not None and not isinstance(target, Target):
-        # e.g. a transaction coordinator: without a link route there is no one to coordinate
-        _refuse(link, E.PRECONDITION_FAILED, "this router cannot act as a transaction coordinator")
-        return
-    entry: AddressEntry | None = None
-    answer: Any = target
-    address: str | None = target.address if target is not None else None
-    if target is not None and target.dynamic:
-        entry = core.table.get_or_create(f"_$temp.{secrets.token_urlsafe(9)}")
-        assert entry is not None
-        answer = honoured_target(entry.address, dynamic=True)
-        address = entry.address
-    elif target is not None and target.address:
-        if core.table.unavailable(target.address):
-            _refuse(link, E.NOT_FOUND, f"Node not found: {target.address} is unavailable")
-            return
-        entry = core.table.get_or_create(target.address)
-        if entry is None:
-            _refuse(link, E.NOT_FOUND, f"no route to {target.address} from router {core.router_id}")
-            return
-        answer = honoured_target(target.address)
-    elif target is not None:  # an anonymous target: the relay, routed per message
-        answer = honoured_target(None)
-    limit = core.config.limits.max_message_size
-    link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
-    if not link.answer(source=link.remote_source, target=answer, max_message_size=limit):
-        if entry is not None:  # refused: the echo would not fit the peer's max-frame-size
-            core.table.discard_if_unused(entry)
-        return
-    inl = InLink(link, conn, entry, address)
-    inl.zero_credit_since = now  # until the first flush gives it credit (when it has a destination)
-    link.context = inl
-    conn.in_links.add(inl)
-    if entry is not None:
-        entry.producers.append(inl)
-    core.forwarder.credit_dirty(inl)
-
-
-def detach_link(core: RouterCore, link: Link, closed: bool, error: Error | None, now: float) -> None:
-    """The client detached: report what was in flight, then answer with our detach."""
-    link_gone(core, link, now)
-    conn = link.session.conn
-    # A link we never answered gets attach-then-detach (transport §2.6.3): Link.detach does it.
-    if link.state.local is not CLOSED and conn.state.local is ACTIVE and link.session.state.local is ACTIVE:
-        link.detach(closed=closed)
-
-
-def link_gone(core: RouterCore, link: Link, now: float) -> None:
-    ctx = link.context
-    if isinstance(ctx, OutLink) and not ctx.gone:
-        ctx.gone = True
-        ctx.conn.out_links.discard(ctx)
-        core.forwarder.consumer_gone(ctx, now)
-        core.bounds.gone(ctx)
-        core.table.discard_if_unused(ctx.entry)
-        # Management's router-wide egress counts consumers, transit the links to other routers.
-        (core.gone_out if ctx.neighbour is None else core.gone_transit).add(ctx)
-    elif isinstance(ctx, InLink) and not ctx.gone:
-        ctx.gone = True
-        ctx.conn.in_links.discard(ctx)
-        core.forwarder.producer_gone(ctx, now)
-        if ctx.entry is not None:
-            core.table.discard_if_unused(ctx.entry)
-        core.gone_in.add(ctx)
-
-
-def session_ended(core: RouterCore, session: Session, now: float) -> None:
-    """Every link of an ended session (or a lost connection) is gone."""
-    for link in session.links:
-        link_gone(core, link, now)
 
 
 def alive(link: Link) -> bool:

@@ -13,20 +13,34 @@ Must not touch: the HELLO protocol (topology/), what closing a connection does (
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..amqp import errors as E
 from ..amqp.performatives import Error
 
 if TYPE_CHECKING:
-    from .mesh import Mesh
+    from topology.config import TopologyConfig
+    from topology.node import TopologyNode
+
+    from .interrouter import Peer
+    from .ports import ConnectionCloser
+
+
+class LivenessMesh(Protocol):
+    """The mesh (router.core.mesh), as liveness sees it."""
+
+    topology_config: TopologyConfig
+    node: TopologyNode | None
+    peers: dict[str, Peer]
 
 
 class Liveness:
     """See the module docstring; one per Mesh."""
 
-    def __init__(self, mesh: Mesh) -> None:
+    def __init__(self, mesh: LivenessMesh, closer: ConnectionCloser) -> None:
+        """`closer`: the core, which closes connections and knows whether one is read now."""
         self.mesh = mesh
+        self.closer = closer
         self.hello_interval_s = mesh.topology_config.hello_interval_s
         self.dead_interval_s = mesh.topology_config.dead_interval_s
         self.silent: dict[str, float] = {}  # neighbours reported silent -> their dead interval
@@ -66,11 +80,11 @@ class Liveness:
                 continue
             engine = peer.conn.engine
             due = max(engine.last_received + dead_s, self.awake_from)
-            if now < due or mesh.core.read_paused(engine):
+            if now < due or self.closer.read_paused(engine):
                 self.deadline = min(self.deadline, max(due, now + self.hello_interval_s))
                 continue
             del self.silent[peer_id]
             self.closed += 1
             error = Error(condition=E.CONNECTION_FORCED,
                           description=f"no HELLO from router {peer_id} for {dead_s:.1f} s (dead interval)")  # fmt: skip
-            mesh.core.close_connection(peer.conn, error, now)
+            self.closer.close_connection(peer.conn, error, now)

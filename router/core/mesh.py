@@ -13,7 +13,7 @@ AddressesChanged -> the remote routers of mobile addresses. Producers gain or lo
 an address gains its first or loses its last destination anywhere; deliveries waiting for a
 path are routed again when routes change.
 Must not touch: the protocol's rules (topology/), message bytes of routed deliveries, choosing
-destinations (forwarding.py, remote.py), edge connections (edge.py: an edge router has no
+destinations (sending.py, multicast.py, remote.py), edge connections (edge.py: an edge router has no
 node; the Mesh hands its connections and control messages to Edges).
 """
 
@@ -42,11 +42,12 @@ from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_link
 from .links import OutLink, alive
 from .liveness import Liveness
 from .meshread import MeshReadApi
-from .remote import Paths
-from .table import AddressEntry
+from .paths import Paths
+from .table import AddressEntry, AddressTable
 
 if TYPE_CHECKING:
-    from .router import RouterCore
+    from .ports import ConnectionCloser, Routing
+    from .touched import Touched
 
 CONTROL_QUEUE_MAX = 4096  # control messages waiting for credit per peer (oldest dropped first)
 CONTROL_MESSAGE_MAX = 16 << 20  # a longer control message closes the connection
@@ -67,8 +68,19 @@ def decode_control(payload: bytes) -> ControlMessage | Unsupported:
 class Mesh(MeshReadApi):
     """See the module docstring. `enabled` on interior and edge routers; `edge` on an edge."""
 
-    def __init__(self, core: RouterCore, config: RouterConfig, instance: int | None = None) -> None:
-        self.core = core
+    # The forwarder (router.core.forwarding), set by RouterCore once built: it is built with
+    # this mesh, and the mesh reroutes through it when destinations change.
+    routing: Routing
+
+    def __init__(self, config: RouterConfig, table: AddressTable, touched: Touched, closer: ConnectionCloser, *,
+                 wall_offset: float = 0.0, instance: int | None = None) -> None:  # fmt: skip
+        """`closer`: the core, which closes connections; `wall_offset`: wall-clock seconds minus
+        `now` (RouterCore's)."""
+        self.table = table
+        self.touched = touched
+        self.closer = closer
+        self.wall_offset = wall_offset
+        self.max_message_size = config.limits.max_message_size
         self.me = config.router.id
         self.enabled = config.router.mode in ("interior", "edge")
         self.edge = config.router.mode == "edge"
@@ -91,17 +103,17 @@ class Mesh(MeshReadApi):
         self.refused_duplicates = 0  # connections claiming the id of a connected, live router
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (monotonic `now`)
-        self.edges = Edges(self)
-        self.liveness = Liveness(self)  # closing the connections of silent neighbours
-        core.table.remote_for = self.remote_for
-        core.table.keep_advertised = not self.edge
+        self.edges = Edges(self, table, closer)
+        self.liveness = Liveness(self, closer)  # closing the connections of silent neighbours
+        table.remote_for = self.remote_for
+        table.keep_advertised = not self.edge
 
     # --- the node ---------------------------------------------------------------------------------
 
     def start(self, now: float) -> None:
         if self.node is None and not self.edge:
             # Wall time: the instance must grow across restarts, which a monotonic `now` does not.
-            instance = self._instance if self._instance is not None else int(self.core.wall_time(now) * 1000)
+            instance = self._instance if self._instance is not None else int((now + self.wall_offset) * 1000)
             self.node = TopologyNode(self.me, instance, self.topology_config)
             self.dirty = True
 
@@ -139,7 +151,7 @@ class Mesh(MeshReadApi):
             elif isinstance(event, NeighbourSilent):
                 liveness.reported(event.router_id, event.silent_s, now)
             elif isinstance(event, AddressesChanged):
-                table = self.core.table
+                table = self.table
                 for address, routers in event.changes.items():
                     self.edges.address_changed(address)
                     entry = table.entries.get("M" + address)
@@ -179,7 +191,7 @@ class Mesh(MeshReadApi):
             # reconnect gets in once the old connection is seen to fail: at once when it drops,
             # after the dead interval when it goes silent (liveness.py).
             self.refused_duplicates += 1
-            self.core.close_connection(state, Error(condition=E.INVALID_FIELD, description=(
+            self.closer.close_connection(state, Error(condition=E.INVALID_FIELD, description=(
                 f"router {peer_id} is already connected (connection #{existing.conn.id}) and alive: "
                 "a second connection claiming its id is refused")), now)  # fmt: skip
             return
@@ -193,16 +205,16 @@ class Mesh(MeshReadApi):
                           description=f"another connection to router {peer_id} is in use")  # fmt: skip
             self.replaced_connections += 1
             if not keep_new:
-                self.core.close_connection(state, error, now)
+                self.closer.close_connection(state, error, now)
                 return
             del self.peers[peer_id]
             self.links.pop(peer_id, None)
             self.paths.clear()
-            self.core.close_connection(existing.conn, error, now)
+            self.closer.close_connection(existing.conn, error, now)
         peer = Peer(peer_id, state, cost)
         state.peer = peer
         self.peers[peer_id] = peer
-        attach_links(self.core, peer)
+        attach_links(self.me, peer, now)
         assert peer.data_out is not None
         self.links[peer_id] = peer.data_out
         self.paths.clear()
@@ -225,9 +237,10 @@ class Mesh(MeshReadApi):
                 self.node.neighbour_down(peer.id, now=now)
                 self.dirty = True
 
-    def peer_attach(self, state: ConnState, link: Link) -> None:
+    def peer_attach(self, state: ConnState, link: Link, now: float) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None
-        answer_attach(self.core, peer, state, link)
+        answer_attach(peer, state, link, now, credit=self.routing, max_message_size=self.max_message_size,
+                      edge_router=self.edge)  # fmt: skip
 
     # --- control messages -------------------------------------------------------------------------
 
@@ -244,7 +257,7 @@ class Mesh(MeshReadApi):
             return
         while peer.queue and link.credit > 0:
             link.send_transfer(b"c", peer.queue.popleft(), settled=True)
-        self.core.touch(peer.conn.engine)
+        self.touched.touch(peer.conn.engine)
 
     def on_flow(self, event: FlowReceived) -> None:
         ctx = event.link.context
@@ -266,7 +279,7 @@ class Mesh(MeshReadApi):
             top_up_control(link)
         if event.more:
             if sum(map(len, peer.partial)) > CONTROL_MESSAGE_MAX:
-                self.core.close_connection(peer.conn, Error(condition=E.RESOURCE_LIMIT_EXCEEDED,
+                self.closer.close_connection(peer.conn, Error(condition=E.RESOURCE_LIMIT_EXCEEDED,
                                            description="control message too large"), now)  # fmt: skip
             return
         payload = b"".join(peer.partial)
@@ -305,17 +318,17 @@ class Mesh(MeshReadApi):
 
     def _routes_changed(self, routes: Routes) -> None:
         self.routes = routes
-        table = self.core.table
+        table = self.table
         for entry in list(table.entries.values()):
             kind = entry.key[0]
             if kind in "RT":
                 self.set_remote(entry, self.remote_for(entry.key))
             elif entry.pending and not entry.consumers:
-                self.core.forwarder.reroute(entry)
+                self.routing.reroute(entry)
             table.discard_if_unused(entry)  # e.g. entries a delivery to another router needed once
 
     def set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None:
-        forwarder = self.core.forwarder
+        forwarder = self.routing
         had = entry.has_destination
         entry.remote = routers
         if had != entry.has_destination:
@@ -323,7 +336,7 @@ class Mesh(MeshReadApi):
                 forwarder.credit_dirty(producer)  # credit now, or drained
         if entry.pending and not entry.consumers:
             forwarder.reroute(entry)  # a new path, or none (released)
-        self.core.table.discard_if_unused(entry)
+        self.table.discard_if_unused(entry)
 
     def consumers_changed(self, entry: AddressEntry) -> None:
         """A consumer of `entry` came or went (any, not only the first or last): edges connected

@@ -19,13 +19,13 @@ from .links import OutLink
 if TYPE_CHECKING:
     from .edge import Edges
     from .liveness import Liveness
-    from .router import RouterCore
+    from .table import AddressTable
 
 
 class MeshReadApi:
     """Mixed into router.core.mesh.Mesh, whose state it reads."""
 
-    core: RouterCore
+    table: AddressTable
     me: str
     node: TopologyNode | None
     routes: Routes
@@ -101,7 +101,7 @@ class MeshReadApi:
         """Where a delivery to `address` sent to this router would go, and why: its table key
         and distribution, local consumers, and each router with consumers (cost, next hop);
         for closest, the routers a delivery would go to now."""
-        table = self.core.table
+        table = self.table
         key = table.key_of(address)
         if key is None:
             return {"address": address, "key": None, "routable": False}

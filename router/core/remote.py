@@ -10,9 +10,11 @@ annotations and the inter-router data links:
   router is a valid origin, and for multicast only when it came through the neighbour the
   ingress's canonical path uses (`Routes.upstream`), which makes copies exactly-once even on
   redundant meshes; local delivery of a multicast copy is checked the same way;
-- remembering the choices (`Paths`): by destination routers and annotation record, under the
-  routes and data links they were made with, so a kind of delivery consults the routes once.
-Must not touch: sending (forwarding.py), message bytes, the protocol.
+- remembering the choices (`Paths`, paths.py): by destination routers and annotation record,
+  under the routes and data links they were made with, so a kind of delivery consults the
+  routes once.
+It reads the mesh as a ports.MeshPaths (its routes, data links and remembered paths).
+Must not touch: sending (sending.py, multicast.py), message bytes, the protocol.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from typing import TYPE_CHECKING
 
 from .delivery import Forward, Meta
 from .links import OutLink
+from .paths import PATHS_MAX, Candidate, Key, Paths
 
 if TYPE_CHECKING:
-    from .mesh import Mesh
+    from .ports import MeshPaths
 
 Choice = tuple[OutLink, int, bool]  # (data link, value, it can take a delivery now)
 
@@ -40,39 +43,6 @@ def _origin(meta: Meta | None) -> tuple[str | None, str | None, tuple[str, ...]]
     return meta.ingress, meta.came_from, meta.trace
 
 
-Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data link to its next hop)
-# (destination routers, where the delivery comes from): the record of its router annotations
-# (annotate.Record: one per distinct section and link, so it fixes ingress, trace and the
-# neighbour), or None for a delivery that entered the mesh here.
-Key = tuple[frozenset[str], object]
-PATHS_MAX = 1024  # choices remembered per kind (then it starts afresh)
-
-
-class Paths:
-    """The path choices made under the current routes and data links, by Key: deliveries
-    between two routers nearly all share one, so the routes are consulted once per kind of
-    delivery, not per delivery. Cleared when routes
-    (checked here) or data links (the mesh calls clear) change; a data link that is gone since
-    is noticed where a choice is used, and the choice made again."""
-
-    __slots__ = ("routes", "anycast", "multicast", "local")
-
-    def __init__(self) -> None:
-        # the topology.routes.Routes they were made under (only its identity is compared: the
-        # compiled build of this module does not see the topology package's types)
-        self.routes: object = None
-        # sorted candidates (valid for the ingress, else any: as skupper-router), and the
-        # lowest-cost ones among them
-        self.anycast: dict[Key, tuple[list[Candidate], list[Candidate]]] = {}
-        self.multicast: dict[Key, list[OutLink]] = {}
-        self.local: dict[tuple[str, str | None], bool] = {}
-
-    def clear(self) -> None:
-        self.anycast.clear()
-        self.multicast.clear()
-        self.local.clear()
-
-
 def _gone(candidates: list[Candidate]) -> bool:
     for candidate in candidates:
         if candidate[2].gone:
@@ -80,7 +50,7 @@ def _gone(candidates: list[Candidate]) -> bool:
     return False
 
 
-def _paths(mesh: Mesh) -> Paths:
+def _paths(mesh: MeshPaths) -> Paths:
     paths = mesh.paths
     if paths.routes is not mesh.routes:
         paths.clear()
@@ -88,7 +58,7 @@ def _paths(mesh: Mesh) -> Paths:
     return paths
 
 
-def _candidates(mesh: Mesh, fwd: Forward) -> list[Candidate]:
+def _candidates(mesh: MeshPaths, fwd: Forward) -> list[Candidate]:
     routes, links = mesh.routes, mesh.links
     ingress, came_from, trace = _origin(fwd.meta)
     candidates: list[Candidate] = []
@@ -112,7 +82,7 @@ def _candidates(mesh: Mesh, fwd: Forward) -> list[Candidate]:
     return chosen
 
 
-def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
+def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool) -> Choice | None:
     """The best path to another router for `fwd`, or None when there is none."""
     entry = fwd.entry
     paths, routes = mesh.paths, mesh.routes
@@ -149,7 +119,7 @@ def anycast(mesh: Mesh, fwd: Forward, balanced: bool) -> Choice | None:
     return choice
 
 
-def multicast(mesh: Mesh, fwd: Forward) -> list[OutLink]:
+def multicast(mesh: MeshPaths, fwd: Forward) -> list[OutLink]:
     """The data links to send a multicast copy on: one per distinct next hop."""
     paths = _paths(mesh)
     meta = fwd.meta
@@ -178,7 +148,7 @@ def multicast(mesh: Mesh, fwd: Forward) -> list[OutLink]:
     return chosen
 
 
-def local_ok(mesh: Mesh, meta: Meta | None) -> bool:
+def local_ok(mesh: MeshPaths, meta: Meta | None) -> bool:
     """May a multicast copy from another router be delivered here? Only if it came the way the
     ingress router's canonical path to this router goes (otherwise it is a duplicate)."""
     ingress, came_from, _ = _origin(meta)
@@ -194,7 +164,7 @@ def local_ok(mesh: Mesh, meta: Meta | None) -> bool:
     return ok
 
 
-def looped(mesh: Mesh, meta: Meta) -> bool:
+def looped(mesh: MeshPaths, meta: Meta) -> bool:
     """The trace shows a loop: this router is in it, or it is longer than radius + 1 (an edge
     router keeps no routes: it only takes what its uplink sends and never sends it back)."""
     record = meta.record

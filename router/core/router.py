@@ -15,10 +15,14 @@ What must be wall time (a message's absolute-expiry-time and creation-time, the 
 management timestamps) is converted through `wall_offset` (wall clock minus monotonic clock,
 captured once at start by the network layer; 0 when `now` is wall time, as in harnesses).
 
-Owns: connection, session and link life cycles as the router sees them, limits, and dispatch
-to the address table (table.py), forwarding (forwarding.py), settlement (settlement.py) and, on
-an interior router, the mesh (mesh.py: the topology engine, inter-router connections).
-The core calls engine commands directly; the network layer only flushes the engines it touched.
+Owns: connection and session life cycles as the router sees them, the connection limit, and
+building the units and dispatching each event to the unit that owns it: the address table
+(table.py), the Links unit (attach.py: attach, detach, links gone), forwarding and settlement
+(forwarding.py, settlement.py), the bounds (bounds.py) and, on an interior or edge router, the
+mesh (mesh.py: the topology engine, inter-router connections). Each unit is built with only what
+it uses (ports.py names what units know of each other); none holds the core.
+The core calls engine commands directly; the network layer only flushes the engines it touched
+(touched.py).
 Must not touch: sockets, tasks, clocks (time comes in as `now`).
 """
 
@@ -32,13 +36,15 @@ from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
+from .attach import Links
 from .bounds import Bounds
 from .connections import ConnState, login_throttle, peer_host, throttle_logins
+from .coreread import CoreReadApi
 from .forwarding import Forwarder
 from .interrouter import check_open, open_properties
-from .links import GoneTotals, attach_link, detach_link, link_gone, session_ended
 from .mesh import Mesh
 from .table import AddressTable, LocalEndpoint
+from .touched import Touched
 
 OFFERED_CAPABILITIES: Final = ("ANONYMOUS-RELAY",)
 
@@ -54,23 +60,33 @@ class RouterCore:
         self.connections: dict[Connection, ConnState] = {}
         self.table = AddressTable(config)
         self.logins = login_throttle(config.failed_logins)  # failed SASL logins, per peer host
-        self.forwarder = Forwarder(self)
-        self.bounds = Bounds(self)  # unsettled and byte bounds, credit by bytes (router.core.bounds)
-        self._touched: set[Connection] = set()
-        self._last_touched: Connection | None = None  # the last engine added to _touched
+        self.touched = Touched()
+        limits = config.limits
+        # Unsettled and byte bounds, credit by bytes (router.core.bounds).
+        self.bounds = Bounds(limits.buffered_budget_bytes, self.connections)
+        self.mesh = Mesh(config, self.table, self.touched, self, wall_offset=wall_offset, instance=instance)
+        self.forwarder = Forwarder(self.table, self.bounds, self.mesh, self.touched, router_id=self.router_id,
+                                   wall_offset=wall_offset, max_message_size=limits.max_message_size)  # fmt: skip
+        # The forwarder and the bounds, the forwarder and the mesh call each other: the second
+        # of each pair learns of the forwarder once it is built.
+        self.bounds.credit = self.forwarder
+        self.mesh.routing = self.forwarder
+        self.links = Links(self.table, self.forwarder, self.bounds, self.mesh, router_id=self.router_id,
+                           max_message_size=limits.max_message_size)  # fmt: skip
         self.shutting_down = False
         # What our open offers; the management node adds its capability and address.
         self.offered_capabilities: tuple[str, ...] = OFFERED_CAPABILITIES
         self.open_properties: dict[str, Any] = {"product": "amqp-mesh-router", "router-id": self.router_id}
         # Counters of links that are gone (management's router-wide totals): producers' links
         # and inter-router links we receive on, consumers' links, inter-router links we send on.
-        self.gone_in = GoneTotals()
-        self.gone_out = GoneTotals()
-        self.gone_transit = GoneTotals()
-        self.mesh = Mesh(self, config, instance)
+        self.gone_in = self.links.gone_in
+        self.gone_out = self.links.gone_out
+        self.gone_transit = self.links.gone_transit
         # Connections refused at the connection limit, by the name of the listener they came
         # in on (management's listener connectionsRefused).
         self.refused_connections: dict[str, int] = {}
+        # Frozen snapshots for management (router.core.coreread; the mesh's half is core.mesh).
+        self.read = CoreReadApi(self.connections, self.table, self.links, self.forwarder, self.bounds, self.logins)
 
     # --- the surface the network layer uses -----------------------------------------------------
 
@@ -90,7 +106,8 @@ class RouterCore:
         self.connections[engine] = state
         if self.mesh.enabled:
             self.mesh.start(now)
-        engine.open(offered_capabilities=self.offered_capabilities, properties=open_properties(self, state))
+        properties = open_properties(self.open_properties, state)
+        engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
         self.touch(engine)
         return state
 
@@ -138,22 +155,14 @@ class RouterCore:
         self.forwarder.now = now
         self._connection_gone(state, now)
         self.forwarder.flush()
-        self._touched.discard(engine)  # nothing more can be written to it
-        if self._last_touched is engine:
-            self._last_touched = None
+        self.touched.discard(engine)  # nothing more can be written to it
 
     def take_touched(self) -> set[Connection]:
         """The engines that may have output since the last call (the caller wakes their writers)."""
-        touched, self._touched = self._touched, set()
-        self._last_touched = None
-        return touched
+        return self.touched.take()
 
     def touch(self, engine: Connection) -> None:
-        # Most calls touch the engine the previous one did (every delivery of a batch goes to
-        # the same consumer): an identity test instead of a set add.
-        if engine is not self._last_touched:
-            self._touched.add(engine)
-            self._last_touched = engine
+        self.touched.touch(engine)
 
     def tick(self, now: float) -> None:
         self.forwarder.now = now
@@ -231,7 +240,7 @@ class RouterCore:
         # still linked to hear it; then everything else.
         for state in states:
             for out in list(state.out_links):
-                link_gone(self, out.link, now)
+                self.links.link_gone(out.link, now)
         for state in states:
             self._connection_gone(state, now)
         self.forwarder.flush()
@@ -260,15 +269,15 @@ class RouterCore:
                 if session.state.local is UNINIT and engine.state.local is ACTIVE:
                     session.begin()
             case ev.RemoteAttach():
-                attach_link(self, state, event.link, now)
+                self.links.attach_link(state, event.link, now)
             case ev.RemoteDetach() if state.peer is not None and engine.state.local is ACTIVE:
                 self._broken(state, "a link between routers was detached", now)
             case ev.RemoteEnd() if state.peer is not None and engine.state.local is ACTIVE:
                 self._broken(state, "a session between routers was ended", now)
             case ev.RemoteDetach():
-                detach_link(self, event.link, event.closed, event.error, now)
+                self.links.detach_link(event.link, event.closed, event.error, now)
             case ev.RemoteEnd():
-                session_ended(self, event.session, now)
+                self.links.session_ended(event.session, now)
                 if event.session.state.local is ACTIVE and engine.state.local is ACTIVE:
                     event.session.end()
             case ev.RemoteClose():
@@ -290,7 +299,7 @@ class RouterCore:
     def _on_open(self, state: ConnState, now: float) -> None:
         engine = state.engine
         if state.outgoing:  # we opened it (connect): check who answered
-            error, cost = check_open(self, state)
+            error, cost = check_open(state, self.router_id, self.config.router.mode)
             if error is not None:
                 self.close_connection(state, error, now)
                 return
@@ -314,7 +323,7 @@ class RouterCore:
                 )
             )
             return
-        error, cost = check_open(self, state)
+        error, cost = check_open(state, self.router_id, self.config.router.mode)
         if error is not None:
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
             engine.close(error)
@@ -323,7 +332,8 @@ class RouterCore:
         if state.role == "normal":
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
             return
-        engine.open(offered_capabilities=self.offered_capabilities, properties=open_properties(self, state))
+        properties = open_properties(self.open_properties, state)
+        engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
         self.mesh.peer_opened(state, cost, now)
 
     def _connection_gone(self, state: ConnState, now: float) -> None:
@@ -332,6 +342,6 @@ class RouterCore:
             return
         state.closed = True
         for session in state.engine.sessions:
-            session_ended(self, session, now)
+            self.links.session_ended(session, now)
         if state.peer is not None:
             self.mesh.peer_gone(state, now)

@@ -7,27 +7,24 @@ settle with its outcome keeps its delivery unsettled until the producer settles:
 (rejected > accepted > modified > released, settled upstream when every copy is terminal),
 producer-side settlement (rcv-settle-mode second, sender settling first), reporting failures
 (never sent: released; sent but unsettled when the consumer went away: modified with
-delivery-failed), the producers' credit windows, and which dispositions go out (dispositions.py
-batches them into ranges).
-Must not touch: choosing destinations or sending transfers (forwarding.py).
+delivery-failed), and which dispositions go out (batched by credit.py's flush).
+A layer of the forwarder (see forwarding.py); the producers' credit and the flush are credit.py's.
+Must not touch: choosing destinations or sending transfers (sending.py, multicast.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
 from ..amqp.serial import serial_ids_in
-from ..amqp.session import Session
+from .credit import ProducerCredit
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
-from .dispositions import Dispositions
-from .links import InLink, LinkCounts, OutLink, alive
+from .links import LinkCounts, OutLink, alive
+from .table import AddressEntry
 
-if TYPE_CHECKING:
-    from .router import RouterCore
-    from .table import AddressEntry
 
 DELIVERY_FAILED: Final = Modified(delivery_failed=True)
 # multicast: the strongest outcome of all copies wins (the anchors' rule)
@@ -40,99 +37,8 @@ _REJECTED: Final = Rejected
 _RANK: Final[dict[type, int]] = {Rejected: 3, Accepted: 2, Modified: 1, Released: 0}
 
 
-class Settlement:
-    def __init__(self, core: RouterCore) -> None:
-        self.core = core
-        self.now = 0.0  # the core's `now` (monotonic) of the batch being handled (set by the core)
-        # Producers whose credit to look at in flush(), each once (InLink.credit_dirty marks
-        # them: a set add per delivery was a hash and a probe per message)
-        self._credit_dirty: list[InLink] = []
-        self._dispositions = Dispositions()
-
-    # --- the producers' credit windows ----------------------------------------------------------
-
-    def credit_dirty(self, inl: InLink) -> None:
-        if not inl.credit_dirty:
-            inl.credit_dirty = True
-            self._credit_dirty.append(inl)
-
-    def _refresh_credit(self, inl: InLink) -> None:
-        """The window: a producer may have `capacity` deliveries held by the router (waiting for
-        consumer credit, on their way to another router, or unsettled there); a delivery handed
-        to a local consumer no longer counts, that consumer's own credit bounds it (see
-        handed_over). No credit while the address has no destination. Top up once half the
-        window is used, so flows go out in batches. A producer of large messages gets a window
-        sized by bytes (router.core.bounds.window), and credit beyond it is taken back (a lower
-        link-credit, transport §2.6.7: what was in flight is still read)."""
-        link = inl.link
-        if inl.gone or not alive(link):
-            return
-        entry = inl.entry
-        if entry is not None and not entry.has_destination:
-            if link.credit > 0:
-                link.flow(0, drain=True)
-                self.core.touch(inl.conn.engine)
-                if inl.zero_credit_since is None:
-                    inl.zero_credit_since = self.now
-            return
-        window = inl.capacity
-        bounds = self.core.bounds
-        if inl.size_hint or bounds.nearly_full:
-            window = bounds.window(inl)
-        desired = window - inl.held
-        if desired > link.credit:
-            if link.credit <= window // 2:
-                link.flow(desired)
-                self.core.touch(inl.conn.engine)
-                inl.zero_credit_since = None
-        elif link.credit > desired and (inl.size_hint or bounds.nearly_full):  # more credit than bytes
-            link.flow(max(0, desired))
-            self.core.touch(inl.conn.engine)
-            if desired <= 0 and inl.zero_credit_since is None:
-                inl.zero_credit_since = self.now
-
-    def handed_over(self, fwd: Forward) -> None:
-        """`fwd` went, whole and unsettled, to a consumer of this router: its slot in the
-        producer's window is free again before the outcome comes back. The consumer's credit
-        bounds how many such deliveries it holds, so the producer's pace is no longer tied to
-        the consumer's acknowledgement round trip (with the anchors' rule, window = unsettled,
-        a producer at the default 250 idles while dispositions travel). Deliveries sent to
-        another router keep their slot until settled: that is the mesh's end-to-end
-        backpressure."""
-        inl = fwd.in_link
-        if fwd.holds_slot and inl is not None and not inl.gone:
-            fwd.holds_slot = False
-            inl.held -= 1
-            self.credit_dirty(inl)
-
-    def _release_window(self, fwd: Forward) -> None:
-        """`fwd` is finished: it is no longer in flight (nor in the window, if still there)."""
-        inl = fwd.in_link
-        if inl is not None and not inl.gone:
-            inl.inflight -= 1
-            if fwd.holds_slot:
-                inl.held -= 1
-            self.credit_dirty(inl)
-        fwd.holds_slot = False
-
-    # --- dispositions ---------------------------------------------------------------------------
-
-    def dispose(self, session: Session, role: bool, delivery_id: int, state: Any, settled: bool) -> None:
-        self._dispositions.add(session, role, delivery_id, state, settled)
-
-    def flush(self) -> None:
-        """Write batched dispositions as ranges, then top up producers' credit."""
-        bounds = self.core.bounds
-        if bounds.resumable:  # consumers that fell below their unsettled bound: send to them
-            bounds.resume()  # first, so that outcomes this gives are written with the rest
-        for batch in self._dispositions.take():
-            if batch.write():
-                self.core.touch(batch.session.conn)
-        if self._credit_dirty:
-            dirty, self._credit_dirty = self._credit_dirty, []
-            for inl in dirty:
-                inl.credit_dirty = False
-                self._refresh_credit(inl)
+class Settlement(ProducerCredit):
+    """Outcome relay (see the module docstring)."""
 
     def on_disposition(self, event: DispositionReceived) -> None:
         maps = event.session.context
@@ -177,7 +83,7 @@ class Settlement:
             out.outstanding -= 1
             out.conn.unsettled_out -= 1
             if out.stuck:  # at its unsettled bound: it may take deliveries again (bounds.py)
-                self.core.bounds.settled(out)
+                self.bounds.settled(out)
         else:
             self.unsettled_out(record, out)
         if type(record) is Copy:
@@ -232,7 +138,7 @@ class Settlement:
         out.streaming = None
         if alive(out.link) and out.link.out_delivery >= 0:
             out.link.abort()
-            self.core.touch(out.conn.engine)
+            self.touched.touch(out.conn.engine)
         self.consumer_ready(out)
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
@@ -338,7 +244,7 @@ class Settlement:
         out.outstanding -= 1
         out.conn.unsettled_out -= 1
         if out.stuck:
-            self.core.bounds.settled(out)
+            self.bounds.settled(out)
         if out.neighbour is not None and type(record) is Forward:
             counts = record.entry.remote_out
             left = counts.get(out, 0) - 1

@@ -2,8 +2,9 @@
 router.address (the live address table) and router.node (the mesh's routers).
 
 Owns: the attribute names (the anchors' camelCase names where the concept is the same, e.g.
-`subscriberCount`, `deliveriesIngress`, `acceptedDeliveries`) and how each is computed from the
-core's state, including every counter the core keeps per link and per address.
+`subscriberCount`, `deliveriesIngress`, `acceptedDeliveries`) and how each maps from the core's
+read API: frozen snapshots (router.core.coreread, `core.read`; the mesh's half is `core.mesh`,
+router.core.meshread), never the core's hot-path records.
 Must not touch: the core's state (read only), configuration (config_entities.py), logging
 (logs.py).
 
@@ -13,16 +14,14 @@ Address keys are shown as the anchors show them (`M0orders` for the mobile addre
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from ..core.links import InLink, OutLink
-from ..core.table import AddressEntry
 from .model import Attribute, EntityType
 
 if TYPE_CHECKING:
-    from ..core.connections import ConnState
+    from ..core.coreread import AddressSnapshot, ConnectionSnapshot, LinkSnapshot
     from .agent import ManagementAgent
 
 
@@ -38,9 +37,10 @@ def _version() -> str:
         return "unknown"
 
 
-def address_key(entry: AddressEntry) -> str:
-    """The anchors' key for an address: `M0<address>` (mobile, phase 0) or `L<address>`."""
-    return "M0" + entry.key[1:] if entry.key.startswith("M") else entry.key
+def address_key(key: str) -> str:
+    """The anchors' key for an address of table key `key`: `M0<address>` (mobile, phase 0) or
+    `L<address>`."""
+    return "M0" + key[1:] if key.startswith("M") else key
 
 
 def table_key(key: str) -> str | None:
@@ -48,27 +48,6 @@ def table_key(key: str) -> str | None:
     if key.startswith("M0"):
         return "M" + key[2:]
     return key if key[:1] in ("L", "R", "T") else None  # local, router (mesh), topo (mesh)
-
-
-def zero_credit_seconds(link: InLink | OutLink, now: float) -> int | None:
-    """Seconds since the link's credit dropped to zero (0 while it has credit; null for a link
-    that has had no credit since it attached and was never timed)."""
-    if link.link.credit > 0:
-        return 0
-    since = link.zero_credit_since
-    return None if since is None else max(0, int(now - since))
-
-
-def _links(agent: ManagementAgent) -> list[InLink | OutLink]:
-    out: list[InLink | OutLink] = []
-    for state in agent.core.connections.values():
-        out.extend(state.in_links)
-        out.extend(state.out_links)
-    return sorted(out, key=lambda link: link.id)
-
-
-def _total(attribute: str, gone: Any, links: Iterable[InLink | OutLink]) -> int:
-    return int(getattr(gone, attribute)) + sum(int(getattr(link, attribute)) for link in links)
 
 
 class RouterType(EntityType):
@@ -112,38 +91,28 @@ class RouterType(EntityType):
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
-        core = agent.core
-        states = list(core.connections.values())
-        ins = [link for s in states for link in s.in_links]
-        outs = [link for s in states for link in s.out_links if link.neighbour is None]
-        transit = core.gone_transit.delivered + sum(
-            link.delivered for s in states for link in s.out_links if link.neighbour is not None)
+        t = agent.core.read.totals(now)
         router = agent.config.router
         # Identity = the router id: WD14's `id` (the identity, §4.3.3) and the anchors' `id`
         # attribute then agree.
         yield self.entity(
             router.id, router.id, id=router.id, mode=router.mode, version=_version(),
-            defaultDistribution="balanced", addrCount=len(core.table.entries), linkCount=len(_links(agent)),
+            defaultDistribution="balanced", addrCount=t.addresses, linkCount=t.links,
             nodeCount=sum(1 for n in agent.entity_type("router.node").entities(agent, now) if n.get("nextHop") != "(self)"),
-            connectionCount=sum(1 for s in states if s.opened and not s.closed),
-            presettledDeliveries=_total("presettled", core.gone_in, ins),
-            droppedPresettledDeliveries=_total("dropped", core.gone_in, ins),
-            acceptedDeliveries=_total("accepted", core.gone_in, ins),
-            rejectedDeliveries=_total("rejected", core.gone_in, ins),
-            releasedDeliveries=_total("released", core.gone_in, ins),
-            modifiedDeliveries=_total("modified", core.gone_in, ins),
-            deliveriesIngress=_total("delivered", core.gone_in, ins),
-            deliveriesEgress=_total("delivered", core.gone_out, outs), deliveriesTransit=transit,
-            deliveriesFromRouter=core.forwarder.router_sent, droppedFromRouter=core.forwarder.router_dropped,
+            connectionCount=t.connections, presettledDeliveries=t.presettled,
+            droppedPresettledDeliveries=t.dropped_presettled, acceptedDeliveries=t.accepted,
+            rejectedDeliveries=t.rejected, releasedDeliveries=t.released, modifiedDeliveries=t.modified,
+            deliveriesIngress=t.ingress, deliveriesEgress=t.egress, deliveriesTransit=t.transit,
+            deliveriesFromRouter=t.from_router, droppedFromRouter=t.dropped_from_router,
             uptimeSeconds=max(0, int(now - agent.started_at)),
-            failedLogins=core.logins.failures, failedLoginsDelayed=core.logins.delayed,
-            failedLoginHosts=core.logins.hosts,
+            failedLogins=t.failed_logins, failedLoginsDelayed=t.failed_logins_delayed,
+            failedLoginHosts=t.failed_login_hosts,
+            stuckLinkCount=t.stuck_links, unsettledBoundReached=t.unsettled_bound_reached,
+            bufferedBytes=t.buffered_bytes, bufferedBudgetBytes=t.buffered_budget_bytes,
+            pausedConnectionCount=t.paused_connections, releasedOverBudget=t.released_over_budget,
             managementReadsRefused=agent.authz.refusals["amqp-read"],
             managementWritesRefused=agent.authz.refusals["amqp-write"],
             httpReadsRefused=agent.authz.refusals["http-read"], httpWritesRefused=agent.authz.refusals["http-write"],
-            stuckLinkCount=core.bounds.stuck_now, unsettledBoundReached=core.bounds.stuck_total,
-            bufferedBytes=core.bounds.buffered_total, bufferedBudgetBytes=core.bounds.budget,
-            pausedConnectionCount=core.bounds.paused_count(), releasedOverBudget=core.bounds.released_over_budget,
         )  # fmt: skip
 
 
@@ -175,26 +144,19 @@ class ConnectionType(EntityType):
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
-        for state in sorted(agent.core.connections.values(), key=lambda s: s.id):
-            yield self._entity(state, now)
+        for snapshot in agent.core.read.connections(now):
+            yield self._entity(snapshot)
 
-    def _entity(self, state: ConnState, now: float) -> dict[str, Any]:
-        engine, remote = state.engine, state.engine.remote_open
-        mechanism = state.sasl_mechanism
-        properties = {str(k): v for k, v in (remote.properties or {}).items()} if remote is not None else None
+    def _entity(self, c: ConnectionSnapshot) -> dict[str, Any]:
+        mechanism = c.sasl_mechanism
         return self.entity(
-            str(state.id), f"connection/{state.id}", container=remote.container_id if remote is not None else None,
-            host=state.host or None, role=state.role, dir="out" if state.outgoing else "in", protocol="amqp",
-            listener=None if state.outgoing else state.listener.name, connector=state.listener.name if state.outgoing else None,
-            sasl=mechanism, isAuthenticated=mechanism not in (None, "ANONYMOUS"), user=engine.user,
-            isEncrypted=state.tls is not None, sslProto=state.tls.protocol if state.tls is not None else None,
-            sslCipher=state.tls.cipher if state.tls is not None else None, properties=properties, opened=state.opened,
-            operStatus="closing" if state.closed else "up", adminStatus="enabled",
-            # Both are differences of the core's clock (`now` is that clock too): seconds, not
-            # timestamps, so they hold whatever the wall clock does.
-            uptimeSeconds=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
-            lastDlvSeconds=max(0, int(now - state.last_delivery)) if state.last_delivery is not None else None,
-            linkCount=state.link_count,
+            str(c.id), f"connection/{c.id}", container=c.container_id, host=c.host or None, role=c.role,
+            dir="out" if c.outgoing else "in", protocol="amqp", listener=None if c.outgoing else c.config_name,
+            connector=c.config_name if c.outgoing else None, sasl=mechanism,
+            isAuthenticated=mechanism not in (None, "ANONYMOUS"), user=c.user, isEncrypted=c.encrypted,
+            sslProto=c.tls_protocol, sslCipher=c.tls_cipher, properties=c.properties, opened=c.opened,
+            operStatus="closing" if c.closing else "up", adminStatus="enabled",
+            uptimeSeconds=c.uptime_s, lastDlvSeconds=c.last_delivery_s, linkCount=c.link_count,
         )  # fmt: skip
 
 
@@ -222,32 +184,21 @@ class LinkType(EntityType):
     ) + (Attribute("stuck", "boolean", "Out: at its unsettled bound, sent nothing until it settles some"),)  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
-        for link in _links(agent):
-            yield self._entity(link, now)
+        for snapshot in agent.core.read.links(now):
+            yield self._entity(snapshot)
 
-    def _entity(self, link: InLink | OutLink, now: float) -> dict[str, Any]:
-        incoming = isinstance(link, InLink)
-        entry = link.entry
-        between_routers = (link.peer if isinstance(link, InLink) else link.neighbour) is not None
-        attached = link.address if isinstance(link, InLink) else None
+    def _entity(self, link: LinkSnapshot) -> dict[str, Any]:
         return self.entity(
-            str(link.id), link.link.name, linkDir="in" if incoming else "out",
-            linkType="inter-router" if between_routers else "endpoint",
-            owningAddr=address_key(entry) if entry is not None and not between_routers else None,
-            address=attached or (entry.address if entry is not None and not between_routers else None),
-            connectionId=link.conn.id,
-            operStatus="down" if link.gone else "up", adminStatus="enabled", capacity=link.capacity,
-            undeliveredCount=0 if isinstance(link, InLink) else len(link.pending or ()),
-            unsettledCount=link.inflight if isinstance(link, InLink) else link.outstanding,
-            deliveryCount=link.delivered,
-            presettledCount=link.presettled if isinstance(link, InLink) else 0,
-            droppedPresettledCount=link.dropped if isinstance(link, InLink) else 0,
+            str(link.id), link.name, linkDir="in" if link.incoming else "out",
+            linkType="inter-router" if link.between_routers else "endpoint",
+            owningAddr=address_key(link.table_key) if link.table_key is not None else None,
+            address=link.address, connectionId=link.connection_id,
+            operStatus="up" if link.up else "down", adminStatus="enabled", capacity=link.capacity,
+            undeliveredCount=link.undelivered, unsettledCount=link.unsettled, deliveryCount=link.delivered,
+            presettledCount=link.presettled, droppedPresettledCount=link.dropped_presettled,
             acceptedCount=link.accepted, rejectedCount=link.rejected, releasedCount=link.released,
-            modifiedCount=link.modified, creditAvailable=link.link.credit,
-            zeroCreditSeconds=zero_credit_seconds(link, now),
-            stuck=link.stuck if isinstance(link, OutLink) else False,
-            stuckCount=link.stuck_count if isinstance(link, OutLink) else 0,
-            messageSizeHint=(link.size_hint if link.size_hint >= 0 else None) if isinstance(link, InLink) else None,
+            modifiedCount=link.modified, creditAvailable=link.credit, zeroCreditSeconds=link.zero_credit_s,
+            stuck=link.stuck, stuckCount=link.stuck_count, messageSizeHint=link.size_hint,
         )  # fmt: skip
 
 
@@ -277,43 +228,25 @@ class RouterAddressType(EntityType):
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
-        entries = agent.core.table.entries
-        for key in sorted(entries):
-            yield self._entity(entries[key], now)
+        for snapshot in agent.core.read.addresses(now):
+            yield self._entity(snapshot)
 
     def find(self, agent: ManagementAgent, key: str, now: float, by: str = "any") -> dict[str, Any] | None:
-        table = agent.core.table
-        ours = table_key(key)
-        entry = table.entries.get(ours) if ours is not None else None
-        if entry is None and by != "identity":
-            entry = table.find(key)  # a plain address as the name
-        return self._entity(entry, now) if entry is not None else None
+        # A plain address as the name too, unless asked by identity.
+        snapshot = agent.core.read.address(table_key(key), None if by == "identity" else key, now)
+        return self._entity(snapshot) if snapshot is not None else None
 
-    def _entity(self, e: AddressEntry, now: float) -> dict[str, Any]:
-        key = address_key(e)
+    def _entity(self, e: AddressSnapshot) -> dict[str, Any]:
+        key = address_key(e.table_key)
         return self.entity(
-            key, key, key=key, address=e.address, distribution=e.distribution, remoteHostRouters=sorted(e.remote),
-            inProcess=int(e.local is not None), subscriberCount=len(e.consumers), remoteCount=len(e.remote),
-            containerCount=0, producerCount=len(e.producers), undeliveredCount=len(e.pending),
-            unsettledCount=sum(out.outstanding for out in e.consumers) + sum(e.remote_out.values()),
-            creditAvailable=sum(out.link.credit for out in e.consumers),
-            zeroCreditSeconds=_zero_credit(e, now), deliveriesIngress=e.deliveries_ingress,
-            deliveriesEgress=e.deliveries_egress, deliveriesTransit=e.deliveries_transit, deliveriesToContainer=0,
-            deliveriesFromContainer=0, released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected,
-            accepted=e.accepted, modified=e.modified, presettled=e.presettled,
+            key, key, key=key, address=e.address, distribution=e.distribution, remoteHostRouters=list(e.remote_routers),
+            inProcess=int(e.in_process), subscriberCount=e.consumers, remoteCount=len(e.remote_routers),
+            containerCount=0, producerCount=e.producers, undeliveredCount=e.undelivered,
+            unsettledCount=e.unsettled, creditAvailable=e.credit, zeroCreditSeconds=e.zero_credit_s,
+            deliveriesIngress=e.ingress, deliveriesEgress=e.egress, deliveriesTransit=e.transit,
+            deliveriesToContainer=0, deliveriesFromContainer=0, released=e.released, dropped=e.dropped,
+            expired=e.expired, rejected=e.rejected, accepted=e.accepted, modified=e.modified, presettled=e.presettled,
         )  # fmt: skip
-
-
-def _zero_credit(e: AddressEntry, now: float) -> int | None:
-    """For how long no local consumer of the address has had credit (None without consumers,
-    or when the core does not say since when)."""
-    if not e.consumers:
-        return None
-    seconds = [zero_credit_seconds(out, now) for out in e.consumers]
-    if 0 in seconds:
-        return 0
-    known = [s for s in seconds if s is not None]
-    return min(known) if len(known) == len(seconds) else None
 
 
 class NodeType(EntityType):

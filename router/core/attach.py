@@ -1,0 +1,174 @@
+"""Attaching and tearing down the links of clients: the Links unit of the routing core.
+
+Owns: answering attaches (address lookup, dynamic and anonymous termini, refusals with the
+right condition, link limits), and tearing links down on detach, session end or connection
+loss, which hands in-flight deliveries to the forwarder for reporting and adds the link's
+counters to the totals of links that are gone (management). Attaches on connections between
+routers go to the mesh (router.core.mesh, router.core.interrouter).
+Collaborators (given by RouterCore): the address table, the forwarder, the bounds, the mesh.
+Must not touch: message bytes, disposition bookkeeping (forwarder/settlement), the records'
+shape (router.core.links).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from ..amqp import errors as E
+from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
+from ..amqp.link import Link
+from ..amqp.messaging import Source, Target
+from ..amqp.performatives import Error
+from ..amqp.session import Session
+from .connections import ConnState
+from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
+from .table import AddressEntry, AddressTable
+
+if TYPE_CHECKING:
+    from .bounds import Bounds
+    from .forwarding import Forwarder
+    from .mesh import Mesh
+
+
+def _refuse(link: Link, condition: str, description: str) -> None:
+    link.reject(Error(condition=condition, description=description))
+
+
+class Links:
+    def __init__(self, table: AddressTable, forwarder: Forwarder, bounds: Bounds, mesh: Mesh, *,
+                 router_id: str, max_message_size: int | None) -> None:  # fmt: skip
+        self.table = table
+        self.forwarder = forwarder
+        self.bounds = bounds
+        self.mesh = mesh
+        self.router_id = router_id
+        self.max_message_size = max_message_size
+        # Counters of links that are gone (management's router-wide totals): producers' links
+        # and inter-router links we receive on, consumers' links, inter-router links we send on.
+        self.gone_in = GoneTotals()
+        self.gone_out = GoneTotals()
+        self.gone_transit = GoneTotals()
+
+    def attach_link(self, conn: ConnState, link: Link, now: float) -> None:
+        """Answer a client's attach: register a producer or a consumer, or refuse it."""
+        if conn.closed or link.state.local is not UNINIT or conn.engine.state.local is not ACTIVE:
+            return
+        if conn.role != "normal":  # links between routers (router.self.interrouter)
+            self.mesh.peer_attach(conn, link, now)
+            return
+        if conn.link_count >= conn.listener.max_links_per_connection:
+            _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
+                    f"link limit ({conn.listener.max_links_per_connection}) reached on this connection")  # fmt: skip
+            return
+        if link.is_sender:
+            self._attach_consumer(conn, link, now)
+        else:
+            self._attach_producer(conn, link, now)
+
+    def _attach_consumer(self, conn: ConnState, link: Link, now: float) -> None:
+        source = link.remote_source
+        if not isinstance(source, Source):
+            _refuse(link, E.INVALID_FIELD, "a receiving link needs a source")
+            return
+        table = self.table
+        if source.dynamic:
+            entry = table.new_dynamic()
+            answer = honoured_source(entry.address, dynamic=True)
+        else:
+            if not source.address:
+                _refuse(link, E.INVALID_FIELD, "a receiving link needs a source address (or dynamic)")
+                return
+            if table.unavailable(source.address):  # the anchors' wording
+                _refuse(link, E.NOT_FOUND, f"Node not found: {source.address} is unavailable")
+                return
+            maybe = table.get_or_create(source.address, consumer=True)
+            if maybe is None:
+                _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {self.router_id}")
+                return
+            entry, answer = maybe, honoured_source(source.address)
+        if not link.answer(source=answer, target=link.remote_target):  # refused: the echo won't fit
+            table.discard_if_unused(entry)
+            return
+        out = OutLink(link, conn, entry)
+        out.zero_credit_since = now  # no credit until the consumer gives some
+        link.context = out
+        conn.out_links.add(out)
+        first = not entry.consumers
+        entry.consumers.append(out)
+        self.mesh.consumers_changed(entry)
+        if first:  # a destination appeared: its producers may now have credit
+            for producer in entry.producers:
+                self.forwarder.credit_dirty(producer)
+            if entry.key[0] == "M":  # the mesh learns of it (router.self.mesh)
+                self.mesh.local_consumers(entry, True)
+
+    def _attach_producer(self, conn: ConnState, link: Link, now: float) -> None:
+        target = link.remote_target
+        if target is not None and not isinstance(target, Target):
+            # e.g. a transaction coordinator: without a link route there is no one to coordinate
+            _refuse(link, E.PRECONDITION_FAILED, "this router cannot act as a transaction coordinator")
+            return
+        entry: AddressEntry | None = None
+        answer: Any = target
+        address: str | None = target.address if target is not None else None
+        if target is not None and target.dynamic:
+            entry = self.table.get_or_create(f"_$temp.{secrets.token_urlsafe(9)}")
+            assert entry is not None
+            answer = honoured_target(entry.address, dynamic=True)
+            address = entry.address
+        elif target is not None and target.address:
+            if self.table.unavailable(target.address):
+                _refuse(link, E.NOT_FOUND, f"Node not found: {target.address} is unavailable")
+                return
+            entry = self.table.get_or_create(target.address)
+            if entry is None:
+                _refuse(link, E.NOT_FOUND, f"no route to {target.address} from router {self.router_id}")
+                return
+            answer = honoured_target(target.address)
+        elif target is not None:  # an anonymous target: the relay, routed per message
+            answer = honoured_target(None)
+        limit = self.max_message_size
+        link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
+        if not link.answer(source=link.remote_source, target=answer, max_message_size=limit):
+            if entry is not None:  # refused: the echo would not fit the peer's max-frame-size
+                self.table.discard_if_unused(entry)
+            return
+        inl = InLink(link, conn, entry, address)
+        inl.zero_credit_since = now  # until the first flush gives it credit (when it has a destination)
+        link.context = inl
+        conn.in_links.add(inl)
+        if entry is not None:
+            entry.producers.append(inl)
+        self.forwarder.credit_dirty(inl)
+
+    def detach_link(self, link: Link, closed: bool, error: Error | None, now: float) -> None:
+        """The client detached: report what was in flight, then answer with our detach."""
+        self.link_gone(link, now)
+        conn = link.session.conn
+        # A link we never answered gets attach-then-detach (transport §2.6.3): Link.detach does it.
+        if link.state.local is not CLOSED and conn.state.local is ACTIVE and link.session.state.local is ACTIVE:
+            link.detach(closed=closed)
+
+    def link_gone(self, link: Link, now: float) -> None:
+        ctx = link.context
+        if isinstance(ctx, OutLink) and not ctx.gone:
+            ctx.gone = True
+            ctx.conn.out_links.discard(ctx)
+            self.forwarder.consumer_gone(ctx, now)
+            self.bounds.gone(ctx)
+            self.table.discard_if_unused(ctx.entry)
+            # Management's router-wide egress counts consumers, transit the links to other routers.
+            (self.gone_out if ctx.neighbour is None else self.gone_transit).add(ctx)
+        elif isinstance(ctx, InLink) and not ctx.gone:
+            ctx.gone = True
+            ctx.conn.in_links.discard(ctx)
+            self.forwarder.producer_gone(ctx, now)
+            if ctx.entry is not None:
+                self.table.discard_if_unused(ctx.entry)
+            self.gone_in.add(ctx)
+
+    def session_ended(self, session: Session, now: float) -> None:
+        """Every link of an ended session (or a lost connection) is gone."""
+        for link in session.links:
+            self.link_gone(link, now)

@@ -1,0 +1,278 @@
+"""The routing core's read API: frozen snapshots of its connections, links, addresses and totals.
+
+    read = core.read                      # built by RouterCore
+    read.totals(now)                      # RouterTotals: router-wide counters
+    read.connections(now)                 # [ConnectionSnapshot], by connection id
+    read.links(now)                       # [LinkSnapshot], by link id
+    read.addresses(now)                   # [AddressSnapshot], by table key
+    read.address(key, now, by)            # one AddressSnapshot (a table key or, unless by identity, an address)
+
+Readers (management) get values, never the hot-path records (InLink, OutLink, AddressEntry,
+ConnState): what a counter means and how it is summed (links up now plus the totals of links
+that are gone) is decided here, beside the records, so a renamed or added counter cannot be
+missed by a reader that sums attributes by name. Times are seconds at the core's `now`; the
+mesh's half is router.core.meshread (core.mesh).
+Owns: the snapshot types and reading them. Must not touch: the core's state (read only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .links import InLink, OutLink
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ..amqp.connection import Connection
+    from ..amqp.sasl import LoginThrottle
+    from .attach import Links
+    from .bounds import Bounds
+    from .connections import ConnState
+    from .forwarding import Forwarder
+    from .table import AddressEntry, AddressTable
+
+
+@dataclass(frozen=True, slots=True)
+class RouterTotals:
+    """Router-wide counters: deliveries counted where they entered (links up now and gone)."""
+
+    addresses: int
+    links: int
+    connections: int  # opened and not closing
+    presettled: int
+    dropped_presettled: int
+    accepted: int
+    rejected: int
+    released: int
+    modified: int
+    ingress: int  # deliveries received (from clients and other routers)
+    egress: int  # deliveries sent to clients
+    transit: int  # deliveries sent to other routers
+    from_router: int  # messages the router itself sent
+    dropped_from_router: int
+    failed_logins: int
+    failed_logins_delayed: int
+    failed_login_hosts: int
+    stuck_links: int
+    unsettled_bound_reached: int
+    buffered_bytes: int
+    buffered_budget_bytes: int
+    paused_connections: int
+    released_over_budget: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSnapshot:
+    id: int
+    container_id: str | None  # None before the peer's open
+    host: str
+    role: str
+    outgoing: bool
+    config_name: str  # the listener's (incoming) or connector's (outgoing)
+    sasl_mechanism: str | None
+    user: str | None
+    tls_protocol: str | None  # None without TLS
+    tls_cipher: str | None
+    encrypted: bool
+    properties: dict[str, Any] | None  # the peer's open properties (a copy)
+    opened: bool
+    closing: bool
+    uptime_s: int  # since the peer's open (0 before it)
+    last_delivery_s: int | None  # since a transfer last came in or went out (None: none yet)
+    link_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSnapshot:
+    id: int
+    name: str
+    incoming: bool  # a producer's link (or an inter-router link we receive on)
+    between_routers: bool
+    table_key: str | None  # its address's table key; None when anonymous or between routers
+    address: str | None  # as attached, else its address's (None between routers)
+    connection_id: int
+    up: bool
+    capacity: int
+    undelivered: int  # out: deliveries waiting for its credit
+    unsettled: int
+    delivered: int
+    presettled: int  # in only
+    dropped_presettled: int  # in only
+    accepted: int
+    rejected: int
+    released: int
+    modified: int
+    credit: int
+    zero_credit_s: int | None  # since its credit dropped to zero (0 with credit; None: not timed)
+    stuck: bool  # out: at its unsettled bound
+    stuck_count: int
+    size_hint: int | None  # in: the message size its window is sized by (None before one is known)
+
+
+@dataclass(frozen=True, slots=True)
+class AddressSnapshot:
+    table_key: str  # M<address> mobile, L<address> local, R<router>, T<x>
+    address: str
+    distribution: str
+    remote_routers: tuple[str, ...]  # sorted
+    in_process: bool
+    consumers: int
+    producers: int
+    undelivered: int
+    unsettled: int
+    credit: int
+    zero_credit_s: int | None  # since its last local consumer with credit ran out (None: no consumers, or not timed)
+    ingress: int
+    egress: int
+    transit: int
+    released: int
+    dropped: int
+    expired: int
+    rejected: int
+    accepted: int
+    modified: int
+    presettled: int
+
+
+def zero_credit_seconds(link: InLink | OutLink, now: float) -> int | None:
+    """Seconds since the link's credit dropped to zero (0 while it has credit; None for a link
+    that has had no credit since it attached and was never timed)."""
+    if link.link.credit > 0:
+        return 0
+    since = link.zero_credit_since
+    return None if since is None else max(0, int(now - since))
+
+
+def _address_zero_credit(e: AddressEntry, now: float) -> int | None:
+    if not e.consumers:
+        return None
+    seconds = [zero_credit_seconds(out, now) for out in e.consumers]
+    if 0 in seconds:
+        return 0
+    known = [s for s in seconds if s is not None]
+    return min(known) if len(known) == len(seconds) else None
+
+
+class CoreReadApi:
+    def __init__(self, connections: dict[Connection, ConnState], table: AddressTable, links: Links,
+                 forwarder: Forwarder, bounds: Bounds, logins: LoginThrottle) -> None:  # fmt: skip
+        self._connections = connections
+        self._table = table
+        self._links = links
+        self._forwarder = forwarder
+        self._bounds = bounds
+        self._logins = logins
+
+    def _live_links(self) -> list[InLink | OutLink]:
+        out: list[InLink | OutLink] = []
+        for state in self._connections.values():
+            out.extend(state.in_links)
+            out.extend(state.out_links)
+        return sorted(out, key=lambda link: link.id)
+
+    def totals(self, now: float) -> RouterTotals:
+        states = list(self._connections.values())
+        ins = [link for s in states for link in s.in_links]
+        outs = [link for s in states for link in s.out_links if link.neighbour is None]
+        transit = [link for s in states for link in s.out_links if link.neighbour is not None]
+        gone_in, gone_out, gone_transit = self._links.gone_in, self._links.gone_out, self._links.gone_transit
+        bounds, logins = self._bounds, self._logins
+
+        def total(gone: int, counts: Iterable[int]) -> int:
+            return gone + sum(counts)
+
+        return RouterTotals(
+            addresses=len(self._table.entries), links=len(self._live_links()),
+            connections=sum(1 for s in states if s.opened and not s.closed),
+            presettled=total(gone_in.presettled, (i.presettled for i in ins)),
+            dropped_presettled=total(gone_in.dropped, (i.dropped for i in ins)),
+            accepted=total(gone_in.accepted, (i.accepted for i in ins)),
+            rejected=total(gone_in.rejected, (i.rejected for i in ins)),
+            released=total(gone_in.released, (i.released for i in ins)),
+            modified=total(gone_in.modified, (i.modified for i in ins)),
+            ingress=total(gone_in.delivered, (i.delivered for i in ins)),
+            egress=total(gone_out.delivered, (o.delivered for o in outs)),
+            transit=total(gone_transit.delivered, (o.delivered for o in transit)),
+            from_router=self._forwarder.router_sent, dropped_from_router=self._forwarder.router_dropped,
+            failed_logins=logins.failures, failed_logins_delayed=logins.delayed, failed_login_hosts=logins.hosts,
+            stuck_links=bounds.stuck_now, unsettled_bound_reached=bounds.stuck_total,
+            buffered_bytes=bounds.buffered_total, buffered_budget_bytes=bounds.budget,
+            paused_connections=bounds.paused_count(), released_over_budget=bounds.released_over_budget,
+        )  # fmt: skip
+
+    def connections(self, now: float) -> list[ConnectionSnapshot]:
+        return [self._connection(s, now) for s in sorted(self._connections.values(), key=lambda s: s.id)]
+
+    @staticmethod
+    def _connection(state: ConnState, now: float) -> ConnectionSnapshot:
+        engine, remote = state.engine, state.engine.remote_open
+        tls = state.tls
+        return ConnectionSnapshot(
+            id=state.id, container_id=remote.container_id if remote is not None else None, host=state.host,
+            role=state.role, outgoing=state.outgoing, config_name=state.listener.name,
+            sasl_mechanism=state.sasl_mechanism, user=engine.user,
+            tls_protocol=tls.protocol if tls is not None else None, tls_cipher=tls.cipher if tls is not None else None,
+            encrypted=tls is not None,
+            properties={str(k): v for k, v in (remote.properties or {}).items()} if remote is not None else None,
+            opened=state.opened, closing=state.closed,
+            # Differences of the core's clock: seconds, not timestamps, so they hold whatever the
+            # wall clock does.
+            uptime_s=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
+            last_delivery_s=max(0, int(now - state.last_delivery)) if state.last_delivery is not None else None,
+            link_count=state.link_count,
+        )  # fmt: skip
+
+    def links(self, now: float) -> list[LinkSnapshot]:
+        return [self._link(link, now) for link in self._live_links()]
+
+    @staticmethod
+    def _link(link: InLink | OutLink, now: float) -> LinkSnapshot:
+        entry = link.entry
+        if isinstance(link, InLink):
+            between_routers = link.peer is not None
+            attached = link.address
+            undelivered, unsettled, presettled, dropped = 0, link.inflight, link.presettled, link.dropped
+            stuck, stuck_count = False, 0
+            size_hint: int | None = link.size_hint if link.size_hint >= 0 else None
+        else:
+            between_routers = link.neighbour is not None
+            attached = None
+            undelivered, unsettled, presettled, dropped = len(link.pending or ()), link.outstanding, 0, 0
+            stuck, stuck_count, size_hint = link.stuck, link.stuck_count, None
+        mine = entry is not None and not between_routers
+        return LinkSnapshot(
+            id=link.id, name=link.link.name, incoming=isinstance(link, InLink), between_routers=between_routers,
+            table_key=entry.key if mine and entry is not None else None,
+            address=attached or (entry.address if mine and entry is not None else None),
+            connection_id=link.conn.id, up=not link.gone, capacity=link.capacity, undelivered=undelivered,
+            unsettled=unsettled, delivered=link.delivered, presettled=presettled, dropped_presettled=dropped,
+            accepted=link.accepted, rejected=link.rejected, released=link.released, modified=link.modified,
+            credit=link.link.credit, zero_credit_s=zero_credit_seconds(link, now), stuck=stuck,
+            stuck_count=stuck_count, size_hint=size_hint,
+        )  # fmt: skip
+
+    def addresses(self, now: float) -> list[AddressSnapshot]:
+        entries = self._table.entries
+        return [self._address(entries[key], now) for key in sorted(entries)]
+
+    def address(self, key: str | None, address: str | None, now: float) -> AddressSnapshot | None:
+        """The entry with table key `key`, else (when `address` is given) the one `address` maps to."""
+        entry = self._table.entries.get(key) if key is not None else None
+        if entry is None and address is not None:
+            entry = self._table.find(address)
+        return self._address(entry, now) if entry is not None else None
+
+    @staticmethod
+    def _address(e: AddressEntry, now: float) -> AddressSnapshot:
+        return AddressSnapshot(
+            table_key=e.key, address=e.address, distribution=e.distribution, remote_routers=tuple(sorted(e.remote)),
+            in_process=e.local is not None, consumers=len(e.consumers), producers=len(e.producers),
+            undelivered=len(e.pending),
+            unsettled=sum(out.outstanding for out in e.consumers) + sum(e.remote_out.values()),
+            credit=sum(out.link.credit for out in e.consumers), zero_credit_s=_address_zero_credit(e, now),
+            ingress=e.deliveries_ingress, egress=e.deliveries_egress, transit=e.deliveries_transit,
+            released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected, accepted=e.accepted,
+            modified=e.modified, presettled=e.presettled,
+        )  # fmt: skip

@@ -1,0 +1,109 @@
+"""Multicast: a copy of a delivery for each consumer, local and per next hop.
+
+Owns: making the copies of a multicast delivery (one per local consumer with credit and one per
+next hop towards other routers with consumers; the first that cannot go now waits or is
+failed), sending a copy, and a copy that failed (its outcome combined into the delivery's:
+settlement.py).
+A layer of the forwarder (see forwarding.py).
+Must not touch: anycast choices (sending.py), waiting queues (waiting.py), reading frames.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ..amqp.messaging import RELEASED
+from . import remote
+from .delivery import Copy, Forward, maps_of
+from .links import OutLink
+from .sending import Sending
+
+
+class Multicast(Sending):
+    """See the module docstring."""
+
+    def _multicast(self, fwd: Forward) -> None:
+        entry = fwd.entry
+        targets: list[OutLink] = []
+        mesh = self.mesh
+        meta = fwd.meta
+        if meta is None or remote.local_ok(mesh, meta):
+            if meta is not None and meta.came_from is not None:  # never back where it came from
+                targets.extend(out for out in entry.consumers if out.neighbour != meta.came_from)
+            else:
+                targets.extend(entry.consumers)
+            if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
+                alias = self.table.entries.get("L" + entry.key[1:])
+                if alias is not None:
+                    targets.extend(alias.consumers)
+        elif not entry.remote:
+            mesh.dropped_invalid_origin += 1
+        if entry.remote and (meta is not None or fwd.view is not None):
+            targets.extend(remote.multicast(mesh, fwd))
+        if not targets:
+            self.unroutable(fwd)
+            return
+        fwd.copies = [Copy(fwd, out) for out in targets]
+        fwd.remaining = len(fwd.copies)
+        for copy in fwd.copies:
+            out = copy.out
+            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+                self._send_copy(copy)
+            else:
+                if out.pending is None:
+                    out.pending = deque()
+                if len(out.pending) >= out.capacity:  # this consumer is too far behind
+                    self._copy_failed(copy)
+                else:
+                    out.pending.append(copy)
+        if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
+            fwd.frames = None  # every copy is out (or failed): the bytes are not needed again
+
+    def _send_copy(self, copy: Copy) -> None:
+        fwd, out = copy.forward, copy.out
+        frames = fwd.frames or []
+        if frames and (fwd.meta is not None or out.rewrites):
+            frames = self._egress(fwd, out, frames)
+        link = out.link
+        settled = self._presettled_out(fwd, out)
+        tag = out.next_tag()
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            copy.out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
+                                             message_format=fwd.message_format)  # fmt: skip
+        copy.sent_frames = len(frames)
+        if out.neighbour is None:
+            fwd.entry.deliveries_egress += 1
+        else:
+            fwd.entry.deliveries_transit += 1
+        out.delivered += 1
+        if link.credit == 0 and out.zero_credit_since is None:
+            out.zero_credit_since = self.now
+        conn = out.conn
+        conn.last_delivery = self.now
+        self.touched.touch(conn.engine)
+        if not settled:
+            maps_of(link.session).outbound.put(copy.out_id, copy)
+            out.outstanding += 1
+            conn = out.conn
+            conn.unsettled_out += 1
+            if out.outstanding >= out.unsettled_limit or conn.unsettled_out >= conn.unsettled_limit:
+                self.bounds.reached(out)
+        else:
+            out.presettled += 1
+        if not fwd.complete:
+            out.streaming = copy
+        elif fwd.presettled:
+            copy.done = True
+            self._presettled_sent(fwd)
+        elif settled:
+            self._settled_on_send(copy)
+
+    def _copy_failed(self, copy: Copy, state: Any = None) -> None:
+        if copy.forward.presettled:
+            copy.done = True
+            copy.forward.entry.dropped += 1
+            self._presettled_sent(copy.forward)
+        else:
+            self._copy_outcome(copy, state if state is not None else RELEASED)

@@ -1,0 +1,42 @@
+"""The path choices the mesh remembers (`Paths`), made by remote.py.
+
+Owns: the cache and its key types. Must not touch: how choices are made (remote.py).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .links import OutLink
+
+Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data link to its next hop)
+# (destination routers, where the delivery comes from): the record of its router annotations
+# (annotate.Record: one per distinct section and link, so it fixes ingress, trace and the
+# neighbour), or None for a delivery that entered the mesh here.
+Key = tuple[frozenset[str], object]
+PATHS_MAX: Final = 1024  # choices remembered per kind (then it starts afresh)
+
+
+class Paths:
+    """The path choices made under the current routes and data links, by Key: deliveries
+    between two routers nearly all share one, so the routes are consulted once per kind of
+    delivery, not per delivery. Cleared when routes
+    (checked here) or data links (the mesh calls clear) change; a data link that is gone since
+    is noticed where a choice is used, and the choice made again."""
+
+    __slots__ = ("routes", "anycast", "multicast", "local")
+
+    def __init__(self) -> None:
+        # the topology.routes.Routes they were made under (only its identity is compared: the
+        # compiled build of this module does not see the topology package's types)
+        self.routes: object = None
+        # sorted candidates (valid for the ingress, else any: as skupper-router), and the
+        # lowest-cost ones among them
+        self.anycast: dict[Key, tuple[list[Candidate], list[Candidate]]] = {}
+        self.multicast: dict[Key, list[OutLink]] = {}
+        self.local: dict[tuple[str, str | None], bool] = {}
+
+    def clear(self) -> None:
+        self.anycast.clear()
+        self.multicast.clear()
+        self.local.clear()

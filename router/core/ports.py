@@ -1,0 +1,58 @@
+"""The narrow interfaces the units of the routing core know each other by.
+
+RouterCore (router.py) builds every unit with what it uses: the address table, the Touched set,
+configuration values, and the other units it calls. Where a unit calls one that also calls it
+back (the forwarder and the mesh, the forwarder and the bounds), or calls the core itself (to
+close a connection), it knows the other through one of these Protocols, so that no unit imports
+RouterCore or the unit that calls it.
+
+Owns: the Protocols. Must not touch: any state (these are types only).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from topology.routes import Routes
+
+    from ..amqp.connection import Connection
+    from ..amqp.performatives import Error
+    from .connections import ConnState
+    from .links import InLink, OutLink
+    from .paths import Paths
+    from .table import AddressEntry
+
+
+class ConnectionCloser(Protocol):
+    """The core, as the mesh sees it: it closes a connection after reporting what is in flight."""
+
+    def close_connection(self, state: ConnState, error: Error, now: float) -> None: ...
+
+    def read_paused(self, engine: Connection) -> bool: ...
+
+
+class Credit(Protocol):
+    """The forwarder, as the bounds and inter-router links see it: producers' credit."""
+
+    def credit_dirty(self, inl: InLink) -> None: ...
+
+    def consumer_ready(self, out: OutLink, now: float = ...) -> None: ...
+
+
+class Routing(Credit, Protocol):
+    """The forwarder, as the mesh and edges see it: credit, and routing again what waits for an
+    address whose destinations changed."""
+
+    def reroute(self, entry: AddressEntry) -> None: ...
+
+
+class MeshPaths(Protocol):
+    """The mesh, as path choices see it (router.core.remote): its routes, data links and the
+    choices remembered under them."""
+
+    me: str
+    edge: bool
+    routes: Routes
+    links: dict[str, OutLink]
+    paths: Paths

@@ -1,0 +1,253 @@
+"""Choosing destinations and sending: what happens to a delivery once its first frame is read.
+
+Owns: the anycast distributions (closest: round robin, local consumers first; balanced: least
+outstanding; multicast is multicast.py's), paths to other routers (chosen by remote.py), the
+router annotations a delivery gets on its way out (annotate.py: only on deliveries that cross
+routers, stripped for clients), sending a delivery or copy on a consumer link (the unsettled
+bound: bounds.py), presettled and settled-on-send records.
+A layer of the forwarder: credit.py < settlement.py < sending.py < multicast.py < waiting.py <
+forwarding.py, each class deriving from the one before (one object, native calls when compiled).
+Collaborators: the address table, the mesh (paths, loop counters), Bounds, Touched.
+Must not touch: reading frames (forwarding.py), waiting deliveries (waiting.py), outcomes
+(settlement.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..amqp.messaging import ACCEPTED
+from ..amqp.performatives import SND_SETTLED, SND_UNSETTLED
+from . import annotate, remote
+from .delivery import Copy, Forward, Payload, maps_of
+from .links import OutLink
+from .settlement import Settlement
+
+if TYPE_CHECKING:
+    from .bounds import Bounds
+    from .mesh import Mesh
+    from .table import AddressTable
+    from .touched import Touched
+
+
+
+class Sending(Settlement):
+    """See the module docstring."""
+
+    def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, router_id: str) -> None:
+        super().__init__(touched, bounds)
+        self.table = table
+        self.mesh = mesh
+        self.router_id = router_id
+
+    # --- defined by the layers above: waiting for credit, in-process endpoints (waiting.py) -------
+
+    def _wait(self, fwd: Forward) -> None:
+        raise NotImplementedError
+
+    def _wait_bytes(self, fwd: Forward, sign: int) -> None:
+        raise NotImplementedError
+
+    def _deliver_local(self, fwd: Forward) -> None:
+        raise NotImplementedError
+
+    def _multicast(self, fwd: Forward) -> None:
+        raise NotImplementedError
+
+    # --- choosing and sending -------------------------------------------------------------------
+
+    def _route(self, fwd: Forward) -> None:
+        entry = fwd.entry
+        if entry.local is not None:  # an in-process endpoint takes it once it is complete
+            if fwd.complete:
+                self._deliver_local(fwd)
+            return
+        if entry.distribution == "multicast":
+            self._multicast(fwd)
+            return
+        if entry.remote and (fwd.meta is not None or fwd.view is not None):
+            self._anycast_mesh(fwd)
+            return
+        if entry.remote and not entry.consumers:  # only other routers, but its first frame
+            self.unroutable(fwd)  # says too little to route it by (or to annotate)
+            return
+        out = self._pick(entry.consumers, entry.rr, entry.distribution == "balanced")
+        if out is None:
+            self._wait(fwd)
+        elif entry.pending:
+            # Earlier deliveries wait for credit, which the engine may already show from a flow
+            # later in this batch: this one goes behind them, in the order it came.
+            self._wait(fwd)
+            self.consumer_ready(out)
+        else:
+            entry.rr += 1
+            self._send(fwd, out)
+            # Sent to a local consumer: it will not be routed again, so the routing view need
+            # not stay alive until settlement (one object less per delivery in flight, which
+            # the garbage collector would otherwise walk again and again).
+            fwd.view = None
+
+    def _anycast_mesh(self, fwd: Forward) -> None:
+        """Anycast where other routers have consumers too: local consumers cost 0 (closest
+        always takes them when there are any); otherwise remote.anycast chooses."""
+        entry = fwd.entry
+        balanced = entry.distribution == "balanced"
+        local = None
+        if entry.consumers:
+            local = self._pick(entry.consumers, entry.rr, balanced)
+            if local is not None and entry.pending:  # behind the earlier ones (see _route)
+                self._wait(fwd)
+                self.consumer_ready(local)
+                return
+            if not balanced:
+                if local is None:
+                    self._wait(fwd)
+                else:
+                    entry.rr += 1
+                    self._send(fwd, local)
+                return
+        choice = remote.anycast(self.mesh, fwd, balanced)
+        if local is not None and (choice is None or not choice[2] or local.outstanding <= choice[1]):
+            entry.rr += 1
+            self._send(fwd, local)
+        elif choice is None:
+            if fwd.meta is not None and fwd.meta.ingress is not None and not entry.consumers:
+                self.unroutable(fwd)  # no way on from here: the previous router hears released
+            else:
+                self._wait(fwd)  # a path may come back (routes changing): routed again then
+        elif choice[2]:
+            self._send(fwd, choice[0])
+        elif entry.consumers:
+            self._wait(fwd)
+        else:
+            self._queue_on(choice[0], fwd)
+
+    def _queue_on(self, out: OutLink, fwd: Forward) -> None:
+        """Wait for credit on an inter-router data link."""
+        if self.bounds.release_waiting(fwd):  # no room for its bytes
+            self.unroutable(fwd)
+            return
+        if fwd.frames is not None:
+            fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
+        if out.pending is None:
+            out.pending = deque()
+        out.pending.append(fwd)
+        self._wait_bytes(fwd, +1)
+
+    def _egress(self, fwd: Forward, out: OutLink, frames: list[Payload]) -> list[Payload]:
+        """The frames as `out` must get them: with router annotations for another router,
+        without them for a consumer."""
+        meta = fwd.meta
+        if out.neighbour is not None:
+            if meta is None:  # it had no remote destination when it arrived
+                view = fwd.view
+                assert view is not None  # without one a delivery is never routed to a router
+                inl = fwd.in_link
+                to = inl.address if inl is not None and inl.address else view.to or fwd.entry.address
+                meta = fwd.meta = annotate.for_client_delivery(view, to, True)
+            first = fwd.rframe
+            if first is None:
+                first = annotate.for_router(frames[0], meta, self.router_id)
+                if fwd.copies is not None:
+                    fwd.rframe = first
+            return [first, *frames[1:]]
+        if not out.conn.strip_out:  # a router-aware consumer gets them (its listener's strip_annotations)
+            return self._annotated_for_client(fwd, frames)
+        if meta is not None and meta.raw:
+            frames[0] = annotate.strip(frames[0], meta)
+        return frames
+
+    def _annotated_for_client(self, fwd: Forward, frames: list[Payload]) -> list[Payload]:
+        """The frames with the router annotations as the next router would get them (ingress,
+        the trace with this router last): a new list, the delivery's own frames untouched."""
+        meta = fwd.meta
+        if meta is None:  # from a client of this router: it entered the mesh here
+            view = fwd.view
+            if view is None:  # its first frame said too little to annotate it: as it came
+                return frames
+            meta = annotate.for_client_delivery(view, None, False)  # (for this consumer only)
+        return [annotate.for_router(frames[0], meta, self.router_id), *frames[1:]]
+
+    @staticmethod
+    def _pick(consumers: list[OutLink], rr: int, balanced: bool) -> OutLink | None:
+        """A consumer that can take a delivery now: round robin (closest, all local consumers
+        cost the same) or, balanced, the one with the least outstanding work."""
+        n = len(consumers)
+        best: OutLink | None = None
+        for i in range(n):
+            out = consumers[(rr + i) % n]
+            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+                if not balanced:
+                    return out
+                if best is None or out.outstanding < best.outstanding:
+                    best = out
+                    if out.outstanding == 0:
+                        break
+        return best
+
+    def _presettled_out(self, fwd: Forward, out: OutLink) -> bool:
+        mode = out.link.snd_settle_mode
+        return mode == SND_SETTLED or (fwd.presettled and mode != SND_UNSETTLED)
+
+    def _send(self, fwd: Forward, out: OutLink) -> None:
+        frames = fwd.frames
+        assert frames is not None
+        if fwd.meta is not None or out.rewrites:
+            frames = self._egress(fwd, out, frames)
+        link = out.link
+        settled = self._presettled_out(fwd, out)
+        tag = out.next_tag()
+        last = len(frames) - 1
+        out_id = -1
+        for i, frame in enumerate(frames):
+            out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
+                                        message_format=fwd.message_format)  # fmt: skip
+        fwd.out, fwd.out_id = out, out_id
+        fwd.frames = None
+        out.delivered += 1
+        if link.credit == 0 and out.zero_credit_since is None:
+            out.zero_credit_since = self.now
+        conn = out.conn
+        conn.last_delivery = self.now
+        self.touched.touch(conn.engine)
+        if out.neighbour is None:
+            fwd.entry.deliveries_egress += 1
+        else:
+            fwd.entry.deliveries_transit += 1
+            if not settled:
+                counts = fwd.entry.remote_out
+                counts[out] = counts.get(out, 0) + 1
+        if not settled:
+            maps_of(link.session).outbound.put(out_id, fwd)
+            out.outstanding += 1
+            conn = out.conn
+            conn.unsettled_out += 1
+            if out.outstanding >= out.unsettled_limit or conn.unsettled_out >= conn.unsettled_limit:
+                self.bounds.reached(out)  # stuck: nothing more goes to it for now
+        else:
+            out.presettled += 1
+        if not fwd.complete:
+            out.streaming = fwd
+        elif fwd.presettled:
+            self._presettled_sent(fwd)
+        elif settled:
+            self._settled_on_send(fwd)
+        elif out.neighbour is None:
+            self.handed_over(fwd)
+
+    def _settled_on_send(self, record: Forward | Copy) -> None:
+        """The consumer asked for presettled deliveries (snd-settle-mode settled): it will send no
+        outcome, so the delivery counts as accepted once it is out."""
+        if type(record) is Copy:
+            self._copy_outcome(record, ACCEPTED)
+        else:
+            assert isinstance(record, Forward)
+            self.relay_outcome(record, ACCEPTED)
+
+    def _presettled_sent(self, fwd: Forward) -> None:
+        if fwd.copies is not None and any(not c.done for c in fwd.copies):
+            return
+        fwd.done = True
+        fwd.frames = None
+        self._release_window(fwd)

@@ -1,0 +1,248 @@
+"""Deliveries waiting for consumer credit, in-process endpoints, and links going away.
+
+Owns: the queues of deliveries waiting for a consumer (per address) and their expiry (a heap of
+deadlines), their bytes in the bounds (bounds.py), consumer credit and drain, rerouting what
+waits when an address's destinations change, deliveries to in-process endpoints (management)
+and messages from the router itself, and what becomes of deliveries when a consumer or
+producer link goes away (released, modified, or unlinked from their producer).
+Collaborators: the address table, the mesh, Bounds, Touched.
+A layer of the forwarder (see forwarding.py).
+Must not touch: reading frames (forwarding.py), choosing among consumers (sending.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from ..amqp import errors as E
+from ..amqp.errors import DecodeError
+from ..amqp.events import FlowReceived
+from ..amqp.messaging import Rejected
+from ..amqp.peek import peek
+from ..amqp.performatives import Error
+from . import annotate
+from .delivery import Copy, Forward
+from .links import InLink, OutLink, alive
+from .multicast import Multicast
+from .settlement import DELIVERY_FAILED
+from .table import AddressEntry, AddressTable
+
+if TYPE_CHECKING:
+    from .bounds import Bounds
+    from .mesh import Mesh
+    from .touched import Touched
+
+
+class Waiting(Multicast):
+    """See the module docstring."""
+
+    def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, router_id: str) -> None:
+        super().__init__(table, bounds, mesh, touched, router_id)
+        self._expiring: list[tuple[float, int, Forward]] = []  # (expiry, seq, waiting delivery): a heap
+        self._seq = itertools.count()
+        self.router_sent = self.router_dropped = 0  # messages from the router itself (management)
+        # The connection (ConnState) whose delivery an in-process endpoint is handling, while it
+        # does: management reads the authenticated user from it. None for the router's own.
+        self.local_sender: Any = None
+
+    def _aborted(self, fwd: Forward) -> None:
+        """The producer aborted `fwd` (forwarding.py)."""
+        raise NotImplementedError
+
+    # --- in-process endpoints and messages from the router itself -----------------------------
+
+    def _deliver_local(self, fwd: Forward) -> None:
+        handler = fwd.entry.local
+        assert handler is not None and fwd.frames is not None
+        payload = bytes(fwd.frames[0]) if len(fwd.frames) == 1 else b"".join(fwd.frames)
+        fwd.frames = None
+        try:
+            link_address = fwd.in_link.address if fwd.in_link is not None else None
+            self.local_sender = fwd.in_link.conn if fwd.in_link is not None else None
+            state, replies = handler(payload, self.now, link_address)
+        except Exception as exc:  # an endpoint's bug must not take the router down
+            state = Rejected(error=Error(condition=E.INTERNAL_ERROR, description=f"{type(exc).__name__}: {exc}"))
+            replies = []
+        self.local_sender = None
+        fwd.entry.deliveries_egress += 1
+        if fwd.presettled:
+            self._presettled_sent(fwd)
+        else:
+            self.relay_outcome(fwd, state)
+        for to, body in replies:
+            self.send_from_router(to, body)
+
+    def send_from_router(self, to: str, payload: bytes) -> bool:
+        """Route a message the router itself originates (presettled), e.g. a management reply.
+        False when `to` has no destination (the message is dropped and counted)."""
+        entry = self.table.lookup(to)
+        if entry is None or not entry.has_destination:
+            self.router_dropped += 1
+            return False
+        fwd = Forward(None, -1, True, [payload], True, entry, 0)
+        if entry.remote:
+            try:
+                fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
+            except DecodeError:
+                self.router_dropped += 1  # an in-process endpoint's bug: nothing to route by
+                return False
+        entry.deliveries_ingress += 1
+        self.router_sent += 1
+        self._route(fwd)
+        return True
+
+    # --- waiting for credit ---------------------------------------------------------------------
+
+    def _wait(self, fwd: Forward) -> None:
+        if self.bounds.release_waiting(fwd):  # no room for its bytes
+            self.unroutable(fwd)
+            return
+        if fwd.frames is not None:  # a waiting delivery must not pin the reads it came in
+            fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
+        fwd.entry.pending.append(fwd)
+        self._wait_bytes(fwd, +1)
+        if fwd.expiry is not None:
+            heapq.heappush(self._expiring, (fwd.expiry, next(self._seq), fwd))
+
+    def _wait_bytes(self, fwd: Forward, sign: int) -> None:
+        # By its session, not its link: the link may be gone (or unlinked when the producer
+        # settled first) while the delivery still waits, and its bytes still count.
+        session = fwd.in_session
+        if session is not None:
+            conn = session.conn.context
+            if conn is not None:
+                self.bounds.hold(conn, sign * fwd.size)
+
+    def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
+        """`out` may take deliveries: give it waiting ones, then answer a drain request."""
+        if out.gone or not alive(out.link):
+            return
+        link = out.link
+        pending = out.pending
+        while pending and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+            item = pending.popleft()
+            if type(item) is Forward:  # anycast, waiting for an inter-router link's credit
+                if not item.done:
+                    self._wait_bytes(item, -1)
+                    self._send(item, out)
+                continue
+            copy = item
+            assert isinstance(copy, Copy)
+            if not copy.done and not copy.forward.done:
+                self._send_copy(copy)
+                fwd = copy.forward
+                if not any(c.sent_frames == 0 and not c.done for c in fwd.copies or ()):
+                    fwd.frames = None
+        if out.neighbour is not None and out.conn.role == "edge":
+            self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
+        queue = out.entry.pending
+        while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+            fwd = queue.popleft()
+            if fwd.done:
+                continue
+            self._wait_bytes(fwd, -1)
+            if now is not None and fwd.expiry is not None and fwd.expiry <= now:
+                fwd.entry.expired += 1
+                self.unroutable(fwd)
+                continue
+            out.entry.rr += 1
+            self._send(fwd, out)
+        if link.drain and link.credit > 0 and not queue and not pending and out.streaming is None:
+            link.complete_drain()  # nothing to send: give the credit back (transport §2.6.7)
+            self.touched.touch(out.conn.engine)
+            if out.zero_credit_since is None:
+                out.zero_credit_since = self.now
+
+    def on_flow(self, event: FlowReceived, now: float) -> None:
+        out = event.link.context
+        if type(out) is OutLink:
+            if event.link.credit > 0:
+                out.zero_credit_since = None
+            elif out.zero_credit_since is None:
+                out.zero_credit_since = now
+            self.consumer_ready(out, now)
+        else:
+            self.mesh.on_flow(event)  # a control link between routers
+
+    def expire(self, now: float) -> None:
+        heap = self._expiring
+        while heap and heap[0][0] <= now:
+            _, _, fwd = heapq.heappop(heap)
+            if not fwd.done and fwd.out is None:
+                self._wait_bytes(fwd, -1)
+                fwd.entry.expired += 1
+                self.unroutable(fwd)
+
+    def next_deadline(self) -> float | None:
+        heap = self._expiring
+        while heap and (heap[0][2].done or heap[0][2].out is not None):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    # --- links going away -----------------------------------------------------------------------
+
+    def consumer_gone(self, out: OutLink, now: float) -> None:
+        entry = out.entry
+        if out in entry.consumers:
+            entry.consumers.remove(out)
+            self.mesh.consumers_changed(entry)
+        self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
+        record = out.streaming
+        out.streaming = None
+        if record is not None:  # the rest of that delivery has nowhere to go
+            fwd = record.forward if type(record) is Copy else record
+            assert isinstance(fwd, Forward)
+            if type(record) is Copy:
+                self._copy_failed(record, DELIVERY_FAILED)
+            elif not fwd.done:
+                self.relay_outcome(fwd, DELIVERY_FAILED)
+                fwd.done = True
+        for item in out.pending or ():  # never sent: released
+            if type(item) is Forward:
+                if not item.done:
+                    self._wait_bytes(item, -1)
+                    self.unroutable(item)
+            else:
+                assert isinstance(item, Copy)
+                if not item.done and not item.forward.done:
+                    self._copy_failed(item)
+        out.pending = None
+        if not entry.consumers and out.neighbour is None:
+            if entry.key[0] == "M":
+                self.mesh.local_consumers(entry, False)
+            self.reroute(entry)  # to other routers, or released when there are none
+            for producer in entry.producers:
+                self.credit_dirty(producer)  # no destination any more: drain their credit
+
+    def reroute(self, entry: AddressEntry) -> None:
+        """Route again the deliveries waiting at `entry` (its destinations changed)."""
+        if not entry.pending:
+            return
+        waiting = list(entry.pending)
+        entry.pending.clear()
+        for fwd in waiting:
+            if fwd.done:
+                continue
+            self._wait_bytes(fwd, -1)
+            if entry.has_destination:
+                self._route(fwd)
+            else:
+                self.unroutable(fwd)
+
+    def producer_gone(self, inl: InLink, now: float) -> None:
+        entry = inl.entry
+        if entry is not None and inl in entry.producers:
+            entry.producers.remove(inl)
+        fwd = inl.streaming
+        inl.streaming = None
+        if fwd is not None and not fwd.done:
+            self._aborted(fwd)  # a half-sent message is aborted downstream
+        maps = inl.link.session.context
+        if maps is not None:  # the producer will not hear outcomes any more
+            for delivery_id, record in maps.inbound.items():
+                if record.in_link is inl:
+                    record.in_link = None
+                    maps.inbound.pop(delivery_id)
+                    self.producer_unlinked(record)
