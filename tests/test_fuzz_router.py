@@ -55,9 +55,12 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
 
 
 def _problems(router: RouterProcess) -> list[str]:
+    # A refused login is the router doing its job (hostile inputs name odd mechanisms): its
+    # warning is expected; any other failure is a problem.
     return [
         line for line in router.stdout + router.stderr
-        if "Traceback" in line or " ERROR " in line or " CRITICAL " in line or "failed" in line
+        if "Traceback" in line or " ERROR " in line or " CRITICAL " in line
+        or ("failed" in line and "router.sasl: failed login from " not in line)
     ]  # fmt: skip
 
 

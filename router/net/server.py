@@ -428,7 +428,10 @@ class RouterServer:
             engine = register()
             log.info("connection %d %s", conn_id, label)
             await self._drive(stream, engine, settings, conn_id, counters, initial, deadline)
-        except Exception:
+        except* Exception:
+            # `except*`: a failure that comes inside an exception group together with a
+            # cancellation (the driver's tasks, while the router stops) is logged here too, and
+            # only the cancellation goes on.
             log.exception("connection %d %s failed", conn_id, label)
         finally:
             if engine is not None:

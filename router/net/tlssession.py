@@ -82,8 +82,13 @@ class TlsSession:
             await tcp.send_all(pending)
 
     def encrypt(self, plaintext: bytes) -> bytes:
-        """The records carrying `plaintext` (in order after every earlier call's)."""
-        self._object.write(plaintext)
+        """The records carrying `plaintext` (in order after every earlier call's); b"" once the
+        TLS session has ended (the peer's close_notify or a fatal alert): nothing more can reach
+        the peer then, as on a closed socket, and the reader sees the end of the stream."""
+        try:
+            self._object.write(plaintext)
+        except ssl.SSLError:  # SSLZeroReturnError and kin: ended under a writer with output queued
+            return b""
         return self._outgoing.read()
 
     def decrypt(self, received: bytes) -> tuple[bytes, bool]:
