@@ -13,10 +13,12 @@ Address keys are shown as the anchors show them (`M0orders` for the mobile addre
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from ..build_info import build_info
 from ..core.links import InLink, OutLink
 from ..core.table import AddressEntry
 from .model import Attribute, EntityType
@@ -71,6 +73,11 @@ def _total(attribute: str, gone: Any, links: Iterable[InLink | OutLink]) -> int:
     return int(getattr(gone, attribute)) + sum(int(getattr(link, attribute)) for link in links)
 
 
+@functools.cache
+def _compiled() -> bool:
+    return build_info().compiled  # fixed for the process's life: the modules are loaded once
+
+
 class RouterType(EntityType):
     short_name = "router"
     description = "This router: its identity and router-wide counters (deliveries counted where they entered)"
@@ -78,6 +85,7 @@ class RouterType(EntityType):
         Attribute("id", "string", "Router id, unique in the network"),
         Attribute("mode", "string", "standalone, interior or edge"),
         Attribute("version", "string", "Software version"),
+        Attribute("compiled", "boolean", "True when the hot path runs compiled (mypyc), false when interpreted"),
         Attribute("defaultDistribution", "string", "Distribution of addresses no rule matches"),
     ) + _counters(
         "addrCount: Addresses in the address table", "linkCount: Attached links",
@@ -117,7 +125,7 @@ class RouterType(EntityType):
         # Identity = the router id: WD14's `id` (the identity, §4.3.3) and the anchors' `id`
         # attribute then agree.
         yield self.entity(
-            router.id, router.id, id=router.id, mode=router.mode, version=_version(),
+            router.id, router.id, id=router.id, mode=router.mode, version=_version(), compiled=_compiled(),
             defaultDistribution="balanced", addrCount=len(core.table.entries), linkCount=len(_links(agent)),
             nodeCount=sum(1 for n in agent.entity_type("router.node").entities(agent, now) if n.get("nextHop") != "(self)"),
             connectionCount=sum(1 for s in states if s.opened and not s.closed),
