@@ -61,7 +61,7 @@ COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
 	tests/test_peek.py tests/test_mesh_forwarding.py tests/test_mesh_multicast.py \
 	tests/test_mesh_failure.py tests/test_mesh_edge.py tests/test_mesh_process.py \
 	tests/test_fastpath.py tests/test_core_dispositions.py tests/test_core_deliverymap.py \
-	tests/test_packaging.py
+	tests/test_packaging.py tests/test_tls_proton.py tests/test_interop_rhea.py
 
 # build/compiled: the same modules compiled in place in a copy of router/ (scripts/build_compiled.py),
 # for profiling and quick experiments; nothing in `make test` or `make bench` uses it.
@@ -70,7 +70,7 @@ compiled: $(STAMP)
 
 test-compiled: $(WHEEL_STAMP)
 	rm -rf build/wheel-tests && mkdir -p build/wheel-tests
-	tar -c --exclude=__pycache__ --exclude=results tests bench pyproject.toml | tar -x -C build/wheel-tests
+	tar -c --exclude=__pycache__ --exclude=results tests bench pyproject.toml mypyc-modules.txt | tar -x -C build/wheel-tests
 	cd build/wheel-tests && ROUTER_WHEEL=$$(ls $(abspath dist)/*.whl) $(abspath $(WHEEL_VENV))/bin/python -m pytest $(COMPILED_TESTS)
 
 test: check unit test-compiled
