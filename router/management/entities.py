@@ -14,11 +14,11 @@ Address keys are shown as the anchors show them (`M0orders` for the mobile addre
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from ..build_info import build_info
 from ..core.links import InLink, OutLink
 from ..core.table import AddressEntry
 from .model import Attribute, EntityType
@@ -75,7 +75,12 @@ def _total(attribute: str, gone: Any, links: Iterable[InLink | OutLink]) -> int:
 
 @functools.cache
 def _compiled() -> bool:
-    return build_info().compiled  # fixed for the process's life: the modules are loaded once
+    """The hot path runs compiled when the routing core was loaded from an extension module
+    (mypyc's output); fixed for the process's life. router/build_info.py gives the same answer
+    with the reason, but sits above this layer (tests/test_layering.py)."""
+    from ..core import router as core_router
+
+    return (core_router.__file__ or "").endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
 class RouterType(EntityType):
