@@ -26,12 +26,15 @@ $(WHEEL_STAMP): $(STAMP) $(WHEEL_SOURCES)
 	[ -x $(WHEEL_VENV)/bin/python ] || $(PYTHON) -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/python -m pip install -q --force-reinstall --no-deps dist/*.whl
 	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls dist/*.whl)[test]"
-	cd / && $(abspath $(WHEEL_VENV))/bin/python -c "from router.build_info import build_info; print('router wheel: hot path', build_info().describe())"
+	cd / && $(abspath $(WHEEL_VENV))/bin/python -c '$(BUILD_LINE)'
 	touch $@
 
 wheel: $(WHEEL_STAMP)
 
+BUILD_LINE := from router.build_info import build_info; print("router: hot path", build_info().describe())
+
 demo: $(WHEEL_STAMP)
+	@cd / && $(abspath $(WHEEL_VENV))/bin/python -c '$(BUILD_LINE)'
 	$(WHEEL_VENV)/bin/amqp-demo
 
 run: $(WHEEL_STAMP)

@@ -87,6 +87,12 @@ def compile_plan(
     return True, "compiled"
 
 
+# Interpreted on purpose: no warning.
+DELIBERATE = frozenset({
+    f"interpreted: {PURE_PYTHON_ENV}=1", "interpreted: editable development install", "interpreted: metadata only",
+})
+
+
 def warn_interpreted(reason: str) -> None:
     bar = "!" * 78
     sys.stderr.write(
@@ -103,7 +109,7 @@ class BuildPyWithNote(build_py):  # type: ignore[misc]
 
     def run(self) -> None:
         super().run()
-        if NOTE.startswith("interpreted") and PURE_PYTHON_ENV not in NOTE:  # opting out is quiet
+        if NOTE.startswith("interpreted") and NOTE not in DELIBERATE:  # a missing tool, not a choice
             warn_interpreted(NOTE.split(": ", 1)[1])
         write_note(self.build_lib, NOTE)
 

@@ -103,6 +103,19 @@ def test_the_sdist_carries_what_the_compiled_build_reads() -> None:
     assert '"mypy>=' in requires.split("[project]")[0]  # mypyc is a build requirement
 
 
+@in_checkout
+def test_opting_out_builds_interpreted_quietly(tmp_path: Path) -> None:
+    env = {**os.environ, "ROUTER_PURE_PYTHON": "1"}
+    result = subprocess.run(
+        [sys.executable, str(SETUP_PY), "-q", "build", "--build-base", str(tmp_path / "b")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "WITHOUT its compiled hot path" not in result.stderr
+    (note,) = (tmp_path / "b").rglob("router/_build.txt")
+    assert note.read_text().strip() == "interpreted: ROUTER_PURE_PYTHON=1"
+
+
 # --- the running router says which build it is -------------------------------------------------
 
 
@@ -157,3 +170,4 @@ def test_the_installed_router_runs_compiled() -> None:
     for module in listed_modules():
         name = module.removesuffix(".py").replace("/", ".")
         assert (importlib.import_module(name).__file__ or "").endswith(".so"), name
+
