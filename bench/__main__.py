@@ -29,6 +29,15 @@ def python_build() -> str:
     return f"{platform.python_implementation()} {platform.python_version()} ({sys.executable}; {opt or 'no PGO/LTO flags'})"
 
 
+def router_build() -> str:
+    """Which router produced the figures: the hot path compiled (the wheel a user installs) or
+    interpreted, and from where it was imported."""
+    import router
+    from router.build_info import build_info
+
+    return f"hot path {build_info().describe()}, {Path(router.__file__).parent}"
+
+
 def _flatten(results: dict[str, Any], prefix: str = "") -> dict[str, float]:
     flat: dict[str, float] = {}
     for key, value in results.items():
@@ -57,9 +66,10 @@ def main(argv: list[str]) -> int:
             table.add_row(key, f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}")
         console.print(table)
         console.print(f"python: {python_build()}")
+        console.print(f"router build: {router_build()}")
         stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
         path = out_dir / f"{stamp}-{name}.json"
-        path.write_text(json.dumps({"suite": name, "python": python_build(), "results": results}, indent=2))
+        path.write_text(json.dumps({"suite": name, "python": python_build(), "router_build": router_build(), "results": results}, indent=2))
         console.print(f"saved {path}")
     return 0
 

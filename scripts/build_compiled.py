@@ -1,4 +1,6 @@
-"""Build a compiled copy of the router for tests and benchmarks: build/compiled/ holds copies of
+"""Build a compiled copy of the router for profiling and quick experiments (`make compiled`;
+`make test` and `make bench` use the wheel a user installs instead: see setup.py and the
+Makefile's test-compiled and bench targets): build/compiled/ holds copies of
 router/, tests/, bench/ and pyproject.toml, with the modules in mypyc-modules.txt compiled in
 place there. Rebuilt only when a source file or the interpreter changed (a hash of router/ and
 of the interpreter that builds it is kept: compiled modules belong to one interpreter build).

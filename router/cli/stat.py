@@ -55,7 +55,8 @@ class View:
 
 VIEWS: dict[ViewName, View] = {
     ViewName.general: View("router", "Router Statistics", (
-        ("Router Id", "id"), ("Mode", "mode"), ("Version", "version"), ("Uptime", "uptimeSeconds"),
+        ("Router Id", "id"), ("Mode", "mode"), ("Version", "version"), ("Compiled", "compiled"),
+        ("Uptime", "uptimeSeconds"),
         ("Connections", "connectionCount"), ("Links", "linkCount"), ("Addresses", "addrCount"), ("Nodes", "nodeCount"),
         ("Ingress", "deliveriesIngress"), ("Egress", "deliveriesEgress"), ("Transit", "deliveriesTransit"),
         ("Accepted", "acceptedDeliveries"), ("Rejected", "rejectedDeliveries"), ("Released", "releasedDeliveries"),

@@ -14,6 +14,8 @@ Address keys are shown as the anchors show them (`M0orders` for the mobile addre
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
 from collections.abc import Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -50,6 +52,16 @@ def table_key(key: str) -> str | None:
     return key if key[:1] in ("L", "R", "T") else None  # local, router (mesh), topo (mesh)
 
 
+@functools.cache
+def _compiled() -> bool:
+    """The hot path runs compiled when the routing core was loaded from an extension module
+    (mypyc's output); fixed for the process's life. router/build_info.py gives the same answer
+    with the reason, but sits above this layer (tests/test_layering.py)."""
+    from ..core import router as core_router
+
+    return (core_router.__file__ or "").endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
 class RouterType(EntityType):
     short_name = "router"
     description = "This router: its identity and router-wide counters (deliveries counted where they entered)"
@@ -57,6 +69,7 @@ class RouterType(EntityType):
         Attribute("id", "string", "Router id, unique in the network"),
         Attribute("mode", "string", "standalone, interior or edge"),
         Attribute("version", "string", "Software version"),
+        Attribute("compiled", "boolean", "True when the hot path runs compiled (mypyc), false when interpreted"),
         Attribute("defaultDistribution", "string", "Distribution of addresses no rule matches"),
     ) + _counters(
         "addrCount: Addresses in the address table", "linkCount: Attached links",
@@ -96,7 +109,7 @@ class RouterType(EntityType):
         # Identity = the router id: WD14's `id` (the identity, §4.3.3) and the anchors' `id`
         # attribute then agree.
         yield self.entity(
-            router.id, router.id, id=router.id, mode=router.mode, version=_version(),
+            router.id, router.id, id=router.id, mode=router.mode, version=_version(), compiled=_compiled(),
             defaultDistribution="balanced", addrCount=t.addresses, linkCount=t.links,
             nodeCount=sum(1 for n in agent.entity_type("router.node").entities(agent, now) if n.get("nextHop") != "(self)"),
             connectionCount=t.connections, presettledDeliveries=t.presettled,
