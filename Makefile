@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo run test check typecheck unit bench clean
+.PHONY: demo run test check typecheck unit bench clean image
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) scripts/bootstrap.sh
@@ -64,3 +64,8 @@ bench-interpreted: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .mypy_cache .hypothesis
+
+# The router image (deploy/Containerfile) on base images made from Debian packages with
+# debootstrap, built with podman (or docker): no image registry needed. Needs root.
+image: $(STAMP)
+	PYTHON=$(abspath $(PY)) deploy/image/build.sh
