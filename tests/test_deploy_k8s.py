@@ -30,6 +30,7 @@ EXTERNAL_SECRETS = {"mesh-ca", "clients-ca"}
 BASE_SECRETS = {"router-mesh-tls", "router-clients-tls"}
 CRDS = {("cert-manager.io/v1", "Certificate"), ("cert-manager.io/v1", "Issuer")}
 CONFIG_PATH = "/etc/router/router.yaml"
+SECRET_KEYS = {"tls.crt", "tls.key", "ca.crt"}
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) is not installed")
 
@@ -161,6 +162,7 @@ def test_ports_probes_and_configs_agree(target: str) -> None:
         template = workload["spec"]["template"]
         (router,) = [c for c in template["spec"]["containers"] if c["name"] == "router"]
         ports = {p["name"]: p["containerPort"] for p in router["ports"]}
+        volumes = {v["name"]: v for v in template["spec"]["volumes"]}
         for config in router_configs(docs, workload):
             opened = {listener.port for listener in config.listeners if listener.host == "0.0.0.0"}
             http = {h.port for h in config.http if h.host == "0.0.0.0"}
@@ -171,6 +173,18 @@ def test_ports_probes_and_configs_agree(target: str) -> None:
             annotations = template["metadata"]["annotations"]
             assert annotations["prometheus.io/scrape"] == "true" and int(annotations["prometheus.io/port"]) in http
             assert config.router.mode == ("interior" if workload["kind"] == "StatefulSet" else "edge")
+            secret_dirs = {
+                m["mountPath"]: volumes[m["name"]]["secret"]["secretName"]
+                for m in router["volumeMounts"] if "secret" in volumes[m["name"]]
+            }
+            for profile in config.ssl_profiles:
+                for path in filter(None, (profile.cert_file, profile.key_file, profile.ca_file)):
+                    # A Secret mounted as a directory of its keys (cert-manager's: tls.crt, tls.key, ca.crt).
+                    assert str(Path(path).parent) in secret_dirs, f"{profile.name}: {path} is in no mounted Secret"
+                    assert Path(path).name in SECRET_KEYS
+            for mount in router["volumeMounts"]:
+                # Nothing mounted inside another mount (the kubelet cannot make mount points in a read-only volume).
+                assert not any(mount["mountPath"].startswith(other["mountPath"] + "/") for other in router["volumeMounts"])
 
 
 def _named_by(dns_names: list[str], host: str) -> bool:
