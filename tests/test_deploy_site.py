@@ -69,6 +69,7 @@ def test_site_writes_a_valid_overlay(tmp_path: Path) -> None:
     "args, message",
     [
         (["Bad_Name", "--public-host", "a.example"], "DNS label"),
+        (["../../etc", "--public-host", "a.example"], "DNS label"),
         (["ok", "--public-host", "a.example", "--peer", "nohost"], "HOST:PORT"),
         (["ok", "--public-host", "a.example", "--peer", "h.example:0"], "HOST:PORT"),
         (["ok", "--public-host", "a.example", "--peer", "h.example:55671; rm -rf /"], "HOST:PORT"),
