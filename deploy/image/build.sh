@@ -6,7 +6,7 @@
 #      itself has no network);
 #   3. deploy/Containerfile built on them: localhost/amqp-mesh-router:VERSION.
 # Needs root (debootstrap), podman (or docker with a working engine) and a Debian mirror.
-# ENGINE=podman|docker, SUITE (bookworm: Python 3.11), DEBIAN_MIRROR, PYTHON (pip for step 2).
+# ENGINE=podman|docker, ISOLATION (podman build --isolation), SUITE (bookworm: Python 3.11), DEBIAN_MIRROR, PYTHON (pip for step 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SUITE=${SUITE:-bookworm}
@@ -50,7 +50,11 @@ base_image "localhost/router-base:$SUITE" python3,python3-venv,passwd
     --python-version 3.11 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --platform any \
     $("$PYTHON" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))') \
-    setuptools wheel "mypy>=1.10" types-PyYAML
-"$ENGINE" build --file deploy/Containerfile --tag "$IMAGE" \
+    setuptools wheel "mypy>=1.10" types-PyYAML types-networkx
+# ISOLATION=chroot (podman) runs the build steps without an OCI runtime, for hosts where
+# containers cannot start (e.g. nested in a container without cgroup controllers).
+isolation=()
+if [ -n "${ISOLATION:-}" ]; then isolation=(--isolation "$ISOLATION"); fi
+"$ENGINE" build "${isolation[@]}" --file deploy/Containerfile --tag "$IMAGE" \
     --build-arg "BUILD_BASE=localhost/router-base-build:$SUITE" --build-arg "RUN_BASE=localhost/router-base:$SUITE" .
 echo "$IMAGE"
