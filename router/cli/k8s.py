@@ -188,10 +188,10 @@ CIDR = re.compile(r"^(\d{1,3}\.){3}\d{1,3}/\d{1,2}$|^[0-9a-fA-F:]+/\d{1,3}$")
 def site(
     name: Annotated[str, typer.Argument(help="the site's name (a DNS label: dc-east)")],
     public_host: Annotated[str, typer.Option("--public-host", help="the DNS name other sites dial (router-wan Service)")],
-    peer: Annotated[list[str], typer.Option("--peer", help="HOST:PORT of another site's public inter-router endpoint; repeat")] = [],  # noqa: B006
+    peer: Annotated[list[str], typer.Option("--peer", help="HOST:PORT of another site's public inter-router endpoint; repeat")] = [],
     allow_from: Annotated[
         list[str], typer.Option("--allow-from", help="CIDR the other sites' routers connect from (NetworkPolicy); repeat")
-    ] = [],  # noqa: B006
+    ] = [],
     wan_cost: Annotated[int, typer.Option("--wan-cost", min=1, max=2**31 - 1, help="cost of each WAN link")] = 10,
     deploy_dir: Annotated[Path, typer.Option("--deploy-dir", help="holds base/ and overlays/")] = Path("deploy/k8s"),
     force: Annotated[bool, typer.Option("--force", help="replace an existing overlay")] = False,
