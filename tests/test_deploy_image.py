@@ -1,12 +1,15 @@
 """The router image (`make image`, deploy/Containerfile): two containers form a mesh over the
 image's own configuration path and pass messages with outcomes. Skips, saying why, when no
 container engine is installed, the image has not been built, or the engine cannot start a
-container here (e.g. no permission to set resource limits in a nested container)."""
-
+container here (e.g. no permission to set resource limits in a nested container). Where it
+cannot, a second test still runs the image's content: its compiled router as the image's user,
+chrooted into the image's file system (needs root and podman).
+"""
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tomllib
@@ -103,8 +106,8 @@ async def wait_for(port: int, type: str, found: Callable[[dict[str, Any]], bool]
             await trio.sleep(0.2)  # polling management across processes: no event to wait for
 
 
-async def test_two_containers_mesh_and_pass_messages(pod: tuple[int, int]) -> None:
-    port_a, port_b = pod
+async def pass_messages(port_a: int, port_b: int) -> None:
+    """A and B have formed a mesh; 20 messages sent to A reach a consumer on B, each accepted."""
     await wait_for(port_a, NODE_TYPE, lambda row: row["id"] == "B" and bool(row.get("nextHop")))
     router = [sys.executable, "-m", "router.cli.main"]
     receiver = subprocess.Popen([*router, "receive", "smoke", "-b", f"127.0.0.1:{port_b}", "-n", "20", "--timeout", "20",
@@ -115,11 +118,71 @@ async def test_two_containers_mesh_and_pass_messages(pod: tuple[int, int]) -> No
         sent = await trio.to_thread.run_sync(lambda: run(*router, "send", "smoke", "-b", f"127.0.0.1:{port_a}", "-n", "20",
                                                          "--timeout", "20"))
         assert sent.returncode == 0, sent.stderr
-        assert "accepted" in sent.stdout
+        assert "accepted 20" in sent.stdout
         out, err = receiver.communicate(timeout=30)
         assert receiver.returncode == 0, err
-        assert "20" in out
+        assert "received 20 message(s)" in out
     finally:
         if receiver.poll() is None:
             receiver.kill()
             receiver.wait()
+
+
+async def test_two_containers_mesh_and_pass_messages(pod: tuple[int, int]) -> None:
+    await pass_messages(*pod)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def image_root(tmp_path: Path) -> Iterator[Path]:
+    """The image's file system, writable (a created, never started container), for hosts where
+    the engine cannot start containers: the routers run from it with chroot, as the image's user."""
+    tool = shutil.which("podman")
+    if tool is None or os.geteuid() != 0 or shutil.which("chroot") is None:
+        pytest.skip("needs podman and root (chroot into the image's file system)")
+    if run(tool, "image", "inspect", IMAGE).returncode != 0:
+        pytest.skip(f"image {IMAGE} is not built (make image)")
+    name = f"router-fs-{uuid.uuid4().hex[:8]}"
+    assert run(tool, "create", "--name", name, IMAGE).returncode == 0
+    try:
+        mounted = run(tool, "mount", name)
+        assert mounted.returncode == 0, mounted.stderr
+        yield Path(mounted.stdout.strip())
+    finally:
+        run(tool, "umount", name)
+        run(tool, "rm", name)
+
+
+async def test_the_image_file_system_runs_a_mesh(image_root: Path) -> None:
+    """The image's compiled router, as uid 10001, on host loopback: two routers mesh and pass
+    messages (the network is the host's; what this proves is the image's content)."""
+    port_a, port_b, mesh = free_port(), free_port(), free_port()
+    for router_id, port, listen, dial in (("A", port_a, True, None), ("B", port_b, False, mesh)):
+        text = config(router_id, port, listen_mesh=listen, dial=dial).replace("0.0.0.0", "127.0.0.1")
+        (image_root / "tmp" / f"{router_id}.yaml").write_text(text.replace("port: 55671", f"port: {mesh}"))
+    compiled = run("chroot", "--userspec=10001:10001", str(image_root), "/opt/router/bin/python", "-I", "-c",
+                   "import router.core.router as m; print(m.__file__)")
+    assert compiled.stdout.strip().endswith(".so"), compiled
+    processes = [
+        subprocess.Popen(["chroot", "--userspec=10001:10001", str(image_root), "/opt/router/bin/router", "run", "-c",
+                          f"/tmp/{router_id}.yaml"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for router_id in ("A", "B")
+    ]
+    try:
+        await pass_messages(port_a, port_b)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                code = process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+            output = process.stdout.read() if process.stdout else ""
+            assert code == 0, output
