@@ -5,6 +5,7 @@ container here (e.g. no permission to set resource limits in a nested container)
 cannot, a second test still runs the image's content: its compiled router as the image's user,
 chrooted into the image's file system (needs root and podman).
 """
+
 from __future__ import annotations
 
 import os
