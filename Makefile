@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo run test check typecheck unit bench clean wheel demo-dev run-dev
+.PHONY: demo run test check typecheck unit bench clean wheel demo-dev run-dev image
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) scripts/bootstrap.sh
@@ -106,3 +106,8 @@ bench-interpreted: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(WHEEL_VENV) $(BENCH_VENV) build dist *.egg-info .mypy_cache .hypothesis
+
+# The router image (deploy/Containerfile) on base images made from Debian packages with
+# debootstrap, built with podman (or docker): no image registry needed. Needs root.
+image: $(STAMP)
+	PYTHON=$(abspath $(PY)) deploy/image/build.sh

@@ -8,6 +8,7 @@
     router manage VERB ...             query and change its entities, JSON in and out (like qdmanage)
     router users add|remove|list|hash  the users file of salted password hashes
     router demo                        a router with a sender and a receiver, in one process
+    router k8s site NAME --peer ...    a Kubernetes overlay for a new site (deploy/k8s)
 
 Each command lives in its own module; only `run` loads the routing core.
 """
@@ -19,7 +20,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import clients, config_cmd, manage, run, stat, users
+from . import clients, config_cmd, k8s, manage, run, stat, users
 
 app = typer.Typer(
     name="router",
@@ -35,6 +36,7 @@ app.command()(clients.receive)
 app.command()(stat.stat)
 app.add_typer(manage.app, name="manage")
 app.add_typer(users.app, name="users")
+app.add_typer(k8s.app, name="k8s")
 
 
 @app.command()
