@@ -71,7 +71,9 @@ class RouterProcess:
         path.write_text(yaml.safe_dump(config))
         log = (self.directory / f"{self.name}.log").open("w")
         command = [sys.executable, "-m", "router.cli.main", "run", "-c", str(path), "--log-level", "warning"]
-        self.process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=log)
+        # Run from the demo's directory: `-m` puts the working directory first on the path, and
+        # from a checkout that would be its interpreted sources instead of the installed build.
+        self.process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=log, cwd=self.directory)
         log.close()
         assert self.process.stdout is not None
         buffer = b""
