@@ -77,6 +77,11 @@ class SaslProtocolError(Exception):
     """A SASL frame arrived that the exchange does not allow at this point."""
 
 
+class PasswordChecksBusy(Exception):
+    """Raised by a PLAIN check when the router's budget of password derivations is spent for
+    now: the login is refused at once with sys-temp (security 5.3.3.6), so the client tries again."""
+
+
 class SaslServer:
     __slots__ = ("config", "_offered", "_mechanism", "_done", "_scram")
 
@@ -151,6 +156,8 @@ class SaslServer:
         check = self.config.check_plain
         try:
             accepted = check is not None and check(authzid, username, password)
+        except PasswordChecksBusy:
+            return self._finish(False, None, SASL_SYS_TEMP, "too many password checks at once", username)
         except Exception:  # a broken credential store must not take the connection engine down
             return self._finish(False, None, SASL_SYS_PERM, "credential check failed", username)
         if not accepted:

@@ -312,6 +312,15 @@ class FailedLogins(Model):
     max_delay_s: float = Field(default=4.0, gt=0, le=60, description="longest delay before a failed login's outcome")
     forget_after_s: float = Field(default=60.0, gt=0, description="a host that has not failed for this long starts afresh")
     max_hosts: int = Field(default=4096, ge=1, le=1_000_000, description="hosts remembered (the oldest go first)")
+    # A SASL PLAIN check derives PBKDF2 from the offered password (about a millisecond of the
+    # event loop each): router-wide, at most this many per second; past it a login is refused at
+    # once with sys-temp (the client tries again). A password verified before is not derived again.
+    max_password_checks_per_s: float = Field(
+        default=50.0, gt=0, le=100_000, description="PLAIN password derivations per second, router-wide"
+    )
+    password_checks_burst: int = Field(
+        default=50, ge=1, le=100_000, description="derivations allowed at once before the per-second rate applies"
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> FailedLogins:

@@ -11,20 +11,26 @@ iterated hashes only, never a password:
 Owns: reading and writing that file (atomically: a temporary file renamed over the old one),
 hashing a new password, and CredentialStore: the configuration's inline `users` and the file's
 together, the file read again when it changes (a file that no longer loads is logged once and
-the users read before stay in force).
+the users read before stay in force), and the cost of SASL PLAIN checks: a bounded cache of
+passwords verified before and a router-wide budget of PBKDF2 derivations (sans-IO: time comes
+in as `now`).
 Must not touch: the SASL exchange (router.amqp.sasl / scram), the configuration schema.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
+import secrets
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..amqp.sasl import PasswordChecksBusy
 from ..amqp.scram import MECHANISMS, StoredCredentials, check_password, make_credentials
 from .models import RouterConfig, User
 
@@ -123,6 +129,35 @@ def inline_users(users: tuple[User, ...]) -> Credentials:
     return out
 
 
+class DerivationBudget:
+    """A token bucket of password derivations (sans-IO: `now` in seconds): `burst` at once, then
+    `rate_per_s`. A `now` earlier than one seen before refills nothing."""
+
+    __slots__ = ("rate_per_s", "burst", "_tokens", "_last")
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._tokens = float(burst)
+        self._last: float | None = None
+
+    def take(self, now: float) -> bool:
+        if self._last is None or now > self._last:
+            if self._last is not None:
+                self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.rate_per_s)
+            self._last = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+
+VERIFIED_CACHE_SIZE = 256
+# Keys the cache's hashes of verified passwords: what the cache holds is no fast hash of a
+# password that could be tried offline.
+_CACHE_KEY = secrets.token_bytes(32)
+
+
 class CredentialStore:
     """Who may log in with a password: the configuration's inline users, then the users file's
     (a user in both: the file wins, it is the one `router users add` changes)."""
@@ -133,6 +168,14 @@ class CredentialStore:
         self._file: Credentials = {}
         self._signature: tuple[int, int, int] | None = None
         self._reported: tuple[int, int, int] | None = None
+        limits = config.failed_logins
+        self.budget = DerivationBudget(limits.max_password_checks_per_s, limits.password_checks_burst)
+        # (user, the stored credentials, keyed hash of the password) of PLAIN logins that passed,
+        # least recently used first: a changed or removed user or another password never matches.
+        self._verified: OrderedDict[tuple[str, StoredCredentials, bytes], None] = OrderedDict()
+        self.derivations = 0  # PBKDF2 derivations done for PLAIN checks
+        self.cache_hits = 0  # PLAIN checks answered from the cache
+        self.refused_busy = 0  # PLAIN checks refused because the budget was spent
         if self._path is not None:
             self._signature = self._stat()
             try:  # `router run` has checked it at start (check_users_file); this is a later read
@@ -172,15 +215,30 @@ class CredentialStore:
         entry = self.user(name)
         return entry.get(mechanism) if entry else None
 
-    def check_plain(self, authzid: str, name: str, password: str) -> bool:
+    def check_plain(self, authzid: str, name: str, password: str, now: float | None = None) -> bool:
         """SASL PLAIN: the password checked against the user's SCRAM hash (PBKDF2 with its salt);
-        acting for another user (an authzid other than the user's own) is refused."""
+        acting for another user (an authzid other than the user's own) is refused. A password
+        verified before for the same stored hash is answered from the cache; any other check
+        spends one of the budget's derivations (with `now`; None: unbounded) or raises
+        PasswordChecksBusy."""
         entry = self.user(name)
-        if entry is None:  # the same work as for a real user: the answer's timing must not tell
-            check_password(_NOBODY, password)
+        credentials = (entry.get("SCRAM-SHA-256") or next(iter(entry.values()))) if entry else _NOBODY
+        key = (name, credentials, hmac.digest(_CACHE_KEY, password.encode("utf-8", "surrogatepass"), "sha256"))
+        if entry is not None and key in self._verified:
+            self._verified.move_to_end(key)
+            self.cache_hits += 1
+            return authzid in ("", name)
+        if now is not None and not self.budget.take(now):
+            self.refused_busy += 1
+            raise PasswordChecksBusy()
+        self.derivations += 1
+        # An unknown user costs the same derivation as a real one: the answer's timing must not tell.
+        if not check_password(credentials, password) or entry is None:
             return False
-        credentials = entry.get("SCRAM-SHA-256") or next(iter(entry.values()))
-        return check_password(credentials, password) and authzid in ("", name)
+        self._verified[key] = None
+        while len(self._verified) > VERIFIED_CACHE_SIZE:
+            self._verified.popitem(last=False)
+        return authzid in ("", name)
 
 
 _NOBODY = make_credentials("SCRAM-SHA-256", os.urandom(16).hex())

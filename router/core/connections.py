@@ -4,11 +4,13 @@ per-connection router state.
 Owns: the engine settings a listener implies (frame size, idle time-out, SASL mechanisms; PLAIN
 and SCRAM checked against the users' salted hashes (router.config.users); PLAIN offered only
 once TLS is up unless the listener allows it in clear; EXTERNAL with the TLS layer's identity;
-SASL required unless ANONYMOUS is offered; failed logins logged with the peer's address and
-slowed down per peer host), the client-side engine of a connector (container-id = our router
-id; SCRAM-SHA-256, SCRAM-SHA-1 or PLAIN with the connector's credentials, else EXTERNAL with a
-certificate, else ANONYMOUS), and ConnState, the router's view of one connection (the listener
-or connector it belongs to, its role and cost, its links, backpressure flags).
+PLAIN's password derivations bounded router-wide on the engine's `now`, past the bound refused
+with sys-temp; SASL required unless ANONYMOUS is offered; failed logins logged with the peer's
+address and slowed down per peer host), the client-side engine of a connector (container-id =
+our router id; SCRAM-SHA-256, SCRAM-SHA-1 or PLAIN with the connector's credentials, else
+EXTERNAL with a certificate, else ANONYMOUS), and ConnState, the router's view of one
+connection (the listener or connector it belongs to, its role and cost, its links, backpressure
+flags).
 Must not touch: routing decisions, I/O (but the users file, read through the credential store).
 """
 
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.connection import Connection, ConnectionConfig
-from ..amqp.sasl import SUPPORTED, LoginThrottle, SaslClientConfig, SaslResult, SaslServerConfig
+from ..amqp.sasl import SUPPORTED, LoginThrottle, PlainCheck, SaslClientConfig, SaslResult, SaslServerConfig
 from ..amqp.scram import MECHANISMS as SCRAM_MECHANISMS
 from ..config.models import Connector, FailedLogins, Listener, RouterConfig
-from ..config.users import credential_store
+from ..config.users import CredentialStore, credential_store
 
 if TYPE_CHECKING:
     from .links import InLink, OutLink
@@ -33,11 +36,14 @@ _KNOWN = frozenset(SUPPORTED)
 
 
 def engine_config(
-    config: RouterConfig, listener: Listener, external_identity: str | None = None, *, tls: bool | None = None
+    config: RouterConfig, listener: Listener, external_identity: str | None = None, *, tls: bool | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> ConnectionConfig:
     """The engine settings for a connection accepted on `listener`. `external_identity`: the
     user of the client's verified TLS certificate; SASL EXTERNAL is offered only with one.
-    `tls`: whether the connection runs over TLS (None: as the listener requires)."""
+    `tls`: whether the connection runs over TLS (None: as the listener requires). `clock`: the
+    engine's `now` while it reads, for the router-wide budget of PLAIN password derivations
+    (None: no budget)."""
     mechanisms = listener.sasl_mechanisms
     secure = tls if tls is not None else (listener.ssl_profile is not None and listener.require_ssl)
     passwords = "PLAIN" in mechanisms or any(m in SCRAM_MECHANISMS for m in mechanisms)
@@ -52,7 +58,7 @@ def engine_config(
         idle_timeout_s=listener.idle_timeout_s or None,
         sasl_server=SaslServerConfig(
             mechanisms=tuple(mechanisms),
-            check_plain=store.check_plain if plain and store is not None else None,
+            check_plain=_plain_check(store, clock) if plain and store is not None else None,
             scram_credentials=store.scram if store is not None else None,
             # Secure default: without ANONYMOUS, skipping SASL would skip the authentication
             # the listener asks for (security §5.1: the server answers with the SASL header).
@@ -60,6 +66,12 @@ def engine_config(
             external_identity=external_identity if "EXTERNAL" in mechanisms else None,
         ),
     )
+
+
+def _plain_check(store: CredentialStore, clock: Callable[[], float] | None) -> PlainCheck:
+    if clock is None:
+        return store.check_plain
+    return lambda authzid, name, password: store.check_plain(authzid, name, password, clock())
 
 
 def login_throttle(config: FailedLogins) -> LoginThrottle:
@@ -93,7 +105,13 @@ def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
 def new_engine(
     config: RouterConfig, listener: Listener, external_identity: str | None = None, *, tls: bool | None = None
 ) -> Connection:
-    return Connection(engine_config(config, listener, external_identity, tls=tls))
+    engine: Connection | None = None
+
+    def now() -> float:  # a SASL frame is handled inside receive_data, whose `now` this is
+        return engine.last_received if engine is not None else 0.0
+
+    engine = Connection(engine_config(config, listener, external_identity, tls=tls, clock=now))
+    return engine
 
 
 def new_outgoing_engine(config: RouterConfig, connector: Connector) -> Connection:
