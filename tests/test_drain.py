@@ -16,7 +16,7 @@ import trio
 from router.amqp.errors import LocalUsageError
 from router.amqp.message import Message
 from router.net.client import SendTracker, connect
-from router.net.errors import ConnectionClosed
+from router.net.errors import ConnectionClosed, LinkDetached
 from tests.rawamqp import HEADER, OPEN, frame, read_until
 from tests.support.router_process import RouterProcess, core_ready
 
@@ -48,6 +48,9 @@ async def test_sigterm_under_traffic_lets_the_deliveries_in_flight_be_accepted(t
             # released everything at once, before this).
             await trio.sleep(SLOW_CONSUMER_S)
             assert sender.link.credit == 0  # the router took the producer's credit back
+            with trio.fail_after(10), pytest.raises(LinkDetached) as refused:  # no new links
+                await producer.open_sender("drain/late")
+            assert refused.value.condition == "amqp:link:detach-forced"
             for delivery in held:
                 receiver.accept(delivery)
             with trio.fail_after(10):
