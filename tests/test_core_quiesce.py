@@ -7,6 +7,7 @@ from __future__ import annotations
 from router.amqp.events import RemoteClose
 from router.amqp.message import Message
 from router.amqp.messaging import ACCEPTED, Accepted
+from tests.meshharness import MeshHarness
 from tests.routerharness import Client, RouterHarness
 
 
@@ -78,3 +79,40 @@ def test_shutdown_after_quiesce_releases_what_is_left() -> None:
     h.pump()
     assert type(producer.outcomes[delivery_id]).__name__ in {"Released", "Modified"}
     assert h.core.in_flight() == 0
+
+
+def test_a_quiescing_router_in_a_mesh_finishes_what_crosses_it_and_takes_nothing_new() -> None:
+    """Producer on A, consumer on B: B quiesces. Outcomes of what already crossed still travel
+    back over the mesh; A gets no credit to send more to B; once B closes, A sees it leave and
+    what waited there is released to its sender."""
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("B", instance=2)
+    h.link("A", "B")
+    h.converge()
+    producer, consumer = h.client("A", "p"), h.client("B", "c")
+    consumer.auto_accept = False
+    rx = consumer.receiver("orders")
+    h.advance(0.5)
+    rx.flow(100)
+    tx = producer.sender("orders")
+    h.pump()
+    crossed = [producer.send(tx, Message.value(i)) for i in range(3)]
+    h.pump()
+    assert len(consumer.received[rx]) == 3
+    b = h.cores["B"]
+    b.quiesce(h.now)
+    h.pump()
+    waits = producer.send(tx, Message.value("after"))
+    h.pump()
+    assert len(consumer.received[rx]) == 3  # B gave A no credit for it
+    for r in consumer.received[rx]:
+        rx.dispose(r.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert all(isinstance(producer.outcomes[d], Accepted) for d in crossed)
+    assert b.in_flight() == 0
+    b.shutdown(h.now)
+    h.pump()
+    h.kill("B")
+    h.advance(5.0)
+    assert type(producer.outcomes.get(waits)).__name__ in {"Released", "Modified"}
