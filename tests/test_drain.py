@@ -19,6 +19,7 @@ from router.net.client import SendTracker, connect
 from router.net.errors import ConnectionClosed, LinkDetached
 from tests.rawamqp import HEADER, OPEN, frame, read_until
 from tests.support.router_process import RouterProcess, core_ready
+from tests.test_reload import wait_for_line
 
 IN_FLIGHT = 40  # deliveries the consumer holds unsettled when the signal comes
 GRACE_S = 20.0  # router run's default --grace-period-s
@@ -174,3 +175,28 @@ async def test_sigterm_during_a_continuous_stream_leaves_no_sender_guessing(tmp_
     assert code == 0, router.output
     assert fates.get("Accepted", 0) > 100, fates
     assert set(fates) <= {"Accepted", "Released", "Modified", "connection forced"}, fates
+
+
+@pytest.mark.skipif(not core_ready(), reason="the routing core does not route yet")
+@pytest.mark.process
+async def test_a_second_sigterm_ends_the_wait_for_deliveries_in_flight(tmp_path: Path) -> None:
+    with RouterProcess.running(tmp_path) as router:
+        port = router.ports["amqp"]
+        async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
+            receiver = await consumer.open_receiver("drain/again", credit=10)
+            sender = await producer.open_sender("drain/again")
+            trackers = [await sender.start_send(Message.value(i)) for i in range(5)]
+            with trio.fail_after(10):
+                for _ in trackers:
+                    await receiver.receive()  # held, never settled
+            signalled = time.monotonic()
+            router.send_signal(signal.SIGTERM)
+            await wait_for_line(router, "waiting for 5 deliveries in flight")
+            router.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                outcomes = {type(await tracker.wait()).__name__ for tracker in trackers}
+            assert outcomes <= {"Released", "Modified"}, outcomes
+        code = await trio.to_thread.run_sync(router.wait, GRACE_S)
+        elapsed = time.monotonic() - signalled
+    assert code == 0, router.output
+    assert elapsed < GRACE_S / 2, elapsed

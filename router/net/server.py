@@ -20,7 +20,8 @@ writers of the engines the core touched, the core's timer, socket backpressure (
 while the core says so, output blocked/unblocked as writers cross their high-water marks) and
 graceful shutdown (stop accepting; quiesce the core, no new credit nor links, and wait until no
 delivery is in flight or the drain deadline; close every connection with amqp:connection:forced,
-let writers flush until `drain_s` is up, then drop the sockets), and applying a changed configuration
+let writers flush until `drain_s` is up, then drop the sockets; a cancelled run() skips the
+wait for deliveries in flight), and applying a changed configuration
 file (`reload`: what changed goes through the management agent, see reload.py).
 Must not touch: routing decisions (router.core), protocol rules (router.amqp).
 """
@@ -158,7 +159,7 @@ class RouterServer:
         self._timer_wake = trio.Event()
         self._stop = trio.Event()
         # While a graceful stop waits for the deliveries in flight: the core's count of them
-        # (in_flight), and the event that says none is left.
+        # (in_flight), and the event that ends the wait (none left, or run() was cancelled).
         self._in_flight: Callable[[], int] | None = None
         self._drained = trio.Event()
         self._stopped = trio.Event()
@@ -194,6 +195,9 @@ class RouterServer:
             finally:
                 # Cancellation lands here: _serve is shielded and turns this into the same
                 # graceful stop (bounded by SHUTDOWN_FLUSH_S) before run() lets it propagate.
+                # It does not wait for deliveries in flight: the caller wants the stop now (in
+                # `router run`, a second signal or the grace period's end).
+                self._drained.set()
                 self.shutdown()
                 # HTTP stops last: /healthz says 503 while the connections close.
                 self._http_stop.set()
