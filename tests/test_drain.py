@@ -200,3 +200,53 @@ async def test_a_second_sigterm_ends_the_wait_for_deliveries_in_flight(tmp_path:
         elapsed = time.monotonic() - signalled
     assert code == 0, router.output
     assert elapsed < GRACE_S / 2, elapsed
+
+
+@pytest.mark.skipif(not core_ready(), reason="the routing core does not route yet")
+@pytest.mark.process
+@pytest.mark.interop
+async def test_a_proton_consumer_settles_during_the_drain(tmp_path: Path) -> None:
+    """The consumer is Proton (BlockingConnection): what it accepts after the signal reaches the
+    producer as accepted, and it sees the router's close at the end."""
+    from proton import ConnectionException
+    from proton.utils import BlockingConnection
+
+    count = 10
+    with RouterProcess.running(tmp_path) as router:
+        port = router.ports["amqp"]
+        proton = await trio.to_thread.run_sync(lambda: BlockingConnection(f"amqp://127.0.0.1:{port}", timeout=5))
+        try:
+            proton_rx = await trio.to_thread.run_sync(lambda: proton.create_receiver("drain/proton", credit=count * 2))
+            async with connect("127.0.0.1", port) as producer:
+                sender = await producer.open_sender("drain/proton")
+                trackers = [await sender.start_send(Message.value(i)) for i in range(count)]
+                bodies = await trio.to_thread.run_sync(lambda: [proton_rx.receive(timeout=5).body for _ in range(count)])
+                assert bodies == list(range(count))
+                router.send_signal(signal.SIGTERM)
+                await wait_for_line(router, f"waiting for {count} deliveries in flight")
+
+                def accept_all_then_wait_for_the_close() -> str:
+                    for _ in range(count):
+                        proton_rx.accept()
+                    try:
+                        proton.wait(lambda: False, timeout=10, msg="the router's close")
+                    except ConnectionException as exc:
+                        return str(exc)
+                    return "no close"
+
+                closed = await trio.to_thread.run_sync(accept_all_then_wait_for_the_close)
+                with trio.fail_after(10):
+                    outcomes = [type(await tracker.wait()).__name__ for tracker in trackers]
+        finally:
+            await trio.to_thread.run_sync(lambda: _close_quietly(proton))
+        code = await trio.to_thread.run_sync(router.wait, GRACE_S)
+    assert outcomes == ["Accepted"] * count
+    assert "amqp:connection:forced" in closed, closed
+    assert code == 0, router.output
+
+
+def _close_quietly(connection: object) -> None:
+    try:
+        connection.close()  # type: ignore[attr-defined]
+    except Exception:  # already closed by the router
+        pass
