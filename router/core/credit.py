@@ -4,7 +4,8 @@ Owns: each producer link's credit window (a producer may have `capacity` deliver
 router; none while its address has no destination; sized by bytes through router.core.bounds),
 the slot a delivery frees when handed to a local consumer, and the flush at the end of every
 batch: consumers below their unsettled bound resumed, dispositions written as ranges
-(dispositions.py), producers' credit topped up.
+(dispositions.py), producers' credit topped up, and quiescing (a graceful stop's first step: no
+producer gets credit again, what it had is taken back).
 The lowest layer of the forwarder (see forwarding.py).
 Collaborators: Touched (engines with output), Bounds.
 Must not touch: choosing destinations, sending transfers, outcomes.
@@ -33,6 +34,9 @@ class ProducerCredit:
         # them: a set add per delivery was a hash and a probe per message)
         self._credit_dirty: list[InLink] = []
         self._dispositions = Dispositions()
+        # The router is stopping (quiesce): no producer gets credit again, deliveries in flight
+        # still finish (their outcomes flow back as usual).
+        self.quiescing = False
 
     # --- the producers' credit windows ----------------------------------------------------------
 
@@ -51,6 +55,9 @@ class ProducerCredit:
         link-credit, transport §2.6.7: what was in flight is still read)."""
         link = inl.link
         if inl.gone or not alive(link):
+            return
+        if self.quiescing:
+            self._take_back_credit(inl)
             return
         entry = inl.entry
         if entry is not None and not entry.has_destination:
@@ -74,6 +81,27 @@ class ProducerCredit:
             link.flow(max(0, desired))
             self.touched.touch(inl.conn.engine)
             if desired <= 0 and inl.zero_credit_since is None:
+                inl.zero_credit_since = self.now
+
+    def quiesce(self, in_links: list[InLink]) -> None:
+        """Stop granting credit to producers (and to routers sending to us): from now on
+        _refresh_credit only takes credit back. `in_links`: every link we receive on."""
+        self.quiescing = True
+        for inl in in_links:
+            if not inl.gone and alive(inl.link):
+                self._take_back_credit(inl)
+
+    def _take_back_credit(self, inl: InLink) -> None:
+        """Set the link's credit to 0 with a flow. The receiver may lower link-credit at any
+        time (transport §2.6.7); transfers the sender wrote before the flow reached it are still
+        taken (the engine accepts them up to the delivery-limit we granted) and routed like any
+        other. Not a drain: drain asks the sender to use up its credit (send more, or advance
+        delivery-count), and the point here is that it sends nothing more."""
+        link = inl.link
+        if link.credit > 0:
+            link.flow(0)
+            self.touched.touch(inl.conn.engine)
+            if inl.zero_credit_since is None:
                 inl.zero_credit_since = self.now
 
     def handed_over(self, fwd: Forward) -> None:

@@ -7,6 +7,8 @@
     for engine in core.take_touched(): wake its writer
     core.tick(now) at core.next_deadline()
     core.forget(engine, now)                     # the connection is over, however it ended
+    core.quiesce(now)                            # a graceful stop begins: no new credit, no new links
+    core.in_flight()                             # deliveries still unsettled for their senders
     core.shutdown(now)                           # close everything with amqp:connection:forced
     core.wall_time(now)                          # wall-clock seconds at monotonic `now`
 
@@ -74,6 +76,7 @@ class RouterCore:
         self.links = Links(self.table, self.forwarder, self.bounds, self.mesh, router_id=self.router_id,
                            max_message_size=limits.max_message_size)  # fmt: skip
         self.shutting_down = False
+        self.quiescing = False  # quiesce(): a graceful stop drains what is in flight
         # What our open offers; the management node adds its capability and address.
         self.offered_capabilities: tuple[str, ...] = OFFERED_CAPABILITIES
         self.open_properties: dict[str, Any] = {"product": "amqp-mesh-router", "router-id": self.router_id}
@@ -226,6 +229,34 @@ class RouterCore:
         self.forwarder.flush()
         return sent
 
+    def quiesce(self, now: float) -> None:
+        """The first step of a graceful stop: deliveries already in flight keep flowing to
+        consumers and their outcomes back to senders, but nothing new comes in. Every link we
+        receive on (producers', and other routers' links to us) has its credit set to 0 and never
+        gets more (ProducerCredit.quiesce); new connections are refused with
+        amqp:connection:forced and new links on existing ones with amqp:link:detach-forced (see
+        _refuse_while_quiescing). The network layer waits until in_flight() is 0 or its drain
+        deadline, then calls shutdown(). Control links between routers keep their credit: the
+        mesh keeps working until this router's connections close."""
+        if self.quiescing or self.shutting_down:
+            return
+        self.quiescing = True
+        self.forwarder.now = now
+        in_links = [inl for state in self.connections.values() if not state.closed for inl in state.in_links]
+        self.forwarder.quiesce(in_links)
+        self.forwarder.flush()
+
+    def in_flight(self) -> int:
+        """Deliveries taken from a sender (a client or another router) that have no final
+        outcome yet: what a graceful stop waits for before closing."""
+        return sum(
+            inl.inflight
+            for state in self.connections.values()
+            if not state.closed
+            for inl in state.in_links
+            if not inl.gone
+        )
+
     def shutdown(self, now: float) -> None:
         """Graceful stop: release what is in flight and close every connection (forced)."""
         self.shutting_down = True
@@ -268,6 +299,8 @@ class RouterCore:
                 # session error read in the same batch), and it cannot begin again.
                 if session.state.local is UNINIT and engine.state.local is ACTIVE:
                     session.begin()
+            case ev.RemoteAttach() if self.quiescing and state.role == "normal":
+                self._refuse_while_quiescing(state, event.link)
             case ev.RemoteAttach():
                 self.links.attach_link(state, event.link, now)
             case ev.RemoteDetach() if state.peer is not None and engine.state.local is ACTIVE:
@@ -291,6 +324,16 @@ class RouterCore:
             case _:
                 pass
 
+    def _refuse_while_quiescing(self, state: ConnState, link: Any) -> None:
+        """A client attaches while the router drains. amqp:link:detach-forced ("an operator
+        intervened to detach", transport §2.8.18) says what happens and invites the client to
+        attach again elsewhere or later; closing the connection (amqp:connection:forced) would
+        cut off the deliveries it has in flight, which the drain exists to let finish; and
+        not-allowed or resource-limit-exceeded would be untrue."""
+        if state.closed or link.state.local is not UNINIT or state.engine.state.local is not ACTIVE:
+            return
+        link.reject(Error(condition=E.DETACH_FORCED, description="router shutting down"))
+
     def _broken(self, state: ConnState, what: str, now: float) -> None:
         """Routers keep their links and sessions for the life of the connection: one going
         away leaves the connection half working, so it is closed (the connector reconnects)."""
@@ -308,7 +351,7 @@ class RouterCore:
             return
         if engine.state.local is not UNINIT:
             return  # the engine closed it already (a violation read together with the open)
-        if self.shutting_down:
+        if self.shutting_down or self.quiescing:
             engine.close(Error(condition=E.CONNECTION_FORCED, description="router shutting down"))
             return
         opened = sum(1 for s in self.connections.values() if s.opened and not s.closed)

@@ -18,8 +18,10 @@ however it ends), the handshake time-out, the one monotonic clock the core is ca
 (`clock`, trio's by default; the wall-clock offset is captured once at start), waking the
 writers of the engines the core touched, the core's timer, socket backpressure (reads paused
 while the core says so, output blocked/unblocked as writers cross their high-water marks) and
-graceful shutdown (stop accepting, close every connection with amqp:connection:forced, let
-writers flush for up to `drain_s`, then drop the sockets), and applying a changed configuration
+graceful shutdown (stop accepting; quiesce the core, no new credit nor links, and wait until no
+delivery is in flight or the drain deadline; close every connection with amqp:connection:forced,
+let writers flush until `drain_s` is up, then drop the sockets; a cancelled run() skips the
+wait for deliveries in flight), and applying a changed configuration
 file (`reload`: what changed goes through the management agent, see reload.py).
 Must not touch: routing decisions (router.core), protocol rules (router.amqp).
 """
@@ -55,6 +57,8 @@ from .wsstream import accept as websocket_accept
 log = logging.getLogger(__name__)
 
 SHUTDOWN_FLUSH_S = 2.0  # how long writers may flush the closes before sockets are dropped
+# Of `drain_s`, what is kept for the closes after waiting for deliveries in flight (at most half).
+CLOSE_MARGIN_S = 1.0
 TIMER_FAILURE_PAUSE_S = 0.1  # after the core's timer failed, before it is tried again
 CLOSE_REASON_MAX = 200  # characters of a peer's close error that the log shows
 
@@ -154,6 +158,10 @@ class RouterServer:
         self._timer_at = math.inf
         self._timer_wake = trio.Event()
         self._stop = trio.Event()
+        # While a graceful stop waits for the deliveries in flight: the core's count of them
+        # (in_flight), and the event that ends the wait (none left, or run() was cancelled).
+        self._in_flight: Callable[[], int] | None = None
+        self._drained = trio.Event()
         self._stopped = trio.Event()
         self._http_stop = trio.Event()  # set once the AMQP side has stopped
         self._app: Any = None
@@ -187,6 +195,9 @@ class RouterServer:
             finally:
                 # Cancellation lands here: _serve is shielded and turns this into the same
                 # graceful stop (bounded by SHUTDOWN_FLUSH_S) before run() lets it propagate.
+                # It does not wait for deliveries in flight: the caller wants the stop now (in
+                # `router run`, a second signal or the grace period's end).
+                self._drained.set()
                 self.shutdown()
                 # HTTP stops last: /healthz says 503 while the connections close.
                 self._http_stop.set()
@@ -228,18 +239,46 @@ class RouterServer:
     async def _stop_gracefully(self) -> None:
         self._listeners.close_all()
         self._connectors.stop_dialling()  # their open connections close with the others
+        deadline = trio.current_time() + self.drain_s
+        await self._drain_in_flight(deadline - min(CLOSE_MARGIN_S, self.drain_s / 2))
         log.info("shutting down: closing %d connection(s)", len(self._drivers))
         try:
             self.core.shutdown(self.clock())
             self._after_core()
         except Exception:  # the connections are dropped below all the same
             log.exception("the core failed to close the connections")
-        with trio.move_on_after(self.drain_s):
+        with trio.move_on_at(deadline):
             for driver in list(self._drivers.values()):
                 await driver.wait_closed()
         unfinished = sum(1 for driver in self._drivers.values() if not driver.closed)
         if unfinished:
             log.info("dropping %d connection(s) that did not finish closing", unfinished)
+
+    async def _drain_in_flight(self, until: float) -> None:
+        """Quiesce the core (no new credit, no new links: RouterCore.quiesce) and wait until no
+        delivery is in flight, so that consumers settle what they hold and its outcome reaches
+        the sender, or until `until` (trio's clock): what is left is then released/modified by
+        the closes as before. _after_core sets _drained."""
+        # A stand-in core (tests) may not drain: it is closed at once.
+        quiesce = getattr(self.core, "quiesce", None)
+        in_flight = getattr(self.core, "in_flight", None)
+        if quiesce is None or in_flight is None:
+            return
+        try:
+            quiesce(self.clock())
+            self._in_flight = in_flight
+            self._after_core()
+            left = in_flight()
+        except Exception:  # the closes follow all the same
+            log.exception("the core failed to quiesce")
+            return
+        if not left:
+            return
+        log.info("shutting down: waiting for %d deliveries in flight", left)
+        with trio.move_on_at(until):
+            await self._drained.wait()
+        if not self._drained.is_set():
+            log.info("shutting down: %d deliveries still in flight at the drain deadline", in_flight())
 
     # --- run-time configuration (the management agent's ConfigControl) ---------------------------
 
@@ -552,6 +591,8 @@ class RouterServer:
         deadline = self.core.next_deadline()
         if deadline is not None and deadline < self._timer_at:
             self._timer_wake.set()
+        if self._in_flight is not None and not self._drained.is_set() and not self._in_flight():
+            self._drained.set()
 
     async def _timer(self) -> None:
         """Tick the core at its next deadline.
