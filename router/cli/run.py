@@ -5,8 +5,9 @@ limit on open descriptors to the hard one (logged), printing one
 `listening <listener> amqp://<host>:<port>` line per listener (then `listening <name>
 http://<host>:<port>` per HTTP listener) once the sockets are bound (flushed: scripts and
 tests wait for these lines), graceful shutdown on SIGINT/SIGTERM
-(the server stops accepting, releases what is in flight to its senders, closes every connection
-with amqp:connection:forced "router shutting down"; exit 0 within `--grace-period-s`), and applying
+(the server stops accepting, takes producers' credit back and lets the deliveries in flight get
+their outcomes, then releases what is left to its senders and closes every connection with
+amqp:connection:forced "router shutting down"; exit 0 within `--grace-period-s`), and applying
 a changed configuration file at run time, on SIGHUP or when the file's content changes (polled:
 a Kubernetes ConfigMap mount swaps a symlink, so the resolved file is read, not its directory
 watched); router.net.reload has the rules. A second SIGINT/SIGTERM during the shutdown stops at once.
