@@ -1,5 +1,5 @@
 """The mesh's per-message cost without sockets: a chain of routers (2 or 3) wired back to back
-as in tests/meshharness.py, a producer on the first and a consumer on the last, and each router's
+as in router/testing/meshharness.py, a producer on the first and a consumer on the last, and each router's
 side timed on its own (its engines' receive_data, events and data_to_send, and its core's handle).
 CPU time of one process, so other load on the machine hardly moves it: use it for every
 before/after of the forwarding path between routers.
@@ -35,7 +35,7 @@ from router.amqp.message import Message, encode_message  # noqa: E402
 from router.amqp.messaging import Properties  # noqa: E402
 from router.core.router import RouterCore  # noqa: E402
 from bench.relay import consume  # noqa: E402
-from tests.meshharness import MeshHarness  # noqa: E402
+from router.testing.meshharness import MeshHarness  # noqa: E402
 
 NAMES = "ABCDEFGH"
 

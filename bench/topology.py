@@ -9,7 +9,7 @@ failure, all in process (no sockets). `python -m bench topology [--quick]`.
   bounded Dijkstra, what a router pays the first time multicast goes to that destination); and
   the valid origins of every destination at one router (what the anchors compute on every
   change). CPU time (time.process_time), medians over the sample routers.
-- convergence: 1,000 routers (random geometric) on the simulator of tests/support/topology_sim.py
+- convergence: 1,000 routers (random geometric) on the simulator of router/testing/topology_sim.py
   with every control message encoded and decoded; the network is brought to its converged state,
   then one link on a long path fails, and later comes back. Reported: protocol rounds (the
   longest chain of control messages, each sent in reaction to the one before), virtual seconds
@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tests.support.topology_sim import Network
+from router.testing.topology_sim import Network
 from topology.config import TopologyConfig
 from topology.messages import Hello, LinkStateUpdate
 from topology.mobile import EMPTY_DIGEST

@@ -119,7 +119,7 @@ def test_unavailable_on_one_router_of_a_mesh() -> None:
     from router.amqp.events import RemoteDetach
     from router.amqp.message import Message
     from router.amqp.messaging import Properties, Rejected
-    from tests.meshharness import MeshHarness
+    from router.testing.meshharness import MeshHarness
 
     h = MeshHarness()
     h.router("A", addresses=(AddressConfig(prefix="closed", distribution="unavailable"),))

@@ -13,7 +13,7 @@ from router.amqp.messaging import ACCEPTED, Accepted, Released
 from router.config.models import Limits, Listener, RouterConfig
 from router.core.delivery import SessionMaps
 from router.core.links import InLink, OutLink
-from tests.routerharness import Client, RouterHarness
+from router.testing.routerharness import Client, RouterHarness
 
 
 def _config(**listener: Any) -> RouterConfig:
@@ -485,7 +485,7 @@ def test_across_the_mesh_a_stuck_consumer_holds_back_nothing_but_itself() -> Non
     """A producer on router A, a consumer that never settles on router B (bound 10): B stops
     sending to it; the data link between the routers is not bounded that way, so a second
     consumer on B then gets everything that waited and everything after."""
-    from tests.meshharness import MeshHarness
+    from router.testing.meshharness import MeshHarness
 
     h = MeshHarness()
     h.router("A", instance=1)

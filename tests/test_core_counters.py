@@ -9,7 +9,7 @@ from router.amqp.messaging import ACCEPTED, Modified, Rejected, Released
 from router.amqp.performatives import Error
 from router.config.models import Limits, Listener, RouterConfig
 from router.core.links import InLink, OutLink
-from tests.routerharness import Client, RouterHarness
+from router.testing.routerharness import Client, RouterHarness
 
 
 def _pair(h: RouterHarness, address: str = "q", credit: int = 10) -> tuple[Client, Client, object, object]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from router.amqp.message import Message, decode_message, encode_message
 from router.amqp.messaging import ACCEPTED, Accepted, Properties, Rejected, Source
-from tests.routerharness import RouterHarness
+from router.testing.routerharness import RouterHarness
 
 
 def _echo(payload: bytes, now: float, link_address: str | None = None) -> tuple[Any, list[tuple[str, bytes]]]:

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from router.amqp.message import Message
-from tests.routerharness import RouterHarness
+from router.testing.routerharness import RouterHarness
 
 
 def test_totals_keep_what_a_detached_producer_counted_and_snapshots_do_not_follow_the_core() -> None:

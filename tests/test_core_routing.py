@@ -9,7 +9,7 @@ from collections import Counter
 from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Properties, Released, Source
 from router.config.models import AddressConfig, Listener, RouterConfig, RouterSection
-from tests.routerharness import RouterHarness
+from router.testing.routerharness import RouterHarness
 
 
 def _config(**kw: object) -> RouterConfig:

@@ -11,7 +11,7 @@ from router.amqp.message import Message
 from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
 from router.amqp.performatives import RCV_SECOND, Error
 from router.config.models import AddressConfig, RouterConfig, RouterSection
-from tests.routerharness import Client, RouterHarness
+from router.testing.routerharness import Client, RouterHarness
 
 
 def _pair(h: RouterHarness, address: str = "q", credit: int = 100, **receiver: object) -> tuple[Client, Client, object, object]:

@@ -12,7 +12,7 @@ from router.amqp.messaging import Header, Properties, Rejected, Released
 from router.amqp.performatives import Begin
 from router.config.models import Limits, Listener, RouterConfig, RouterSection
 from router.core.connections import new_engine
-from tests.routerharness import Client, RouterHarness
+from router.testing.routerharness import Client, RouterHarness
 
 
 def _pair(h: RouterHarness, credit: int = 10, **client: object) -> tuple[Client, Client, object, object]:

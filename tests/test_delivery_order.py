@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from router.amqp.message import Message
 from router.config.models import AddressConfig, RouterConfig
 
-from tests.routerharness import RouterHarness
+from router.testing.routerharness import RouterHarness
 
 
 def _order(batches: list[int], credit_with: int, distribution: str = "balanced") -> list[str]:

@@ -29,7 +29,7 @@ from router.amqp.messaging import Accepted, Source, Target
 from router.amqp.sasl import SaslServerConfig
 from router.amqp.types import Described, UInt, ULong
 
-from .enginepair import parse_wire
+from router.testing.enginepair import parse_wire
 from .strategies import values
 from .test_engine_violations import Server
 

@@ -53,7 +53,7 @@ from router.amqp.performatives import (
 )
 from router.amqp.sasl import SaslServerConfig
 
-from .enginepair import EnginePair, WireFrame, parse_wire
+from router.testing.enginepair import EnginePair, WireFrame, parse_wire
 
 FUZZ = settings(
     max_examples=400,

@@ -30,7 +30,7 @@ from router.amqp.types import Described, ULong
 from router.net.client import connect
 from router.net.server import RouterServer
 
-from .enginepair import WireFrame, parse_wire
+from router.testing.enginepair import WireFrame, parse_wire
 from .support.router_process import core_ready, router_server
 
 __all__ = ["router_server"]  # the fixture, imported for pytest
@@ -226,7 +226,7 @@ def test_a_session_the_engine_ended_takes_its_links_credit_with_it() -> None:
     # In process, deterministically: a consumer holding credit, whose session the engine ends
     # for a violation, is offered nothing more (a send on it could only fail, failing the
     # producer's connection), and the producer's delivery waits, then gets an outcome.
-    from .routerharness import RouterHarness
+    from router.testing.routerharness import RouterHarness
 
     harness = RouterHarness()
     broken, other = harness.connect("broken"), harness.connect("other")
@@ -357,7 +357,7 @@ def test_annotations_that_are_no_map_reject_the_delivery(section: bytes) -> None
     # Found by bench/fuzz.py: message annotations encoded as a list (or a string) raised
     # DecodeError out of the core when it stripped the router's annotations, failing the
     # producer's connection. The message is malformed: the delivery is rejected, nothing else.
-    from .routerharness import RouterHarness
+    from router.testing.routerharness import RouterHarness
 
     harness = RouterHarness()
     client = harness.connect("producer")
@@ -381,7 +381,7 @@ def test_an_outcome_passed_on_fits_the_producers_max_frame_size() -> None:
     from router.amqp.messaging import Rejected
     from router.amqp.performatives import Error
 
-    from .routerharness import RouterHarness
+    from router.testing.routerharness import RouterHarness
 
     harness = RouterHarness()
     producer = harness.connect("producer", max_frame_size=512)

@@ -56,7 +56,7 @@ from router.amqp.performatives import (
 from router.amqp.sasl import SaslClientConfig, SaslServerConfig
 from router.amqp.session import Session
 
-from .enginepair import (
+from router.testing.enginepair import (
     EnginePair,
     attach_pair,
     begin_pair,

@@ -35,7 +35,7 @@ from router.amqp.performatives import RCV_FIRST, RCV_SECOND, RECEIVER, SENDER, E
 from router.amqp.serial import SERIAL_MOD, serial_add, serial_diff, serial_ids_in, serial_le, serial_lt, serial_range
 from router.amqp.session import Session
 
-from .enginepair import EnginePair
+from router.testing.enginepair import EnginePair
 
 # --- (a) the state tables -----------------------------------------------------------------------
 

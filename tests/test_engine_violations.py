@@ -45,7 +45,7 @@ from router.amqp.performatives import (
 )
 from router.amqp.session import Session
 
-from .enginepair import RawPeer, attach_pair, begin_pair, bodies, connected_pair, of_type, wire_frames
+from router.testing.enginepair import RawPeer, attach_pair, begin_pair, bodies, connected_pair, of_type, wire_frames
 
 SPEC_CONDITIONS = {
     value

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from router.amqp import errors as E
 from router.amqp.performatives import Close
 
-from .enginepair import WireFrame, parse_wire
+from router.testing.enginepair import WireFrame, parse_wire
 from .support.fuzzing import OUTCOMES, capture_proton_session, hostile_inputs, rss_bytes, split_stream, throw
 from .support.good_client import GoodClient
 from .support.router_process import RouterProcess, router_command, router_env

@@ -15,7 +15,7 @@ from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Modified, Properties, Rejected, Released
 from router.amqp.performatives import Error
 
-from .routerharness import Client
+from router.testing.routerharness import Client
 from .support.mgmt import MgmtHarness
 
 LINK_COUNTERS = ("deliveryCount", "acceptedCount", "rejectedCount", "releasedCount", "modifiedCount",

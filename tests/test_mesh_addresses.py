@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Properties, Source
-from tests.meshharness import MeshHarness
+from router.testing.meshharness import MeshHarness
 
 
 def _mesh(*ids: str) -> MeshHarness:

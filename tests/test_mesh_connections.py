@@ -15,7 +15,7 @@ from router.core.connections import new_engine, new_outgoing_engine
 from router.core.interrouter import COST_PROPERTY, ROLE_PROPERTY, VERSION_PROPERTY, ControlIn, ControlOut
 from router.core.links import InLink, OutLink
 from router.core.router import RouterCore
-from tests.meshharness import CLIENTS, INTER_ROUTER, MeshHarness, Wire
+from router.testing.meshharness import CLIENTS, INTER_ROUTER, MeshHarness, Wire
 
 
 def _line(*ids: str, **kw: object) -> MeshHarness:

@@ -17,8 +17,8 @@ from router.amqp.messaging import Accepted, Modified, Properties
 from router.config.models import AddressConfig
 from router.core.edge import decode_addresses, encode_addresses
 from router.core.edgemsg import MESH_ADDRESSES, MESH_REQUEST, MeshAddresses, decode, encode_mesh_addresses, encode_request
-from tests.meshharness import MeshHarness
-from tests.routerharness import Client
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client
 
 MULTICAST = (AddressConfig(prefix="mc", distribution="multicast"),)
 

@@ -14,8 +14,8 @@ from router.config.models import AddressConfig
 from router.amqp.connection import Connection, ConnectionConfig
 from router.core.connections import new_engine
 from router.core.interrouter import COST_PROPERTY, ROLE_PROPERTY, VERSION_PROPERTY
-from tests.meshharness import INTER_ROUTER, MeshHarness, Wire
-from tests.routerharness import Client
+from router.testing.meshharness import INTER_ROUTER, MeshHarness, Wire
+from router.testing.routerharness import Client
 
 RING = [("A", "B"), ("B", "C"), ("C", "D"), ("D", "A")]
 

@@ -18,8 +18,8 @@ from router.amqp.performatives import Error
 from router.config.models import AddressConfig, Listener
 from router.core import annotate
 from router.core.links import InLink
-from tests.meshharness import MeshHarness
-from tests.routerharness import Client
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client
 
 
 def _line(*ids: str, **router: Any) -> MeshHarness:

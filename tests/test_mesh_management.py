@@ -11,7 +11,7 @@ from router.amqp.messaging import Properties, Source
 from router.config.models import AddressConfig
 from router.management.agent import ManagementAgent
 from router.management.node import install
-from tests.meshharness import MeshHarness
+from router.testing.meshharness import MeshHarness
 
 
 def _line(ids: str = "ABC", cost: int = 1, **router: Any) -> tuple[MeshHarness, dict[str, ManagementAgent]]:

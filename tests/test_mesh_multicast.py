@@ -17,8 +17,8 @@ from router.amqp.performatives import Error
 from router.config.models import AddressConfig
 from router.core.connections import new_engine
 from router.core.interrouter import COST_PROPERTY, DATA_CAPABILITY, ROLE_PROPERTY, VERSION_PROPERTY
-from tests.meshharness import INTER_ROUTER, MeshHarness
-from tests.routerharness import Client
+from router.testing.meshharness import INTER_ROUTER, MeshHarness
+from router.testing.routerharness import Client
 
 MULTICAST = (AddressConfig(prefix="mc", distribution="multicast"),)
 
@@ -155,7 +155,7 @@ class FakeRouter:
         core.accept(router_side, INTER_ROUTER)
         self.engine = Connection(ConnectionConfig(container_id=rid))
         self.client = Client(rid, self.engine, router_side)
-        from tests.meshharness import Wire
+        from router.testing.meshharness import Wire
 
         h.wires.append(Wire(self.engine, router_side, None, core, a_client=self.client, name=rid))
         self.engine.open(properties={ROLE_PROPERTY: "inter-router", VERSION_PROPERTY: 1, COST_PROPERTY: 1})

@@ -11,7 +11,7 @@ from router.amqp.messaging import Properties
 from router.config.models import AddressConfig
 from router.core import remote
 from router.core.delivery import Forward
-from tests.meshharness import MeshHarness
+from router.testing.meshharness import MeshHarness
 
 
 def _diamond() -> MeshHarness:

@@ -11,8 +11,8 @@ from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Properties, Released, Source
 from router.management.agent import ManagementAgent
 from router.management.node import install
-from tests.meshharness import MeshHarness
-from tests.routerharness import Client
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client
 
 
 def _line(ids: str = "ABC") -> MeshHarness:

@@ -19,8 +19,8 @@ from router.amqp.messaging import ACCEPTED, Accepted, Modified, Received, Reject
 from router.amqp.performatives import RCV_SECOND, Error
 from router.core.delivery import SessionMaps
 from router.core.router import RouterCore
-from tests.meshharness import MeshHarness
-from tests.routerharness import Client
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client
 
 NAMES = ("A", "B", "C")
 

@@ -18,7 +18,7 @@ from proton.utils import BlockingConnection
 
 from router.amqp.message import Message
 from router.config.models import HttpListener, Listener, RouterConfig, RouterSection
-from tests.routerharness import RouterHarness
+from router.testing.routerharness import RouterHarness
 
 from .support.interop import run_in_thread
 from .support.management import managed_router
@@ -147,7 +147,7 @@ async def test_strip_annotations_with_proton() -> None:
 def test_a_router_aware_client_across_three_routers() -> None:
     """Kept on ingress at A and on egress at C: the consumer sees the client's ingress and its
     trace with every router the message passed (A, B, C), and nothing the client forged routes."""
-    from tests.meshharness import MeshHarness
+    from router.testing.meshharness import MeshHarness
 
     h = MeshHarness()
     for rid in ("A", "B", "C"):

@@ -12,7 +12,7 @@ from topology.messages import RouterAdvert
 from topology.node import TopologyNode
 from topology.routes import LinkState
 
-from .support.topology_sim import Network
+from router.testing.topology_sim import Network
 
 
 def sent(node: TopologyNode, kind: type) -> list[tuple[str | None, object]]:

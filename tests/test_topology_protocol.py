@@ -1,4 +1,4 @@
-"""The inter-router protocol on a simulated network (tests/support/topology_sim.py): every
+"""The inter-router protocol on a simulated network (router/testing/topology_sim.py): every
 message crosses a link as an encoded body, time is virtual, links can lose, drop, rewrite or be
 cut. "Converged" means every router holds the link states of its partition, computes the routes
 those give and publishes the address table its partition's consumers give."""
@@ -15,7 +15,7 @@ from topology.events import AddressesChanged, AddressResync, DuplicateRouterId, 
 from topology.messages import Hello, MobileAddressUpdate, RouterAdvert, to_map
 from topology.mobile import digest_of
 
-from .support.topology_sim import Network
+from router.testing.topology_sim import Network
 
 
 def test_two_routers_converge() -> None:

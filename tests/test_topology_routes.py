@@ -1,6 +1,6 @@
 """Route computation from literal topologies: ASCII art in, next hops / costs / hops / radius /
 valid origins out (docs/mesh-protocol.md, "Routes"). The art is parsed by
-tests/support/topology_art.py: `A -1- B` is a two-way link of cost 1, `A -1/5- B` an asymmetric
+router/testing/topology_art.py: `A -1- B` is a two-way link of cost 1, `A -1/5- B` an asymmetric
 configuration, `A -1-> B` a one-way claim."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from topology.routes import COST_MAX, LinkState, Routes, build_graph, compute_routes
 
-from .support.topology_art import parse_topology, ring
+from router.testing.topology_art import parse_topology, ring
 
 
 def routes_of(art: str, me: str) -> Routes:

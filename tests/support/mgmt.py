@@ -18,7 +18,7 @@ from router.amqp.message import Message
 from router.amqp.messaging import Properties, Source
 from router.config.models import Listener, RouterConfig
 from router.management import ManagementAgent, install
-from tests.routerharness import Client, RouterHarness
+from router.testing.routerharness import Client, RouterHarness
 
 NO_BODY = object()
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from router.amqp.connection import Connection, ConnectionConfig
 from router.config.models import Connector, Listener, RouterConfig, RouterSection
 from router.core.connections import new_engine, new_outgoing_engine
 from router.core.router import RouterCore
-from tests.routerharness import Client
+from router.testing.routerharness import Client
 
 CLIENTS = Listener(name="amqp", port=5672)
 INTER_ROUTER = Listener(name="inter-router", port=5673, role="inter-router")
@@ -61,7 +61,7 @@ class MeshHarness:
 
     # --- building the network ---------------------------------------------------------------
 
-    def router(self, router_id: str, instance: int | None = None, mode: str = "interior", **config: Any) -> RouterCore:
+    def router(self, router_id: str, instance: int | None = None, mode: Literal["standalone", "interior", "edge"] = "interior", **config: Any) -> RouterCore:
         section = RouterSection(id=router_id, mode=mode, **self.router_defaults)
         config.setdefault("listeners", (CLIENTS, INTER_ROUTER, EDGE) if mode == "interior" else (CLIENTS,))
         core = RouterCore(RouterConfig(router=section, **config), instance=instance)
@@ -207,7 +207,7 @@ class MeshHarness:
         """Every router reaches every other, and all hold the same address -> routers table."""
         interiors = {rid: core for rid, core in self.cores.items() if not core.mesh.edge}
         ids = set(interiors)
-        tables = []
+        tables: list[dict[str, set[str]]] = []
         for rid, core in interiors.items():
             node = core.mesh.node
             if node is None:

@@ -133,7 +133,7 @@ class Network:
         return link
 
     def build(self, text: str, *, delay: float | None = None) -> None:
-        """Routers and links from ASCII art (tests/support/topology_art.py syntax, two-way only)."""
+        """Routers and links from ASCII art (router/testing/topology_art.py syntax, two-way only)."""
         from .topology_art import parse_topology
 
         states = parse_topology(text)

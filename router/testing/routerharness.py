@@ -48,7 +48,7 @@ class Client:
     # What the router said about deliveries it sent us (role sender), by delivery-id.
     remote_states: dict[int, Any] = field(default_factory=dict)
     remote_settled: set[int] = field(default_factory=set)
-    partial: dict[Link, list[bytes]] = field(default_factory=dict)
+    partial: dict[Link, list[bytes | memoryview]] = field(default_factory=dict)
     auto_accept: bool = True
     tags: int = 0
 
