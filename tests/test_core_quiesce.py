@@ -7,8 +7,8 @@ from __future__ import annotations
 from router.amqp.events import RemoteClose
 from router.amqp.message import Message
 from router.amqp.messaging import ACCEPTED, Accepted
-from tests.meshharness import MeshHarness
-from tests.routerharness import Client, RouterHarness
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client, RouterHarness
 
 
 def _pair(h: RouterHarness) -> tuple[Client, Client, object, object]:
