@@ -116,3 +116,24 @@ def test_a_quiescing_router_in_a_mesh_finishes_what_crosses_it_and_takes_nothing
     h.kill("B")
     h.advance(5.0)
     assert type(producer.outcomes.get(waits)).__name__ in {"Released", "Modified"}
+
+
+def test_a_delivery_still_waiting_for_credit_is_not_waited_for() -> None:
+    # The consumer has given 2 credits: 2 deliveries go out, 3 wait in the router for credit.
+    h = RouterHarness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    consumer.auto_accept = False
+    rx = consumer.receiver("q")
+    tx = producer.sender("q")
+    h.pump()
+    rx.flow(2)
+    h.pump()
+    sent = [producer.send(tx, Message.value(i)) for i in range(5)]  # type: ignore[arg-type]
+    h.pump()
+    assert len(consumer.received[rx]) == 2  # type: ignore[index]
+    h.core.quiesce(h.now)
+    h.pump()
+    assert h.core.in_flight() == 2  # only what went on to the consumer: the close releases the rest
+    h.core.shutdown(h.now)
+    h.pump()
+    assert [type(producer.outcomes.get(d)).__name__ for d in sent[2:]] == ["Released"] * 3

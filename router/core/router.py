@@ -247,15 +247,25 @@ class RouterCore:
         self.forwarder.flush()
 
     def in_flight(self) -> int:
-        """Deliveries taken from a sender (a client or another router) that have no final
-        outcome yet: what a graceful stop waits for before closing."""
-        return sum(
+        """Deliveries taken from a sender (a client or another router) that went on to a
+        consumer or another router and have no final outcome yet: what a graceful stop waits
+        for before closing. Deliveries still waiting for a consumer's credit are not waited for:
+        the close releases them at once, so their producers can send them elsewhere instead of
+        waiting out the grace period for a consumer that may never ask."""
+        taken = sum(
             inl.inflight
             for state in self.connections.values()
             if not state.closed
             for inl in state.in_links
             if not inl.gone
         )
+        waiting = sum(
+            1
+            for entry in self.table.entries.values()
+            for fwd in entry.pending
+            if fwd.in_link is not None and not fwd.in_link.gone and not fwd.in_link.conn.closed
+        )
+        return taken - waiting
 
     def shutdown(self, now: float) -> None:
         """Graceful stop: release what is in flight and close every connection (forced)."""
