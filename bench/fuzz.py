@@ -39,6 +39,7 @@ from router.amqp.types import Described, Symbol, UByte, UInt, ULong  # noqa: E40
 from router.config.models import Listener, RouterConfig, RouterSection  # noqa: E402
 from router.core.connections import new_engine  # noqa: E402
 from router.core.router import RouterCore  # noqa: E402
+from router.testing.wire import raw_frame, split_stream  # noqa: E402
 
 PROTON_SESSION = ROOT / "tests" / "support" / "proton_session.bin"
 GOOD_EVERY = 1000
@@ -51,29 +52,6 @@ VALUES: list[Any] = [
     Described(ULong(0x28), ["a"]), Described(ULong(0x29), [b"bin"]), Described(ULong(0x1D), ["c"]),
     Described(Symbol("amqp:accepted:list"), []), Described(ULong(0x99), [1]),
 ]  # fmt: skip
-
-
-def frame(channel: int, body: bytes, frame_type: int = 0) -> bytes:
-    return struct.pack(">IBBH", 8 + len(body), 2, frame_type, channel) + body
-
-
-def split_stream(data: bytes) -> list[bytes]:
-    """Protocol headers and whole frames, in order; a cut-off tail stays one last piece."""
-    pieces: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        if data[pos : pos + 4] == b"AMQP":
-            pieces.append(data[pos : pos + 8])
-            pos += 8
-            continue
-        size = struct.unpack_from(">I", data, pos)[0] if len(data) - pos >= 8 else 0
-        if size < 8 or pos + size > len(data):
-            break
-        pieces.append(data[pos : pos + size])
-        pos += size
-    if pos < len(data):
-        pieces.append(data[pos:])
-    return pieces
 
 
 def own_client_session() -> bytes:
@@ -185,15 +163,15 @@ class Inputs:
             body = encode(Described(ULong(performative.DESCRIPTOR_CODE), fields))
         except Exception:  # noqa: BLE001 - not rebuildable: leave the frame as it is
             return piece
-        return frame(struct.unpack_from(">H", piece, 6)[0], body + piece[stop:], piece[5])
+        return raw_frame(struct.unpack_from(">H", piece, 6)[0], body + piece[stop:], piece[5])
 
     def generated(self) -> bytes:
         rng = self.rng
         out = bytearray(AMQP_HEADER)
         if rng.random() < 0.8:
-            out += frame(0, encode(Open(container_id="fuzz", max_frame_size=rng.choice([512, 4096, 65536]))))
+            out += raw_frame(0, encode(Open(container_id="fuzz", max_frame_size=rng.choice([512, 4096, 65536]))))
         if rng.random() < 0.7:
-            out += frame(0, encode(Begin(next_outgoing_id=0, incoming_window=100, outgoing_window=100)))
+            out += raw_frame(0, encode(Begin(next_outgoing_id=0, incoming_window=100, outgoing_window=100)))
         for _ in range(rng.randint(1, 5)):
             cls = rng.choice(AMQP_PERFORMATIVES + SASL_PERFORMATIVES)
             fields = [self.value() for _ in range(rng.randint(0, 14))]
@@ -201,7 +179,7 @@ class Inputs:
                 body = encode(Described(ULong(cls.DESCRIPTOR_CODE), fields))  # type: ignore[attr-defined]
             except Exception:  # noqa: BLE001 - e.g. a value our encoder refuses in a list
                 continue
-            out += frame(rng.randint(0, 2), body + rng.randbytes(rng.randint(0, 16)), rng.choice([0, 0, 0, 1]))
+            out += raw_frame(rng.randint(0, 2), body + rng.randbytes(rng.randint(0, 16)), rng.choice([0, 0, 0, 1]))
         return bytes(out)
 
 

@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 
 from router.amqp import errors as E
 from router.amqp.performatives import Close
-
 from router.testing.enginepair import WireFrame, parse_wire
-from .support.fuzzing import OUTCOMES, capture_proton_session, hostile_inputs, rss_bytes, split_stream, throw
+from router.testing.wire import split_stream
+
+from .support.fuzzing import OUTCOMES, capture_proton_session, hostile_inputs, rss_bytes, throw
 from .support.good_client import GoodClient
 from .support.router_process import RouterProcess, router_command, router_env
 

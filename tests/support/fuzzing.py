@@ -3,7 +3,7 @@
 - `capture_proton_session(port)`: the bytes a python-qpid-proton client sends to a router in one
   ordinary session (SASL, open, begin, a sender and a receiver, messages, every outcome, detach,
   end, close), recorded by a small socket proxy in front of the router.
-- `split_stream(data)`: such bytes as protocol headers and frames, for structured mutation.
+- (`split_stream` and `raw_frame`, shared with bench/fuzz.py, are in router.testing.wire.)
 - `hostile_inputs(captured)`: a hypothesis strategy of byte strings: the capture mutated (bytes
   flipped, inserted, cut; frames dropped, repeated, swapped, their sizes lied about, a field of
   one replaced with a value of any type) and sequences of generated frames, valid or not.
@@ -26,6 +26,7 @@ from router.amqp.encode import encode
 from router.amqp.framing import AMQP_HEADER, SASL_HEADER
 from router.amqp.performatives import AMQP_PERFORMATIVES, SASL_PERFORMATIVES, Begin, Open
 from router.amqp.types import Described, ULong
+from router.testing.wire import raw_frame, split_stream
 
 from .interop import run_container
 
@@ -113,27 +114,6 @@ def capture_proton_session(router_port: int, messages: int = 8, timeout_s: float
 # --- structure of a captured stream -----------------------------------------------------------------
 
 
-def split_stream(data: bytes) -> list[bytes]:
-    """Protocol headers and whole frames, in order; a cut-off tail is kept as one last piece."""
-    pieces: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        if data[pos : pos + 4] == b"AMQP":
-            pieces.append(data[pos : pos + 8])
-            pos += 8
-            continue
-        if len(data) - pos < 8:
-            break
-        size = struct.unpack_from(">I", data, pos)[0]
-        if size < 8 or pos + size > len(data):
-            break
-        pieces.append(data[pos : pos + size])
-        pos += size
-    if pos < len(data):
-        pieces.append(data[pos:])
-    return pieces
-
-
 def _replace_field(piece: bytes, index: int, value: Any) -> bytes:
     """The frame `piece` with field `index` of its performative replaced by `value`."""
     if len(piece) < 8 or piece[:4] == b"AMQP":
@@ -158,7 +138,7 @@ def _replace_field(piece: bytes, index: int, value: Any) -> bytes:
     except Exception:  # noqa: BLE001 - a value our encoder refuses here: use it raw elsewhere
         return piece
     rest = piece[stop:]
-    return struct.pack(">IBBH", 8 + len(encoded) + len(rest), 2, frame_type, struct.unpack_from(">H", piece, 6)[0]) + encoded + rest
+    return raw_frame(struct.unpack_from(">H", piece, 6)[0], encoded + rest, frame_type)
 
 
 # --- strategies --------------------------------------------------------------------------------------
@@ -209,10 +189,6 @@ def _mutate(pieces: list[bytes], data: st.DataObject) -> bytes:
     return b"".join(pieces)
 
 
-def _frame(channel: int, body: bytes, frame_type: int = 0) -> bytes:
-    return struct.pack(">IBBH", 8 + len(body), 2, frame_type, channel) + body
-
-
 def _generated(data: st.DataObject) -> bytes:
     """Header, an open (usually valid), maybe a begin, then frames of any performative with
     fields of any type (or well-typed ones), on a few channels."""
@@ -221,9 +197,9 @@ def _generated(data: st.DataObject) -> bytes:
     out = bytearray(AMQP_HEADER)
     if data.draw(st.booleans(), label="valid open"):
         max_frame = data.draw(st.sampled_from([512, 4096, 65536]), label="max-frame")
-        out += _frame(0, encode(Open(container_id="fuzz", max_frame_size=max_frame)))
+        out += raw_frame(0, encode(Open(container_id="fuzz", max_frame_size=max_frame)))
     if data.draw(st.booleans(), label="begin"):
-        out += _frame(0, encode(Begin(next_outgoing_id=0, incoming_window=1000, outgoing_window=1000)))
+        out += raw_frame(0, encode(Begin(next_outgoing_id=0, incoming_window=1000, outgoing_window=1000)))
     for _ in range(data.draw(st.integers(1, 5), label="frames")):
         cls = data.draw(st.sampled_from(AMQP_PERFORMATIVES + SASL_PERFORMATIVES), label="performative")
         if data.draw(st.booleans(), label="typed"):
@@ -234,7 +210,7 @@ def _generated(data: st.DataObject) -> bytes:
             body = encode(Described(ULong(cls.DESCRIPTOR_CODE), fields))  # type: ignore[attr-defined]
         channel = data.draw(st.integers(0, 2), label="channel")
         payload = data.draw(st.binary(max_size=32), label="payload")
-        out += _frame(channel, body + payload, data.draw(st.sampled_from([0, 0, 0, 1]), label="type"))
+        out += raw_frame(channel, body + payload, data.draw(st.sampled_from([0, 0, 0, 1]), label="type"))
     return bytes(out)
 
 
