@@ -74,6 +74,20 @@ def _set_host(state: Any, stream: trio.abc.Stream, tls: TlsInfo | None = None) -
         state.tls = tls
 
 
+async def _refuse(
+    stream: trio.abc.Stream, label: str, refusal: str, counters: ListenerCounters, *, timed_out: bool, answered: bool = False
+) -> None:
+    """A connection refused before AMQP (TLS or the WebSocket upgrade failed or timed out):
+    counted, logged, closed (after the refusal's answer has had a moment to reach the peer)."""
+    if timed_out:
+        counters.handshake_timeouts += 1
+    log.info("connection %s refused: %s", label, refusal)
+    with trio.CancelScope(shield=True):
+        if answered:
+            await linger_after_refusal(stream)
+        await trio.aclose_forcefully(stream)
+
+
 class Core(Protocol):
     """What the server needs from the routing core (router.core.router.RouterCore)."""
 
@@ -391,11 +405,7 @@ class RouterServer:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     refusal = f"the connection failed before TLS was up ({exc or type(exc).__name__})"
             if refusal:
-                if scope.cancelled_caught:
-                    counters.handshake_timeouts += 1
-                log.info("connection %s refused: %s", label, refusal)
-                with trio.CancelScope(shield=True):
-                    await trio.aclose_forcefully(stream)
+                await _refuse(stream, label, refusal, counters, timed_out=scope.cancelled_caught)
                 return
         if listener.websocket:
             # The HTTP upgrade, over TLS when the listener has a profile (wss), within the same
@@ -411,13 +421,7 @@ class RouterServer:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     refusal = f"the connection failed during the WebSocket upgrade ({exc or type(exc).__name__})"
             if refusal:
-                if scope.cancelled_caught:
-                    counters.handshake_timeouts += 1
-                log.info("connection %s refused: %s", label, refusal)
-                with trio.CancelScope(shield=True):
-                    if answered:
-                        await linger_after_refusal(stream)
-                    await trio.aclose_forcefully(stream)
+                await _refuse(stream, label, refusal, counters, timed_out=scope.cancelled_caught, answered=answered)
                 return
 
         def register() -> Connection:
