@@ -37,7 +37,17 @@ TIMEOUT_S = 20.0
 
 async def run_handler(handler: MessagingHandler, timeout_s: float = TIMEOUT_S) -> None:
     """A Proton Container for `handler` on its own thread (Proton objects are thread-affine)."""
-    await run_in_thread(lambda: run_container(Container(handler), timeout_s=timeout_s), timeout_s=timeout_s + 3)
+    stop = threading.Event()
+    container = Container(handler)
+
+    def close_all() -> None:
+        for conn in getattr(handler, "connections", []):
+            conn.close()
+
+    await run_in_thread(
+        lambda: run_container(container, timeout_s=timeout_s, stop=stop, on_stop=close_all),
+        timeout_s=timeout_s + 3, stop=stop,
+    )
 
 
 class Scenario(MessagingHandler):
@@ -253,11 +263,12 @@ async def test_multicast_on_a_redundant_mesh_has_no_duplicates(tmp_path: Path) -
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_handler, scenario)
             with trio.fail_after(10):
-                while True:  # the address has reached A from B, C and D
-                    rows = await mesh.ask("A", "A", "org.apache.qpid.dispatch.router.address")
-                    if any(r["address"] == "mc.news" and set(r["remoteHostRouters"]) == {"B", "C", "D"} for r in rows):
-                        break
-                    await trio.sleep(0.05)
+                async with connect("127.0.0.1", mesh.port("A")) as client, management_session(client) as mgmt:
+                    while True:  # the address has reached A from B, C and D
+                        rows = await mgmt.query_dicts("org.apache.qpid.dispatch.router.address")
+                        if any(r["address"] == "mc.news" and set(r["remoteHostRouters"]) == {"B", "C", "D"} for r in rows):
+                            break
+                        await trio.sleep(0.05)  # polling management: no event crosses the process boundary
             scenario.ready.set()
         assert not scenario.errors
         for name, counts in scenario.got.items():

@@ -60,6 +60,17 @@ def test_sections_read_at_start_are_reported_not_applied() -> None:
     assert plan.changes == []
 
 
+def test_a_listener_of_port_zero_given_its_bound_port_is_unchanged() -> None:
+    """Writing the port a listener got back into the file (so that a restart listens where peers
+    redial) is no change: reopening would reset connections waiting to be accepted."""
+    bound = config(listeners=(AMQP.model_copy(update={"port": 45678}),))
+    assert plan_reload(config(), bound, {"amqp": 45678}).changes == []
+    # Another port, or another field changed too, is an update.
+    assert [str(c) for c in plan_reload(config(), bound, {"amqp": 45679}).changes] == ["update listener amqp"]
+    changed = config(listeners=(AMQP.model_copy(update={"port": 45678, "idle_timeout_s": 5.0}),))
+    assert [str(c) for c in plan_reload(config(), changed, {"amqp": 45678}).changes] == ["update listener amqp"]
+
+
 # --- a running server -----------------------------------------------------------------------------
 
 
@@ -96,6 +107,21 @@ async def test_reload_applies_listeners_addresses_and_users(nursery: trio.Nurser
     assert "delete listener two" in report.applied
     assert set(server.listener_ports()) == {"amqp"}
     assert type(await roundtrip(ports["amqp"])).__name__ == "Accepted"
+    server.shutdown()
+
+
+async def test_writing_the_bound_port_into_the_file_keeps_the_listener(nursery: trio.Nursery) -> None:
+    server = RouterServer(config())
+    await nursery.start(server.run)
+    port = server.listener_ports()["amqp"]
+    sockets = server._listeners._open["amqp"].sockets
+    async with connect("127.0.0.1", port) as client:  # open across the reload
+        report = server.reload(config(listeners=(AMQP.model_copy(update={"port": port}),)))
+        assert report.applied == [] and report.failed == []
+        assert server._listeners._open["amqp"].sockets is sockets  # never closed and reopened
+        receiver = await client.open_receiver("reload/kept", credit=1)
+        assert receiver is not None
+    assert server.listener_ports() == {"amqp": port}
     server.shutdown()
 
 

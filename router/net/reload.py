@@ -25,7 +25,7 @@ Must not touch: sockets (the agent's ConfigControl, RouterServer, does that), th
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,9 +85,20 @@ def _rule_name(rule: AddressConfig) -> str:
     return f"{'prefix' if rule.prefix is not None else 'pattern'} {rule.prefix or rule.pattern}"
 
 
-def plan_reload(old: RouterConfig, new: RouterConfig) -> ReloadPlan:
+def _same_listener(before: Any, after: Any, bound_port: int | None) -> bool:
+    """A listener is unchanged when equal, or when the old file said port 0 (any port) and the
+    new one names the port it was given: writing the bound port back into the file (so that a
+    restart listens where clients and neighbours redial) must not close and reopen it, which
+    would reset connections waiting in its accept queue."""
+    if before == after:
+        return True
+    return before.port == 0 and after.port == bound_port and before.model_copy(update={"port": after.port}) == after
+
+
+def plan_reload(old: RouterConfig, new: RouterConfig, bound_ports: Mapping[str, int] | None = None) -> ReloadPlan:
     """What applying `new` over `old` (the previous file) means. ReloadRefused if the router's
-    identity changes."""
+    identity changes. `bound_ports` (listener name -> the port it listens on) lets a listener
+    of port 0 stay as it is when the new file names its bound port."""
     for name in IDENTITY_FIELDS:
         before, after = getattr(old.router, name), getattr(new.router, name)
         if before != after:
@@ -110,6 +121,8 @@ def plan_reload(old: RouterConfig, new: RouterConfig) -> ReloadPlan:
             if name not in before:
                 target = creates if etype != "sslProfile" else updates
                 target.append(Change("create", etype, name, _attributes(item)))
+            elif etype == "listener" and _same_listener(before[name], item, (bound_ports or {}).get(name)):
+                continue
             elif before[name] != item:
                 updates.append(Change("update", etype, name, _attributes(item)))
         for name in before:

@@ -304,7 +304,7 @@ class RouterServer:
             raise ReloadRefused("the router is shutting down")
         if self.agent is None:
             raise ReloadRefused("this router runs without a management agent")
-        plan = plan_reload(self.file_config, new)
+        plan = plan_reload(self.file_config, new, self._listeners.ports())
         self.file_config = new
         report = apply_reload(self.agent, plan)
         # New logins use the new users (the credential store is chosen per connection).

@@ -26,14 +26,21 @@ T = TypeVar("T")
 
 THREAD_PREFIX = "interop-proton"
 DEFAULT_TIMEOUT_S = 10.0
+STOP_WAIT_S = 4.0  # a stopped container closes its connections within run_container's grace
 
 
 # --- threads -------------------------------------------------------------------------------------
 
 
-async def run_in_thread(fn: Callable[..., T], *args: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> T:
+async def run_in_thread(
+    fn: Callable[..., T], *args: Any, timeout_s: float = DEFAULT_TIMEOUT_S, stop: threading.Event | None = None
+) -> T:
     """Run blocking `fn(*args)` on a fresh thread; await it without blocking trio; re-raise
-    what it raised. The thread is joined before this returns."""
+    what it raised. The thread is joined before this returns.
+
+    `stop` is the event `fn` watches to end early: when the awaiting task is cancelled (the
+    test failed elsewhere) it is set and the thread is awaited briefly, so that a failed test
+    does not leave its Proton thread running into the next one."""
     done = trio.Event()
     token = trio.lowlevel.current_trio_token()
     result: dict[str, Any] = {}
@@ -52,8 +59,15 @@ async def run_in_thread(fn: Callable[..., T], *args: Any, timeout_s: float = DEF
     name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "call")
     thread = threading.Thread(target=target, name=f"{THREAD_PREFIX}-{name}", daemon=True)
     thread.start()
-    with trio.fail_after(timeout_s):
-        await done.wait()
+    try:
+        with trio.fail_after(timeout_s):
+            await done.wait()
+    except trio.Cancelled:
+        if stop is not None:
+            stop.set()
+            with trio.CancelScope(shield=True), trio.move_on_after(STOP_WAIT_S):
+                await done.wait()
+        raise
     thread.join(timeout=1.0)
     if "error" in result:
         raise result["error"]

@@ -187,5 +187,11 @@ class MeshProcesses:
         if kind is None:
             self.close()
         else:
+            # Which routers had already died, and the routers' own account (pytest shows it
+            # beside the traceback).
+            codes = {name: process.proc.poll() if process.proc else None for name, process in self.processes.items()}
             for process in self.processes.values():
                 process.kill()
+            for name, process in self.processes.items():
+                print(f"--- router {name}: {'running' if codes[name] is None else f'exited {codes[name]}'}")
+                print(process.output)
