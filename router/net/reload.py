@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..config.models import AddressConfig, RouterConfig
+from ..config.models import AddressConfig, Listener, RouterConfig
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _rule_name(rule: AddressConfig) -> str:
     return f"{'prefix' if rule.prefix is not None else 'pattern'} {rule.prefix or rule.pattern}"
 
 
-def _same_listener(before: Any, after: Any, bound_port: int | None) -> bool:
+def _same_listener(before: Listener, after: Listener, bound_port: int | None) -> bool:
     """A listener is unchanged when equal, or when the old file said port 0 (any port) and the
     new one names the port it was given: writing the bound port back into the file (so that a
     restart listens where clients and neighbours redial) must not close and reopen it, which
