@@ -93,7 +93,7 @@ def router_configs(docs: tuple[dict[str, Any], ...], workload: dict[str, Any]) -
     return [
         RouterConfig.model_validate(
             render_interior(template, f"{name}-{n}", workload["metadata"]["namespace"], env["INTERIOR_SERVICE"]["value"],
-                            env["CLUSTER_DOMAIN"]["value"])
+                            env["CLUSTER_DOMAIN"]["value"], env.get("ROUTER_SITE", {}).get("value", ""))
         )
         for n in sorted({0, replicas - 1})
     ]
@@ -246,3 +246,18 @@ def test_overlays_link_sites_with_a_wan_cost() -> None:
             wan = [c for c in config.connectors if not c.host.endswith(".svc.cluster.local")]
             assert all(c.cost > 1 for c in wan)
         assert all(d["metadata"].get("labels", {}).get("amqp-mesh/site") == name for d in docs)
+
+
+def test_router_ids_are_unique_across_sites() -> None:
+    """Every site's StatefulSet has pods router-0, router-1, ...: the overlays put the site in
+    the router id, or the second site's router-0 would be refused by the mesh as a duplicate."""
+    ids: dict[str, str] = {}
+    for target in [t for t in TARGETS if t.startswith("overlays/")]:
+        docs = rendered(target)
+        for workload in workloads(docs):
+            if workload["kind"] != "StatefulSet":
+                continue
+            for config in router_configs(docs, workload):
+                assert config.router.id not in ids, f"{config.router.id} in {target} and {ids.get(config.router.id)}"
+                ids[config.router.id] = target
+    assert len(ids) >= 4

@@ -96,6 +96,18 @@ def test_render_interior_meshes_with_lower_ordinals(tmp_path: Path) -> None:
     assert all(c.ssl_profile == "mesh" and c.role == "inter-router" and c.cost == 1 for c in config.connectors)
 
 
+def test_render_interior_puts_the_site_in_the_router_id(tmp_path: Path) -> None:
+    out = tmp_path / "router.yaml"
+    env = {"POD_NAME": "router-1", "POD_NAMESPACE": "site-a", "ROUTER_SITE": "dc-east"}
+    result = runner.invoke(app, ["k8s", "render-interior", str(TEMPLATE), "-o", str(out)], env=env)
+    assert result.exit_code == 0, result.output
+    config = RouterConfig.model_validate(yaml.safe_load(out.read_text()))
+    assert config.router.id == "dc-east-router-1"
+    assert [c.host for c in config.connectors] == ["router-0.router-interior.site-a.svc.cluster.local"]
+    bad = runner.invoke(app, ["k8s", "render-interior", str(TEMPLATE), "-o", str(out)], env={**env, "ROUTER_SITE": "East/1"})
+    assert bad.exit_code == 2 and "site 'East/1'" in bad.output
+
+
 @pytest.mark.parametrize("pod", ["router", "router-", "router-x", "-1", "Router-1", "router-1234567"])
 def test_render_interior_refuses_a_pod_name_without_ordinal(pod: str, tmp_path: Path) -> None:
     out = tmp_path / "router.yaml"

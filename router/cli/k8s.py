@@ -60,15 +60,19 @@ def ordinal_of(pod_name: str) -> int:
 
 
 def render_interior(
-    template: dict[str, Any], pod_name: str, namespace: str, service: str, cluster_domain: str
+    template: dict[str, Any], pod_name: str, namespace: str, service: str, cluster_domain: str, site: str = ""
 ) -> dict[str, Any]:
-    """The configuration of interior `pod_name`: the template's, with the pod name as router id
-    and a connector to each lower ordinal (router-0 dials none, router-2 dials router-0 and
-    router-1): one connection per pair, whichever the replica count."""
+    """The configuration of interior `pod_name`: the template's, with the router id
+    `SITE-router-N` (or the pod name without a site) and a connector to each lower ordinal
+    (router-0 dials none, router-2 dials router-0 and router-1): one connection per pair,
+    whichever the replica count. Every site's StatefulSet names its pods router-0, router-1,
+    ...: without the site in the id, two linked sites would both have a router-0, and a mesh
+    refuses a second router with an id it knows."""
     ordinal = ordinal_of(pod_name)
     prefix = pod_name[: pod_name.rindex("-")]
     config = dict(template)
-    config["router"] = {**dict(config.get("router") or {}), "id": pod_name, "mode": "interior"}
+    router_id = f"{site}-{pod_name}" if site else pod_name
+    config["router"] = {**dict(config.get("router") or {}), "id": router_id, "mode": "interior"}
     profile = next((p["name"] for p in config.get("ssl_profiles") or () if p.get("name") == "mesh"), None)
     connectors = list(config.get("connectors") or ())
     for peer in range(ordinal):
@@ -93,13 +97,16 @@ def render_interior_command(
     namespace: Annotated[str, typer.Option(envvar="POD_NAMESPACE", help="this pod's namespace")],
     service: Annotated[str, typer.Option(envvar="INTERIOR_SERVICE", help="the headless Service")] = "router-interior",
     cluster_domain: Annotated[str, typer.Option(envvar="CLUSTER_DOMAIN")] = "cluster.local",
+    site: Annotated[str, typer.Option(envvar="ROUTER_SITE", help="the site's name, the router ids' prefix (set by the overlay)")] = "",
 ) -> None:
     """Write the configuration of interior pod router-N: its id and connectors to router-0..N-1."""
     try:
         loaded = yaml.safe_load(template.read_text())
         if not isinstance(loaded, dict):
             raise ValueError("the template is not a YAML mapping")
-        config = render_interior(loaded, pod_name, namespace, service, cluster_domain)
+        if site and not SITE_NAME.fullmatch(site):
+            raise ValueError(f"site {site!r}: a DNS label of at most 40 characters (a-z, 0-9, '-')")
+        config = render_interior(loaded, pod_name, namespace, service, cluster_domain, site)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise _fail(f"{template}: {exc}") from None
     _validated(config, str(template))
@@ -146,7 +153,17 @@ def _kustomization(name: str, public_host: str) -> dict[str, Any]:
                 "target": {"group": "cert-manager.io", "kind": "Certificate", "name": "router-mesh"},
                 # The peers' connectors check that our certificate names the host they dial.
                 "patch": yaml.safe_dump([{"op": "add", "path": "/spec/dnsNames/-", "value": public_host}]),
-            }
+            },
+            {
+                # Router ids unique across sites: NAME-router-0, NAME-router-1, ...
+                "target": {"group": "apps", "kind": "StatefulSet", "name": "router"},
+                "patch": yaml.safe_dump({
+                    "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "router"},
+                    "spec": {"template": {"spec": {"initContainers": [
+                        {"name": "render-config", "env": [{"name": "ROUTER_SITE", "value": name}]}
+                    ]}}},
+                }, sort_keys=False),  # fmt: skip
+            },
         ],
     }
 
@@ -214,7 +231,7 @@ def site(
     except (OSError, ValueError) as exc:
         raise _fail(f"{base}: {exc}") from None
     loaded = yaml.safe_load(text)
-    _validated(render_interior(loaded, "router-0", "amqp-mesh", "router-interior", "cluster.local"), f"{name}/interior.yaml")
+    _validated(render_interior(loaded, "router-0", "amqp-mesh", "router-interior", "cluster.local", name), f"{name}/interior.yaml")
     overlay = deploy_dir / "overlays" / name
     if overlay.exists() and not force:
         raise _fail(f"{overlay} exists (--force replaces it)")
