@@ -232,8 +232,11 @@ async def connect(
     idle_timeout_s: float | None = None,
     ssl_context: ssl.SSLContext | None = None,
     open_timeout_s: float = 10.0,
+    stream: trio.abc.Stream | None = None,
 ) -> AsyncIterator[Client]:
-    """Connect, authenticate, open a connection and a session; close them on exit."""
+    """Connect, authenticate, open a connection and a session; close them on exit. `stream`
+    (a connection made elsewhere, e.g. inside another network namespace) is used instead of
+    dialling `host`:`port`; `host` is still the name SASL and TLS are told."""
     sasl_config = None
     if sasl:
         sasl_config = SaslClientConfig(
@@ -250,7 +253,8 @@ async def connect(
             sasl_client=sasl_config,
         )
     )
-    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+    if stream is None:
+        stream = await trio.open_tcp_stream(host, port)
     if ssl_context is not None:
         stream = trio.SSLStream(stream, ssl_context, server_hostname=hostname or host)
     client = Client(engine, stream)

@@ -424,6 +424,12 @@ class RouterServer:
                 await _refuse(stream, label, refusal, counters, timed_out=scope.cancelled_caught, answered=answered)
                 return
 
+        if tls is not None and tls.user is None and listener.authenticate_peer and "EXTERNAL" in listener.sasl_mechanisms:
+            # Otherwise the peer only sees a mechanism list without EXTERNAL (or an empty one).
+            uid_format = profile.config.uid_format if profile is not None else "?"
+            log.warning("connection %s: its certificate has none of the fields uid_format %r names: "
+                        "SASL EXTERNAL is not offered to it", label, uid_format)  # fmt: skip
+
         def register() -> Connection:
             engine = new_engine(self.config, listener, tls.user if tls is not None else None, tls=tls is not None)
             _set_host(self.core.accept(engine, listener), stream, tls)

@@ -69,8 +69,9 @@ class RouterProcess:
     """One `router run -c CONFIG` subprocess; stdout and stderr are read by threads (so the
     router never blocks on a full pipe) and kept for assertions."""
 
-    def __init__(self, config_path: Path, *, listeners: int, log_level: str = "info") -> None:
+    def __init__(self, config_path: Path, *, listeners: int, log_level: str = "info", prefix: tuple[str, ...] = ()) -> None:
         self.config_path = config_path
+        self.prefix = prefix  # e.g. ("ip", "netns", "exec", NAME): the router runs inside a namespace
         self.listeners = listeners
         self.log_level = log_level
         self.ports: dict[str, int] = {}
@@ -82,7 +83,7 @@ class RouterProcess:
     def start(self, timeout: float = START_TIMEOUT_S) -> dict[str, int]:
         """Start the router and wait for its `listening` lines; return {listener: port}."""
         self.proc = subprocess.Popen(
-            router_command("run", "-c", str(self.config_path), "--log-level", self.log_level),
+            [*self.prefix, *router_command("run", "-c", str(self.config_path), "--log-level", self.log_level)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=router_env(),
         )  # fmt: skip
         assert self.proc.stdout is not None and self.proc.stderr is not None
