@@ -147,3 +147,19 @@ async def test_two_sites_mesh_over_tls_serve_locally_and_survive_a_wan_cut(tmp_p
                 assert await send_all(producer, "orders", 10, "healed") == ["Accepted"] * 10
                 assert sorted(healed) == sorted(f"healed-{i}" for i in range(10))
                 nursery.cancel_scope.cancel()
+
+
+async def test_a_third_site_joins_and_reaches_both_others(tmp_path: Path) -> None:
+    """dc-north dials both other sites (its overlay's two peers, WAN cost 20): a message from a
+    producer in the north reaches a consumer in the east and one in the west."""
+    with Sites(tmp_path, ["dc-east", "dc-west", "dc-north"], interiors=1, delay_ms=5) as sites:
+        await sites.wait_meshed()
+        for site in ("dc-east", "dc-west"):
+            async with sites.client(site, 0) as consumer, sites.client("dc-north", 0) as producer:
+                got: list[str] = []
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(receive_all, consumer, f"to-{site}", got)
+                    await wait_consumers(sites, "dc-north", f"to-{site}", {f"{site}-router-0"})
+                    assert await send_all(producer, f"to-{site}", 5, "north") == ["Accepted"] * 5
+                    assert sorted(got) == [f"north-{i}" for i in range(5)]
+                    nursery.cancel_scope.cancel()

@@ -69,20 +69,19 @@ class Namespaces:
         _ip("-n", name, "link", "set", "lo", "up")
         return name
 
-    def link(self, a: str, a_address: str, b: str, b_address: str, prefix: int = 24) -> None:
-        """A veth pair between namespaces `a` and `b`, with an address at each end."""
+    def link(self, a: str, a_address: str, b: str, b_address: str, prefix: int = 24) -> tuple[str, str]:
+        """A veth pair between namespaces `a` and `b`, with an address at each end; returns the
+        two devices' names (in `a`, in `b`)."""
         self._veths += 1
         left, right = f"v{self.tag}a{self._veths}"[:15], f"v{self.tag}b{self._veths}"[:15]
         _ip("link", "add", left, "netns", a, "type", "veth", "peer", "name", right, "netns", b)
         for ns, dev, address in ((a, left, a_address), (b, right, b_address)):
             _ip("-n", ns, "addr", "add", f"{address}/{prefix}", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "up")
+        return left, right
 
-    def add_address(self, ns: str, address: str, prefix: int = 24) -> None:
-        """Another address on the namespace's first veth (a second pod of one site)."""
-        devices = subprocess.run(["ip", "-n", ns, "-o", "link", "show", "type", "veth"], check=True,
-                                 capture_output=True, text=True).stdout.split()  # fmt: skip
-        device = devices[1].rstrip(":").split("@")[0]
+    def add_address(self, ns: str, device: str, address: str, prefix: int = 24) -> None:
+        """Another address on `device` of `ns` (a second pod of one site, say)."""
         _ip("-n", ns, "addr", "add", f"{address}/{prefix}", "dev", device)
 
     def hosts(self, ns: str, names: dict[str, str]) -> None:

@@ -76,8 +76,11 @@ class Sites:
     def pod_address(self, site: str, ordinal: int) -> str:
         return f"10.{self.tag}.{self.sites.index(site) + 1}.{ordinal + 2}"
 
-    def wan_end(self, site: str) -> str:
-        return f"10.{self.tag}.{self.sites.index(site) + 1}.1"
+    def wan_end(self, site: str, other: str | None = None) -> str:
+        """The WAN end of `site`'s veth; with `other`, the address there that stands for
+        `other`'s public host (a relay route of its own per peer site)."""
+        last = 1 if other is None else 100 + self.sites.index(other)
+        return f"10.{self.tag}.{self.sites.index(site) + 1}.{last}"
 
     def router_id(self, site: str, ordinal: int) -> str:
         return f"{site}-router-{ordinal}"
@@ -94,16 +97,16 @@ class Sites:
         routes = []
         for site in self.sites:
             ns = self.ns[site] = self.net.add(site.replace("dc-", "")[:6])
-            self.net.link(ns, self.pod_address(site, 0), wan, self.wan_end(site))
+            site_end, wan_end = self.net.link(ns, self.pod_address(site, 0), wan, self.wan_end(site))
             for ordinal in range(1, self.interiors):
-                self.net.add_address(ns, self.pod_address(site, ordinal))
+                self.net.add_address(ns, site_end, self.pod_address(site, ordinal))
             namespace = templates[site][1]
             pods = {f"router-{n}.{SERVICE}.{namespace}.svc.cluster.local": self.pod_address(site, n) for n in range(self.interiors)}
-            others = {publics[o]: self.wan_end(site) for o in self.sites if o != site}
-            self.net.hosts(ns, {**pods, **others})
-            for other in self.sites:
-                if other != site:  # `site` dials `other`'s public host: the relay at site's WAN end
-                    routes.append(f"{self.wan_end(site)}:55671={self.pod_address(other, 0)}:55671")
+            others = [o for o in self.sites if o != site]
+            self.net.hosts(ns, {**pods, **{publics[o]: self.wan_end(site, o) for o in others}})
+            for other in others:  # `site` dials `other`'s public host: a relay at site's WAN end
+                self.net.add_address(wan, wan_end, self.wan_end(site, other))
+                routes.append(f"{self.wan_end(site, other)}:55671={self.pod_address(other, 0)}:55671")
             cert = ca.issue_cert(*pods, publics[site], common_name="router-mesh")  # as the overlay's Certificate
             cert_file, key_file = self.directory / f"{site}.pem", self.directory / f"{site}.key"
             cert.cert_chain_pems[0].write_to_path(str(cert_file))
