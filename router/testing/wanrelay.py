@@ -80,7 +80,10 @@ async def _pipe(source: trio.SocketStream, sink: trio.SocketStream, link: Link, 
             nursery.start_soon(deliver)
             while True:
                 await window_open.wait()
-                chunk = await source.receive_some(65536)
+                try:
+                    chunk = await source.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    chunk = b""  # reset by the peer: as good as closed
                 if not chunk:
                     break
                 if link.generation != generation:
