@@ -156,6 +156,22 @@ async def test_external_is_not_offered_without_a_client_certificate(pki: Pki) ->
                 assert connections(server)[0]["user"] == "alice"
 
 
+async def test_a_certificate_without_the_uid_fields_is_logged_not_refused_in_silence(
+    pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A trusted certificate with no common name (uid_format `n`) gives no EXTERNAL user: the
+    router says so in its log, and the peer learns that no mechanism is left for it."""
+    config = tls_config(pki, authenticate_peer=True, sasl_mechanisms=["EXTERNAL"], require_sasl=True)
+    nameless = pki.issue("bob.example.com", stem="nameless")  # no common_name: no CN in the subject
+    async with serving(config) as server:
+        port = server.listener_ports()["tls"]
+        with trio.fail_after(TIMEOUT_S):
+            with pytest.raises(ClientError, match="no usable mechanism"):
+                async with connect("127.0.0.1", port, ssl_context=client_context(pki, nameless), mechanisms=("EXTERNAL",)):
+                    pass
+    assert any("none of the fields uid_format 'n' names" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.parametrize("certificate", ["untrusted", "none"])
 async def test_mutual_tls_refuses_an_untrusted_or_missing_client_certificate(pki: Pki, certificate: str) -> None:
     import trustme
