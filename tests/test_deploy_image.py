@@ -47,17 +47,26 @@ def run(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
 
 
+# Where the host forbids setrlimit, podman's runtimes fail on the limits podman always sets;
+# this runtime drops them (deploy/image/runc-without-rlimits, needs runc).
+NO_RLIMITS_RUNTIME = ROOT / "deploy" / "image" / "runc-without-rlimits"
+
+
 @pytest.fixture(scope="module")
-def container_engine() -> str:
+def container_engine() -> list[str]:
     tool = engine()
     if run(tool, "image", "inspect", IMAGE).returncode != 0:
         pytest.skip(f"image {IMAGE} is not built (make image)")
-    probe = run(tool, "run", "--rm", "--network=none", IMAGE, "version")
+    command = [tool]
+    probe = run(*command, "run", "--rm", "--network=none", IMAGE, "version")
+    if probe.returncode != 0 and "setrlimit" in probe.stderr and Path(tool).name == "podman" and shutil.which("runc"):
+        command = [tool, "--runtime", str(NO_RLIMITS_RUNTIME)]
+        probe = run(*command, "run", "--rm", "--network=none", IMAGE, "version")
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
         pytest.skip(f"{Path(tool).name} cannot start a container here: {last}")
     assert probe.stdout.strip() == VERSION
-    return tool
+    return command
 
 
 def config(router_id: str, client_port: int, *, listen_mesh: bool, dial: int | None) -> str:
@@ -72,25 +81,25 @@ def config(router_id: str, client_port: int, *, listen_mesh: bool, dial: int | N
 
 
 @pytest.fixture
-def pod(container_engine: str, tmp_path: Path) -> Iterator[tuple[int, int]]:
+def pod(container_engine: list[str], tmp_path: Path) -> Iterator[tuple[int, int]]:
     """Routers A and B in one pod (one network namespace): B dials A's inter-router port."""
     name = f"router-smoke-{uuid.uuid4().hex[:8]}"
-    created = run(container_engine, "pod", "create", "--name", name, "-p", "127.0.0.1::5672", "-p", "127.0.0.1::5673")
+    created = run(*container_engine, "pod", "create", "--name", name, "-p", "127.0.0.1::5672", "-p", "127.0.0.1::5673")
     assert created.returncode == 0, created.stderr
     try:
         for router_id, port, listen, dial in (("A", 5672, True, None), ("B", 5673, False, 55671)):
             path = tmp_path / f"{router_id}.yaml"
             path.write_text(config(router_id, port, listen_mesh=listen, dial=dial))
             path.chmod(0o644)
-            started = run(container_engine, "run", "-d", "--pod", name, "--name", f"{name}-{router_id}",
+            started = run(*container_engine, "run", "-d", "--pod", name, "--name", f"{name}-{router_id}",
                           "-v", f"{path}:/etc/router/router.yaml:ro,Z", IMAGE)
             assert started.returncode == 0, started.stderr
-        ports = run(container_engine, "pod", "inspect", name, "--format", "{{json .InfraConfig.PortBindings}}")
+        ports = run(*container_engine, "pod", "inspect", name, "--format", "{{json .InfraConfig.PortBindings}}")
         bindings = yaml.safe_load(ports.stdout)
         yield int(bindings["5672/tcp"][0]["HostPort"]), int(bindings["5673/tcp"][0]["HostPort"])
     finally:
-        logs = run(container_engine, "logs", f"{name}-A").stderr
-        run(container_engine, "pod", "rm", "--force", "--time", "10", name)
+        logs = run(*container_engine, "logs", f"{name}-A").stderr
+        run(*container_engine, "pod", "rm", "--force", "--time", "10", name)
         print(logs[-2000:])
 
 
