@@ -135,6 +135,18 @@ class Listener(ConnectionSettings):
         default=8192, ge=512, le=1024 * 1024,
         description="with websocket: the longest HTTP upgrade request head taken (431 beyond it)",
     )
+    router_identities: tuple[Annotated[str, Field(min_length=1, max_length=255)], ...] = Field(
+        default=(),
+        description="inter-router or edge listener: the only authenticated users (a certificate's identity "
+        "by the profile's uid_format, or a SASL user) that may connect as routers, by name or by a group of "
+        "management.groups; anonymous and other peers are refused with amqp:unauthorized-access. "
+        "Empty: any peer that passes TLS and SASL (a WARNING at start on a non-loopback address)",
+    )
+    router_id_is_identity: bool = Field(
+        default=False,
+        description="with router_identities: the peer's router id (its open's container-id) must be the "
+        "user it authenticated as, so that no router can claim another's id",
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
@@ -148,6 +160,10 @@ class Listener(ConnectionSettings):
             raise ValueError("websocket listeners serve clients (role normal): connectors do not speak WebSocket")
         if not self.websocket and (self.websocket_path is not None or self.websocket_origins):
             raise ValueError("websocket_path and websocket_origins need websocket: true")
+        if self.role == "normal" and (self.router_identities or self.router_id_is_identity):
+            raise ValueError("router_identities and router_id_is_identity are for inter-router and edge listeners")
+        if self.router_id_is_identity and not self.router_identities:
+            raise ValueError("router_id_is_identity needs router_identities (who may be a router at all)")
         return self
 
 

@@ -43,6 +43,7 @@ from .bounds import Bounds
 from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .coreread import CoreReadApi
 from .forwarding import Forwarder
+from .identity import check_router_identity, mesh_link_refusal, warn_open_router_listeners
 from .interrouter import check_open, open_properties
 from .mesh import Mesh
 from .table import AddressTable, LocalEndpoint
@@ -88,6 +89,10 @@ class RouterCore:
         # Connections refused at the connection limit, by the name of the listener they came
         # in on (management's listener connectionsRefused).
         self.refused_connections: dict[str, int] = {}
+        # Peers refused on inter-router and edge listeners for who they are (router.core.identity),
+        # by listener name (management's listener routersRefused).
+        self.refused_routers: dict[str, int] = {}
+        warn_open_router_listeners(config)
         # Frozen snapshots for management (router.core.coreread; the mesh's half is core.mesh).
         self.read = CoreReadApi(self.connections, self.table, self.links, self.forwarder, self.bounds, self.logins)
 
@@ -311,6 +316,8 @@ class RouterCore:
                     session.begin()
             case ev.RemoteAttach() if self.quiescing and state.role == "normal":
                 self._refuse_while_quiescing(state, event.link)
+            case ev.RemoteAttach() if state.role == "normal":
+                self._client_attach(state, event.link, now)
             case ev.RemoteAttach():
                 self.links.attach_link(state, event.link, now)
             case ev.RemoteDetach() if state.peer is not None and engine.state.local is ACTIVE:
@@ -333,6 +340,16 @@ class RouterCore:
                 self._connection_gone(state, now)
             case _:
                 pass
+
+    def _client_attach(self, state: ConnState, link: Any, now: float) -> None:
+        """A client's attach: never one of the mesh's own links (router.core.identity)."""
+        if state.closed or link.state.local is not UNINIT or state.engine.state.local is not ACTIVE:
+            return
+        refusal = mesh_link_refusal(link.remote_source, link.remote_target)
+        if refusal is not None:
+            link.reject(refusal)
+            return
+        self.links.attach_link(state, link, now)
 
     def _refuse_while_quiescing(self, state: ConnState, link: Any) -> None:
         """A client attaches while the router drains. amqp:link:detach-forced ("an operator
@@ -377,6 +394,14 @@ class RouterCore:
             )
             return
         error, cost = check_open(state, self.router_id, self.config.router.mode)
+        if error is None and state.role != "normal":
+            assert isinstance(state.listener, Listener) and engine.remote_open is not None
+            error = check_router_identity(state.listener, engine.user, state.sasl_mechanism,
+                                          engine.remote_open.container_id, state.host,
+                                          self.config.management.groups)  # fmt: skip
+            if error is not None:
+                name = state.listener.name
+                self.refused_routers[name] = self.refused_routers.get(name, 0) + 1
         if error is not None:
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
             engine.close(error)

@@ -95,6 +95,7 @@ LISTENER_COUNTERS = (
     ("listener_accept_failures", "Accepts that failed on the listener (out of descriptors or memory).", "acceptFailures"),
     ("listener_handshake_timeouts", "Connections dropped for not finishing the handshake in time.", "handshakeTimeouts"),
     ("listener_connections_refused", "Connections refused at the router's connection limit.", "connectionsRefused"),
+    ("listener_routers_refused", "Peers refused on a router listener for who they are.", "routersRefused"),
     ("listener_websocket_upgrades_refused", "WebSocket upgrade requests refused with an HTTP error.", "websocketUpgradesRefused"),
 )
 ADDRESS_GAUGES = (
