@@ -1,0 +1,184 @@
+"""Policy in the core and through management (no sockets): the address and host patterns, the
+vhost chosen by the open's hostname, run-time changes through the `vhost` and `policy` entities
+and a configuration reload (new connections and links follow them, open connections keep their
+grant), the counters in vhostStats and /metrics, and no policy on connections between routers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+
+from router.amqp import errors as E
+from router.amqp.connection import Connection, ConnectionConfig
+from router.config.models import Policy, RouterConfig
+from router.core.connections import new_engine
+from router.core.policy import PolicyUnit, address_allowed, host_allowed
+from router.management import ManagementAgent
+from router.management.metrics import metrics_registry
+from router.management.model import ManagementError
+from router.net.reload import apply_reload, plan_reload
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client, RouterHarness
+
+words = st.text(st.sampled_from("abc/.-_"), min_size=1, max_size=12)
+
+
+@given(words, words)
+def test_a_pattern_without_wildcards_matches_only_itself(pattern: str, address: str) -> None:
+    assert address_allowed((pattern,), address, "u") == (pattern == address)
+
+
+@given(words, words)
+def test_a_trailing_star_matches_every_rest(prefix: str, rest: str) -> None:
+    assert address_allowed((prefix + "*",), prefix + rest, None)
+    assert address_allowed(("*",), rest, None)
+
+
+def test_user_patterns_and_hosts() -> None:
+    assert address_allowed(("${user}/*",), "alice/inbox", "alice")
+    assert not address_allowed(("${user}/*",), "bob/inbox", "alice")
+    assert not address_allowed(("${user}/*",), "/inbox", None)  # anonymous never matches ${user}
+    assert host_allowed(("10.0.0.0/8",), "10.1.2.3") and not host_allowed(("10.0.0.0/8",), "192.168.0.1")
+    assert host_allowed(("192.168.0.10-192.168.0.20",), "192.168.0.15")
+    assert not host_allowed(("192.168.0.10-192.168.0.20",), "192.168.0.21")
+    assert host_allowed(("::1",), "[::1]") and not host_allowed(("127.0.0.1",), "localhost")
+    assert host_allowed(("*",), "anything")
+
+
+def policed(**group: Any) -> dict[str, Any]:
+    return {
+        "enabled": True,
+        "vhosts": [{"hostname": "shop.example", "allow_unknown_user": True, "groups": {"$default": group}},
+                   {"hostname": "$default", "allow_unknown_user": True, "groups": {"$default": {}}}],
+    }  # fmt: skip
+
+
+def connect(harness: RouterHarness, name: str, hostname: str | None, host: str = "10.0.0.1:5000") -> Client:
+    """A client of `harness` from `host` whose open names `hostname`."""
+    listener = harness.config.listeners[0]
+    router_side = new_engine(harness.config, listener)
+    state = harness.core.accept(router_side, listener)
+    state.host = host
+    engine = Connection(ConnectionConfig(container_id=name))
+    client = Client(name, engine, router_side)
+    harness.clients.append(client)
+    engine.open(hostname=hostname)
+    harness.pump()
+    if engine.remote_open is not None and engine.state.remote.name != "CLOSED":
+        client.session = engine.begin_session()
+        harness.pump()
+    return client
+
+
+def closed_with(client: Client) -> str | None:
+    error = client.engine.remote_error
+    return str(error.condition) if error is not None else None
+
+
+def refusal(client: Client, link: Any) -> str | None:
+    for event in client.events:
+        if type(event).__name__ == "RemoteDetach" and event.link is link:
+            return str(event.error.condition) if event.error is not None else "detached"
+    return None
+
+
+def test_the_vhost_is_chosen_by_the_hostname_and_policy_leaves_routers_alone() -> None:
+    config = RouterConfig.model_validate({"policy": policed(max_senders=0)})
+    harness = RouterHarness(config)
+    shop = connect(harness, "shop", "SHOP.example")  # hostnames compare without case
+    other = connect(harness, "other", "unknown.example")  # the default vhost
+    sender_shop, sender_other = shop.sender("orders"), other.sender("orders")
+    harness.pump()
+    assert refusal(shop, sender_shop) == E.RESOURCE_LIMIT_EXCEEDED
+    assert refusal(other, sender_other) is None and sender_other.remotely_attached
+    assert shop.engine.state.remote.name == "ACTIVE"  # the connection is kept
+    # Without a default vhost, an unknown hostname is refused.
+    strict = RouterHarness(RouterConfig.model_validate({"policy": {**policed(), "default_vhost": None}}))
+    assert closed_with(connect(strict, "x", "unknown.example")) == E.UNAUTHORIZED_ACCESS
+
+
+def test_remote_hosts_and_frame_size() -> None:
+    config = RouterConfig.model_validate({"policy": policed(remote_hosts=["10.0.0.0/8"], max_frame_size=1024)})
+    harness = RouterHarness(config)
+    inside = connect(harness, "in", "shop.example", "10.9.9.9:4000")
+    assert inside.engine.remote_max_frame_size == 1024
+    assert closed_with(connect(harness, "out", "shop.example", "192.0.2.1:4000")) == E.UNAUTHORIZED_ACCESS
+
+
+def agent_of(harness: RouterHarness) -> ManagementAgent:
+    return ManagementAgent(harness.core, harness.config)
+
+
+def test_vhosts_change_at_run_time_for_new_connections_only() -> None:
+    harness = RouterHarness(RouterConfig.model_validate({"policy": policed(max_senders=1)}))
+    agent = agent_of(harness)
+    before = connect(harness, "before", "shop.example")
+    agent.update("vhost", "vhost/shop.example", {"groups": {"$default": {"maxSenders": 0}}})
+    after = connect(harness, "after", "shop.example")
+    kept, refused = before.sender("orders"), after.sender("orders")
+    harness.pump()
+    assert refusal(before, kept) is None  # granted at its open: its group's old limit
+    assert refusal(after, refused) == E.RESOURCE_LIMIT_EXCEEDED
+    [entity] = [v for v in agent.entities("vhost") if v["hostname"] == "shop.example"]
+    assert entity["groups"]["$default"]["maxSenders"] == 0
+    agent.create("vhost", {"hostname": "new.example", "maxConnections": 0, "allowUnknownUser": True,
+                           "groups": {"$default": {}}})  # fmt: skip
+    assert closed_with(connect(harness, "n", "new.example")) == E.RESOURCE_LIMIT_EXCEEDED
+    agent.delete("vhost", "vhost/new.example")
+    assert closed_with(connect(harness, "n2", "new.example")) is None  # the default vhost now
+    with pytest.raises(ManagementError) as bad:
+        agent.create("vhost", {"hostname": "bad.example", "groups": {"g": {"maxSenders": -1}}})
+    assert bad.value.status == 400
+    agent.update("policy", "policy/policy", {"enabled": False})
+    assert harness.core.policy.enabled is False
+    stats = {s["hostname"]: s for s in agent.entities("vhostStats")}
+    assert stats["shop.example"]["senderDenied"] == 1 and stats["shop.example"]["connectionsCurrent"] == 2
+    assert "new.example" not in stats  # deleted, and none of its connections is open
+    [policy] = agent.entities("policy")
+    assert policy["linksDenied"] == 1 and policy["connectionsDenied"] == 1
+    text = generate_latest(metrics_registry(agent)).decode()
+    assert 'amqp_router_vhost_senders_denied_total{vhost="shop.example"} 1.0' in text
+    assert 'amqp_router_vhost_connections{vhost="shop.example"} 2.0' in text
+
+
+def test_a_reload_applies_the_policy_section() -> None:
+    old = RouterConfig.model_validate({"policy": policed(max_senders=1)})
+    harness = RouterHarness(old)
+    agent = agent_of(harness)
+    new = RouterConfig.model_validate({"policy": {**policed(max_senders=0), "default_vhost": None}})
+    report = apply_reload(agent, plan_reload(old, new))
+    assert report.failed == [] and "update vhost shop.example" in report.applied
+    assert harness.core.policy.rules == new.policy
+    assert closed_with(connect(harness, "x", "unknown.example")) == E.UNAUTHORIZED_ACCESS
+
+
+def test_connections_are_released_however_they_end() -> None:
+    unit = PolicyUnit(Policy.model_validate(policed()))
+    grants = [unit.open(None, "10.0.0.1", "shop.example")[0] for _ in range(3)]
+    assert all(g is not None for g in grants) and unit.stats["shop.example"].current == 3
+    for grant in grants:
+        assert grant is not None
+        unit.closed(grant)
+        unit.closed(grant)  # idempotent
+    stats = unit.stats["shop.example"]
+    assert (stats.current, dict(stats.per_user), dict(stats.per_host)) == (0, {}, {})
+    harness = RouterHarness(RouterConfig.model_validate({"policy": policed()}))
+    client = connect(harness, "c", "shop.example")
+    harness.disconnect(client)
+    assert harness.core.policy.stats["shop.example"].current == 0
+
+
+def test_connections_between_routers_are_not_subject_to_policy() -> None:
+    refuse_every_client = {"enabled": True, "default_vhost": None}
+    mesh = MeshHarness()
+    mesh.router("A", policy=refuse_every_client)
+    mesh.router("B", policy=refuse_every_client)
+    mesh.link("A", "B")
+    mesh.converge()
+    assert mesh.cores["A"].policy.connections_processed == 0  # the inter-router open was not looked at
+    client = mesh.client("A", "c")
+    assert closed_with(client) == E.UNAUTHORIZED_ACCESS
