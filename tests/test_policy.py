@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 
 from router.amqp import errors as E
 from router.amqp.connection import Connection, ConnectionConfig
-from router.config.models import Policy, RouterConfig
+from router.config.models import Policy, PolicyGroup, RouterConfig
 from router.core.connections import new_engine
 from router.core.policy import PolicyUnit, address_allowed, host_allowed
 from router.management import ManagementAgent
@@ -47,6 +47,12 @@ def test_user_patterns_and_hosts() -> None:
     assert not host_allowed(("192.168.0.10-192.168.0.20",), "192.168.0.21")
     assert host_allowed(("::1",), "[::1]") and not host_allowed(("127.0.0.1",), "localhost")
     assert host_allowed(("*",), "anything")
+
+
+@pytest.mark.parametrize("pattern", ["10.0.0.0/33", "example.com", "10.0.0.9-10.0.0.1", "::1-10.0.0.1"])
+def test_remote_hosts_are_checked_when_configured(pattern: str) -> None:
+    with pytest.raises(ValueError, match="remote_hosts"):
+        PolicyGroup(remote_hosts=(pattern,))
 
 
 def policed(**group: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Must not touch: loading files (loader.py), anything at run time.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from typing import Annotated, Literal
@@ -399,6 +400,23 @@ class PolicyGroup(Model):
     allow_user_id_proxy: bool = Field(
         default=False, description="a message's user-id may name another user (else it must be the authenticated user)"
     )
+
+    @model_validator(mode="after")
+    def _hosts(self) -> PolicyGroup:
+        for pattern in self.remote_hosts:
+            if pattern == "*":
+                continue
+            try:
+                if "-" in pattern:
+                    low, high = (ipaddress.ip_address(p.strip()) for p in pattern.split("-", 1))
+                    if low.version != high.version or low > high:  # type: ignore[operator]
+                        raise ValueError
+                else:
+                    ipaddress.ip_network(pattern, strict=False)
+            except ValueError:
+                raise ValueError(f"remote_hosts: {pattern!r} is not *, an IP address, a network (10.0.0.0/8) "
+                                 "or a range (a-b)") from None
+        return self
 
 
 class Vhost(Model):
