@@ -176,3 +176,83 @@ def test_a_client_cannot_attach_the_mesh_links(capability: str, where: str) -> N
     other = client.sender("orders")
     harness.pump()
     assert other.remotely_attached and not any(type(e).__name__ == "RemoteClose" for e in client.events)
+
+
+async def test_a_proton_peer_claiming_to_be_a_router_and_a_client_attaching_the_mesh_links_are_refused() -> None:
+    from proton import ConnectionException, symbol
+    from proton.reactor import LinkOption
+    from proton.utils import BlockingConnection, LinkDetached
+
+    from .support.interop import run_in_thread
+
+    class MeshTarget(LinkOption):
+        def apply(self, link: Any) -> None:
+            link.target.capabilities.put_array(False, 21)  # an array of symbols (proton.Data.SYMBOL)
+            link.target.capabilities.enter()
+            link.target.capabilities.put_symbol(symbol(CONTROL_CAPABILITY))
+            link.target.capabilities.exit()
+
+    config = {
+        "router": {"id": "R1", "mode": "interior", **FAST},
+        "listeners": [{"name": "amqp", "port": 0},
+                      {"name": "inter", "port": 0, "role": "inter-router", "router_identities": ["R2"]}],
+    }  # fmt: skip
+    async with serving(config) as r1:
+        ports = r1.listener_ports()
+
+        def scenario() -> dict[str, str]:
+            got = {}
+            router_like = {symbol("mesh.role"): "inter-router", symbol("mesh.version"): 1}
+            try:
+                conn = BlockingConnection(f"127.0.0.1:{ports['inter']}", timeout=5, container_id="R2",
+                                          properties=router_like, allowed_mechs="ANONYMOUS")  # fmt: skip
+                conn.create_receiver("x")
+                conn.close()
+                got["router"] = "accepted"
+            except ConnectionException as exc:
+                got["router"] = str(exc)
+            conn = BlockingConnection(f"127.0.0.1:{ports['amqp']}", timeout=5)
+            try:
+                conn.create_sender(None, options=[MeshTarget()])
+                got["control link"] = "attached"
+            except LinkDetached as exc:
+                got["control link"] = str(exc.link.remote_condition.name)
+            got["after"] = str(conn.create_sender("orders").link.remote_target.address)
+            conn.close()
+            return got
+
+        got = await run_in_thread(scenario)
+        assert "amqp:unauthorized-access" in got["router"] and "anonymous" in got["router"]
+        assert got["control link"] == E.UNAUTHORIZED_ACCESS and got["after"] == "orders"
+        assert refused(r1, "inter") == 1
+
+
+async def test_an_edge_listener_takes_only_its_edge_users() -> None:
+    interior = {
+        "router": {"id": "I1", "mode": "interior", **FAST},
+        "users": [{"username": name, "password": "edge-pw"} for name in ("edge-1", "mallory")],
+        "listeners": [{"name": "edges", "port": 0, "role": "edge", "sasl_mechanisms": ["SCRAM-SHA-256"],
+                       "require_sasl": True, "router_identities": ["edge-1"], "router_id_is_identity": True}],
+    }  # fmt: skip
+
+    def edge(rid: str, user: str, port: int) -> dict[str, Any]:
+        return {
+            "router": {"id": rid, "mode": "edge", **FAST},
+            "listeners": [{"name": "amqp", "port": 0}],
+            "connectors": [{"name": "up", "host": "127.0.0.1", "port": port, "role": "edge", "sasl_username": user,
+                            "sasl_password": "edge-pw", "reconnect_initial_s": 0.1, "reconnect_max_s": 0.3}],
+        }  # fmt: skip
+
+    async with AsyncExitStack() as stack:
+        i1 = await stack.enter_async_context(serving(interior))
+        port = i1.listener_ports()["edges"]
+        await stack.enter_async_context(serving(edge("edge-1", "edge-1", port)))
+        await stack.enter_async_context(serving(edge("rogue", "mallory", port)))
+        await wait_refused(i1, "edges", 2)
+        with trio.fail_after(CONVERGE_S):
+            while not [c for c in i1.agent.entities("connection") if c["role"] == "edge" and c["opened"]]:
+                await trio.sleep(0.05)
+        # (a refused one may be listed, not opened, until its socket closes)
+        edges = [(c["container"], c["user"], str(c["sasl"])) for c in i1.agent.entities("connection")
+                 if c["role"] == "edge" and c["opened"]]  # fmt: skip
+        assert edges == [("edge-1", "edge-1", "SCRAM-SHA-256")]
