@@ -188,3 +188,31 @@ def test_connections_between_routers_are_not_subject_to_policy() -> None:
     assert mesh.cores["A"].policy.connections_processed == 0  # the inter-router open was not looked at
     client = mesh.client("A", "c")
     assert closed_with(client) == E.UNAUTHORIZED_ACCESS
+
+
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["u1", "u2", None]), st.sampled_from(["h1", "h2"]),
+                          st.integers(0, 20)), max_size=60))  # fmt: skip
+def test_the_connection_counts_follow_every_open_and_close(steps: list[tuple[bool, str | None, str, int]]) -> None:
+    """Opens and closes in any order: the counts are those of the live grants, and a limit is
+    never passed."""
+    rules = Policy.model_validate({
+        "enabled": True,
+        "vhosts": [{"hostname": "$default", "allow_unknown_user": True, "max_connections": 5,
+                    "max_connections_per_user": 3, "max_connections_per_host": 4,
+                    "groups": {"g": {"users": ["u1"], "max_connections_per_user": 2}, "$default": {}}}],
+    })  # fmt: skip
+    unit = PolicyUnit(rules)
+    live: list[Any] = []
+    for opening, user, host, pick in steps:
+        if opening:
+            grant, error = unit.open(user, host, None)
+            assert (grant is None) != (error is None)
+            if grant is not None:
+                live.append(grant)
+        elif live:
+            unit.closed(live.pop(pick % len(live)))
+        stats = unit.stats_for("$default")
+        assert stats.current == len(live) <= 5
+        assert sum(1 for g in live if g.user == "u1") <= 2
+        assert all(stats.per_user[g.user_key] <= 3 and stats.per_host[g.host] <= 4 for g in live)
+        assert sum(stats.per_user.values()) == sum(stats.per_host.values()) == len(live)
