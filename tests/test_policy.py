@@ -216,3 +216,21 @@ def test_the_connection_counts_follow_every_open_and_close(steps: list[tuple[boo
         assert sum(1 for g in live if g.user == "u1") <= 2
         assert all(stats.per_user[g.user_key] <= 3 and stats.per_host[g.host] <= 4 for g in live)
         assert sum(stats.per_user.values()) == sum(stats.per_host.values()) == len(live)
+
+
+def test_router_stat_vhosts_shows_the_counters() -> None:
+    from rich.console import Console
+
+    from router.cli.stat import VIEWS, ViewName, render
+
+    harness = RouterHarness(RouterConfig.model_validate({"policy": policed(max_senders=0)}))
+    client = connect(harness, "c", "shop.example")
+    client.sender("orders")
+    harness.pump()
+    console = Console(width=300, record=True, highlight=False)
+    render(VIEWS[ViewName.vhosts], agent_of(harness).entities("vhostStats"), None, console)
+    text = console.export_text()
+    assert text.startswith("Vhosts (policy)") and "senders denied" in text
+    row = next(line for line in text.splitlines() if "shop.example" in line)
+    assert [cell.strip() for cell in row.strip("│ ").split("│")][:6] == ["shop.example", "1", "1", "0", "0", "1"]
+    assert "10.0.0.1=1" in row
