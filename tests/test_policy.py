@@ -234,3 +234,36 @@ def test_router_stat_vhosts_shows_the_counters() -> None:
     row = next(line for line in text.splitlines() if "shop.example" in line)
     assert [cell.strip() for cell in row.strip("│ ").split("│")][:6] == ["shop.example", "1", "1", "0", "0", "1"]
     assert "10.0.0.1=1" in row
+
+
+def _grant(**group: Any) -> Any:
+    unit = PolicyUnit(Policy.model_validate(policed(**group)))
+    grant, _ = unit.open("alice", "10.0.0.1", "shop.example")
+    assert grant is not None
+    return grant
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_get_an_answer_never_an_exception(payload: bytes) -> None:
+    grant = _grant(targets=["orders"])
+    error = grant.check(payload, True)
+    assert error is None or error.condition in (E.DECODE_ERROR, E.UNAUTHORIZED_ACCESS)
+
+
+def test_the_user_id_rule() -> None:
+    from router.amqp.message import Message, encode_message
+    from router.amqp.messaging import Properties
+
+    grant = _grant(targets=["orders"])
+
+    def check(user_id: Any, to: str | None = "orders", anonymous: bool = False) -> str | None:
+        payload = encode_message(Message(properties=Properties(user_id=user_id, to=to), body=None))
+        error = grant.check(payload, anonymous)
+        return None if error is None else str(error.condition)
+
+    assert check(b"alice") is None and check(None) is None
+    assert check(b"bob") == E.UNAUTHORIZED_ACCESS
+    assert check(b"alice", to="invoices", anonymous=True) == E.UNAUTHORIZED_ACCESS
+    assert check(b"alice", to="invoices", anonymous=False) is None  # the link's target was checked at attach
+    assert check("bob") == check(7) == E.DECODE_ERROR  # user-id is binary (messaging 3.2.4)
+    assert grant.stats.messages_denied == 2

@@ -150,10 +150,16 @@ class Grant:
             properties = message_properties(payload)
         except DecodeError as exc:
             return _error(E.DECODE_ERROR, f"malformed message: {exc.description}")
+        except (ValueError, TypeError, OverflowError) as exc:  # a field of the wrong type
+            return _error(E.DECODE_ERROR, f"malformed message properties: {type(exc).__name__}")
         if properties is None:
             return None
         if not group.allow_user_id_proxy and properties.user_id is not None:
-            given = bytes(properties.user_id)
+            user_id: Any = properties.user_id
+            if not isinstance(user_id, (bytes, bytearray, memoryview)):  # (the decoder checks it too)
+                self.stats.messages_denied += 1
+                return _error(E.DECODE_ERROR, "the message's user-id must be binary (messaging 3.2.4)")
+            given = bytes(user_id)
             if self.user is None or given != self.user.encode("utf-8"):
                 self.stats.messages_denied += 1
                 who = f"user {self.user!r}" if self.user is not None else "an anonymous connection"
