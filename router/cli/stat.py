@@ -42,6 +42,7 @@ class ViewName(str, Enum):
     addresses = "addresses"
     nodes = "nodes"
     memory = "memory"
+    vhosts = "vhosts"
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,12 @@ VIEWS: dict[ViewName, View] = {
         ("GC Collections (gen 0/1/2)", "gcCollections"), ("GC Pending (gen 0/1/2)", "gcCounts"),
         ("Open File Descriptors", "openFds"),
     ), single=True),
+    ViewName.vhosts: View("vhostStats", "Vhosts (policy)", (
+        ("vhost", "hostname"), ("open", "connectionsCurrent"), ("approved", "connectionsApproved"),
+        ("denied", "connectionsDenied"), ("sessions denied", "sessionDenied"), ("senders denied", "senderDenied"),
+        ("receivers denied", "receiverDenied"), ("size denied", "maxMessageSizeDenied"),
+        ("messages denied", "messagesDenied"), ("per user", "perUserState"), ("per host", "perHostState"),
+    ), empty="none (no vhosts: policy is not configured)"),
 }  # fmt: skip
 
 # The first character of an address key is its class (the anchors' convention).

@@ -23,6 +23,7 @@ from ..amqp.performatives import Error
 from ..amqp.session import Session
 from .connections import ConnState
 from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
+from .policy import message_size_limit
 from .table import AddressEntry, AddressTable
 
 if TYPE_CHECKING:
@@ -128,8 +129,9 @@ class Links:
             answer = honoured_target(target.address)
         elif target is not None:  # an anonymous target: the relay, routed per message
             answer = honoured_target(None)
-        limit = self.max_message_size
-        link.detach_on_oversize = False  # we reject oversize deliveries instead (as the anchors do)
+        # The router's limit rejects an oversize delivery (as the anchors do); a policy group's
+        # detaches the link with message-size-exceeded (router.core.policy).
+        limit, link.detach_on_oversize = message_size_limit(conn.policy, self.max_message_size)
         if not link.answer(source=link.remote_source, target=answer, max_message_size=limit):
             if entry is not None:  # refused: the echo would not fit the peer's max-frame-size
                 self.table.discard_if_unused(entry)

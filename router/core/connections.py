@@ -152,7 +152,7 @@ class ConnState:
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery",
         "unsettled_out", "unsettled_limit", "stuck",
-        "tls",
+        "tls", "policy",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -201,6 +201,9 @@ class ConnState:
         self.strip_out = strip in ("out", "both")
         # The TLS session (protocol, cipher: router.net.tls.TlsInfo), set by the network layer; None if plain.
         self.tls: Any = None
+        # What policy granted this client connection at its open (router.core.policy.Grant);
+        # None when policy is off, and on connections between routers.
+        self.policy: Any = None
 
     @property
     def cost(self) -> int:

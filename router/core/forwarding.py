@@ -95,6 +95,11 @@ class Forwarder(Waiting):
             self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             return
         entry = inl.entry
+        if inl.policy is not None:  # a client's link under policy (router.core.policy)
+            refusal = inl.policy.check(bytes(payload), entry is None)
+            if refusal is not None:
+                self._refuse(inl, event, refusal.condition, refusal.description or "")
+                return
         try:
             view: RoutingView | None = peek(payload, need_to=entry is None)
         except DecodeError as exc:  # malformed, or a first frame cut before the end of its properties

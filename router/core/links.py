@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections import deque
 
     from .annotate import Seen
+    from .policy import Grant
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
 
@@ -51,6 +52,7 @@ class InLink(LinkCounts):
         "link", "conn", "entry", "capacity", "inflight", "held", "credit_dirty", "streaming",
         "discarding", "gone",
         "dropped", "id", "address", "peer", "zero_credit_since", "seen", "size_hint", "size_watch",
+        "policy",
     )  # fmt: skip
 
     def __init__(
@@ -68,6 +70,9 @@ class InLink(LinkCounts):
         self.peer = peer
         # On such a link: the router annotations read lately, by their bytes (annotate.Seen).
         self.seen: Seen | None = None
+        # A client's link whose messages policy looks at (router.core.policy.Grant.check: the
+        # user-id, an anonymous link's targets); None, the usual case, costs one test per message.
+        self.policy: Grant | None = None
         self.capacity = capacity or conn.listener.link_capacity
         self.inflight = 0  # deliveries taken from this link without a final outcome yet
         # Of those, the ones that count against the credit window (`capacity`): all but the

@@ -30,6 +30,7 @@ Must not touch: sockets, tasks, clocks (time comes in as `now`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Final
 
 from ..amqp import errors as E
@@ -43,8 +44,11 @@ from .bounds import Bounds
 from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .coreread import CoreReadApi
 from .forwarding import Forwarder
+from .identity import check_router_identity, mesh_link_refusal, warn_open_router_listeners
 from .interrouter import check_open, open_properties
+from .links import InLink
 from .mesh import Mesh
+from .policy import PolicyUnit
 from .table import AddressTable, LocalEndpoint
 from .touched import Touched
 
@@ -88,6 +92,12 @@ class RouterCore:
         # Connections refused at the connection limit, by the name of the listener they came
         # in on (management's listener connectionsRefused).
         self.refused_connections: dict[str, int] = {}
+        # Peers refused on inter-router and edge listeners for who they are (router.core.identity),
+        # by listener name (management's listener routersRefused).
+        self.refused_routers: dict[str, int] = {}
+        warn_open_router_listeners(config)
+        # Vhosts for client connections (router.core.policy); management and a reload replace its rules.
+        self.policy = PolicyUnit(config.policy)
         # Frozen snapshots for management (router.core.coreread; the mesh's half is core.mesh).
         self.read = CoreReadApi(self.connections, self.table, self.links, self.forwarder, self.bounds, self.logins)
 
@@ -309,8 +319,19 @@ class RouterCore:
                 # session error read in the same batch), and it cannot begin again.
                 if session.state.local is UNINIT and engine.state.local is ACTIVE:
                     session.begin()
+                    if state.policy is not None:
+                        self._policy_begin(state, session)
+            case ev.ProtocolViolation() if event.scope == "link" and state.policy is not None:
+                if event.condition == E.MESSAGE_SIZE_EXCEEDED:  # over the group's max_message_size
+                    state.policy.stats.message_size_denied += 1
+                # The engine detached the link: it is gone now (what it had in flight is
+                # reported), not when the client answers, so it no longer counts as a sender.
+                for inl in [inl for inl in state.in_links if inl.link.state.local is CLOSED]:
+                    self.links.link_gone(inl.link, now)
             case ev.RemoteAttach() if self.quiescing and state.role == "normal":
                 self._refuse_while_quiescing(state, event.link)
+            case ev.RemoteAttach() if state.role == "normal":
+                self._client_attach(state, event.link, now)
             case ev.RemoteAttach():
                 self.links.attach_link(state, event.link, now)
             case ev.RemoteDetach() if state.peer is not None and engine.state.local is ACTIVE:
@@ -333,6 +354,49 @@ class RouterCore:
                 self._connection_gone(state, now)
             case _:
                 pass
+
+    def _client_attach(self, state: ConnState, link: Any, now: float) -> None:
+        """A client's attach: never one of the mesh's own links (router.core.identity)."""
+        if state.closed or link.state.local is not UNINIT or state.engine.state.local is not ACTIVE:
+            return
+        refusal = mesh_link_refusal(link.remote_source, link.remote_target)
+        grant = state.policy
+        if refusal is None and grant is not None:
+            client_sends = not link.is_sender
+            terminus = link.remote_target if client_sends else link.remote_source
+            refusal = self.policy.attach(grant, client_sends, terminus, len(state.in_links), len(state.out_links))
+        if refusal is not None:
+            link.reject(refusal)
+            return
+        self.links.attach_link(state, link, now)
+        producer = link.context
+        if grant is not None and type(producer) is InLink:
+            anonymous = producer.entry is None
+            if not grant.group.allow_user_id_proxy or (anonymous and grant.group.targets != ("*",)):
+                producer.policy = grant  # its messages are looked at (forwarding: _first_frame)
+
+    def _policy_begin(self, state: ConnState, session: Any) -> None:
+        """A client's session past its group's limit is ended at once; the connection stays."""
+        assert state.policy is not None
+        others = sum(1 for s in state.engine.sessions if s is not session and s.state.local is ACTIVE)
+        refusal = self.policy.begin(state.policy, others)
+        if refusal is not None:
+            session.end(refusal)
+
+    def _policy_open(self, state: ConnState) -> Error | None:
+        """Policy's word on a client's open (router.core.policy): a refusal, or None with the
+        grant on `state` and the frame size capped as its group says."""
+        engine = state.engine
+        assert engine.remote_open is not None
+        user = engine.user if state.sasl_mechanism not in (None, "ANONYMOUS") else None
+        grant, error = self.policy.open(user, peer_host(state.host), engine.remote_open.hostname)
+        if grant is None:
+            return error
+        state.policy = grant
+        cap = grant.group.max_frame_size
+        if cap is not None and cap < engine.config.max_frame_size:
+            engine.config = dataclasses.replace(engine.config, max_frame_size=cap)
+        return None
 
     def _refuse_while_quiescing(self, state: ConnState, link: Any) -> None:
         """A client attaches while the router drains. amqp:link:detach-forced ("an operator
@@ -377,6 +441,16 @@ class RouterCore:
             )
             return
         error, cost = check_open(state, self.router_id, self.config.router.mode)
+        if error is None and state.role != "normal":
+            assert isinstance(state.listener, Listener) and engine.remote_open is not None
+            error = check_router_identity(state.listener, engine.user, state.sasl_mechanism,
+                                          engine.remote_open.container_id, state.host,
+                                          self.config.management.groups)  # fmt: skip
+            if error is not None:
+                name = state.listener.name
+                self.refused_routers[name] = self.refused_routers.get(name, 0) + 1
+        if error is None and state.role == "normal" and self.policy.enabled:
+            error = self._policy_open(state)
         if error is not None:
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
             engine.close(error)
@@ -394,6 +468,8 @@ class RouterCore:
         if state.closed:
             return
         state.closed = True
+        if state.policy is not None:
+            self.policy.closed(state.policy)
         for session in state.engine.sessions:
             self.links.session_ended(session, now)
         if state.peer is not None:

@@ -23,6 +23,7 @@ from .authz import Authorizer
 from .config_entities import ConnectorType, ListenerType
 from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
 from .logs import LogType
+from .policy_entities import PolicyType, VhostStatsType, VhostType
 from .model import ConfigControl, EntityType, ManagementError, etag
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ class ManagementAgent:
         self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.authz = Authorizer(lambda: self.config.management)  # the faces check requests with it
         for etype in (RouterType(), ListenerType(), ConnectorType(), AddressRuleType(), ConnectionType(),
-                      LinkType(), RouterAddressType(), NodeType(), LogType()):  # fmt: skip
+                      LinkType(), RouterAddressType(), NodeType(), LogType(), PolicyType(), VhostType(),
+                      VhostStatsType()):  # fmt: skip
             self.register(etype)
 
     @property

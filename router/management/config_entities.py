@@ -169,16 +169,20 @@ class ListenerType(EntityType):
         Attribute("acceptFailures", "long", "Accepts that failed (out of file descriptors or memory); the listener backs off"),
         Attribute("handshakeTimeouts", "long", "Connections dropped for not finishing header, SASL and open in time"),
         Attribute("connectionsRefused", "long", "Connections refused at the router's connection limit"),
+        Attribute("routersRefused", "long",
+                  "Peers refused on this inter-router or edge listener for who they are (not a router identity, anonymous, another router's id)"),
         Attribute("websocketUpgradesRefused", "long",
                   "WebSocket upgrade requests refused with an HTTP error (not a request, wrong subprotocol, path or origin, too long)"),
     )
-    read_only = ("boundPort", "acceptFailures", "handshakeTimeouts", "connectionsRefused", "websocketUpgradesRefused")
+    read_only = ("boundPort", "acceptFailures", "handshakeTimeouts", "connectionsRefused", "websocketUpgradesRefused",
+                 "routersRefused")
     operations = ("CREATE", "READ", "UPDATE", "DELETE")
     configuration = True
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         ports = dict(agent.control.listener_ports()) if agent.control is not None else agent.bound_ports
         refused = getattr(agent.core, "refused_connections", {})
+        refused_routers = getattr(agent.core, "refused_routers", {})
         for listener in agent.config.listeners:
             attrs = LISTENER.render(listener)
             del attrs["name"]
@@ -189,6 +193,7 @@ class ListenerType(EntityType):
                               acceptFailures=counted.get("accept_failures"),
                               handshakeTimeouts=counted.get("handshake_timeouts"),
                               connectionsRefused=refused.get(listener.name, 0),
+                              routersRefused=refused_routers.get(listener.name, 0),
                               websocketUpgradesRefused=counted.get("upgrades_refused"))  # fmt: skip
 
     def _open(self, agent: ManagementAgent, listener: Listener) -> None:

@@ -24,7 +24,11 @@ Metrics (all prefixed `amqp_router_`):
   `address_subscribers`, `address_remote_subscribers`
 - per listener (label `listener`): counters `listener_accept_failures_total`,
   `listener_handshake_timeouts_total`, `listener_connections_refused_total`,
-  `listener_websocket_upgrades_refused_total`
+  `listener_websocket_upgrades_refused_total`, `listener_routers_refused_total`
+- per vhost (label `vhost`, policy: docs/security.md): counters
+  `vhost_connections_approved_total`, `vhost_connections_denied_total`,
+  `vhost_sessions_denied_total`, `vhost_senders_denied_total`, `vhost_receivers_denied_total`,
+  `vhost_max_message_size_denied_total`, `vhost_messages_denied_total`; gauge `vhost_connections`
 A router's totals cover what the router still remembers: an address whose entry the router drops
 when it becomes unused loses its series, and Prometheus sees a counter reset if it comes back.
 
@@ -95,7 +99,17 @@ LISTENER_COUNTERS = (
     ("listener_accept_failures", "Accepts that failed on the listener (out of descriptors or memory).", "acceptFailures"),
     ("listener_handshake_timeouts", "Connections dropped for not finishing the handshake in time.", "handshakeTimeouts"),
     ("listener_connections_refused", "Connections refused at the router's connection limit.", "connectionsRefused"),
+    ("listener_routers_refused", "Peers refused on a router listener for who they are.", "routersRefused"),
     ("listener_websocket_upgrades_refused", "WebSocket upgrade requests refused with an HTTP error.", "websocketUpgradesRefused"),
+)
+VHOST_COUNTERS = (
+    ("vhost_connections_approved", "Client connections policy granted in the vhost.", "connectionsApproved"),
+    ("vhost_connections_denied", "Client connections policy refused in the vhost.", "connectionsDenied"),
+    ("vhost_sessions_denied", "Sessions ended at their group's limit.", "sessionDenied"),
+    ("vhost_senders_denied", "Sending links refused by policy.", "senderDenied"),
+    ("vhost_receivers_denied", "Receiving links refused by policy.", "receiverDenied"),
+    ("vhost_max_message_size_denied", "Links detached for a message over the group's size.", "maxMessageSizeDenied"),
+    ("vhost_messages_denied", "Messages rejected by policy (user-id, target).", "messagesDenied"),
 )
 ADDRESS_GAUGES = (
     ("address_subscribers", "Local consumers of the address.", "subscriberCount"),
@@ -129,6 +143,24 @@ class RouterCollector(Collector):
                 yield CounterMetricFamily(PREFIX + name, doc, value=value)
         yield from self._per_address()
         yield from self._per_listener()
+        yield from self._per_vhost()
+
+    def _per_vhost(self) -> Iterable[Metric]:
+        families = [(attribute, CounterMetricFamily(PREFIX + name, doc, labels=["vhost"]))
+                    for name, doc, attribute in VHOST_COUNTERS]  # fmt: skip
+        current = GaugeMetricFamily(PREFIX + "vhost_connections", "Client connections open in the vhost.", labels=["vhost"])
+        for entity in self.agent.entities("vhostStats"):
+            label = [str(entity.get("hostname", ""))]
+            for attribute, family in families:
+                value = _number(entity.get(attribute))
+                if value is not None:
+                    family.add_metric(label, value)
+            value = _number(entity.get("connectionsCurrent"))
+            if value is not None:
+                current.add_metric(label, value)
+        for _, family in families:
+            yield family
+        yield current
 
     def _per_listener(self) -> Iterable[Metric]:
         families = [(attribute, CounterMetricFamily(PREFIX + name, doc, labels=["listener"]))

@@ -4,7 +4,7 @@
     report = apply_reload(agent, plan)                          # through the management agent
 
 Owns: what changed between two versions of the configuration file (listeners, connectors and
-ssl profiles by name, address rules by content, users, log levels by module) and applying those changes through the
+ssl profiles by name, address rules by content, users, log levels by module, policy vhosts by hostname) and applying those changes through the
 management agent's own create/update/delete, so that a file change obeys exactly the rules of a
 management change (validation, a port in use refused, a listener re-opened on update, an ssl
 profile's files loaded before it is used). The order keeps every step valid: new and changed
@@ -142,8 +142,29 @@ def plan_reload(old: RouterConfig, new: RouterConfig, bound_ports: Mapping[str, 
     ssl_first = [c for c in updates if c.entity_type == "sslProfile"]
     others = [c for c in updates if c.entity_type != "sslProfile"]
     plan.changes = ssl_first + deletes + others + creates + profile_deletes + _log_changes(old, new)
+    plan.changes += _policy_changes(old, new)
     plan.users_changed = (old.users, old.users_file) != (new.users, new.users_file)
     return plan
+
+
+def _policy_changes(old: RouterConfig, new: RouterConfig) -> list[Change]:
+    """Vhosts by hostname, then the policy's switch and default vhost (through the `vhost` and
+    `policy` entities: new connections and links follow them, open ones keep their grant)."""
+    changes = []
+    before = {v.hostname: v for v in old.policy.vhosts}
+    after = {v.hostname: v for v in new.policy.vhosts}
+    for hostname in before:
+        if hostname not in after:
+            changes.append(Change("delete", "vhost", hostname))
+    for hostname, vhost in after.items():
+        if hostname not in before:
+            changes.append(Change("create", "vhost", hostname, _attributes(vhost)))
+        elif before[hostname] != vhost:
+            changes.append(Change("update", "vhost", hostname, _attributes(vhost)))
+    switch = ("enabled", "default_vhost")
+    if any(getattr(old.policy, f) != getattr(new.policy, f) for f in switch):
+        changes.append(Change("update", "policy", "policy", {f: getattr(new.policy, f) for f in switch}))
+    return changes
 
 
 def _log_changes(old: RouterConfig, new: RouterConfig) -> list[Change]:
