@@ -80,9 +80,10 @@ class Listener(ConnectionSettings):
     name: Name = "amqp"
     host: str = "127.0.0.1"
     port: Port = 5672
-    role: Literal["normal", "inter-router", "edge"] = Field(
+    role: Literal["normal", "inter-router", "edge", "route-container"] = Field(
         default="normal",
-        description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers",
+        description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers; "
+        "route-container: brokers and services (auto-links attach to them)",
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
     sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL", "SCRAM-SHA-256", "SCRAM-SHA-1"], ...] = ("ANONYMOUS",)
@@ -158,8 +159,10 @@ class Connector(ConnectionSettings):
     name: Name
     host: str
     port: Annotated[int, Field(ge=1, le=65535)]
-    role: Literal["inter-router", "edge"] = Field(
-        default="inter-router", description="inter-router: to another interior router; edge: from an edge router to an interior one"
+    role: Literal["inter-router", "edge", "route-container"] = Field(
+        default="inter-router",
+        description="inter-router: to another interior router; edge: from an edge router to an interior one; "
+        "route-container: to a broker or service (auto-links attach to it)",
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
     sasl_username: str | None = Field(
@@ -282,6 +285,40 @@ class AddressConfig(Model):
         return self
 
 
+class AutoLink(Model):
+    """A link the router attaches itself to a queue of a broker (a waypoint) whenever a
+    route-container connection matching `connection` or `container_id` is up. out: the router
+    sends to the queue, which becomes a consumer of `address` for the whole mesh; in: the router
+    receives from the queue, which becomes a producer into `address`."""
+
+    name: Name | None = Field(default=None, description="management name (defaults to autoLink/<address>/<direction>/<connection or container>)")
+    address: str = Field(min_length=1, max_length=1000, description="the mesh address the queue serves")
+    direction: Literal["in", "out"]
+    connection: Name | None = Field(default=None, description="the route-container listener or connector whose connections carry it")
+    container_id: str | None = Field(default=None, min_length=1, max_length=255, description="or: the broker's container-id in its open")
+    external_address: str | None = Field(
+        default=None, min_length=1, max_length=1000, description="the address at the broker (e.g. /queue/NAME); `address` when not set"
+    )
+    phase: int | None = Field(default=None, ge=0, le=9, description="accepted for the anchors' configurations; only single-phase waypoints are served (0 or unset)")
+    retry_initial_s: float = Field(default=1.0, gt=0, description="wait before attaching again after a detach or failure (doubling)")
+    retry_max_s: float = Field(default=30.0, gt=0, description="longest wait between attempts")
+
+    @model_validator(mode="after")
+    def _one_connection(self) -> AutoLink:
+        if (self.connection is None) == (self.container_id is None):
+            raise ValueError("give exactly one of connection or container_id")
+        if self.phase not in (None, 0):
+            raise ValueError("multi-phase waypoints are not supported: leave phase unset (or 0)")
+        if self.retry_max_s < self.retry_initial_s:
+            raise ValueError("retry_max_s must be >= retry_initial_s")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The name management knows it by."""
+        return self.name or f"autoLink/{self.address}/{self.direction}/{self.connection or self.container_id}"
+
+
 class User(Model):
     """A user for SASL PLAIN and SCRAM: `hashes` as `router users hash` prints them (salted,
     iterated; never the password). A plain-text `password` is still read, with a warning at
@@ -353,6 +390,7 @@ class RouterConfig(Model):
     connectors: tuple[Connector, ...] = Field(default=(), description="outgoing connections to other routers")
     http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
+    auto_links: tuple[AutoLink, ...] = Field(default=(), description="links the router attaches to broker queues itself (waypoints)")
     ssl_profiles: tuple[SslProfile, ...] = Field(default=(), description="TLS certificates and settings, by name")
     users: tuple[User, ...] = ()
     users_file: str | None = Field(
@@ -376,6 +414,7 @@ class RouterConfig(Model):
             ("http listener", [http.name for http in self.http]),
             ("connector", [connector.name for connector in self.connectors]),
             ("ssl profile", [profile.name for profile in self.ssl_profiles]),
+            ("auto-link", [link.key for link in self.auto_links]),
         ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
@@ -399,9 +438,9 @@ class RouterConfig(Model):
         link to each other and accept edges; an edge router only has uplinks to interiors)."""
         mode = self.router.mode
         allowed = {
-            "standalone": ({"normal"}, set()),
-            "interior": ({"normal", "inter-router", "edge"}, {"inter-router"}),
-            "edge": ({"normal"}, {"edge"}),
+            "standalone": ({"normal", "route-container"}, {"route-container"}),
+            "interior": ({"normal", "inter-router", "edge", "route-container"}, {"inter-router", "route-container"}),
+            "edge": ({"normal", "route-container"}, {"edge", "route-container"}),
         }[mode]
         for listener in self.listeners:
             if listener.role not in allowed[0]:

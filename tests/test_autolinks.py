@@ -1,0 +1,248 @@
+"""Auto-links, sans-IO (router.core.autolinks): the router attaches to a broker's queue itself
+while a route-container connection is up; the queue is a consumer (out) or producer (in) of the
+address for the whole mesh; refusals, detaches and lost connections are retried with backoff;
+a queue sharded over two brokers gets balanced shares. Real brokers: tests/test_autolinks_rabbitmq.py."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from router.amqp import events as ev
+from router.amqp.message import Message, encode_message
+from router.amqp.messaging import Accepted, AmqpValue
+from router.amqp.performatives import Error
+from router.config.models import AutoLink, Listener, RouterConfig
+from router.core.links import InLink, OutLink
+from router.testing.meshharness import CLIENTS, EDGE, INTER_ROUTER, MeshHarness, Wire
+from router.testing.routerharness import Client
+
+BROKERS = Listener(name="brokers", port=5680, role="route-container")
+
+
+class Broker(Client):
+    """A broker double: answers the router's attaches (or refuses them), keeps what the router
+    sends in per-address queues and sends its queued messages on the links it serves out."""
+
+    refuse: bool = False
+    queues: dict[str, deque[bytes]]
+    serving: dict[str, Any]
+
+    def on_events(self, events: list[ev.Event]) -> None:
+        super().on_events(events)
+        for event in events:
+            if isinstance(event, ev.RemoteBegin) and event.session.state.local.name == "UNINIT":
+                event.session.begin()
+            elif isinstance(event, ev.RemoteAttach) and event.link.state.local.name == "UNINIT":
+                link = event.link
+                if self.refuse:
+                    link.reject(Error(condition="amqp:not-found", description="no such queue"))
+                    continue
+                link.attach(source=link.remote_source, target=link.remote_target)
+                if link.is_sender:  # the router receives from the queue
+                    self.serving[link.remote_source.address] = link
+                else:  # the router sends to the queue
+                    link.flow(100)
+            elif isinstance(event, ev.FlowReceived):
+                self.pump_out()
+
+    def pump_out(self) -> None:
+        for address, link in self.serving.items():
+            queue = self.queues.setdefault(address, deque())
+            while queue and link.credit > 0 and link.state.local.name == "ACTIVE":
+                self.tags += 1
+                link.send_transfer(str(self.tags).encode(), queue.popleft(), settled=False)
+
+    def stored(self) -> list[Any]:
+        return [r.message.body_value for received in self.received.values() for r in received]
+
+
+def _broker(h: MeshHarness, router_id: str, name: str) -> Broker:
+    from router.amqp.connection import Connection, ConnectionConfig
+    from router.core.connections import new_engine
+
+    core = h.cores[router_id]
+    router_side = new_engine(core.config, BROKERS)
+    core.accept(router_side, BROKERS)
+    engine = Connection(ConnectionConfig(container_id=name))
+    broker = Broker(name, engine, router_side)
+    broker.queues, broker.serving = {}, {}
+    h.wires.append(Wire(engine, router_side, None, core, a_client=broker, name=f"{name}@{router_id}"))
+    engine.open()
+    h.pump()
+    broker.session = engine.begin_session()
+    h.pump()
+    return broker
+
+
+def _mesh(auto_links: tuple[AutoLink, ...], **router: Any) -> MeshHarness:
+    h = MeshHarness()
+    listeners = (CLIENTS, INTER_ROUTER, EDGE, BROKERS)
+    h.router("A", instance=1, listeners=listeners, auto_links=auto_links, **router)
+    h.router("B", instance=2)
+    h.link("A", "B")
+    h.converge()
+    return h
+
+
+def _state(h: MeshHarness, key: str) -> str:
+    return h.cores["A"].autolinks.runs[key].state
+
+
+OUT = AutoLink(address="orders", direction="out", connection="brokers", external_address="/queue/orders")
+IN = AutoLink(address="orders-done", direction="in", connection="brokers", external_address="/queue/orders")
+
+
+def test_out_and_in_through_a_two_router_mesh() -> None:
+    h = _mesh((OUT, IN))
+    assert _state(h, OUT.key) == "inactive"
+    broker = _broker(h, "A", "broker-1")
+    assert _state(h, OUT.key) == "active" and _state(h, IN.key) == "active"
+    h.converge()
+    producer = h.client("B", "producer")
+    sender = producer.sender("orders")
+    h.pump()
+    assert sender.credit > 0  # the queue is a consumer of "orders" for the whole mesh
+    ids = [producer.send(sender, Message(body=AmqpValue(value=f"order {i}"))) for i in range(3)]
+    h.pump()
+    assert broker.stored() == ["order 0", "order 1", "order 2"]
+    assert all(isinstance(producer.outcomes[i], Accepted) for i in ids)
+    # The way out of the queue: the broker's messages reach a consumer on the other router.
+    broker.queues["/queue/orders"] = deque(encode_message(Message(body=AmqpValue(value=f"done {i}"))) for i in range(2))
+    consumer = h.client("B", "consumer")
+    receiver = consumer.receiver("orders-done")
+    h.pump()
+    h.converge()
+    receiver.flow(10)
+    h.pump()
+    broker.pump_out()
+    h.pump()
+    assert consumer.bodies(receiver) == ["done 0", "done 1"]
+    # The auto-link's receiving side got credit only once the address had a destination.
+    inl = h.cores["A"].autolinks.runs[IN.key].record
+    assert isinstance(inl, InLink) and inl.delivered == 2 and inl.accepted == 2
+
+
+def test_in_gets_no_credit_without_a_destination() -> None:
+    h = _mesh((IN,))
+    broker = _broker(h, "A", "broker-1")
+    link = broker.serving["/queue/orders"]
+    assert _state(h, IN.key) == "active"
+    assert link.credit == 0  # nobody consumes orders-done: the router takes nothing to hold
+
+
+def test_refused_attach_fails_then_retries_with_backoff() -> None:
+    h = _mesh((OUT,))
+    Broker.refuse = True  # from its first attach on
+    try:
+        broker = _broker(h, "A", "broker-1")
+    finally:
+        Broker.refuse = False
+    broker.refuse = True
+    run = h.cores["A"].autolinks.runs[OUT.key]
+    assert run.state == "failed" and "not-found" in (run.last_error or "")
+    assert run.retry_at is not None and run.retry_at - h.now == pytest.approx(OUT.retry_initial_s)
+    entry = h.cores["A"].table.find("orders")
+    assert entry is None or not entry.consumers  # a refused link is no consumer
+    h.advance(OUT.retry_initial_s + 0.01)
+    assert run.state == "failed" and run.failures == 2  # refused again: the wait doubles
+    assert run.retry_at is not None and run.retry_at - h.now == pytest.approx(2 * OUT.retry_initial_s, abs=0.02)
+    broker.refuse = False
+    h.advance(2 * OUT.retry_initial_s + 0.01)
+    assert run.state == "active" and run.attaches == 3 and run.failures == 0
+
+
+def test_broker_detach_and_lost_connection() -> None:
+    h = _mesh((OUT,))
+    broker = _broker(h, "A", "broker-1")
+    run = h.cores["A"].autolinks.runs[OUT.key]
+    link = next(iter(broker.received)) if broker.received else None
+    assert link is None  # nothing sent yet
+    # The broker detaches the queue's link: failed, with its error, then attached again.
+    ours = run.link
+    assert ours is not None
+    peer_link = next(link for session in broker.engine.sessions for link in session.links if link.name == ours.name)
+    peer_link.detach(closed=True, error=Error(condition="amqp:resource-deleted", description="queue deleted"))
+    h.pump()
+    assert run.state == "failed" and "resource-deleted" in (run.last_error or "")
+    h.advance(OUT.retry_initial_s + 0.01)
+    assert run.state == "active"
+    # The connection drops: inactive, and the address has no consumer left.
+    wire = next(w for w in h.wires if w.a_client is broker)
+    h.cut(wire)
+    assert run.state == "inactive" and run.link is None
+    entry = h.cores["A"].table.find("orders")
+    assert entry is None or not entry.consumers
+    # A new connection brings it back at once.
+    _broker(h, "A", "broker-2")
+    assert run.state == "active"
+
+
+def test_in_flight_deliveries_get_an_outcome_when_the_broker_goes() -> None:
+    h = _mesh((OUT,))
+    broker = _broker(h, "A", "broker-1")
+    broker.auto_accept = False  # the broker holds them unsettled
+    h.converge()
+    producer = h.client("B", "producer")
+    sender = producer.sender("orders")
+    h.pump()
+    ids = [producer.send(sender, Message(body=AmqpValue(value=i))) for i in range(5)]
+    h.pump()
+    assert len(broker.stored()) == 5 and not producer.outcomes
+    h.cut(next(w for w in h.wires if w.a_client is broker))
+    h.pump()
+    assert sorted(producer.outcomes) == sorted(ids)  # none silently lost
+    assert all(producer.outcomes[i] is not None for i in ids)
+
+
+def test_a_queue_sharded_over_two_brokers_gets_both_shares() -> None:
+    one = AutoLink(address="orders", direction="out", connection="brokers", external_address="/queue/orders")
+    h = _mesh((one,))
+    # One auto-link matches one connection: a second one names the other broker by container-id.
+    two = AutoLink(address="orders", direction="out", container_id="broker-2", external_address="/queue/orders")
+    first = _broker(h, "A", "broker-1")
+    h.cores["A"].autolinks.add(two, h.now)
+    second = _broker(h, "A", "broker-2")
+    runs = h.cores["A"].autolinks.runs
+    assert runs[one.key].state == "active" and runs[two.key].state == "active"
+    assert runs[one.key].conn is not runs[two.key].conn
+    first.auto_accept = second.auto_accept = False  # unsettled: balanced spreads by outstanding
+    h.converge()
+    producer = h.client("B", "producer")
+    sender = producer.sender("orders")
+    h.pump()
+    for i in range(20):
+        producer.send(sender, Message(body=AmqpValue(value=i)))
+    h.pump()
+    assert len(first.stored()) + len(second.stored()) == 20
+    assert len(first.stored()) >= 5 and len(second.stored()) >= 5
+
+
+def test_remove_at_run_time_detaches_and_withdraws_the_consumer() -> None:
+    h = _mesh((OUT,))
+    _broker(h, "A", "broker-1")
+    core = h.cores["A"]
+    run = core.autolinks.runs[OUT.key]
+    out = run.record
+    assert isinstance(out, OutLink) and out in core.table.find("orders").consumers  # type: ignore[union-attr]
+    assert core.autolinks.remove(OUT.key, h.now)
+    h.pump()
+    entry = core.table.find("orders")
+    assert entry is None or not entry.consumers
+    assert OUT.key not in core.autolinks.runs
+
+
+def test_config_rules() -> None:
+    with pytest.raises(ValidationError, match="exactly one of connection or container_id"):
+        AutoLink(address="a", direction="out")
+    with pytest.raises(ValidationError, match="multi-phase"):
+        AutoLink(address="a", direction="in", connection="b", phase=1)
+    with pytest.raises(ValidationError, match="auto-link names must be unique"):
+        RouterConfig(auto_links=(OUT, OUT))
+    # route-container is a role for listeners and connectors in every mode
+    RouterConfig(listeners=(BROKERS,))
+    RouterConfig.model_validate({"connectors": [{"name": "q", "host": "h", "port": 5672, "role": "route-container"}]})
+    assert OUT.key == "autoLink/orders/out/brokers"
