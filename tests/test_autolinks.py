@@ -246,3 +246,52 @@ def test_config_rules() -> None:
     RouterConfig(listeners=(BROKERS,))
     RouterConfig.model_validate({"connectors": [{"name": "q", "host": "h", "port": 5672, "role": "route-container"}]})
     assert OUT.key == "autoLink/orders/out/brokers"
+
+
+def test_management_create_read_query_delete() -> None:
+    from router.management import ManagementAgent
+    from router.management.model import ManagementError
+
+    h = _mesh(())
+    core = h.cores["A"]
+    agent = ManagementAgent(core, core.config, clock=lambda: h.now)
+    created = agent.create("router.config.autoLink", {"address": "orders", "direction": "out", "connection": "brokers",
+                                                      "externalAddress": "/queue/orders"})  # fmt: skip
+    assert created["identity"] == "autoLink/orders/out/brokers" and created["operStatus"] == "inactive"
+    broker = _broker(h, "A", "broker-1")
+    names, rows = agent.query("autoLink", ["name", "operStatus", "lastError", "attachCount", "externalAddress"])
+    assert rows == [["autoLink/orders/out/brokers", "active", None, 1, "/queue/orders"]]
+    assert agent.read("router.config.autoLink", identity="autoLink/orders/out/brokers")["linkRef"] is not None
+    assert [a.address for a in agent.config.auto_links] == ["orders"]
+    with pytest.raises(ManagementError) as refused:
+        agent.create("autoLink", {"address": "x", "direction": "sideways", "connection": "brokers"})
+    assert refused.value.status == 400
+    with pytest.raises(ManagementError) as duplicate:
+        agent.create("autoLink", {"address": "orders", "direction": "out", "connection": "brokers"})
+    assert duplicate.value.status == 409
+    agent.delete("autoLink", "autoLink/orders/out/brokers")
+    h.pump()
+    assert agent.query("autoLink")[1] == [] and agent.config.auto_links == ()
+    assert not any(link.state.remote.name == "ACTIVE" for s in broker.engine.sessions for link in s.links
+                   if link.name.startswith("A.autolink"))  # fmt: skip
+
+
+def test_reload_applies_auto_links() -> None:
+    from router.management import ManagementAgent
+    from router.net.reload import apply_reload, plan_reload
+
+    h = _mesh((OUT,))
+    core = h.cores["A"]
+    agent = ManagementAgent(core, core.config, clock=lambda: h.now)
+    _broker(h, "A", "broker-1")
+    old = core.config
+    changed = OUT.model_copy(update={"external_address": "/queue/orders-2"})
+    new = old.model_copy(update={"auto_links": (changed, IN)})
+    report = apply_reload(agent, plan_reload(old, new))
+    h.pump()
+    assert not report.failed, report.failed
+    runs = core.autolinks.runs
+    assert set(runs) == {OUT.key, IN.key}
+    assert runs[OUT.key].config.external_address == "/queue/orders-2" and runs[OUT.key].state == "active"
+    report = apply_reload(agent, plan_reload(new, old.model_copy(update={"auto_links": ()})))
+    assert not report.failed and core.autolinks.runs == {}
