@@ -135,6 +135,20 @@ class RabbitMQ:
         _wait_listening(self.port, self.process, begin + START_TIMEOUT_S, "rabbitmq-server", log)
         self.start_seconds.append(time.monotonic() - begin)
 
+    def queue_depth(self, queue: str) -> int:
+        """Messages ready and unacknowledged in `queue` (by name: `orders`, not `/queue/orders`;
+        0 if there is no such queue), as rabbitmqctl reports them."""
+        out = subprocess.run(
+            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.nodename, "list_queues", "-q", "--no-table-headers",
+             "name", "messages"],
+            env=self.env, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        for line in out.stdout.splitlines():
+            name, _, count = line.rpartition("\t")
+            if name.strip() == queue:
+                return int(count)
+        return 0
+
     def stop(self) -> None:
         """Stop the node by its pid (SIGTERM: Erlang's orderly stop; durable queues survive)."""
         _stop(self.process)
