@@ -242,6 +242,8 @@ def test_config_rules() -> None:
         AutoLink(address="a", direction="in", connection="b", phase=1)
     with pytest.raises(ValidationError, match="auto-link names must be unique"):
         RouterConfig(auto_links=(OUT, OUT))
+    with pytest.raises(ValidationError, match="same address"):
+        RouterConfig(auto_links=(OUT, IN.model_copy(update={"address": "orders"})))
     # route-container is a role for listeners and connectors in every mode
     RouterConfig(listeners=(BROKERS,))
     RouterConfig.model_validate({"connectors": [{"name": "q", "host": "h", "port": 5672, "role": "route-container"}]})

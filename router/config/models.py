@@ -421,6 +421,11 @@ class RouterConfig(Model):
                 raise ValueError(f"{what} names must be unique: {', '.join(duplicates)}")
         self._roles_fit_mode()
         self._profiles_exist()
+        both = {link.address for link in self.auto_links if link.direction == "in"} & {
+            link.address for link in self.auto_links if link.direction == "out"}
+        if both:
+            raise ValueError(f"auto-links in and out on the same address ({', '.join(sorted(both))}) would route the "
+                             "queue's output back into it (there are no address phases): give the way out another address")
         password: list[str] = [m for listener in self.listeners for m in listener.sasl_mechanisms if m == "PLAIN" or m.startswith("SCRAM")]
         password += ["HTTP basic" for http in self.http if http.authenticate == "basic"]
         if password and not self.users and self.users_file is None:
