@@ -15,7 +15,7 @@ from router.amqp import events as ev
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Accepted, AmqpValue
 from router.amqp.performatives import Error
-from router.config.models import AutoLink, Listener, RouterConfig
+from router.config.models import AddressConfig, AutoLink, Listener, RouterConfig
 from router.core.links import InLink, OutLink
 from router.testing.meshharness import CLIENTS, EDGE, INTER_ROUTER, MeshHarness, Wire
 from router.testing.routerharness import Client
@@ -82,7 +82,7 @@ def _mesh(auto_links: tuple[AutoLink, ...], **router: Any) -> MeshHarness:
     h = MeshHarness()
     listeners = (CLIENTS, INTER_ROUTER, EDGE, BROKERS)
     h.router("A", instance=1, listeners=listeners, auto_links=auto_links, **router)
-    h.router("B", instance=2)
+    h.router("B", instance=2, **{k: v for k, v in router.items() if k == "addresses"})
     h.link("A", "B")
     h.converge()
     return h
@@ -238,12 +238,11 @@ def test_remove_at_run_time_detaches_and_withdraws_the_consumer() -> None:
 def test_config_rules() -> None:
     with pytest.raises(ValidationError, match="exactly one of connection or container_id"):
         AutoLink(address="a", direction="out")
-    with pytest.raises(ValidationError, match="multi-phase"):
-        AutoLink(address="a", direction="in", connection="b", phase=1)
+    with pytest.raises(ValidationError, match="two-phase waypoints only"):
+        AutoLink(address="a", direction="in", connection="b", phase=0)
+    assert AutoLink(address="a", direction="in", connection="b", phase=1).phase == 1
     with pytest.raises(ValidationError, match="auto-link names must be unique"):
         RouterConfig(auto_links=(OUT, OUT))
-    with pytest.raises(ValidationError, match="same address"):
-        RouterConfig(auto_links=(OUT, IN.model_copy(update={"address": "orders"})))
     # route-container is a role for listeners and connectors in every mode
     RouterConfig(listeners=(BROKERS,))
     RouterConfig.model_validate({"connectors": [{"name": "q", "host": "h", "port": 5672, "role": "route-container"}]})
@@ -297,3 +296,46 @@ def test_reload_applies_auto_links() -> None:
     assert runs[OUT.key].config.external_address == "/queue/orders-2" and runs[OUT.key].state == "active"
     report = apply_reload(agent, plan_reload(new, old.model_copy(update={"auto_links": ()})))
     assert not report.failed and core.autolinks.runs == {}
+
+
+WAYPOINT = (AddressConfig(prefix="orders", waypoint=True),)  # on every router, as with the anchors
+WAY_IN = AutoLink(address="orders", direction="in", connection="brokers", external_address="/queue/orders")
+
+
+def test_a_waypoint_serves_one_address_both_ways_through_the_queue() -> None:
+    h = _mesh((OUT, WAY_IN), addresses=WAYPOINT)
+    broker = _broker(h, "A", "broker-1")
+    assert _state(h, OUT.key) == "active" and _state(h, WAY_IN.key) == "active"
+    h.converge()
+    consumer = h.client("B", "consumer")
+    receiver = consumer.receiver("orders")
+    h.pump()
+    h.converge()
+    receiver.flow(10)
+    producer = h.client("B", "producer")
+    sender = producer.sender("orders")
+    h.pump()
+    # Phase 0: the producer's messages go to the queue, not to the consumer of the address.
+    ids = [producer.send(sender, Message(body=AmqpValue(value=f"order {i}"))) for i in range(3)]
+    h.pump()
+    assert broker.stored() == ["order 0", "order 1", "order 2"]
+    assert all(isinstance(producer.outcomes[i], Accepted) for i in ids)
+    assert consumer.bodies(receiver) == []
+    # Phase 1: what the queue gives out reaches the consumer (on the other router), and is not
+    # fed back into the queue.
+    broker.queues["/queue/orders"] = deque(encode_message(Message(body=AmqpValue(value=f"out {i}"))) for i in range(2))
+    broker.pump_out()
+    h.pump()
+    assert consumer.bodies(receiver) == ["out 0", "out 1"]
+    assert len(broker.stored()) == 3
+    keys = set(h.cores["B"].table.entries)
+    assert "M_$phase1/orders" in keys  # the consumer's key: the anchors' M1orders
+
+
+def test_in_and_out_on_an_address_that_is_no_waypoint_is_a_loop() -> None:
+    h = _mesh((OUT, WAY_IN))
+    _broker(h, "A", "broker-1")
+    states = {_state(h, OUT.key), _state(h, WAY_IN.key)}
+    assert "failed" in states
+    failed = next(r for r in h.cores["A"].autolinks.runs.values() if r.state == "failed")
+    assert "waypoint" in (failed.last_error or "")

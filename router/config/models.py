@@ -277,6 +277,11 @@ class AddressConfig(Model):
     prefix: str | None = Field(default=None, min_length=1)
     pattern: str | None = Field(default=None, min_length=1)
     distribution: Distribution = "balanced"
+    waypoint: bool = Field(
+        default=False,
+        description="a broker queue sits in the middle (auto-links): producers send on phase 0, which the out "
+        "auto-link consumes; receivers consume phase 1, which the in auto-link produces",
+    )
 
     @model_validator(mode="after")
     def _prefix_xor_pattern(self) -> AddressConfig:
@@ -299,7 +304,11 @@ class AutoLink(Model):
     external_address: str | None = Field(
         default=None, min_length=1, max_length=1000, description="the address at the broker (e.g. /queue/NAME); `address` when not set"
     )
-    phase: int | None = Field(default=None, ge=0, le=9, description="accepted for the anchors' configurations; only single-phase waypoints are served (0 or unset)")
+    phase: int | None = Field(
+        default=None, ge=0, le=1,
+        description="the address phase: out consumes phase 0 and in produces phase 1 (the defaults); on an address "
+        "that is not a waypoint both phases are the address itself",
+    )
     retry_initial_s: float = Field(default=1.0, gt=0, description="wait before attaching again after a detach or failure (doubling)")
     retry_max_s: float = Field(default=30.0, gt=0, description="longest wait between attempts")
 
@@ -307,8 +316,8 @@ class AutoLink(Model):
     def _one_connection(self) -> AutoLink:
         if (self.connection is None) == (self.container_id is None):
             raise ValueError("give exactly one of connection or container_id")
-        if self.phase not in (None, 0):
-            raise ValueError("multi-phase waypoints are not supported: leave phase unset (or 0)")
+        if self.phase is not None and self.phase != (0 if self.direction == "out" else 1):
+            raise ValueError("two-phase waypoints only: out consumes phase 0, in produces phase 1 (leave phase unset)")
         if self.retry_max_s < self.retry_initial_s:
             raise ValueError("retry_max_s must be >= retry_initial_s")
         return self
@@ -421,11 +430,6 @@ class RouterConfig(Model):
                 raise ValueError(f"{what} names must be unique: {', '.join(duplicates)}")
         self._roles_fit_mode()
         self._profiles_exist()
-        both = {link.address for link in self.auto_links if link.direction == "in"} & {
-            link.address for link in self.auto_links if link.direction == "out"}
-        if both:
-            raise ValueError(f"auto-links in and out on the same address ({', '.join(sorted(both))}) would route the "
-                             "queue's output back into it (there are no address phases): give the way out another address")
         password: list[str] = [m for listener in self.listeners for m in listener.sasl_mechanisms if m == "PLAIN" or m.startswith("SCRAM")]
         password += ["HTTP basic" for http in self.http if http.authenticate == "basic"]
         if password and not self.users and self.users_file is None:

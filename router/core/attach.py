@@ -111,12 +111,14 @@ class Links:
         """A link the router attached itself and sends on (an auto-link to a broker queue,
         router.core.autolinks) becomes a consumer of `address`; None if the address is not
         one of this router's."""
-        entry = self.table.get_or_create(address, consumer=True)
+        entry = self.table.get_or_create(address, consumer=True, egress=False)  # phase 0 of a waypoint
         return None if entry is None else self._add_consumer(conn, link, entry, now)
 
     def register_producer(self, conn: ConnState, link: Link, address: str, now: float) -> InLink | None:
         """A link the router attached itself and receives on (an auto-link from a broker queue)
-        becomes a producer into `address`: credit only while the address has a destination."""
+        becomes a producer into `address` (phase 1 of a waypoint address): credit only while it
+        has a destination."""
+        address = self.table.egress_address(address)
         entry = self.table.get_or_create(address)
         if entry is None:
             return None

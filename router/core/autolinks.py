@@ -20,7 +20,11 @@ for it). The link counts as active only once the broker answers with a terminus 
 §2.6.3: a null terminus is a refusal and a detach follows). After a detach, a session end or
 a refusal it is failed (with the broker's error) and attached again after a backoff doubling
 from retry_initial_s to retry_max_s; with no matching connection it is inactive.
-Only single-phase waypoints: the config refuses a phase other than 0.
+On a waypoint address (an address rule with `waypoint: true`) the out link consumes phase 0,
+where producers send, and the in link produces phase 1, which the address's receivers consume
+(router.core.table: PHASE1), so that one address serves both ways, as with the anchors. On
+another address an in and an out auto-link would feed the queue's output back into it: such a
+pair is failed (and retried, in case a rule makes the address a waypoint).
 Collaborators: the core's connections (to find matching ones), the Links unit (registering and
 tearing down producer and consumer records), the Touched set.
 Must not touch: message bytes, forwarding, the records' shape (router.core.links).
@@ -205,9 +209,23 @@ class AutoLinks:
                 self._attach(run, conn, now)
                 return
 
+    def _loops(self, run: AutoLinkRun) -> bool:
+        """An in and an out auto-link on one address that is no waypoint: a loop."""
+        config = run.config
+        opposite = "in" if config.direction == "out" else "out"
+        if not any(o.config.address == config.address and o.config.direction == opposite for o in self.runs.values()):
+            return False
+        return self.links.table.egress_address(config.address) == config.address
+
     def _attach(self, run: AutoLinkRun, conn: ConnState, now: float | None) -> None:
         engine = conn.engine
         if engine.state.local is not ACTIVE or engine.finished:
+            return
+        if self._loops(run):
+            if now is not None:
+                run.conn = conn
+                self._failed(run, f"auto-links in and out on {run.config.address!r}, which is no waypoint, "
+                                  "would feed the queue's output back into it (address rule waypoint: true)", now)  # fmt: skip
             return
         session = self._sessions.get(conn)
         if session is None or session.state.local is not ACTIVE:
