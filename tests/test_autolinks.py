@@ -5,6 +5,7 @@ a queue sharded over two brokers gets balanced shares. Real brokers: tests/test_
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from typing import Any
 
@@ -339,3 +340,119 @@ def test_in_and_out_on_an_address_that_is_no_waypoint_is_a_loop() -> None:
     assert "failed" in states
     failed = next(r for r in h.cores["A"].autolinks.runs.values() if r.state == "failed")
     assert "waypoint" in (failed.last_error or "")
+
+
+def test_broker_ends_the_session_then_a_new_one_is_begun() -> None:
+    h = _mesh((OUT,))
+    broker = _broker(h, "A", "broker-1")
+    run = h.cores["A"].autolinks.runs[OUT.key]
+    ours = run.link
+    assert ours is not None and run.state == "active"
+    session = next(s for s in broker.engine.sessions if any(link.name == ours.name for link in s.links))
+    session.end(Error(condition="amqp:internal-error", description="broker trouble"))
+    h.pump()
+    assert run.state == "failed" and run.last_error == "the broker ended the session"
+    entry = h.cores["A"].table.find("orders")
+    assert entry is None or not entry.consumers
+    h.advance(OUT.retry_initial_s + 0.01)
+    assert run.state == "active" and run.link is not None and run.link.session is not ours.session
+
+
+# --- the auto-link state machine under any order of broker behaviour (hypothesis) ----------------
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+
+class AutoLinkMachine(RuleBasedStateMachine):
+    """Brokers come and go, refuse, detach and end sessions; management adds and removes
+    auto-links; time passes. Whatever the order: every state is one of the four, an active
+    auto-link is registered as its address's consumer or producer on a live connection, and
+    nothing else is (no consumer or producer outlives its link)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = MeshHarness()
+        self.h.router("A", mode="standalone", listeners=(CLIENTS, BROKERS), auto_links=(OUT,))
+        self.core = self.h.cores["A"]
+        self.brokers: list[Broker] = []
+
+    @rule(refuse=st.booleans())
+    def broker_connects(self, refuse: bool) -> None:
+        if len(self.brokers) < 2:
+            Broker.refuse = refuse
+            try:
+                broker = _broker(self.h, "A", f"broker-{len(self.brokers)}")
+            finally:
+                Broker.refuse = False
+            broker.refuse = refuse
+            self.brokers.append(broker)
+
+    @rule(i=st.integers(0, 1), refuse=st.booleans())
+    def broker_changes_its_mind(self, i: int, refuse: bool) -> None:
+        if i < len(self.brokers):
+            self.brokers[i].refuse = refuse
+
+    @rule(i=st.integers(0, 1))
+    def broker_drops(self, i: int) -> None:
+        if i < len(self.brokers):
+            broker = self.brokers.pop(i)
+            self.h.cut(next(w for w in self.h.wires if w.a_client is broker))
+
+    @rule(i=st.integers(0, 1), end_session=st.booleans())
+    def broker_detaches(self, i: int, end_session: bool) -> None:
+        if i >= len(self.brokers):
+            return
+        broker = self.brokers[i]
+        for session in broker.engine.sessions:
+            if session is broker.session or session.state.local.name != "ACTIVE":
+                continue
+            if end_session:
+                session.end()
+            else:
+                for link in session.links:
+                    if link.state.local.name == "ACTIVE":
+                        link.detach(closed=True)
+        self.h.pump()
+
+    @rule(seconds=st.sampled_from([0.1, 1.01, 2.02, 40.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.h.advance(seconds, step=0.05)
+
+    @rule(direction=st.sampled_from(["in", "out"]), by_container=st.booleans())
+    def management_adds(self, direction: str, by_container: bool) -> None:
+        where = {"container_id": "broker-1"} if by_container else {"connection": "brokers"}
+        config = AutoLink(address=f"a-{direction}", direction=direction, **where)  # type: ignore[arg-type]
+        if config.key not in self.core.autolinks.runs:
+            self.core.autolinks.add(config, self.h.now)
+            self.h.pump()
+
+    @rule(data=st.data())
+    def management_removes(self, data: st.DataObject) -> None:
+        keys = sorted(self.core.autolinks.runs)
+        if keys:
+            self.core.autolinks.remove(data.draw(st.sampled_from(keys)), self.h.now)
+            self.h.pump()
+
+    @invariant()
+    def states_are_honest(self) -> None:
+        records = set()
+        for run in self.core.autolinks.runs.values():
+            assert run.state in ("inactive", "attaching", "active", "failed")
+            if run.state == "active":
+                assert run.record is not None and not run.record.gone and not run.record.conn.closed
+                records.add(run.record)
+            else:
+                assert run.record is None
+            if run.state in ("attaching", "active"):
+                assert run.conn is not None and not run.conn.closed
+        registered = {
+            link for conn in self.core.connections.values() if conn.role == "route-container"
+            for link in (*conn.out_links, *conn.in_links)
+        }  # fmt: skip
+        assert registered == records
+
+
+TestAutoLinkMachine = AutoLinkMachine.TestCase
+TestAutoLinkMachine.settings = settings(max_examples=int(os.environ.get("AUTOLINK_EXAMPLES", "60")), stateful_step_count=20, deadline=None)
