@@ -163,6 +163,7 @@ async def test_broker_restarted_mid_stream(tmp_path: Path, rabbitmq_private: Rab
             await run_in_thread(broker.start, timeout_s=BROKER_TIMEOUT_S)
             (row,) = (await _until_active(mesh, "A")).values()
             assert row["attachCount"] >= 2
+        print("outcomes", dict(producer.outcomes), "states seen", seen[-3:], "broker starts", broker.start_seconds)
         # Every delivery the producer sent has an outcome: none was silently lost.
         assert producer.sent == 400
         assert sum(producer.outcomes.values()) == 400, producer.outcomes
