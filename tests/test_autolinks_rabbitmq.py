@@ -186,3 +186,22 @@ async def test_a_queue_sharded_over_two_rabbitmq_nodes(tmp_path: Path, rabbitmq:
         two = await run_in_thread(rabbitmq2.queue_depth, queue, timeout_s=BROKER_TIMEOUT_S)
         assert one + two == 40
         assert one > 0 and two > 0, (one, two)
+
+
+async def test_a_waypoint_address_through_rabbitmq(tmp_path: Path, rabbitmq: RabbitMQ) -> None:
+    """One address both ways: producers send to `jobs` (phase 0, into the queue), receivers of
+    `jobs` get what comes out of the queue (phase 1), on the other router."""
+    queue = f"waypoint-{uuid.uuid4().hex[:8]}"
+    waypoint = [{"prefix": "jobs", "waypoint": True}]
+    extra = {"A": {"connectors": [_connector("rabbit", rabbitmq)], "addresses": waypoint,
+                   "auto_links": [_auto_link("jobs", "out", "rabbit", queue), _auto_link("jobs", "in", "rabbit", queue)]},
+             "B": {"addresses": waypoint}}  # fmt: skip
+    with MeshProcesses(tmp_path, "A-B", extra=extra) as mesh:
+        await mesh.wait_converged()
+        await _until_active(mesh, "A")
+        bodies = [f"job {i}" for i in range(10)]
+        await run_in_thread(_send, mesh.port("B"), "jobs", bodies, timeout_s=BROKER_TIMEOUT_S)
+        assert await run_in_thread(rabbitmq.queue_depth, queue, timeout_s=BROKER_TIMEOUT_S) == 10
+        got = await run_in_thread(_receive, mesh.port("B"), "jobs", 10, timeout_s=BROKER_TIMEOUT_S)
+        assert got == bodies
+        assert await run_in_thread(rabbitmq.queue_depth, queue, timeout_s=BROKER_TIMEOUT_S) == 0
