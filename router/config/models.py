@@ -82,8 +82,7 @@ class Listener(ConnectionSettings):
     port: Port = 5672
     role: Literal["normal", "inter-router", "edge", "route-container"] = Field(
         default="normal",
-        description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers; "
-        "route-container: brokers and services (auto-links attach to them)",
+        description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers",
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
     sasl_mechanisms: tuple[Literal["ANONYMOUS", "PLAIN", "EXTERNAL", "SCRAM-SHA-256", "SCRAM-SHA-1"], ...] = ("ANONYMOUS",)
@@ -160,9 +159,7 @@ class Connector(ConnectionSettings):
     host: str
     port: Annotated[int, Field(ge=1, le=65535)]
     role: Literal["inter-router", "edge", "route-container"] = Field(
-        default="inter-router",
-        description="inter-router: to another interior router; edge: from an edge router to an interior one; "
-        "route-container: to a broker or service (auto-links attach to it)",
+        default="inter-router", description="inter-router: to another interior router; edge: from an edge router to an interior one"
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
     sasl_username: str | None = Field(
