@@ -29,6 +29,7 @@ class Broker(Client):
     sends in per-address queues and sends its queued messages on the links it serves out."""
 
     refuse: bool = False
+    silent: bool = False
     queues: dict[str, deque[bytes]]
     serving: dict[str, Any]
 
@@ -37,7 +38,7 @@ class Broker(Client):
         for event in events:
             if isinstance(event, ev.RemoteBegin) and event.session.state.local.name == "UNINIT":
                 event.session.begin()
-            elif isinstance(event, ev.RemoteAttach) and event.link.state.local.name == "UNINIT":
+            elif isinstance(event, ev.RemoteAttach) and event.link.state.local.name == "UNINIT" and not self.silent:
                 link = event.link
                 if self.refuse:
                     link.reject(Error(condition="amqp:not-found", description="no such queue"))
@@ -389,10 +390,10 @@ class AutoLinkMachine(RuleBasedStateMachine):
             broker.refuse = refuse
             self.brokers.append(broker)
 
-    @rule(i=st.integers(0, 1), refuse=st.booleans())
-    def broker_changes_its_mind(self, i: int, refuse: bool) -> None:
+    @rule(i=st.integers(0, 1), refuse=st.booleans(), silent=st.booleans())
+    def broker_changes_its_mind(self, i: int, refuse: bool, silent: bool) -> None:
         if i < len(self.brokers):
-            self.brokers[i].refuse = refuse
+            self.brokers[i].refuse, self.brokers[i].silent = refuse, silent
 
     @rule(i=st.integers(0, 1))
     def broker_drops(self, i: int) -> None:
@@ -456,3 +457,22 @@ class AutoLinkMachine(RuleBasedStateMachine):
 
 TestAutoLinkMachine = AutoLinkMachine.TestCase
 TestAutoLinkMachine.settings = settings(max_examples=int(os.environ.get("AUTOLINK_EXAMPLES", "60")), stateful_step_count=20, deadline=None)
+
+
+def test_a_broker_that_never_answers_the_attach() -> None:
+    silent = AutoLink(address="orders", direction="out", connection="brokers", external_address="/queues/orders",
+                      attach_timeout_s=5.0)  # fmt: skip
+    h = _mesh((silent,))
+    Broker.silent = True  # like RabbitMQ 3 with an address form it does not know
+    try:
+        broker = _broker(h, "A", "broker-1")
+    finally:
+        Broker.silent = False
+    run = h.cores["A"].autolinks.runs[silent.key]
+    assert run.state == "attaching"
+    assert h.cores["A"].next_deadline() is not None
+    h.advance(5.01)
+    assert run.state == "failed" and run.last_error == "the broker did not answer the attach in 5 s"
+    broker.silent = False
+    h.advance(silent.retry_initial_s + 0.01)
+    assert run.state == "active" and run.attaches == 2

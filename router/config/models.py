@@ -306,6 +306,7 @@ class AutoLink(Model):
         description="the address phase: out consumes phase 0 and in produces phase 1 (the defaults); on an address "
         "that is not a waypoint both phases are the address itself",
     )
+    attach_timeout_s: float = Field(default=30.0, gt=0, description="a broker that has not answered the attach by then has failed it")
     retry_initial_s: float = Field(default=1.0, gt=0, description="wait before attaching again after a detach or failure (doubling)")
     retry_max_s: float = Field(default=30.0, gt=0, description="longest wait between attempts")
 

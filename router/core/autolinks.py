@@ -6,7 +6,7 @@
     autolinks.link_attached(link, now)               # the broker answered one of our attaches
     autolinks.link_detached(link, error, now)        # ... or detached it (after Links did)
     autolinks.session_ended(session, now)            # ... or ended its session (after Links did)
-    autolinks.connection_gone(conn, reattach=...)    # the connection is over
+    autolinks.connection_gone(conn, now, reattach=...)  # the connection is over
     autolinks.tick(now); autolinks.next_deadline()   # attaching again after a failure
 
 Owns: one AutoLinkRun per configured auto-link: while a route-container connection matching its
@@ -18,8 +18,8 @@ receiving link from the queue, which registers as a producer into the address (c
 while the address has a destination, bounded like any producer link: the router holds nothing
 for it). The link counts as active only once the broker answers with a terminus (transport
 §2.6.3: a null terminus is a refusal and a detach follows). After a detach, a session end or
-a refusal it is failed (with the broker's error) and attached again after a backoff doubling
-from retry_initial_s to retry_max_s; with no matching connection it is inactive.
+a refusal, or no answer within attach_timeout_s, it is failed (with the broker's error) and
+attached again after a backoff doubling from retry_initial_s to retry_max_s; with no matching connection it is inactive.
 On a waypoint address (an address rule with `waypoint: true`) the out link consumes phase 0,
 where producers send, and the in link produces phase 1, which the address's receivers consume
 (router.core.table: PHASE1), so that one address serves both ways, as with the anchors. On
@@ -55,7 +55,7 @@ STATES: Final = ("inactive", "attaching", "active", "failed")
 class AutoLinkRun:
     """One auto-link's configuration and state (management's router.config.autoLink)."""
 
-    __slots__ = ("config", "state", "last_error", "conn", "link", "record", "failures", "retry_at", "attaches", "seq")
+    __slots__ = ("config", "state", "last_error", "conn", "link", "record", "failures", "retry_at", "answer_by", "attaches")
 
     def __init__(self, config: AutoLink) -> None:
         self.config = config
@@ -66,8 +66,8 @@ class AutoLinkRun:
         self.record: InLink | OutLink | None = None  # once active
         self.failures = 0  # consecutive, for the backoff
         self.retry_at: float | None = None
+        self.answer_by: float | None = None  # while attaching: the broker must answer by then
         self.attaches = 0  # attach attempts (management)
-        self.seq = 0
 
     @property
     def key(self) -> str:
@@ -153,7 +153,7 @@ class AutoLinks:
             self.touched.touch(conn.engine)
             run.link = None
             return
-        run.state, run.failures, run.retry_at = "active", 0, None
+        run.state, run.failures, run.retry_at, run.answer_by = "active", 0, None, None
 
     def link_detached(self, link: Link, error: Error | None, now: float) -> None:
         """The broker detached one of our links (Links has torn its record down already)."""
@@ -174,7 +174,7 @@ class AutoLinks:
             if ours is session:
                 del self._sessions[conn]
 
-    def connection_gone(self, conn: ConnState, *, reattach: bool = True) -> None:
+    def connection_gone(self, conn: ConnState, now: float, *, reattach: bool = True) -> None:
         self._sessions.pop(conn, None)
         for run in self.runs.values():
             if run.conn is conn:
@@ -184,10 +184,12 @@ class AutoLinks:
         # Another matching connection (a second listener connection) may take over at once.
         for run in self.runs.values() if reattach else ():
             if run.conn is None:
-                self._try_attach(run, None)
+                self._try_attach(run, now)
 
     def tick(self, now: float) -> None:
         for run in self.runs.values():
+            if run.state == "attaching" and run.answer_by is not None and run.answer_by <= now:
+                self._unanswered(run, now)
             if run.retry_at is not None and run.retry_at <= now:
                 run.retry_at = None
                 conn = run.conn
@@ -199,11 +201,12 @@ class AutoLinks:
 
     def next_deadline(self) -> float | None:
         deadlines = [run.retry_at for run in self.runs.values() if run.retry_at is not None]
+        deadlines += [run.answer_by for run in self.runs.values() if run.state == "attaching" and run.answer_by is not None]
         return min(deadlines) if deadlines else None
 
     # --- attaching -------------------------------------------------------------------------------
 
-    def _try_attach(self, run: AutoLinkRun, now: float | None) -> None:
+    def _try_attach(self, run: AutoLinkRun, now: float) -> None:
         for conn in self.connections.values():
             if run.matches(conn):
                 self._attach(run, conn, now)
@@ -217,15 +220,14 @@ class AutoLinks:
             return False
         return self.links.table.egress_address(config.address) == config.address
 
-    def _attach(self, run: AutoLinkRun, conn: ConnState, now: float | None) -> None:
+    def _attach(self, run: AutoLinkRun, conn: ConnState, now: float) -> None:
         engine = conn.engine
         if engine.state.local is not ACTIVE or engine.finished:
             return
         if self._loops(run):
-            if now is not None:
-                run.conn = conn
-                self._failed(run, f"auto-links in and out on {run.config.address!r}, which is no waypoint, "
-                                  "would feed the queue's output back into it (address rule waypoint: true)", now)  # fmt: skip
+            run.conn = conn
+            self._failed(run, f"auto-links in and out on {run.config.address!r}, which is no waypoint, "
+                              "would feed the queue's output back into it (address rule waypoint: true)", now)  # fmt: skip
             return
         session = self._sessions.get(conn)
         if session is None or session.state.local is not ACTIVE:
@@ -242,13 +244,26 @@ class AutoLinks:
                                            target=Target(address=config.address))  # fmt: skip
         link.context = run
         run.link, run.conn, run.record, run.state = link, conn, None, "attaching"
+        run.answer_by = now + run.config.attach_timeout_s
         run.attaches += 1
         self._by_link[link] = run
         self.touched.touch(engine)
 
+    def _unanswered(self, run: AutoLinkRun, now: float) -> None:
+        """The broker never answered the attach (RabbitMQ 3 does not, for an address form it
+        does not know): give the link up, and try again after the backoff."""
+        link = run.link
+        if link is not None:
+            self._by_link.pop(link, None)
+            conn = link.session.conn
+            if link.state.local is ACTIVE and link.session.state.local is ACTIVE and conn.state.local is ACTIVE:
+                link.detach(closed=True)
+                self.touched.touch(conn)
+        self._failed(run, f"the broker did not answer the attach in {run.config.attach_timeout_s:g} s", now)
+
     def _failed(self, run: AutoLinkRun, description: str, now: float) -> None:
         # run.conn is kept: the next attempt uses the same connection if it is still up then.
-        run.state, run.last_error, run.link, run.record = "failed", description, None, None
+        run.state, run.last_error, run.link, run.record, run.answer_by = "failed", description, None, None, None
         run.failures += 1
         config = run.config
         run.retry_at = now + min(config.retry_max_s, config.retry_initial_s * 2.0 ** min(run.failures - 1, 32))
@@ -257,4 +272,4 @@ class AutoLinks:
         if run.state in ("attaching", "active"):
             run.last_error = "the connection to the broker was lost"
         run.state = "inactive"
-        run.conn, run.link, run.record, run.retry_at = None, None, None, None
+        run.conn, run.link, run.record, run.retry_at, run.answer_by = None, None, None, None, None

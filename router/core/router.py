@@ -417,6 +417,6 @@ class RouterCore:
         for session in state.engine.sessions:
             self.links.session_ended(session, now)
         if state.role == "route-container":
-            self.autolinks.connection_gone(state, reattach=not (self.quiescing or self.shutting_down))
+            self.autolinks.connection_gone(state, now, reattach=not (self.quiescing or self.shutting_down))
         if state.peer is not None:
             self.mesh.peer_gone(state, now)
