@@ -261,6 +261,10 @@ def test_management_create_read_query_delete() -> None:
     created = agent.create("router.config.autoLink", {"address": "orders", "direction": "out", "connection": "brokers",
                                                       "externalAddress": "/queue/orders"})  # fmt: skip
     assert created["identity"] == "autoLink/orders/out/brokers" and created["operStatus"] == "inactive"
+    assert created["lastError"] is None  # the route-container listener `brokers` exists
+    orphan = agent.create("autoLink", {"address": "x", "direction": "in", "connection": "nowhere"})
+    assert orphan["lastError"] == "no route-container listener or connector named 'nowhere'"
+    agent.delete("autoLink", orphan["identity"])
     broker = _broker(h, "A", "broker-1")
     names, rows = agent.query("autoLink", ["name", "operStatus", "lastError", "attachCount", "externalAddress"])
     assert rows == [["autoLink/orders/out/brokers", "active", None, 1, "/queue/orders"]]

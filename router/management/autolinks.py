@@ -47,12 +47,19 @@ class AutoLinkType(EntityType):
         for config in agent.config.auto_links:
             run = runs.get(config.key)
             if run is not None:
-                yield self._entity(run)
+                yield self._entity(agent, run)
 
-    def _entity(self, run: AutoLinkRun) -> dict[str, Any]:
+    def _entity(self, agent: ManagementAgent, run: AutoLinkRun) -> dict[str, Any]:
         attributes = {k: v for k, v in AUTO_LINK.render(run.config).items() if k != "name"}
+        last_error = run.last_error
+        if last_error is None and run.state == "inactive" and run.config.connection is not None:
+            # Say why it may never attach: nothing of that name connects a broker.
+            roles = [c.role for c in agent.config.listeners if c.name == run.config.connection]
+            roles += [c.role for c in agent.config.connectors if c.name == run.config.connection]
+            if "route-container" not in roles:
+                last_error = f"no route-container listener or connector named {run.config.connection!r}"
         return self.entity(
-            run.key, run.key, **attributes, operStatus=run.state, lastError=run.last_error,
+            run.key, run.key, **attributes, operStatus=run.state, lastError=last_error,
             linkRef=run.link.name if run.link is not None else None, attachCount=run.attaches,
         )  # fmt: skip
 
@@ -63,7 +70,7 @@ class AutoLinkType(EntityType):
         candidate = with_config(agent, auto_links=(*agent.config.auto_links, config))
         run = agent.core.autolinks.add(config, now)
         agent.config = candidate
-        return self._entity(run)
+        return self._entity(agent, run)
 
     def delete(self, agent: ManagementAgent, entity: dict[str, Any]) -> None:
         key = entity["identity"]
