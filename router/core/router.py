@@ -184,7 +184,11 @@ class RouterCore:
 
     def next_deadline(self) -> float | None:
         deadline = self.forwarder.next_deadline()
-        for other in (self.mesh.next_deadline(), self.autolinks.next_deadline() if self.autolinks.runs else None):
+        mesh = self.mesh.next_deadline()
+        if mesh is not None and (deadline is None or mesh < deadline):
+            deadline = mesh
+        if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)
+            other = self.autolinks.next_deadline()
             if other is not None and (deadline is None or other < deadline):
                 deadline = other
         return deadline
