@@ -15,8 +15,8 @@ router attaches to the queue: direction out, a sending link whose target is the 
 registers as a consumer of the address like any client's (the mesh advertises it, producers
 anywhere reach it, several of them share the address by its distribution); direction in, a
 receiving link from the queue, which registers as a producer into the address (credit only
-while the address has a destination, bounded like any producer link: the router holds nothing
-for it). The link counts as active only once the broker answers with a terminus (transport
+while the address has a destination, bounded like any producer link: the router takes nothing
+from the queue that has nowhere to go). The link counts as active only once the broker answers with a terminus (transport
 §2.6.3: a null terminus is a refusal and a detach follows). After a detach, a session end or
 a refusal, or no answer within attach_timeout_s, it is failed (with the broker's error) and
 attached again after a backoff doubling from retry_initial_s to retry_max_s; with no matching connection it is inactive.
