@@ -211,7 +211,7 @@ def test_discovery_operations() -> None:
         ("CREATE", {"prefix": "a"}, {"type": "router"}, 501),
         ("CREATE", {"prefix": "a", "distribution": "sideways"}, {"type": "address"}, 400),
         ("CREATE", {"prefix": "a", "pattern": "b"}, {"type": "address"}, 400),
-        ("CREATE", {"prefix": "a", "waypoint": True}, {"type": "address"}, 400),
+        ("CREATE", {"prefix": "a", "ingressPhase": 1}, {"type": "address"}, 400),  # phases: waypoint only
         ("CREATE", {"prefix": "a", "type": "listener"}, {"type": "address"}, 400),
         ("CREATE", {"identity": "x", "prefix": "a"}, {"type": "address"}, 400),
         ("CREATE", {"port": 70000}, {"type": "listener", "name": "bad"}, 400),

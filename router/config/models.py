@@ -81,7 +81,7 @@ class Listener(ConnectionSettings):
     name: Name = "amqp"
     host: str = "127.0.0.1"
     port: Port = 5672
-    role: Literal["normal", "inter-router", "edge"] = Field(
+    role: Literal["normal", "inter-router", "edge", "route-container"] = Field(
         default="normal",
         description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers",
     )
@@ -175,7 +175,7 @@ class Connector(ConnectionSettings):
     name: Name
     host: str
     port: Annotated[int, Field(ge=1, le=65535)]
-    role: Literal["inter-router", "edge"] = Field(
+    role: Literal["inter-router", "edge", "route-container"] = Field(
         default="inter-router", description="inter-router: to another interior router; edge: from an edge router to an interior one"
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
@@ -291,12 +291,56 @@ class AddressConfig(Model):
     prefix: str | None = Field(default=None, min_length=1)
     pattern: str | None = Field(default=None, min_length=1)
     distribution: Distribution = "balanced"
+    waypoint: bool = Field(
+        default=False,
+        description="a broker queue sits in the middle (auto-links): producers send on phase 0, which the out "
+        "auto-link consumes; receivers consume phase 1, which the in auto-link produces",
+    )
 
     @model_validator(mode="after")
     def _prefix_xor_pattern(self) -> AddressConfig:
         if (self.prefix is None) == (self.pattern is None):
             raise ValueError("give exactly one of prefix or pattern")
         return self
+
+
+class AutoLink(Model):
+    """A link the router attaches itself to a queue of a broker (a waypoint) whenever a
+    route-container connection matching `connection` or `container_id` is up. out: the router
+    sends to the queue, which becomes a consumer of `address` for the whole mesh; in: the router
+    receives from the queue, which becomes a producer into `address`."""
+
+    name: Name | None = Field(default=None, description="management name (defaults to autoLink/<address>/<direction>/<connection or container>)")
+    address: str = Field(min_length=1, max_length=1000, description="the mesh address the queue serves")
+    direction: Literal["in", "out"]
+    connection: Name | None = Field(default=None, description="the route-container listener or connector whose connections carry it")
+    container_id: str | None = Field(default=None, min_length=1, max_length=255, description="or: the broker's container-id in its open")
+    external_address: str | None = Field(
+        default=None, min_length=1, max_length=1000, description="the address at the broker (e.g. /queue/NAME); `address` when not set"
+    )
+    phase: int | None = Field(
+        default=None, ge=0, le=1,
+        description="the address phase: out consumes phase 0 and in produces phase 1 (the defaults); on an address "
+        "that is not a waypoint both phases are the address itself",
+    )
+    attach_timeout_s: float = Field(default=30.0, gt=0, description="a broker that has not answered the attach by then has failed it")
+    retry_initial_s: float = Field(default=1.0, gt=0, description="wait before attaching again after a detach or failure (doubling)")
+    retry_max_s: float = Field(default=30.0, gt=0, description="longest wait between attempts")
+
+    @model_validator(mode="after")
+    def _one_connection(self) -> AutoLink:
+        if (self.connection is None) == (self.container_id is None):
+            raise ValueError("give exactly one of connection or container_id")
+        if self.phase is not None and self.phase != (0 if self.direction == "out" else 1):
+            raise ValueError("two-phase waypoints only: out consumes phase 0, in produces phase 1 (leave phase unset)")
+        if self.retry_max_s < self.retry_initial_s:
+            raise ValueError("retry_max_s must be >= retry_initial_s")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The name management knows it by."""
+        return self.name or f"autoLink/{self.address}/{self.direction}/{self.connection or self.container_id}"
 
 
 class User(Model):
@@ -471,6 +515,7 @@ class RouterConfig(Model):
     connectors: tuple[Connector, ...] = Field(default=(), description="outgoing connections to other routers")
     http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
+    auto_links: tuple[AutoLink, ...] = Field(default=(), description="links the router attaches to broker queues itself (waypoints)")
     ssl_profiles: tuple[SslProfile, ...] = Field(default=(), description="TLS certificates and settings, by name")
     users: tuple[User, ...] = ()
     users_file: str | None = Field(
@@ -495,6 +540,7 @@ class RouterConfig(Model):
             ("http listener", [http.name for http in self.http]),
             ("connector", [connector.name for connector in self.connectors]),
             ("ssl profile", [profile.name for profile in self.ssl_profiles]),
+            ("auto-link", [link.key for link in self.auto_links]),
         ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
@@ -518,9 +564,9 @@ class RouterConfig(Model):
         link to each other and accept edges; an edge router only has uplinks to interiors)."""
         mode = self.router.mode
         allowed = {
-            "standalone": ({"normal"}, set()),
-            "interior": ({"normal", "inter-router", "edge"}, {"inter-router"}),
-            "edge": ({"normal"}, {"edge"}),
+            "standalone": ({"normal", "route-container"}, {"route-container"}),
+            "interior": ({"normal", "inter-router", "edge", "route-container"}, {"inter-router", "route-container"}),
+            "edge": ({"normal", "route-container"}, {"edge", "route-container"}),
         }[mode]
         for listener in self.listeners:
             if listener.role not in allowed[0]:

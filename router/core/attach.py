@@ -55,7 +55,7 @@ class Links:
         """Answer a client's attach: register a producer or a consumer, or refuse it."""
         if conn.closed or link.state.local is not UNINIT or conn.engine.state.local is not ACTIVE:
             return
-        if conn.role != "normal":  # links between routers (router.self.interrouter)
+        if conn.role in ("inter-router", "edge"):  # links between routers (router.self.interrouter)
             self.mesh.peer_attach(conn, link, now)
             return
         if conn.link_count >= conn.listener.max_links_per_connection:
@@ -91,6 +91,9 @@ class Links:
         if not link.answer(source=answer, target=link.remote_target):  # refused: the echo won't fit
             table.discard_if_unused(entry)
             return
+        self._add_consumer(conn, link, entry, now)
+
+    def _add_consumer(self, conn: ConnState, link: Link, entry: AddressEntry, now: float) -> OutLink:
         out = OutLink(link, conn, entry)
         out.zero_credit_since = now  # no credit until the consumer gives some
         link.context = out
@@ -103,6 +106,36 @@ class Links:
                 self.forwarder.credit_dirty(producer)
             if entry.key[0] == "M":  # the mesh learns of it (router.self.mesh)
                 self.mesh.local_consumers(entry, True)
+        return out
+
+    def register_consumer(self, conn: ConnState, link: Link, address: str, now: float) -> OutLink | None:
+        """A link the router attached itself and sends on (an auto-link to a broker queue,
+        router.core.autolinks) becomes a consumer of `address`; None if the address is not
+        one of this router's."""
+        entry = self.table.get_or_create(address, consumer=True, egress=False)  # phase 0 of a waypoint
+        return None if entry is None else self._add_consumer(conn, link, entry, now)
+
+    def register_producer(self, conn: ConnState, link: Link, address: str, now: float) -> InLink | None:
+        """A link the router attached itself and receives on (an auto-link from a broker queue)
+        becomes a producer into `address` (phase 1 of a waypoint address): credit only while it
+        has a destination."""
+        address = self.table.egress_address(address)
+        entry = self.table.get_or_create(address)
+        if entry is None:
+            return None
+        link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
+        return self._add_producer(conn, link, entry, address, now)
+
+    def _add_producer(self, conn: ConnState, link: Link, entry: AddressEntry | None, address: str | None,
+                      now: float) -> InLink:  # fmt: skip
+        inl = InLink(link, conn, entry, address)
+        inl.zero_credit_since = now  # until the first flush gives it credit (when it has a destination)
+        link.context = inl
+        conn.in_links.add(inl)
+        if entry is not None:
+            entry.producers.append(inl)
+        self.forwarder.credit_dirty(inl)
+        return inl
 
     def _attach_producer(self, conn: ConnState, link: Link, now: float) -> None:
         target = link.remote_target
@@ -136,13 +169,7 @@ class Links:
             if entry is not None:  # refused: the echo would not fit the peer's max-frame-size
                 self.table.discard_if_unused(entry)
             return
-        inl = InLink(link, conn, entry, address)
-        inl.zero_credit_since = now  # until the first flush gives it credit (when it has a destination)
-        link.context = inl
-        conn.in_links.add(inl)
-        if entry is not None:
-            entry.producers.append(inl)
-        self.forwarder.credit_dirty(inl)
+        self._add_producer(conn, link, entry, address, now)
 
     def detach_link(self, link: Link, closed: bool, error: Error | None, now: float) -> None:
         """The client detached: report what was in flight, then answer with our detach."""

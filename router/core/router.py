@@ -40,6 +40,7 @@ from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
 from .attach import Links
+from .autolinks import AutoLinks
 from .bounds import Bounds
 from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .coreread import CoreReadApi
@@ -79,6 +80,10 @@ class RouterCore:
         self.mesh.routing = self.forwarder
         self.links = Links(self.table, self.forwarder, self.bounds, self.mesh, router_id=self.router_id,
                            max_message_size=limits.max_message_size)  # fmt: skip
+        # Links the router attaches itself to brokers' queues (router.core.autolinks).
+        self.autolinks = AutoLinks(self.connections, self.links, self.touched, router_id=self.router_id)
+        for auto_link in config.auto_links:
+            self.autolinks.add(auto_link, 0.0)
         self.shutting_down = False
         self.quiescing = False  # quiesce(): a graceful stop drains what is in flight
         # What our open offers; the management node adds its capability and address.
@@ -180,6 +185,8 @@ class RouterCore:
     def tick(self, now: float) -> None:
         self.forwarder.now = now
         self.forwarder.expire(now)
+        if self.autolinks.runs and not (self.quiescing or self.shutting_down):
+            self.autolinks.tick(now)
         if self.mesh.enabled:
             self.mesh.start(now)
             self.mesh.service(now)
@@ -189,7 +196,11 @@ class RouterCore:
         deadline = self.forwarder.next_deadline()
         mesh = self.mesh.next_deadline()
         if mesh is not None and (deadline is None or mesh < deadline):
-            return mesh
+            deadline = mesh
+        if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)
+            other = self.autolinks.next_deadline()
+            if other is not None and (deadline is None or other < deadline):
+                deadline = other
         return deadline
 
     def close_connection(self, state: ConnState, error: Error, now: float) -> None:
@@ -334,14 +345,20 @@ class RouterCore:
                 self._client_attach(state, event.link, now)
             case ev.RemoteAttach():
                 self.links.attach_link(state, event.link, now)
+                if state.role == "route-container":  # perhaps the answer to an auto-link's attach
+                    self.autolinks.link_attached(event.link, now)
             case ev.RemoteDetach() if state.peer is not None and engine.state.local is ACTIVE:
                 self._broken(state, "a link between routers was detached", now)
             case ev.RemoteEnd() if state.peer is not None and engine.state.local is ACTIVE:
                 self._broken(state, "a session between routers was ended", now)
             case ev.RemoteDetach():
                 self.links.detach_link(event.link, event.closed, event.error, now)
+                if state.role == "route-container":
+                    self.autolinks.link_detached(event.link, event.error, now)
             case ev.RemoteEnd():
                 self.links.session_ended(event.session, now)
+                if state.role == "route-container":
+                    self.autolinks.session_ended(event.session, now)
                 if event.session.state.local is ACTIVE and engine.state.local is ACTIVE:
                     event.session.end()
             case ev.RemoteClose():
@@ -421,6 +438,9 @@ class RouterCore:
                 self.close_connection(state, error, now)
                 return
             state.opened = True
+            if state.role == "route-container":  # a broker or service: attach the auto-links
+                self.autolinks.connection_opened(state, now)
+                return
             self.mesh.peer_opened(state, cost, now)
             return
         if engine.state.local is not UNINIT:
@@ -459,6 +479,10 @@ class RouterCore:
         if state.role == "normal":
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
             return
+        if state.role == "route-container":  # a broker or service connected to us
+            engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
+            self.autolinks.connection_opened(state, now)
+            return
         properties = open_properties(self.open_properties, state)
         engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
         self.mesh.peer_opened(state, cost, now)
@@ -472,5 +496,7 @@ class RouterCore:
             self.policy.closed(state.policy)
         for session in state.engine.sessions:
             self.links.session_ended(session, now)
+        if state.role == "route-container":
+            self.autolinks.connection_gone(state, now, reattach=not (self.quiescing or self.shutting_down))
         if state.peer is not None:
             self.mesh.peer_gone(state, now)

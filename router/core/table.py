@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from .links import InLink, OutLink
 
 DEFAULT_DISTRIBUTION: Final = "balanced"
+# Phase 1 of a waypoint address `x` is the mobile address PHASE1 + x (key "M_$phase1/x"): the
+# anchors' "M1x". Phase 0 is the address itself, so addresses without waypoints are unchanged.
+PHASE1: Final = "_$phase1/"
 KEYS_MAX: Final = 4096  # addresses whose table key is remembered (then it starts afresh)
 
 # An in-process endpoint: given a complete encoded message, the time and the address of the link
@@ -112,6 +115,7 @@ class AddressTable:
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
         self.unavailable_rules = 0  # rules with distribution unavailable (none: nothing to look up)
+        self.waypoint_rules = 0  # rules with waypoint: true (none: nothing to look up)
         # Keys of in-process endpoints that also serve every address below them (`$management`
         # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
         self.subtrees: set[str] = set()
@@ -127,12 +131,16 @@ class AddressTable:
             self.matcher.add_pattern(rule.pattern, rule)
         if rule.distribution == "unavailable":
             self.unavailable_rules += 1
+        if rule.waypoint:
+            self.waypoint_rules += 1
 
     def remove_rule(self, rule: AddressConfig) -> None:
         """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
         self.matcher.remove(rule)
         if rule.distribution == "unavailable":
             self.unavailable_rules -= 1
+        if rule.waypoint:
+            self.waypoint_rules -= 1
 
     def unavailable(self, address: str) -> bool:
         """Whether `address` is refused: its entry's distribution is `unavailable` (an entry
@@ -180,6 +188,8 @@ class AddressTable:
     def _plain_key_of(self, address: str) -> tuple[str, str] | None:
         parsed = classify(address, self.router_id)
         if parsed.kind is Kind.MOBILE:
+            if parsed.key.startswith(PHASE1):  # phase 1 of a waypoint: configured as the address
+                return "M" + parsed.key, parsed.key[len(PHASE1) :]
             return "M" + parsed.key, parsed.key
         if parsed.kind is Kind.LOCAL or (parsed.kind is Kind.ALL_ROUTERS and not self.mesh):
             return "L" + parsed.key, parsed.key
@@ -190,15 +200,33 @@ class AddressTable:
         assert parsed.router is not None
         return "R" + parsed.router, parsed.key
 
-    def consumer_key(self, address: str) -> tuple[str, str] | None:
+    def consumer_key(self, address: str, egress: bool = True) -> tuple[str, str] | None:
         """The key a consumer of `address` subscribes to: `_topo/0/all/x` is this router's own
-        `x`, and no one consumes at another router's address (the anchors refuse it too)."""
+        `x`, and no one consumes at another router's address (the anchors refuse it too). A
+        consumer of a waypoint address consumes its phase 1 (`egress`; the out auto-link that
+        consumes phase 0 says egress=False)."""
         key = self.key_of(address)
         if key is None or key[0][0] == "R":
             return None
         if key[0][0] == "T":
             return "L" + key[0][1:], key[1]
+        if egress and self.waypoint_rules and key[0][0] == "M" and self.is_waypoint(key[1]):
+            return "M" + PHASE1 + key[1], key[1]
         return key
+
+    def is_waypoint(self, address: str) -> bool:
+        """Whether an address rule makes `address` (as configuration matches it) a waypoint."""
+        if not self.waypoint_rules:
+            return False
+        rule = self.matcher.lookup(address)
+        return rule is not None and rule.waypoint
+
+    def egress_address(self, address: str) -> str:
+        """Where the in auto-link of `address` produces: phase 1 of a waypoint, else the address."""
+        key = self.key_of(address)
+        if key is None or key[0][0] != "M" or not self.is_waypoint(key[1]):
+            return address
+        return PHASE1 + key[1]
 
     def distribution_for(self, address: str) -> str:
         rule = self.matcher.lookup(address)
@@ -208,8 +236,8 @@ class AddressTable:
         key = self.key_of(address)
         return self.entries.get(key[0]) if key is not None else None
 
-    def get_or_create(self, address: str, consumer: bool = False) -> AddressEntry | None:
-        key = self.consumer_key(address) if consumer else self.key_of(address)
+    def get_or_create(self, address: str, consumer: bool = False, egress: bool = True) -> AddressEntry | None:
+        key = self.consumer_key(address, egress) if consumer else self.key_of(address)
         if key is None:
             return None
         entry = self.entries.get(key[0])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.models import Connector, RouterConfig
 from .address_rules import AddressRule, AddressRuleType
+from .autolinks import AutoLinkType
 from .authz import Authorizer
 from .config_entities import ConnectorType, ListenerType
 from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
@@ -67,6 +68,7 @@ class ManagementAgent:
                       LinkType(), RouterAddressType(), NodeType(), LogType(), PolicyType(), VhostType(),
                       VhostStatsType()):  # fmt: skip
             self.register(etype)
+        self.register(AutoLinkType())
 
     @property
     def connectors(self) -> tuple[Connector, ...]:

@@ -4,7 +4,7 @@
     report = apply_reload(agent, plan)                          # through the management agent
 
 Owns: what changed between two versions of the configuration file (listeners, connectors and
-ssl profiles by name, address rules by content, users, log levels by module, policy vhosts by hostname) and applying those changes through the
+ssl profiles by name, address rules by content, auto-links by name, users, log levels by module, policy vhosts by hostname) and applying those changes through the
 management agent's own create/update/delete, so that a file change obeys exactly the rules of a
 management change (validation, a port in use refused, a listener re-opened on update, an ssl
 profile's files loaded before it is used). The order keeps every step valid: new and changed
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 NAMED = (("ssl_profiles", "sslProfile"), ("listeners", "listener"), ("connectors", "connector"))
 IDENTITY_FIELDS = ("id", "mode")  # of the `router` section
 RESTART_ONLY = ("http", "limits", "failed_logins")  # sections read once, at start
+AUTO_LINK_TYPE = "router.config.autoLink"  # identity: the auto-link's key
 
 
 class ReloadRefused(ValueError):
@@ -137,6 +138,15 @@ def plan_reload(old: RouterConfig, new: RouterConfig, bound_ports: Mapping[str, 
             deletes.append(Change("delete", "router.config.address", _rule_name(rule), rule=rule))
     for rule in remaining:
         creates.append(Change("create", "router.config.address", _rule_name(rule), _attributes(rule), rule=rule))
+    # Auto-links by their key (name): a changed one is deleted and created again (no update).
+    links_before = {link.key: link for link in old.auto_links}
+    links_after = {link.key: link for link in new.auto_links}
+    for key, link in links_before.items():
+        if links_after.get(key) != link:
+            deletes.append(Change("delete", AUTO_LINK_TYPE, key))
+    for key, link in links_after.items():
+        if links_before.get(key) != link:
+            creates.append(Change("create", AUTO_LINK_TYPE, key, _attributes(link)))
     # Profiles come first (created or changed: a listener may name them), deletions next (a
     # deleted listener frees its port for a new one), profiles last (nothing names them then).
     ssl_first = [c for c in updates if c.entity_type == "sslProfile"]
@@ -241,7 +251,7 @@ def _apply_one(agent: Any, change: Change) -> None:
             raise ManagementError(404, "no such address rule is in force (deleted through management?)")
         agent.delete(change.entity_type, key)
         return
-    key = f"{change.entity_type}/{change.name}"
+    key = change.name if change.entity_type == AUTO_LINK_TYPE else f"{change.entity_type}/{change.name}"
     if change.entity_type == "log":
         from ..management.logs import ROOT_LOGGER
 
