@@ -1,0 +1,144 @@
+"""Filter-sets (router.amqp.filters) and the message fields they read (router.amqp.msgfields)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from router.amqp import filters as F
+from router.amqp.message import Message, encode_message
+from router.amqp.messaging import AmqpValue, Header, Properties
+from router.amqp.msgfields import MessageFields
+from router.amqp.types import Described, Symbol, UByte, ULong
+
+
+def described(kind: str, value: Any) -> Described:
+    return Described(Symbol(kind), value)
+
+
+def fields(subject: str | None = None, props: dict[str, Any] | None = None, **more: Any) -> MessageFields:
+    message = Message(properties=Properties(subject=subject, **more.get("properties", {})),
+                      header=more.get("header"), message_annotations=more.get("annotations"),
+                      application_properties=props, body=AmqpValue(value="body"))  # fmt: skip
+    return MessageFields(encode_message(message))
+
+
+def one(kind: str, value: Any) -> F.ConsumerFilter:
+    result, echo = F.parse_filter_set({Symbol("f"): described(kind, value)})
+    assert result is not None and echo == {Symbol("f"): described(kind, value)}
+    return result
+
+
+def test_direct_binding_is_subject_equals() -> None:
+    f = one(F.DIRECT, "orders.eu")
+    assert f.matches(fields("orders.eu"))
+    assert not f.matches(fields("orders.us"))
+    assert not f.matches(fields(None))
+
+
+@pytest.mark.parametrize(
+    "pattern, subject, expected",
+    [("*.stock.#", "usd.stock", True), ("*.stock.#", "eur.stock.db", True), ("*.stock.#", "stock.nasdaq", False),
+     ("#", None, True), ("*", None, False), ("a.#.b", "a.b", True), ("a.#.b", "a.x.y.b", True), ("a.*", "a.b.c", False)],
+)  # fmt: skip
+def test_topic_binding(pattern: str, subject: str | None, expected: bool) -> None:
+    assert one(F.TOPIC, pattern).matches(fields(subject)) is expected
+
+
+def _reference(pattern: list[str], words: list[str]) -> bool:
+    regex = r"\.".join("[^.]*" if p == "*" else ".*" if p == "#" else re.escape(p) for p in pattern)
+    # '#' matches zero or more words: written as regex alternatives over the joined subject
+    parts = []
+    for p in pattern:
+        parts.append(None if p == "#" else p)
+    del regex
+
+    def match(pi: int, wi: int) -> bool:
+        if pi == len(pattern):
+            return wi == len(words)
+        if pattern[pi] == "#":
+            return any(match(pi + 1, k) for k in range(wi, len(words) + 1))
+        return wi < len(words) and (pattern[pi] == "*" or pattern[pi] == words[wi]) and match(pi + 1, wi + 1)
+
+    return match(0, 0)
+
+
+_words = st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=7)
+
+
+@given(st.lists(st.sampled_from(["a", "b", "*", "#"]), min_size=1, max_size=6), _words)
+def test_topic_matching_agrees_with_the_definition(pattern: list[str], words: list[str]) -> None:
+    assert F.topic_matches(pattern, words) is _reference(pattern, words)
+
+
+def test_topic_matching_stays_fast_on_hostile_patterns() -> None:
+    pattern = ["#", "a"] * 20 + ["b"]
+    assert not F.topic_matches(pattern, ["a"] * 5000)
+
+
+def test_headers_binding_all_and_any() -> None:
+    all_ = one(F.HEADERS, {Symbol("x-match"): Symbol("all"), "color": "red", "size": None, "x-other": 1})
+    assert all_.matches(fields(props={"color": "red", "size": 3}))
+    assert not all_.matches(fields(props={"color": "red"}))
+    assert not all_.matches(fields(props={"color": "blue", "size": 3}))
+    any_ = one(F.HEADERS, {"x-match": Symbol("any"), "color": "red", "size": 3})
+    assert any_.matches(fields(props={"size": 3}))
+    assert not any_.matches(fields(props={"size": 4}))
+    assert not any_.matches(fields(props={"size": 3.0}))  # the same value and type
+
+
+def test_selector_reads_headers_properties_and_annotations() -> None:
+    f = one(F.SELECTOR, "JMSPriority > 5 AND amqp.subject = 's' AND JMSMessageID = 'm1' AND color = 'red' "
+                        "AND JMSType = 't' AND JMSDeliveryMode = 'PERSISTENT' AND NOT JMSRedelivered")
+    good = fields("s", {"color": "red"}, header=Header(priority=UByte(7), durable=True),
+                  properties={"message_id": "m1"}, annotations={Symbol("x-opt-jms-type"): "t"})  # fmt: skip
+    assert f.matches(good)
+    assert not f.matches(fields("s", {"color": "red"}, header=Header(priority=UByte(7)),
+                                properties={"message_id": "m1"}, annotations={Symbol("x-opt-jms-type"): "t"}))
+    assert one(F.SELECTOR, "JMSPriority = 4 AND amqp.durable = FALSE").matches(fields("s"))  # the defaults
+
+
+def test_fields_are_read_lazily_and_never_from_the_body() -> None:
+    payload = encode_message(Message(properties=Properties(subject="s"), application_properties={"a": 1},
+                                     body=AmqpValue(value="x")))  # fmt: skip
+    body_at = payload.rindex(b"\x00\x53\x77")
+    broken = payload[:body_at] + b"\x00\x53\x77\xff\xff"  # a body no decoder would take
+    got = MessageFields(broken)
+    assert not got.unreadable and got.selector_value("a") == 1
+    cut = MessageFields(payload[: body_at - 3])  # a first frame cut inside application-properties
+    assert cut.unreadable
+    assert not one(F.SELECTOR, "a IS NULL").matches(cut)  # unreadable: not matched
+
+
+def test_unknown_filters_are_left_out_and_known_ones_echoed_as_keyed() -> None:
+    selector = Described(ULong(0x0000468C_00000004), "a = 1")
+    result, echo = F.parse_filter_set({Symbol("sel"): selector, Symbol("mine"): described("example:x", "y"),
+                                       Symbol("nl"): described(F.NO_LOCAL, [])})  # fmt: skip
+    assert result is not None and result.no_local and result.selector is not None
+    assert echo == {Symbol("sel"): selector, Symbol("nl"): described(F.NO_LOCAL, [])}
+    assert F.parse_filter_set({Symbol("mine"): described("example:x", "y")}) == (None, None)
+    assert F.parse_filter_set(None) == (None, None)
+
+
+@pytest.mark.parametrize(
+    "filter_set, words",
+    [
+        ({Symbol("s"): described(F.SELECTOR, "a = ")}, "position 4"),
+        ({Symbol("s"): described(F.SELECTOR, 5)}, "needs a string"),
+        ({Symbol("d"): described(F.DIRECT, ["x"])}, "needs a string"),
+        ({Symbol("h"): described(F.HEADERS, "x")}, "needs a map"),
+        ({Symbol("h"): described(F.HEADERS, {"a": 1})}, "x-match"),
+        ({Symbol("h"): described(F.HEADERS, {"x-match": "all", "a": [1]})}, "simple value"),
+        ({Symbol("h"): described(F.HEADERS, {"x-match": "all", **{f"k{i}": i for i in range(100)}})}, "more than"),
+        ({Symbol(f"f{i}"): described(F.DIRECT, "x") for i in range(20)}, "at most"),
+        ({Symbol("a"): described(F.DIRECT, "x"), Symbol("b"): described(F.DIRECT, "y")}, "second"),
+        ({Symbol("t"): described(F.TOPIC, "a." * 5000)}, "longer than"),
+    ],
+)
+def test_malformed_known_filters_are_refused(filter_set: dict[Any, Any], words: str) -> None:
+    with pytest.raises(F.FilterError, match=words):
+        F.parse_filter_set(filter_set)
