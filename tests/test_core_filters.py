@@ -1,0 +1,194 @@
+"""Source filters in the routing core, sans-IO (router.core.filtering): anycast only to matching
+consumers (released when none matches), multicast copies only to matching ones, waiting
+deliveries kept for the consumer they match, no-local, the attach echo and refusals, and a
+two-router mesh where the consumer's router decides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.amqp import errors as E
+from router.amqp.filters import CAPABILITIES, DIRECT, NO_LOCAL, SELECTOR, TOPIC
+from router.amqp.message import Message
+from router.amqp.messaging import Accepted, Properties, Released, Source
+from router.amqp.types import Described, Symbol
+from router.config.models import AddressConfig, RouterConfig, RouterSection
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client, RouterHarness
+
+MULTICAST = (AddressConfig(prefix="mc", distribution="multicast"),)
+
+
+def _harness() -> RouterHarness:
+    return RouterHarness(RouterConfig(router=RouterSection(id="R1"), addresses=MULTICAST))
+
+
+def _filtered(client: Client, address: str, credit: int = 10, **filters: Described) -> Any:
+    source = Source(address=address, filter={Symbol(k): v for k, v in filters.items()} or None)
+    return client.receiver(address, source=source)
+
+
+def sel(text: str) -> Described:
+    return Described(Symbol(SELECTOR), text)
+
+
+def _message(i: int, color: str, subject: str = "s") -> Message:
+    return Message.value(i, properties=Properties(subject=subject), application_properties={"color": color})
+
+
+def test_anycast_goes_only_to_a_matching_consumer_and_is_released_when_none_matches() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    blue = _filtered(consumer, "orders", f=sel("color = 'blue'"))
+    sender = producer.sender("orders")
+    h.pump()
+    red.flow(10)
+    blue.flow(10)
+    h.pump()
+    ids = [producer.send(sender, _message(i, c)) for i, c in enumerate(["red", "blue", "green", "red"])]
+    h.pump()
+    assert consumer.bodies(red) == [0, 3]
+    assert consumer.bodies(blue) == [1]
+    assert isinstance(producer.outcomes[ids[0]], Accepted)
+    assert isinstance(producer.outcomes[ids[2]], Released) and ids[2] in producer.settled
+
+
+def test_a_waiting_delivery_waits_for_the_consumer_it_matches() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    blue = _filtered(consumer, "orders", f=sel("color = 'blue'"))
+    sender = producer.sender("orders")
+    h.pump()
+    producer.send(sender, _message(0, "red"))
+    producer.send(sender, _message(1, "blue"))
+    h.pump()
+    blue.flow(5)  # only blue has credit: it takes only the blue one
+    h.pump()
+    assert consumer.bodies(blue) == [1] and consumer.bodies(red) == []
+    red.flow(5)
+    h.pump()
+    assert consumer.bodies(red) == [0]
+
+
+def test_waiting_deliveries_are_released_when_their_matching_consumer_goes() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    blue = _filtered(consumer, "orders", f=sel("color = 'blue'"))
+    sender = producer.sender("orders")
+    h.pump()
+    delivery = producer.send(sender, _message(0, "red"))
+    h.pump()
+    assert delivery not in producer.outcomes  # waits for red's credit
+    red.detach()
+    h.pump()
+    assert isinstance(producer.outcomes[delivery], Released)
+    blue.flow(5)
+    h.pump()
+    assert consumer.bodies(blue) == []
+
+
+def test_drain_ends_when_only_unmatched_deliveries_wait() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    blue = _filtered(consumer, "orders", f=sel("color = 'blue'"))
+    sender = producer.sender("orders")
+    h.pump()
+    producer.send(sender, _message(0, "red"))
+    h.pump()
+    blue.flow(5, drain=True)
+    h.pump()
+    assert blue.credit == 0 and consumer.bodies(blue) == []  # drained: nothing for it
+    red.flow(1)
+    h.pump()
+    assert consumer.bodies(red) == [0]
+
+
+def test_multicast_copies_only_to_matching_consumers() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    stocks = _filtered(consumer, "mc.x", f=Described(Symbol(TOPIC), "*.stock.#"))
+    eu = _filtered(consumer, "mc.x", f=Described(Symbol(DIRECT), "eur.stock"))
+    everything = consumer.receiver("mc.x")
+    sender = producer.sender("mc.x")
+    h.pump()
+    for link in (stocks, eu, everything):
+        link.flow(10)
+    h.pump()
+    for i, subject in enumerate(["usd.stock", "eur.stock", "stock.nasdaq"]):
+        producer.send(sender, _message(i, "x", subject))
+    h.pump()
+    assert consumer.bodies(stocks) == [0, 1]
+    assert consumer.bodies(eu) == [1]
+    assert consumer.bodies(everything) == [0, 1, 2]
+
+
+def test_no_local_skips_the_consumers_own_connection() -> None:
+    h = _harness()
+    alice, bob = h.connect("alice"), h.connect("bob")
+    mine = _filtered(alice, "mc.chat", f=Described(Symbol(NO_LOCAL), []))
+    theirs = _filtered(bob, "mc.chat", f=Described(Symbol(NO_LOCAL), []))
+    alice_tx, bob_tx = alice.sender("mc.chat"), bob.sender("mc.chat")
+    h.pump()
+    mine.flow(10)
+    theirs.flow(10)
+    h.pump()
+    alice.send(alice_tx, Message.value("from alice"))
+    bob.send(bob_tx, Message.value("from bob"))
+    h.pump()
+    assert alice.bodies(mine) == ["from bob"]
+    assert bob.bodies(theirs) == ["from alice"]
+
+
+def test_attach_echoes_the_filters_applied_keyed_as_received() -> None:
+    h = _harness()
+    consumer = h.connect("c")
+    known = sel("color = 'red'")
+    link = _filtered(consumer, "orders", s=known, mine=Described(Symbol("example:unknown"), "x"))
+    h.pump()
+    source = link.remote_source
+    assert isinstance(source, Source)
+    assert source.filter == {Symbol("s"): known}
+    assert tuple(source.capabilities or ()) == (Symbol("APACHE.ORG:SELECTOR"),)
+    opened = consumer.engine.remote_open
+    assert opened is not None and set(CAPABILITIES) <= set(opened.offered_capabilities or ())
+
+
+def test_an_invalid_selector_is_refused_naming_the_position_and_others_go_on() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    bad = _filtered(consumer, "orders", s=sel("color = = 'red'"))
+    good = consumer.receiver("orders")
+    sender = producer.sender("orders")
+    h.pump()
+    assert bad.remote_source is None  # attach-then-detach: refused
+    assert bad.remote_error is not None and bad.remote_error.condition == E.INVALID_FIELD
+    assert "position 8" in (bad.remote_error.description or "")
+    good.flow(1)
+    h.pump()
+    producer.send(sender, Message.value("still here"))
+    h.pump()
+    assert consumer.bodies(good) == ["still here"]
+
+
+def test_two_routers_the_consumers_router_decides_and_releases_back() -> None:
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("B", instance=2)
+    h.link("A", "B")
+    h.converge()
+    producer, consumer = h.client("A", "p"), h.client("B", "c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    h.advance(0.5)
+    red.flow(10)
+    sender = producer.sender("orders")
+    h.pump()
+    first = producer.send(sender, _message(0, "red"))
+    second = producer.send(sender, _message(1, "blue"))
+    h.pump()
+    assert consumer.bodies(red) == [0]
+    assert isinstance(producer.outcomes[first], Accepted)
+    assert isinstance(producer.outcomes[second], Released) and second in producer.settled
