@@ -192,3 +192,45 @@ def test_two_routers_the_consumers_router_decides_and_releases_back() -> None:
     assert consumer.bodies(red) == [0]
     assert isinstance(producer.outcomes[first], Accepted)
     assert isinstance(producer.outcomes[second], Released) and second in producer.settled
+
+
+def _two_routers(**router: Any) -> MeshHarness:
+    h = MeshHarness()
+    h.router("A", instance=1, **router)
+    h.router("B", instance=2, **router)
+    h.link("A", "B")
+    h.converge()
+    return h
+
+
+def test_two_routers_a_local_consumer_that_does_not_match_leaves_it_to_the_other_router() -> None:
+    h = _two_routers()
+    producer, near, far = h.client("A", "p"), h.client("A", "near"), h.client("B", "far")
+    blue_here = _filtered(near, "orders", f=sel("color = 'blue'"))
+    red_there = _filtered(far, "orders", f=sel("color = 'red'"))
+    h.advance(0.5)
+    blue_here.flow(10)
+    red_there.flow(10)
+    sender = producer.sender("orders")
+    h.pump()
+    ids = [producer.send(sender, _message(i, c)) for i, c in enumerate(["red", "blue", "red"])]
+    h.pump()
+    assert far.bodies(red_there) == [0, 2] and near.bodies(blue_here) == [1]
+    assert all(isinstance(producer.outcomes[i], Accepted) for i in ids)
+
+
+def test_two_routers_multicast_copies_are_filtered_on_each_consumers_router() -> None:
+    h = _two_routers(addresses=MULTICAST)
+    producer, near, far = h.client("A", "p"), h.client("A", "near"), h.client("B", "far")
+    everything = near.receiver("mc.news")
+    sport = _filtered(far, "mc.news", f=Described(Symbol(TOPIC), "sport.#"))
+    h.advance(0.5)
+    everything.flow(10)
+    sport.flow(10)
+    sender = producer.sender("mc.news")
+    h.pump()
+    ids = [producer.send(sender, _message(i, "x", s)) for i, s in enumerate(["sport.ski", "weather", "sport"])]
+    h.pump()
+    assert near.bodies(everything) == [0, 1, 2]
+    assert far.bodies(sport) == [0, 2]
+    assert all(isinstance(producer.outcomes[i], Accepted) for i in ids)  # the strongest outcome wins

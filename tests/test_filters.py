@@ -142,3 +142,49 @@ def test_unknown_filters_are_left_out_and_known_ones_echoed_as_keyed() -> None:
 def test_malformed_known_filters_are_refused(filter_set: dict[Any, Any], words: str) -> None:
     with pytest.raises(F.FilterError, match=words):
         F.parse_filter_set(filter_set)
+
+
+# --- hypothesis: MessageFields reads what was encoded, and takes any bytes without raising ---------
+
+_app_values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
+                        st.text(max_size=10), st.floats(allow_nan=False))  # fmt: skip
+
+
+@given(st.one_of(st.none(), st.text(max_size=12)),
+       st.dictionaries(st.text(min_size=1, max_size=6), _app_values, max_size=5),
+       st.one_of(st.none(), st.integers(min_value=0, max_value=255)))  # fmt: skip
+def test_fields_read_back_what_was_encoded(subject: str | None, props: dict[str, Any], priority: int | None) -> None:
+    header = Header(priority=UByte(priority)) if priority is not None else None
+    got = fields(subject, props or None, header=header)
+    assert not got.unreadable
+    assert got.selector_value("amqp.subject") == subject
+    assert got.selector_value("JMSPriority") == (4 if priority is None else priority)
+    for key, value in props.items():
+        assert got.selector_value(key) == value
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_are_read_or_unreadable_never_an_error(payload: bytes) -> None:
+    got = MessageFields(payload)
+    f = one(F.SELECTOR, "a = 1 OR JMSPriority > 1 OR amqp.subject IS NULL")
+    assert f.matches(got) in (True, False)
+    if got.unreadable:
+        assert not f.matches(got)
+
+
+_VALID = encode_message(Message(header=Header(priority=UByte(5)), properties=Properties(subject="a.b", message_id="m"),
+                                message_annotations={Symbol("x-opt-jms-type"): "t"},
+                                application_properties={"a": 1, "s": "x"}, body=AmqpValue(value="body")))  # fmt: skip
+
+
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=len(_VALID) - 1), st.integers(0, 255)), max_size=4),
+       st.integers(min_value=0, max_value=len(_VALID)))  # fmt: skip
+def test_damaged_messages_are_read_or_unreadable_never_an_error(changes: list[tuple[int, int]], cut: int) -> None:
+    payload = bytearray(_VALID)
+    for at, value in changes:
+        payload[at] = value
+    got = MessageFields(bytes(payload[:cut]))
+    f = one(F.SELECTOR, "a = 1 AND JMSType = 't' AND JMSPriority > 1 AND amqp.subject LIKE 'a%' AND s IN ('x')")
+    assert f.matches(got) in (True, False)
+    if not changes and cut == len(_VALID):
+        assert f.matches(got)
