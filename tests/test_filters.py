@@ -78,6 +78,9 @@ def test_topic_matching_agrees_with_the_definition(pattern: list[str], words: li
 def test_topic_matching_stays_fast_on_hostile_patterns() -> None:
     pattern = ["#", "a"] * 20 + ["b"]
     assert not F.topic_matches(pattern, ["a"] * 5000)
+    wide = ["#"] + ["*", "a"] * 500 + ["b", "#"]  # backtracking would take 30,000 * 1,000 steps
+    assert not F.topic_matches(wide, ["a"] * 30_000)
+    assert F.topic_matches(wide, ["a"] * 30_000 + ["b"])
 
 
 def test_headers_binding_all_and_any() -> None:

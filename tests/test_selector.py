@@ -105,6 +105,11 @@ def test_like_is_linear_on_hostile_patterns() -> None:
     value = "a" * 200_000
     assert not S.like(value, "%a%a%a%a%a%a%a%a%b", None)
     assert S.like(value + "b", "%a%a%a%a%a%a%a%a%b", None)
+    # one-character wildcards inside a long segment: a scan with backtracking would take
+    # len(value) * len(pattern) steps (10^8 here); the bit-parallel scan takes len(value)
+    wide = "%" + "_a" * 1000 + "b%"
+    assert not S.like("a" * 60_000, wide, None)
+    assert S.like("a" * 60_000 + "b", wide, None)
 
 
 # --- hypothesis: render/parse round trips, and nothing but SelectorError from any text ----------

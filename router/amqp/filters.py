@@ -16,7 +16,7 @@ from typing import Any, Final
 from . import selector
 from .msgfields import MessageFields
 from .errors import EncodeError
-from .types import Described, Symbol, ULong, amqp_type_name
+from .types import Array, Described, Symbol, ULong, amqp_type_name
 
 # Descriptors (apache-filters.xml): the symbol and the code (domain 0x0000468C).
 DIRECT: Final = "apache.org:legacy-amqp-direct-binding:string"
@@ -52,31 +52,26 @@ def filter_kind(value: Any) -> str | None:
     return None
 
 
-def topic_matches(pattern: list[str], words: list[str]) -> bool:
-    """`*` matches exactly one word, `#` zero or more (words split on '.'). Iterative, with one
-    backtracking point (the last `#`): O(len(pattern) * len(words)) at worst."""
-    p = w = 0
-    star_p = star_w = -1
-    while w < len(words):
-        if p < len(pattern) and pattern[p] == "#":
-            star_p, star_w = p, w
-            p += 1
-        elif p < len(pattern) and (pattern[p] == "*" or pattern[p] == words[w]):
-            p += 1
-            w += 1
-        elif star_p >= 0:
-            star_w += 1
-            w = star_w
-            p = star_p + 1
+def topic_segments(pattern: list[str]) -> list[list[str | None]]:
+    """A topic pattern's words as selector.glob_match takes them: split at each `#` (any run
+    of words), `*` (one word) as None."""
+    segments: list[list[str | None]] = [[]]
+    for word in pattern:
+        if word == "#":
+            segments.append([])
         else:
-            return False
-    while p < len(pattern) and pattern[p] == "#":
-        p += 1
-    return p == len(pattern)
+            segments[-1].append(None if word == "*" else word)
+    return segments
+
+
+def topic_matches(pattern: list[str], words: list[str]) -> bool:
+    """`*` matches exactly one word, `#` zero or more: linear in the words for a given pattern
+    (selector.glob_match), however many `#` and `*` a hostile pattern has."""
+    return selector.glob_match(words, topic_segments(pattern))
 
 
 def _simple(value: Any) -> bool:
-    return not isinstance(value, (dict, list, tuple)) and type(value).__name__ != "Array"
+    return not isinstance(value, (dict, list, tuple, Array))
 
 
 def _same(value: Any, wanted: Any) -> bool:
@@ -90,11 +85,12 @@ def _same(value: Any, wanted: Any) -> bool:
 class ConsumerFilter:
     """The filters in force on one consumer link: all must pass."""
 
-    __slots__ = ("subject_equals", "topic", "headers", "match_all", "selector", "no_local")
+    __slots__ = ("subject_equals", "topic", "segments", "headers", "match_all", "selector", "no_local")
 
     def __init__(self) -> None:
         self.subject_equals: str | None = None
         self.topic: list[str] | None = None
+        self.segments: list[list[str | None]] = []  # the topic pattern for glob_match
         self.headers: dict[str, Any] | None = None
         self.match_all = True
         self.selector: selector.Node | None = None
@@ -122,7 +118,7 @@ class ConsumerFilter:
             if not isinstance(subject, str):
                 if self.topic != ["#"]:  # apache-filters.xml: no subject matches only "#"
                     return False
-            elif not topic_matches(self.topic, subject.split(".")):
+            elif not selector.glob_match(subject.split("."), self.segments):
                 return False
         if self.headers is not None and not self._headers_match(fields.application_properties()):
             return False
@@ -209,3 +205,4 @@ def _apply(result: ConsumerFilter, kind: str, value: Any, key: str) -> None:
         result.subject_equals = value
     else:
         result.topic = value.split(".")
+        result.segments = topic_segments(result.topic)

@@ -19,7 +19,7 @@ Must not touch: message bytes (the caller reads fields), links, routing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 MAX_SELECTOR_CHARS: Final = 4096
@@ -442,8 +442,7 @@ def _arith(op: str, a: int | float, b: int | float) -> int | float | None:
 
 
 def like(value: str, pattern: str, escape: str | None) -> bool:
-    """SQL LIKE: `%` any run, `_` any one character. Segments between `%` are matched leftmost
-    in turn (greedy is exact for this grammar), so no backtracking across segments."""
+    """SQL LIKE: `%` any run, `_` any one character (glob_match does the matching)."""
     segments: list[list[str | None]] = [[]]  # None stands for `_`
     i = 0
     while i < len(pattern):
@@ -457,6 +456,14 @@ def like(value: str, pattern: str, escape: str | None) -> bool:
         else:
             segments[-1].append(None if c == "_" else c)
         i += 1
+    return glob_match(value, segments)
+
+
+def glob_match(value: Sequence[Any], segments: list[list[Any]]) -> bool:
+    """Whether `value` (a string, or a list of words) is segments[0], any run, segments[1], ...,
+    any run, segments[-1]; None in a segment matches any one item. The middle segments are
+    found leftmost in turn (exact for this kind of pattern: no backtracking across segments),
+    each with str.find or a bit-parallel scan: linear in the value for a given pattern."""
     if len(segments) == 1:
         return len(value) == len(segments[0]) and _at(value, 0, segments[0])
     first, last = segments[0], segments[-1]
@@ -471,21 +478,33 @@ def like(value: str, pattern: str, escape: str | None) -> bool:
     return _at(value, stop, last)
 
 
-def _at(value: str, pos: int, segment: list[str | None]) -> bool:
-    for offset, c in enumerate(segment):
-        if c is not None and value[pos + offset] != c:
+def _at(value: Sequence[Any], pos: int, segment: list[Any]) -> bool:
+    for offset, item in enumerate(segment):
+        if item is not None and value[pos + offset] != item:
             return False
     return True
 
 
-def _find(value: str, segment: list[str | None], pos: int, stop: int) -> int:
+def _find(value: Sequence[Any], segment: list[Any], pos: int, stop: int) -> int:
+    """The first offset in value[pos:stop] where `segment` matches, -1 if none."""
     if not segment:
         return pos
-    if all(c is not None for c in segment):
-        return value.find("".join(segment), pos, stop)  # type: ignore[arg-type]
-    for start in range(pos, stop - len(segment) + 1):
-        if _at(value, start, segment):
-            return start
+    if isinstance(value, str) and None not in segment:
+        return value.find("".join(segment), pos, stop)
+    # Shift-and: bit i of `state` says segment[:i + 1] matches the items just read.
+    anything = 0
+    for i, item in enumerate(segment):
+        if item is None:
+            anything |= 1 << i
+    masks: dict[Any, int] = {}
+    for i, item in enumerate(segment):
+        if item is not None:
+            masks[item] = masks.get(item, anything) | (1 << i)
+    goal, state = 1 << (len(segment) - 1), 0
+    for at in range(pos, stop):
+        state = ((state << 1) | 1) & masks.get(value[at], anything)
+        if state & goal:
+            return at - len(segment) + 1
     return -1
 
 
