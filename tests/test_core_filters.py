@@ -234,3 +234,35 @@ def test_two_routers_multicast_copies_are_filtered_on_each_consumers_router() ->
     assert near.bodies(everything) == [0, 1, 2]
     assert far.bodies(sport) == [0, 2]
     assert all(isinstance(producer.outcomes[i], Accepted) for i in ids)  # the strongest outcome wins
+
+
+def test_a_streamed_message_whose_first_frame_cuts_its_properties_passes_no_reading_filter() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    sender = producer.sender("orders")
+    h.pump()
+    red.flow(10)
+    h.pump()
+    big = Message.value("big", application_properties={"color": "red", "pad": "x" * 100_000})
+    delivery = producer.send(sender, big)  # split in frames: the first ends inside the map
+    small = producer.send(sender, _message(1, "red"))
+    h.pump()
+    assert isinstance(producer.outcomes[delivery], Released)
+    assert consumer.bodies(red) == [1] and isinstance(producer.outcomes[small], Accepted)
+
+
+def test_a_presettled_message_no_consumer_matches_is_dropped_and_counted() -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    sender = producer.sender("orders")
+    h.pump()
+    red.flow(10)
+    h.pump()
+    producer.send(sender, _message(0, "blue"), settled=True)
+    producer.send(sender, _message(1, "red"), settled=True)
+    h.pump()
+    assert consumer.bodies(red) == [1]
+    entry = h.core.table.lookup("orders")
+    assert entry is not None and entry.dropped == 1
