@@ -191,3 +191,30 @@ def test_damaged_messages_are_read_or_unreadable_never_an_error(changes: list[tu
     assert f.matches(got) in (True, False)
     if not changes and cut == len(_VALID):
         assert f.matches(got)
+
+
+# --- hypothesis: any filter-set is applied, left out or refused with FilterError, nothing else -----
+
+from tests import strategies as amqp_values  # noqa: E402
+
+_known = st.sampled_from([F.DIRECT, F.TOPIC, F.HEADERS, F.NO_LOCAL, F.SELECTOR, "example:other"]).map(Symbol)
+_filter_values = st.one_of(
+    amqp_values.scalars, st.text(max_size=30), st.lists(amqp_values.scalars, max_size=3),
+    st.dictionaries(st.one_of(st.just("x-match"), st.text(max_size=5)),
+                    st.one_of(amqp_values.scalars, st.sampled_from(["any", "all"]).map(Symbol)), max_size=5),
+)  # fmt: skip
+
+
+@given(st.dictionaries(st.text(st.characters(max_codepoint=0x7F), max_size=6).map(Symbol),
+                       st.one_of(st.none(), st.builds(Described, st.one_of(_known, amqp_values.descriptors), _filter_values)),
+                       max_size=6))  # fmt: skip
+def test_any_filter_set_is_applied_left_out_or_refused(filter_set: dict[Any, Any]) -> None:
+    try:
+        applied, echo = F.parse_filter_set(filter_set)
+    except F.FilterError as exc:
+        assert str(exc)
+        return
+    assert (applied is None) == (echo is None)
+    if echo is not None:
+        assert all(filter_set[key] is value for key, value in echo.items())  # as received
+        assert applied is not None and applied.matches(fields("s", {"a": 1})) in (True, False)
