@@ -266,3 +266,22 @@ def test_a_presettled_message_no_consumer_matches_is_dropped_and_counted() -> No
     assert consumer.bodies(red) == [1]
     entry = h.core.table.lookup("orders")
     assert entry is not None and entry.dropped == 1
+
+
+def test_an_edge_routers_consumer_is_filtered_on_the_edge() -> None:
+    h = MeshHarness()
+    h.router("I", instance=1)
+    h.router("E", instance=2, mode="edge")
+    h.uplink("E", "I")
+    h.converge()
+    producer, consumer = h.client("I", "p"), h.client("E", "c")
+    red = _filtered(consumer, "orders", f=sel("color = 'red'"))
+    h.advance(0.5)
+    red.flow(10)
+    sender = producer.sender("orders")
+    h.pump()
+    first = producer.send(sender, _message(0, "blue"))
+    second = producer.send(sender, _message(1, "red"))
+    h.pump()
+    assert consumer.bodies(red) == [1]
+    assert isinstance(producer.outcomes[first], Released) and isinstance(producer.outcomes[second], Accepted)
