@@ -1,10 +1,11 @@
 """Attaching and tearing down the links of clients: the Links unit of the routing core.
 
 Owns: answering attaches (address lookup, dynamic and anonymous termini, the source filters in
-force (router.core.filtering), refusals with the right condition, link limits), and tearing links down on detach, session end or connection
-loss, which hands in-flight deliveries to the forwarder for reporting and adds the link's
-counters to the totals of links that are gone (management). Attaches on connections between
-routers go to the mesh (router.core.mesh, router.core.interrouter).
+force (router.core.filtering), refusals with the right condition, link limits), and tearing
+links down on detach, session end or connection loss, which hands in-flight deliveries to the
+forwarder for reporting and adds the link's counters to the totals of links that are gone
+(management). Attaches on connections between routers go to the mesh (router.core.mesh,
+router.core.interrouter).
 Collaborators (given by RouterCore): the address table, the forwarder, the bounds, the mesh.
 Must not touch: message bytes, disposition bookkeeping (forwarder/settlement), the records'
 shape (router.core.links).

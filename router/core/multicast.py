@@ -2,8 +2,7 @@
 
 Owns: making the copies of a multicast delivery (one per local consumer with credit whose
 filters pass it, and one per next hop towards other routers with consumers, where their own
-routers filter; the first that cannot go now waits or is
-failed), sending a copy, and a copy that failed (its outcome combined into the delivery's:
+routers filter; the first that cannot go now waits or is failed), sending a copy, and a copy that failed (its outcome combined into the delivery's:
 settlement.py).
 A layer of the forwarder (see forwarding.py).
 Must not touch: anycast choices (sending.py), waiting queues (waiting.py), reading frames.
