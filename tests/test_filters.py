@@ -218,3 +218,11 @@ def test_any_filter_set_is_applied_left_out_or_refused(filter_set: dict[Any, Any
     if echo is not None:
         assert all(filter_set[key] is value for key, value in echo.items())  # as received
         assert applied is not None and applied.matches(fields("s", {"a": 1})) in (True, False)
+
+
+def test_a_view_of_a_frame_is_copied_only_up_to_the_body() -> None:
+    payload = encode_message(Message(properties=Properties(subject="s"), application_properties={"a": 1},
+                                     body=AmqpValue(value="x" * 10_000)))  # fmt: skip
+    got = MessageFields(memoryview(payload))
+    assert type(got.payload) is bytes and len(got.payload) < 100
+    assert got.selector_value("a") == 1 and got.property("subject") == "s"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .decode import decode_at, skip_value
+from .decode import Buffer, decode_at, skip_value
 from .errors import DecodeError
 from .message import section_descriptor
 from .messaging import ApplicationProperties, Header, MessageAnnotations, Properties
@@ -56,8 +56,9 @@ class MessageFields:
 
     __slots__ = ("payload", "spans", "unreadable", "_decoded")
 
-    def __init__(self, payload: bytes) -> None:
-        self.payload = payload
+    def __init__(self, payload: Buffer) -> None:
+        """`payload`: the first frame's bytes, or a view of them: then only the sections before
+        the body are copied (a view may pin a whole read, and the body is never needed)."""
         self.spans: dict[int, tuple[int, int]] = {}
         self.unreadable = False
         self._decoded: dict[int, Any] = {}
@@ -75,6 +76,7 @@ class MessageFields:
                 pos = stop
         except (DecodeError, IndexError):
             self.unreadable = True
+        self.payload: bytes = payload if type(payload) is bytes else bytes(payload[:pos])
 
     def _section(self, code: int) -> Any:
         if code in self._decoded:

@@ -33,8 +33,7 @@ _SELECTOR = Symbol(filters.CAPABILITIES[2])
 def _fields(fwd: Forward) -> MessageFields | None:
     fields = fwd.fields
     if fields is None and fwd.frames:
-        first = fwd.frames[0]
-        fields = fwd.fields = MessageFields(first if type(first) is bytes else bytes(first))
+        fields = fwd.fields = MessageFields(fwd.frames[0])
     return fields
 
 
