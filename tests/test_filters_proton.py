@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from proton import Delivery, Described, Message, Timeout, symbol, ulong
 from proton.reactor import Filter, Selector
-from proton.utils import BlockingConnection, LinkDetached
+from proton.utils import BlockingConnection, ConnectionClosed, LinkDetached
 
 from router.config.models import AddressConfig
 
@@ -125,7 +125,25 @@ def _refusal(conn: Any, address: str, option: Any) -> str:
 _names = itertools.count()
 
 
+def _not_described(port: int) -> str:
+    """A filter-set value that is not a described filter breaks messaging §3.5.8: the attach
+    cannot be decoded, and the connection is closed with amqp:decode-error."""
+    bad = BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
+    try:
+        bad.create_receiver("q", options=Filter({symbol("x"): "not described"}))
+    except ConnectionClosed as exc:
+        condition = exc.connection.remote_condition
+        return f"{condition.name}: {condition.description}"
+    finally:
+        try:
+            bad.close()
+        except Exception:  # proton: already closed by the peer
+            pass
+    return "attached"
+
+
 def hostile_filter_sets(port: int) -> dict[str, Any]:
+    not_described = _not_described(port)
     conn = BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
     try:
         out = {
@@ -146,6 +164,7 @@ def hostile_filter_sets(port: int) -> dict[str, Any]:
         receiver.accept()
         conn.wait(lambda: delivery.settled, timeout=TIMEOUT_S)
         out["outcome"] = delivery.remote_state == Delivery.ACCEPTED
+        out["not_described"] = not_described
         return out
     finally:
         conn.close()
@@ -155,6 +174,7 @@ async def test_hostile_filter_sets_are_refused_and_the_router_goes_on() -> None:
     async with managed_router(_config()) as router:
         got = await run_in_thread(hostile_filter_sets, router.amqp_port, timeout_s=6 * TIMEOUT_S)
     assert got.pop("after") == "still served" and got.pop("outcome") is True
+    assert got.pop("not_described") == "amqp:decode-error: source.filter value must be a described filter, got str"
     for name, refusal in got.items():
         assert refusal.startswith("amqp:invalid-field: "), (name, refusal)
     assert "position 8" in got["invalid"]
