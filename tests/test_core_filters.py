@@ -285,3 +285,19 @@ def test_an_edge_routers_consumer_is_filtered_on_the_edge() -> None:
     h.pump()
     assert consumer.bodies(red) == [1]
     assert isinstance(producer.outcomes[first], Released) and isinstance(producer.outcomes[second], Accepted)
+
+
+def test_topo_all_copies_are_filtered_for_local_address_consumers_too() -> None:
+    h = _two_routers()
+    producer, near, far = h.client("A", "p"), h.client("A", "near"), h.client("B", "far")
+    red_here = _filtered(near, "_local/svc", f=sel("color = 'red'"))
+    red_there = _filtered(far, "_local/svc", f=sel("color = 'red'"))
+    h.pump()
+    red_here.flow(10)
+    red_there.flow(10)
+    sender = producer.sender("_topo/0/all/svc")
+    h.pump()
+    producer.send(sender, _message(0, "blue"))
+    producer.send(sender, _message(1, "red"))
+    h.pump()
+    assert near.bodies(red_here) == [1] and far.bodies(red_there) == [1]

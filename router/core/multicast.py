@@ -32,7 +32,6 @@ class Multicast(Sending):
             consumers = entry.consumers
             if entry.filtered:
                 consumers = filtering.matching(fwd, consumers)
-                fwd.fields = None  # read once: the copies are chosen
             if meta is not None and meta.came_from is not None:  # never back where it came from
                 targets.extend(out for out in consumers if out.neighbour != meta.came_from)
             else:
@@ -40,7 +39,8 @@ class Multicast(Sending):
             if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
                 alias = self.table.entries.get("L" + entry.key[1:])
                 if alias is not None:
-                    targets.extend(alias.consumers)
+                    targets.extend(filtering.matching(fwd, alias.consumers) if alias.filtered else alias.consumers)
+            fwd.fields = None  # read at most once: the copies are chosen
         elif not entry.remote:
             mesh.dropped_invalid_origin += 1
         if entry.remote and (meta is not None or fwd.view is not None):
