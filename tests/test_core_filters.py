@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from router.amqp import errors as E
 from router.amqp.filters import CAPABILITIES, DIRECT, NO_LOCAL, SELECTOR, TOPIC
 from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Properties, Released, Source
+from router.amqp.selector import matches, parse
 from router.amqp.types import Described, Symbol
 from router.config.models import AddressConfig, RouterConfig, RouterSection
 from router.testing.meshharness import MeshHarness
@@ -301,3 +305,36 @@ def test_topo_all_copies_are_filtered_for_local_address_consumers_too() -> None:
     producer.send(sender, _message(1, "red"))
     h.pump()
     assert near.bodies(red_here) == [1] and far.bodies(red_there) == [1]
+
+
+_SELECTORS = ["color = 'red'", "color IN ('red', 'blue')", "NOT color = 'red'", "weight > 2", "color IS NULL"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(_SELECTORS + [None]), min_size=1, max_size=4),
+       st.lists(st.tuples(st.sampled_from(["red", "blue", "green", None]), st.integers(0, 4)), min_size=1, max_size=8),
+       st.sampled_from(["orders", "mc.orders"]))  # fmt: skip
+def test_every_delivery_reaches_only_consumers_it_matches_or_is_released(
+    selectors: list[str | None], messages: list[tuple[str | None, int]], address: str
+) -> None:
+    h = _harness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    links = [_filtered(consumer, address, **({"f": sel(s)} if s else {})) for s in selectors]
+    sender = producer.sender(address)
+    h.pump()
+    for link in links:
+        link.flow(20)
+    h.pump()
+    props = [{k: v for k, v in (("color", color), ("weight", weight)) if v is not None} for color, weight in messages]
+    ids = [producer.send(sender, Message.value(i, application_properties=p)) for i, p in enumerate(props)]
+    h.pump()
+    wanted = [[s is None or matches(parse(s), p.get) for s in selectors] for p in props]
+    for i, delivery in enumerate(ids):
+        got_by = [n for n, link in enumerate(links) if i in consumer.bodies(link)]
+        assert all(wanted[i][n] for n in got_by)  # only consumers it matches
+        if address == "mc.orders":
+            assert got_by == [n for n, ok in enumerate(wanted[i]) if ok]  # every one of them
+        else:
+            assert len(got_by) == (1 if any(wanted[i]) else 0)
+        outcome = producer.outcomes[delivery]
+        assert isinstance(outcome, Accepted if any(wanted[i]) else Released)
