@@ -1,8 +1,9 @@
 """The attach reply names only what the router honours (messaging §3.5.3: the sending end sets
 the filter actually in place): no filter, distribution mode, default outcome, durability or
 capability the router does not apply is echoed. A python-qpid-proton receiver asking for a JMS
-selector (and more) sees none of it in the remote source, so it can detach instead of trusting
-a filter that is not there; a sender's target is answered the same way.
+selector (and more) sees the selector, which the router applies, and nothing else it asked
+for; a filter the router does not know is not echoed, so its receiver can detach instead of
+trusting a filter that is not there; a sender's target is answered the same way.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def attach_and_look(port: int) -> dict[str, Any]:
                                      options=[Filter({symbol("my-filter"): Described(symbol("example:my-filter"), "x > 1")}),
                                               DurableSubscription()])  # fmt: skip
         sender = conn.create_sender("orders", options=_AsksForEverything())
-        sender.link.send(_message("blue"))  # not waiting for the outcome: the receiver gives it
+        sender.link.send(_message("blue"))  # not waiting for the outcomes: released, then accepted
+        sender.link.send(_message("red"))
         got = selector.receive(timeout=TIMEOUT_S)
         selector.accept()
         return {
@@ -79,19 +81,23 @@ def _message(color: str) -> Any:
     return Message(body=color, properties={"color": color})
 
 
-async def test_receiver_with_a_selector_sees_no_filter_in_force() -> None:
+async def test_receiver_sees_only_the_filters_in_force() -> None:
     async with managed_router() as router:
         got = await run_in_thread(attach_and_look, router.amqp_port, timeout_s=2 * TIMEOUT_S)
+    selector = got["selector"]
+    assert selector["filter"] == {symbol("selector"): Described(symbol("apache.org:selector-filter:string"), "color = 'red'")}
+    assert list(selector["capabilities"].elements) == [symbol("APACHE.ORG:SELECTOR")]  # (apache-filters.xml)
+    assert got["filter"]["filter"] is None  # an unknown filter: not applied, not claimed
+    assert got["filter"]["capabilities"] is None
     for name in ("selector", "filter"):
         source = got[name]
         assert source["address"] == ("orders" if name == "selector" else "invoices")
-        assert source["filter"] is None, source  # not applied: not claimed
-        assert source["dist"] == Terminus.DIST_MODE_UNSPECIFIED and source["capabilities"] is None
+        assert source["dist"] == Terminus.DIST_MODE_UNSPECIFIED
         assert source["durability"] == Terminus.NONDURABLE and source["timeout"] == 0
         assert source["expiry"] == Terminus.EXPIRE_WITH_LINK
         assert set(source["outcomes"]) == {"amqp:accepted:list", "amqp:rejected:list",
                                            "amqp:released:list", "amqp:modified:list"}  # fmt: skip
     target = got["target"]
     assert target["address"] == "orders" and target["capabilities"] is None and target["timeout"] == 0
-    # And indeed it is not applied: the blue message reaches the "red" selector.
-    assert got["delivered"] == "blue"
+    # And it is applied: the blue message does not reach the "red" selector.
+    assert got["delivered"] == "red"

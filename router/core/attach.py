@@ -1,10 +1,11 @@
 """Attaching and tearing down the links of clients: the Links unit of the routing core.
 
-Owns: answering attaches (address lookup, dynamic and anonymous termini, refusals with the
-right condition, link limits), and tearing links down on detach, session end or connection
-loss, which hands in-flight deliveries to the forwarder for reporting and adds the link's
-counters to the totals of links that are gone (management). Attaches on connections between
-routers go to the mesh (router.core.mesh, router.core.interrouter).
+Owns: answering attaches (address lookup, dynamic and anonymous termini, the source filters in
+force (router.core.filtering), refusals with the right condition, link limits), and tearing
+links down on detach, session end or connection loss, which hands in-flight deliveries to the
+forwarder for reporting and adds the link's counters to the totals of links that are gone
+(management). Attaches on connections between routers go to the mesh (router.core.mesh,
+router.core.interrouter).
 Collaborators (given by RouterCore): the address table, the forwarder, the bounds, the mesh.
 Must not touch: message bytes, disposition bookkeeping (forwarder/settlement), the records'
 shape (router.core.links).
@@ -17,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
+from ..amqp.filters import FilterError, parse_filter_set
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..amqp.session import Session
 from .connections import ConnState
+from .filtering import capabilities
 from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
 from .policy import message_size_limit
 from .table import AddressEntry, AddressTable
@@ -72,10 +75,16 @@ class Links:
         if not isinstance(source, Source):
             _refuse(link, E.INVALID_FIELD, "a receiving link needs a source")
             return
+        try:  # the filters it can apply (router.amqp.filters); unknown ones are left out
+            wanted, echo = parse_filter_set(source.filter)
+        except FilterError as exc:
+            _refuse(link, E.INVALID_FIELD, str(exc))
+            return
+        caps = capabilities(wanted) if wanted is not None else None
         table = self.table
         if source.dynamic:
             entry = table.new_dynamic()
-            answer = honoured_source(entry.address, dynamic=True)
+            answer = honoured_source(entry.address, dynamic=True, filter_set=echo, capabilities=caps)
         else:
             if not source.address:
                 _refuse(link, E.INVALID_FIELD, "a receiving link needs a source address (or dynamic)")
@@ -87,7 +96,7 @@ class Links:
             if maybe is None:
                 _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {self.router_id}")
                 return
-            entry, answer = maybe, honoured_source(source.address)
+            entry, answer = maybe, honoured_source(source.address, filter_set=echo, capabilities=caps)
         if not link.answer(source=answer, target=link.remote_target):  # refused: the echo won't fit
             table.discard_if_unused(entry)
             return
@@ -98,6 +107,9 @@ class Links:
         out.zero_credit_since = now  # no credit until the consumer gives some
         link.context = out
         conn.out_links.add(out)
+        if wanted is not None:
+            out.filter = wanted
+            entry.filtered += 1
         first = not entry.consumers
         entry.consumers.append(out)
         self.mesh.consumers_changed(entry)

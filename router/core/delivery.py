@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..amqp.msgfields import MessageFields
 from ..amqp.peek import RoutingView
 from ..amqp.session import Session
 from .deliverymap import DeliveryMap
@@ -29,7 +30,7 @@ class Forward:
     __slots__ = (
         "in_link", "in_id", "in_session", "presettled", "frames", "complete", "size", "entry",
         "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
-        "message_format", "state", "arrived", "view", "meta", "rframe", "holds_slot",
+        "message_format", "state", "arrived", "view", "meta", "rframe", "holds_slot", "fields",
     )  # fmt: skip
 
     def __init__(
@@ -67,6 +68,8 @@ class Forward:
         # It counts against its producer's credit window (InLink.held) until it is handed to a
         # local consumer or gets its outcome.
         self.holds_slot = False
+        # What consumers' filters read of it (router.core.filtering), once one has asked.
+        self.fields: MessageFields | None = None
 
     def __repr__(self) -> str:
         return f"Forward(in={self.in_id}, out={self.out_id}, done={self.done})"

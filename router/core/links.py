@@ -11,9 +11,10 @@ Must not touch: message bytes, disposition bookkeeping (forwarder/settlement).
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.endpoints import ACTIVE
+from ..amqp.filters import ConsumerFilter
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.types import Symbol
@@ -103,7 +104,7 @@ class OutLink(LinkCounts):
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
-        "unsettled_limit", "stuck", "stuck_count",
+        "unsettled_limit", "stuck", "stuck_count", "filter",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -136,6 +137,8 @@ class OutLink(LinkCounts):
         )
         self.stuck = False
         self.stuck_count = 0  # times it reached the bound
+        # The source filters in force (router.amqp.filters), None without any.
+        self.filter: ConsumerFilter | None = None
 
     def next_tag(self) -> bytes:
         self.tags = (self.tags + 1) & 0xFFFFFFFF
@@ -168,15 +171,19 @@ class GoneTotals:
 # The terminus the router answers with is the one in force (messaging §3.5.3: "the sending
 # endpoint sets the filter actually in place"): it names only what the router honours. The
 # router keeps no terminus state past the link (expiry link-detach, timeout 0, durable none),
-# applies no filter, promises no distribution mode, default outcome or capability, and lets a
-# consumer choose any of the four outcomes. A receiver that asked for a filter (a JMS selector)
-# finds none in force and detaches if it needs one, instead of trusting a lie.
+# promises no distribution mode or default outcome, and lets a consumer choose any of the four
+# outcomes. Of the filters asked for it echoes exactly those it applies (router.amqp.filters),
+# keyed as received, with the capabilities apache-filters.xml asks a source applying them to
+# carry; a receiver whose filter is not echoed finds none in force and can detach, instead of
+# trusting a lie.
 OUTCOMES_HONOURED = (Symbol("amqp:accepted:list"), Symbol("amqp:rejected:list"),
                      Symbol("amqp:released:list"), Symbol("amqp:modified:list"))  # fmt: skip
 
 
-def honoured_source(address: str | None, dynamic: bool = False) -> Source:
-    return Source(address=address, expiry_policy="link-detach", dynamic=dynamic, outcomes=OUTCOMES_HONOURED)
+def honoured_source(address: str | None, dynamic: bool = False, filter_set: dict[Any, Any] | None = None,
+                    capabilities: tuple[Symbol, ...] | None = None) -> Source:  # fmt: skip
+    return Source(address=address, expiry_policy="link-detach", dynamic=dynamic, outcomes=OUTCOMES_HONOURED,
+                  filter=filter_set, capabilities=capabilities)  # fmt: skip
 
 
 def honoured_target(address: str | None, dynamic: bool = False) -> Target:

@@ -1,8 +1,8 @@
 """Multicast: a copy of a delivery for each consumer, local and per next hop.
 
-Owns: making the copies of a multicast delivery (one per local consumer with credit and one per
-next hop towards other routers with consumers; the first that cannot go now waits or is
-failed), sending a copy, and a copy that failed (its outcome combined into the delivery's:
+Owns: making the copies of a multicast delivery (one per local consumer with credit whose
+filters pass it, and one per next hop towards other routers with consumers, where their own
+routers filter; the first that cannot go now waits or is failed), sending a copy, and a copy that failed (its outcome combined into the delivery's:
 settlement.py).
 A layer of the forwarder (see forwarding.py).
 Must not touch: anycast choices (sending.py), waiting queues (waiting.py), reading frames.
@@ -14,7 +14,7 @@ from collections import deque
 from typing import Any
 
 from ..amqp.messaging import RELEASED
-from . import remote
+from . import filtering, remote
 from .delivery import Copy, Forward, maps_of
 from .links import OutLink
 from .sending import Sending
@@ -29,14 +29,18 @@ class Multicast(Sending):
         mesh = self.mesh
         meta = fwd.meta
         if meta is None or remote.local_ok(mesh, meta):
+            consumers = entry.consumers
+            if entry.filtered:
+                consumers = filtering.matching(fwd, consumers)
             if meta is not None and meta.came_from is not None:  # never back where it came from
-                targets.extend(out for out in entry.consumers if out.neighbour != meta.came_from)
+                targets.extend(out for out in consumers if out.neighbour != meta.came_from)
             else:
-                targets.extend(entry.consumers)
+                targets.extend(consumers)
             if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
                 alias = self.table.entries.get("L" + entry.key[1:])
                 if alias is not None:
-                    targets.extend(alias.consumers)
+                    targets.extend(filtering.matching(fwd, alias.consumers) if alias.filtered else alias.consumers)
+            fwd.fields = None  # read at most once: the copies are chosen
         elif not entry.remote:
             mesh.dropped_invalid_origin += 1
         if entry.remote and (meta is not None or fwd.view is not None):

@@ -37,6 +37,7 @@ from ..amqp import errors as E
 from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
+from ..amqp.filters import CAPABILITIES as FILTER_CAPABILITIES
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
 from .attach import Links
@@ -53,7 +54,8 @@ from .policy import PolicyUnit
 from .table import AddressTable, LocalEndpoint
 from .touched import Touched
 
-OFFERED_CAPABILITIES: Final = ("ANONYMOUS-RELAY",)
+# The source filters it applies are advertised as apache-filters.xml names them.
+OFFERED_CAPABILITIES: Final = ("ANONYMOUS-RELAY", *FILTER_CAPABILITIES)
 
 
 class RouterCore:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp.messaging import ACCEPTED
 from ..amqp.performatives import SND_SETTLED, SND_UNSETTLED
-from . import annotate, remote
+from . import annotate, filtering, remote
 from .delivery import Copy, Forward, Payload, maps_of
 from .links import OutLink
 from .settlement import Settlement
@@ -66,13 +66,19 @@ class Sending(Settlement):
         if entry.distribution == "multicast":
             self._multicast(fwd)
             return
+        consumers = entry.consumers
+        if entry.filtered:  # only the consumers whose filters pass it (filtering.py)
+            consumers = filtering.matching(fwd, consumers)
+            if not consumers and not entry.remote:
+                self.unroutable(fwd)  # released: no consumer here wants it
+                return
         if entry.remote and (fwd.meta is not None or fwd.view is not None):
-            self._anycast_mesh(fwd)
+            self._anycast_mesh(fwd, consumers)
             return
-        if entry.remote and not entry.consumers:  # only other routers, but its first frame
+        if entry.remote and not consumers:  # only other routers, but its first frame
             self.unroutable(fwd)  # says too little to route it by (or to annotate)
             return
-        out = self._pick(entry.consumers, entry.rr, entry.distribution == "balanced")
+        out = self._pick(consumers, entry.rr, entry.distribution == "balanced")
         if out is None:
             self._wait(fwd)
         elif entry.pending:
@@ -88,14 +94,15 @@ class Sending(Settlement):
             # the garbage collector would otherwise walk again and again).
             fwd.view = None
 
-    def _anycast_mesh(self, fwd: Forward) -> None:
-        """Anycast where other routers have consumers too: local consumers cost 0 (closest
-        always takes them when there are any); otherwise remote.anycast chooses."""
+    def _anycast_mesh(self, fwd: Forward, consumers: list[OutLink]) -> None:
+        """Anycast where other routers have consumers too: local consumers (`consumers`, those
+        whose filters pass it) cost 0 (closest always takes them when there are any); otherwise
+        remote.anycast chooses (a router there decides for its own filtered consumers)."""
         entry = fwd.entry
         balanced = entry.distribution == "balanced"
         local = None
-        if entry.consumers:
-            local = self._pick(entry.consumers, entry.rr, balanced)
+        if consumers:
+            local = self._pick(consumers, entry.rr, balanced)
             if local is not None and entry.pending:  # behind the earlier ones (see _route)
                 self._wait(fwd)
                 self.consumer_ready(local)
@@ -112,13 +119,13 @@ class Sending(Settlement):
             entry.rr += 1
             self._send(fwd, local)
         elif choice is None:
-            if fwd.meta is not None and fwd.meta.ingress is not None and not entry.consumers:
+            if fwd.meta is not None and fwd.meta.ingress is not None and not consumers:
                 self.unroutable(fwd)  # no way on from here: the previous router hears released
             else:
                 self._wait(fwd)  # a path may come back (routes changing): routed again then
         elif choice[2]:
             self._send(fwd, choice[0])
-        elif entry.consumers:
+        elif consumers:
             self._wait(fwd)
         else:
             self._queue_on(choice[0], fwd)
@@ -204,7 +211,7 @@ class Sending(Settlement):
             out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
                                         message_format=fwd.message_format)  # fmt: skip
         fwd.out, fwd.out_id = out, out_id
-        fwd.frames = None
+        fwd.frames = fwd.fields = None
         out.delivered += 1
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now

@@ -45,7 +45,7 @@ class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
-        "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled",
+        "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -75,6 +75,9 @@ class AddressEntry:
         # Balanced anycast: unsettled deliveries of this address per inter-router link.
         self.remote_out: dict[OutLink, int] = {}
         self.deliveries_transit = 0  # sent to another router
+        # Consumers with a source filter (router.core.filtering): while 0, no delivery here is
+        # looked at for filters (they cost nothing when unused).
+        self.filtered = 0
 
     @property
     def has_destination(self) -> bool:

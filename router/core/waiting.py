@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
@@ -23,6 +24,7 @@ from ..amqp.messaging import Rejected
 from ..amqp.peek import peek
 from ..amqp.performatives import Error
 from . import annotate
+from . import filtering
 from .delivery import Copy, Forward
 from .links import InLink, OutLink, alive
 from .multicast import Multicast
@@ -138,9 +140,39 @@ class Waiting(Multicast):
         if out.neighbour is not None and out.conn.role == "edge":
             self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
+        if queue and out.entry.filtered:
+            nothing_for_it = self._give_matching(out, queue, now)
+        else:
+            while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+                fwd = queue.popleft()
+                if fwd.done:
+                    continue
+                self._wait_bytes(fwd, -1)
+                if now is not None and fwd.expiry is not None and fwd.expiry <= now:
+                    fwd.entry.expired += 1
+                    self.unroutable(fwd)
+                    continue
+                out.entry.rr += 1
+                self._send(fwd, out)
+            nothing_for_it = not queue
+        if link.drain and link.credit > 0 and nothing_for_it and not pending and out.streaming is None:
+            link.complete_drain()  # nothing to send: give the credit back (transport §2.6.7)
+            self.touched.touch(out.conn.engine)
+            if out.zero_credit_since is None:
+                out.zero_credit_since = self.now
+
+    def _give_matching(self, out: OutLink, queue: deque[Forward], now: float | None) -> bool:
+        """consumer_ready for an address with filtered consumers: `out` takes the waiting
+        deliveries its filters pass, in order; the others keep their places for other consumers.
+        True when nothing waiting is left for `out` (a drain can end)."""
+        link = out.link
+        passed_over: list[Forward] = []
         while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
             fwd = queue.popleft()
             if fwd.done:
+                continue
+            if not filtering.eligible(fwd, out):
+                passed_over.append(fwd)
                 continue
             self._wait_bytes(fwd, -1)
             if now is not None and fwd.expiry is not None and fwd.expiry <= now:
@@ -149,11 +181,8 @@ class Waiting(Multicast):
                 continue
             out.entry.rr += 1
             self._send(fwd, out)
-        if link.drain and link.credit > 0 and not queue and not pending and out.streaming is None:
-            link.complete_drain()  # nothing to send: give the credit back (transport §2.6.7)
-            self.touched.touch(out.conn.engine)
-            if out.zero_credit_since is None:
-                out.zero_credit_since = self.now
+        queue.extendleft(reversed(passed_over))
+        return not queue or len(passed_over) == len(queue)
 
     def on_flow(self, event: FlowReceived, now: float) -> None:
         out = event.link.context
@@ -187,6 +216,8 @@ class Waiting(Multicast):
         entry = out.entry
         if out in entry.consumers:
             entry.consumers.remove(out)
+            if out.filter is not None:
+                entry.filtered -= 1
             self.mesh.consumers_changed(entry)
         self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
         record = out.streaming
@@ -215,6 +246,8 @@ class Waiting(Multicast):
             self.reroute(entry)  # to other routers, or released when there are none
             for producer in entry.producers:
                 self.credit_dirty(producer)  # no destination any more: drain their credit
+        elif out.filter is not None or entry.filtered:
+            self.reroute(entry)  # some waiting deliveries may match no consumer left: released
 
     def reroute(self, entry: AddressEntry) -> None:
         """Route again the deliveries waiting at `entry` (its destinations changed)."""
