@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
-from ..amqp.filters import FilterError, parse_filter_set
+from ..amqp.filters import ConsumerFilter, FilterError, parse_filter_set
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
@@ -100,9 +100,11 @@ class Links:
         if not link.answer(source=answer, target=link.remote_target):  # refused: the echo won't fit
             table.discard_if_unused(entry)
             return
-        self._add_consumer(conn, link, entry, now)
+        self._add_consumer(conn, link, entry, now, wanted)
 
-    def _add_consumer(self, conn: ConnState, link: Link, entry: AddressEntry, now: float) -> OutLink:
+    def _add_consumer(
+        self, conn: ConnState, link: Link, entry: AddressEntry, now: float, wanted: ConsumerFilter | None = None
+    ) -> OutLink:
         out = OutLink(link, conn, entry)
         out.zero_credit_since = now  # no credit until the consumer gives some
         link.context = out
