@@ -80,7 +80,7 @@ class Listener(ConnectionSettings):
     name: Name = "amqp"
     host: str = "127.0.0.1"
     port: Port = 5672
-    role: Literal["normal", "inter-router", "edge"] = Field(
+    role: Literal["normal", "inter-router", "edge", "route-container"] = Field(
         default="normal",
         description="normal: clients; inter-router: interior routers of this mesh; edge: edge routers",
     )
@@ -158,7 +158,7 @@ class Connector(ConnectionSettings):
     name: Name
     host: str
     port: Annotated[int, Field(ge=1, le=65535)]
-    role: Literal["inter-router", "edge"] = Field(
+    role: Literal["inter-router", "edge", "route-container"] = Field(
         default="inter-router", description="inter-router: to another interior router; edge: from an edge router to an interior one"
     )
     cost: int = Field(default=1, ge=1, le=COST_MAX, description="inter-router link cost (the link's is the max of both ends')")
@@ -282,6 +282,35 @@ class AddressConfig(Model):
         return self
 
 
+class LinkRouteConfig(Model):
+    """A link route: an attach whose address matches (the target of a sending client, the source
+    of a receiving one) is not attached at the router but passed on, hop by hop, to the route
+    container's connection, and everything on the link is relayed end to end."""
+
+    name: Name | None = Field(default=None, description="for management; defaults to the direction and prefix or pattern")
+    prefix: str | None = Field(default=None, min_length=1, max_length=1000, description="addresses `prefix`, `prefix.x`, `prefix/x`")
+    pattern: str | None = Field(default=None, min_length=1, max_length=1000, description="`*` one word, `#` zero or more")
+    direction: Literal["in", "out"] = Field(description="in: clients send to the container; out: clients receive from it")
+    connection: Name | None = Field(default=None, description="the route-container listener or connector the container uses")
+    container_id: str | None = Field(default=None, min_length=1, max_length=255, description="or: the container-id of its open")
+    add_external_prefix: str | None = Field(default=None, min_length=1, max_length=1000,
+                                            description="put in front of the address on the way to the container")
+    del_external_prefix: str | None = Field(default=None, min_length=1, max_length=1000,
+                                            description="taken from the front of the address on the way to the container")
+
+    @model_validator(mode="after")
+    def _one_address_one_container(self) -> LinkRouteConfig:
+        if (self.prefix is None) == (self.pattern is None):
+            raise ValueError("give exactly one of prefix or pattern")
+        if (self.connection is None) == (self.container_id is None):
+            raise ValueError("give exactly one of connection or container_id")
+        return self
+
+    @property
+    def route_name(self) -> str:
+        return self.name or f"{self.direction}:{self.prefix if self.prefix is not None else self.pattern}"
+
+
 class User(Model):
     """A user for SASL PLAIN and SCRAM: `hashes` as `router users hash` prints them (salted,
     iterated; never the password). A plain-text `password` is still read, with a warning at
@@ -353,6 +382,7 @@ class RouterConfig(Model):
     connectors: tuple[Connector, ...] = Field(default=(), description="outgoing connections to other routers")
     http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
+    link_routes: tuple[LinkRouteConfig, ...] = Field(default=(), description="attaches passed on to brokers and services")
     ssl_profiles: tuple[SslProfile, ...] = Field(default=(), description="TLS certificates and settings, by name")
     users: tuple[User, ...] = ()
     users_file: str | None = Field(
@@ -376,6 +406,7 @@ class RouterConfig(Model):
             ("http listener", [http.name for http in self.http]),
             ("connector", [connector.name for connector in self.connectors]),
             ("ssl profile", [profile.name for profile in self.ssl_profiles]),
+            ("link route", [route.route_name for route in self.link_routes]),
         ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:
@@ -404,10 +435,10 @@ class RouterConfig(Model):
             "edge": ({"normal"}, {"edge"}),
         }[mode]
         for listener in self.listeners:
-            if listener.role not in allowed[0]:
+            if listener.role not in allowed[0] | {"route-container"}:
                 raise ValueError(f"listener {listener.name!r}: role {listener.role} needs router mode interior (mode is {mode})")
         for connector in self.connectors:
-            if connector.role not in allowed[1]:
+            if connector.role not in allowed[1] | {"route-container"}:
                 need = "interior" if connector.role == "inter-router" else "edge"
                 raise ValueError(f"connector {connector.name!r}: role {connector.role} needs router mode {need} (mode is {mode})")
 

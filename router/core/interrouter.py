@@ -82,7 +82,7 @@ def open_properties(base: dict[str, Any], state: ConnState) -> dict[str, Any]:
     """What our open carries on `state`: the router's properties (`base`), plus role, version
     and cost on a connection between routers."""
     properties = dict(base)
-    if state.role != "normal":
+    if state.role in ("inter-router", "edge"):
         properties.update({ROLE_PROPERTY: state.role, VERSION_PROPERTY: MESH_VERSION, COST_PROPERTY: state.cost})
     return properties
 
@@ -99,9 +99,9 @@ def check_open(state: ConnState, router_id: str, mode: str) -> tuple[Error | Non
     props = {str(k): v for k, v in (remote.properties or {}).items()}
     claimed = props.get(ROLE_PROPERTY)
     what = f"{'connector' if state.outgoing else 'listener'} {state.listener.name!r}"
-    if state.role == "normal":
+    if state.role in ("normal", "route-container"):
         if claimed in ("inter-router", "edge"):
-            return _refusal(f"{what} is for clients (role normal): connect a router with role "
+            return _refusal(f"{what} is for clients (role {state.role}): connect a router with role "
                             f"{claimed} to a listener with that role"), 0  # fmt: skip
         return None, 0
     if claimed != state.role:

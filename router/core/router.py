@@ -44,6 +44,8 @@ from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .coreread import CoreReadApi
 from .forwarding import Forwarder
 from .interrouter import check_open, open_properties
+from .linkrelay import RoutedLink
+from .linkroute import LinkRoutes
 from .mesh import Mesh
 from .table import AddressTable, LocalEndpoint
 from .touched import Touched
@@ -75,6 +77,11 @@ class RouterCore:
         self.mesh.routing = self.forwarder
         self.links = Links(self.table, self.forwarder, self.bounds, self.mesh, router_id=self.router_id,
                            max_message_size=limits.max_message_size)  # fmt: skip
+        # Link routes (router.core.linkroute): attaches passed on to route containers.
+        self.link_routes = LinkRoutes(config.link_routes, self.mesh, self.touched, router_id=self.router_id)
+        self.links.link_routes = self.link_routes
+        self.forwarder.relay = self.link_routes.relay
+        self.mesh.link_routes = self.link_routes
         self.shutting_down = False
         self.quiescing = False  # quiesce(): a graceful stop drains what is in flight
         # What our open offers; the management node adds its capability and address.
@@ -309,7 +316,11 @@ class RouterCore:
                 # session error read in the same batch), and it cannot begin again.
                 if session.state.local is UNINIT and engine.state.local is ACTIVE:
                     session.begin()
-            case ev.RemoteAttach() if self.quiescing and state.role == "normal":
+            case ev.RemoteAttach() if type(event.link.context) is RoutedLink:
+                self.link_routes.answered(event.link)  # the far side answered a routed attach
+            case ev.RemoteDetach() if type(event.link.context) is RoutedLink:
+                self.link_routes.detached(event.link, event.closed, event.error)
+            case ev.RemoteAttach() if self.quiescing and state.role in ("normal", "route-container"):
                 self._refuse_while_quiescing(state, event.link)
             case ev.RemoteAttach():
                 self.links.attach_link(state, event.link, now)
@@ -357,6 +368,9 @@ class RouterCore:
                 self.close_connection(state, error, now)
                 return
             state.opened = True
+            if state.role == "route-container":
+                self.link_routes.container_opened(state)
+                return
             self.mesh.peer_opened(state, cost, now)
             return
         if engine.state.local is not UNINIT:
@@ -382,8 +396,10 @@ class RouterCore:
             engine.close(error)
             return
         state.opened = True
-        if state.role == "normal":
+        if state.role in ("normal", "route-container"):
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
+            if state.role == "route-container":
+                self.link_routes.container_opened(state)
             return
         properties = open_properties(self.open_properties, state)
         engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
@@ -396,5 +412,6 @@ class RouterCore:
         state.closed = True
         for session in state.engine.sessions:
             self.links.session_ended(session, now)
+        self.link_routes.connection_gone(state)
         if state.peer is not None:
             self.mesh.peer_gone(state, now)

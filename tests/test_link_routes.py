@@ -1,0 +1,242 @@
+"""Link routes end to end: an in-process router with route-container connectors to brokers we did
+not write (the Proton C example broker, and a Proton Python broker for the outcomes it can give
+and dynamic nodes), driven by python-qpid-proton clients (BlockingConnection on a thread).
+
+What is proved: attaches matching a link route are answered by the container (address rewriting
+included), messages, credit and outcomes go end to end, an attach with no container anywhere is
+refused with amqp:not-found naming the address, and losing the container detaches the routed
+links with an error and leaves no pair behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from proton import Delivery, Message, symbol
+from proton.utils import BlockingConnection, LinkDetached
+
+from router.config.models import RouterConfig
+from router.net.server import RouterServer
+
+from .support.brokers import CBroker, build_c_broker
+from .support.interop import run_in_thread
+from .support.proton_broker import ProtonBroker
+
+pytestmark = [pytest.mark.interop]
+
+TIMEOUT_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def c_broker_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_c_broker(tmp_path_factory.mktemp("proton-c-broker"))
+
+
+@pytest.fixture
+def c_broker(c_broker_program: Path) -> Iterator[CBroker]:
+    with CBroker.running(c_broker_program) as broker:
+        yield broker
+
+
+def config(broker_port: int, *routes: dict[str, Any], **extra: Any) -> RouterConfig:
+    return RouterConfig.model_validate({
+        "router": {"id": "r1"},
+        "listeners": [{"name": "amqp", "port": 0, "max_links_per_connection": 4}],
+        "connectors": [{"name": "broker", "host": "127.0.0.1", "port": broker_port, "role": "route-container",
+                        "reconnect_initial_s": 0.05, "reconnect_max_s": 0.1}],
+        "link_routes": list(routes) or [
+            {"prefix": "q", "direction": "in", "connection": "broker"},
+            {"prefix": "q", "direction": "out", "connection": "broker"},
+        ],
+        **extra,
+    })  # fmt: skip
+
+
+@asynccontextmanager
+async def running(cfg: RouterConfig, *, containers: int = 1) -> AsyncIterator[tuple[RouterServer, int]]:
+    """The router, once `containers` route-container connections are open."""
+    server = RouterServer(cfg)
+    async with trio.open_nursery() as nursery:
+        port = (await nursery.start(server.run))[0][2]
+        with trio.fail_after(TIMEOUT_S):  # across the broker's socket: no event to await
+            while len(server.core.link_routes.containers) < containers:
+                await trio.sleep(0.01)
+        try:
+            yield server, port
+        finally:
+            server.shutdown()
+            with trio.fail_after(5):
+                await server.wait_stopped()
+
+
+def connect(port: int) -> BlockingConnection:
+    return BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
+
+
+async def test_send_and_receive_through_the_c_broker(c_broker: CBroker) -> None:
+    async with running(config(c_broker.port)) as (server, port):
+
+        def client() -> list[Any]:
+            conn = connect(port)
+            try:
+                sender = conn.create_sender("q.orders")
+                for i in range(12):  # more than the broker's credit window of 5: credit end to end
+                    sender.send(Message(body=f"m{i}"))  # waits for the broker's outcome
+                receiver = conn.create_receiver("q.orders", credit=20)
+                bodies = [receiver.receive(timeout=TIMEOUT_S).body for _ in range(12)]
+                plain = conn.create_sender("not-routed")  # other addresses are the router's own
+                assert plain.link.remote_target.address == "not-routed"
+                return bodies
+            finally:
+                conn.close()
+
+        bodies = await run_in_thread(client)
+        assert bodies == [f"m{i}" for i in range(12)]
+        # The attaches reached the broker, not the router's address table.
+        assert server.core.table.find("q.orders") is None
+
+
+async def test_no_container_anywhere_refuses_with_not_found() -> None:
+    with ProtonBroker.running() as broker:
+        cfg = config(broker.port, {"prefix": "q", "direction": "in", "connection": "broker"},
+                     {"prefix": "elsewhere", "direction": "in", "connection": "missing"})  # fmt: skip
+        async with running(cfg) as (_, port):
+
+            def client() -> str:
+                conn = connect(port)
+                try:
+                    with pytest.raises(LinkDetached) as refused:
+                        conn.create_sender("elsewhere.orders")
+                    return str(refused.value)
+                finally:
+                    conn.close()
+
+            refusal = await run_in_thread(client)
+            assert "amqp:not-found" in refusal and "elsewhere.orders" in refusal
+
+
+async def test_every_outcome_and_address_rewriting_through_the_proton_broker() -> None:
+    with ProtonBroker.running() as broker:
+        cfg = config(broker.port,
+                     {"prefix": "broker", "direction": "in", "connection": "broker", "del_external_prefix": "broker/"},
+                     {"prefix": "broker", "direction": "out", "connection": "broker", "del_external_prefix": "broker/"})  # fmt: skip
+        async with running(cfg) as (_, port):
+
+            def client() -> dict[str, Any]:
+                conn = connect(port)
+                seen: dict[str, Any] = {}
+                try:
+                    for kind in ("queue", "reject", "release", "modify"):
+                        sender = conn.create_sender(f"broker/{kind}/a")
+                        seen[f"{kind}-target"] = sender.link.remote_target.address
+                        delivery = sender.send(Message(body=kind), error_states=[])
+                        seen[kind] = delivery.remote_state
+                        if kind == "reject":
+                            seen["condition"] = delivery.remote.condition
+                        if kind == "modify":
+                            seen["annotations"] = delivery.remote.annotations
+                        sender.close()
+                    receiver = conn.create_receiver("broker/queue/a", credit=1)
+                    message = receiver.receive(timeout=TIMEOUT_S)
+                    receiver.accept()
+                    seen["received"] = message.body
+                    return seen
+                finally:
+                    conn.close()
+
+            seen = await run_in_thread(client)
+            assert seen["queue"] == Delivery.ACCEPTED
+            assert seen["reject"] == Delivery.REJECTED and seen["condition"].name == "amqp:precondition-failed"
+            assert seen["release"] == Delivery.RELEASED
+            assert seen["modify"] == Delivery.MODIFIED
+            assert seen["annotations"][symbol("x-opt-reason")] == "retry later"
+            assert seen["received"] == "queue"
+            # The broker saw its own names; the client its own.
+            assert seen["queue-target"] == "broker/queue/a"
+            broker.wait_for(lambda b: any(a.address == "queue/a" for a in b.arrivals))
+            broker.wait_for(lambda b: [o.state for o in b.outcomes] == [Delivery.ACCEPTED])
+
+
+async def test_dynamic_receiver_through_a_link_route() -> None:
+    with ProtonBroker.running() as broker:
+        cfg = config(broker.port,
+                     {"prefix": "broker", "direction": "in", "connection": "broker", "del_external_prefix": "broker/"},
+                     {"prefix": "broker", "direction": "out", "connection": "broker", "del_external_prefix": "broker/"})  # fmt: skip
+        async with running(cfg) as (_, port):
+
+            def client() -> tuple[str, str]:
+                conn = connect(port)
+                try:
+                    receiver = conn.create_receiver(None, dynamic=True, credit=1,
+                                                    options=_DynamicRoute("broker/anything"))  # fmt: skip
+                    address = receiver.link.remote_source.address
+                    conn.create_sender(address).send(Message(body="to the dynamic node"))
+                    return address, receiver.receive(timeout=TIMEOUT_S).body
+                finally:
+                    conn.close()
+
+            address, body = await run_in_thread(client)
+            assert address.startswith("broker/dynamic/")  # the container named it (dynamic/N: prefix restored)
+            assert body == "to the dynamic node"
+
+
+class _DynamicRoute:
+    """A link option: the dynamic-node-property that names the link route (the anchors' x-opt-qd.address)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def apply(self, link: Any) -> None:
+        link.source.properties.put_dict({symbol("x-opt-qd.address"): self.address})
+
+    def test(self, link: Any) -> bool:
+        return True
+
+
+async def test_broker_lost_detaches_routed_links_and_leaves_no_pair(c_broker: CBroker) -> None:
+    async with running(config(c_broker.port)) as (server, port):
+        conn = await run_in_thread(connect, port)
+        try:
+            sender = await run_in_thread(conn.create_sender, "q.lost")
+            receiver = await run_in_thread(lambda: conn.create_receiver("q.lost", credit=10))
+            await run_in_thread(sender.send, Message(body="before"))
+            assert len(server.core.link_routes.pairs) == 2
+            c_broker.kill()
+
+            def after() -> tuple[str, str]:
+                with pytest.raises(LinkDetached) as send_failed:
+                    sender.send(Message(body="after"))
+                with pytest.raises(LinkDetached) as receive_failed:
+                    while True:
+                        receiver.receive(timeout=TIMEOUT_S)
+                return str(send_failed.value), str(receive_failed.value)
+
+            send_error, receive_error = await run_in_thread(after)
+            for error in (send_error, receive_error):
+                assert "amqp:not-found" in error and "routed link lost" in error
+            assert not server.core.link_routes.pairs
+            assert all(not state.routed for state in server.core.connections.values())
+        finally:
+            await run_in_thread(conn.close)
+
+
+async def test_routed_links_count_against_the_link_limit(c_broker: CBroker) -> None:
+    async with running(config(c_broker.port)) as (_, port):
+
+        def client() -> str:
+            conn = connect(port)
+            try:
+                for i in range(4):  # max_links_per_connection: 4
+                    conn.create_sender(f"q.limit{i}")
+                with pytest.raises(LinkDetached) as refused:
+                    conn.create_sender("q.limit4")
+                return str(refused.value)
+            finally:
+                conn.close()
+
+        assert "amqp:resource-limit-exceeded" in await run_in_thread(client)
