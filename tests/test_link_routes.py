@@ -240,3 +240,108 @@ async def test_routed_links_count_against_the_link_limit(c_broker: CBroker) -> N
                 conn.close()
 
         assert "amqp:resource-limit-exceeded" in await run_in_thread(client)
+
+
+def two_routers(broker_port: int) -> tuple[RouterConfig, Any]:
+    """Router A (clients) and, given A's inter-router port, router B (the broker's)."""
+    a = RouterConfig.model_validate({
+        "router": {"id": "A", "mode": "interior"},
+        "listeners": [{"name": "amqp", "port": 0}, {"name": "mesh", "port": 0, "role": "inter-router"}],
+    })  # fmt: skip
+
+    def b(mesh_port: int) -> RouterConfig:
+        return RouterConfig.model_validate({
+            "router": {"id": "B", "mode": "interior"},
+            "listeners": [{"name": "amqp", "port": 0}],
+            "connectors": [
+                {"name": "to-a", "host": "127.0.0.1", "port": mesh_port, "role": "inter-router"},
+                {"name": "broker", "host": "127.0.0.1", "port": broker_port, "role": "route-container",
+                 "reconnect_initial_s": 0.05, "reconnect_max_s": 0.1},
+            ],
+            "link_routes": [
+                {"prefix": "q", "direction": "in", "connection": "broker"},
+                {"prefix": "q", "direction": "out", "connection": "broker"},
+            ],
+        })  # fmt: skip
+
+    return a, b
+
+
+@asynccontextmanager
+async def mesh_of_two(broker_port: int) -> AsyncIterator[tuple[RouterServer, RouterServer, int]]:
+    """A and B connected, once A has learnt of both of B's routes (its clients' port with them)."""
+    a_config, b_config = two_routers(broker_port)
+    a = RouterServer(a_config)
+    async with trio.open_nursery() as nursery:
+        addresses = await nursery.start(a.run)
+        client_port, mesh_port = addresses[0][2], addresses[1][2]
+        b = RouterServer(b_config(mesh_port))
+        await nursery.start(b.run)
+        with trio.fail_after(TIMEOUT_S):  # the mesh's address exchange, across sockets: polled
+            while len(a.core.link_routes.remote_routes) < 2:
+                await trio.sleep(0.01)
+        try:
+            yield a, b, client_port
+        finally:
+            for server in (a, b):
+                server.shutdown()
+            with trio.fail_after(5):
+                await a.wait_stopped()
+                await b.wait_stopped()
+
+
+async def test_send_and_receive_through_two_routers(c_broker: CBroker) -> None:
+    async with mesh_of_two(c_broker.port) as (a, b, port):
+
+        def client() -> list[Any]:
+            conn = connect(port)
+            try:
+                sender = conn.create_sender("q.far")
+                for i in range(12):
+                    sender.send(Message(body=f"m{i}"))
+                receiver = conn.create_receiver("q.far", credit=3)  # less than sent: credit end to end
+                bodies = []
+                for _ in range(12):  # (the broker sends them presettled)
+                    bodies.append(receiver.receive(timeout=TIMEOUT_S).body)
+                return bodies
+            finally:
+                conn.close()
+
+        assert await run_in_thread(client) == [f"m{i}" for i in range(12)]
+        # Each hop pairs its incoming link with an outgoing one: both routers relayed.
+        assert not a.core.link_routes.pairs and not b.core.link_routes.pairs  # all gone with the client
+
+
+async def test_broker_lost_behind_another_router(c_broker: CBroker) -> None:
+    async with mesh_of_two(c_broker.port) as (a, b, port):
+        conn = await run_in_thread(connect, port)
+        try:
+            sender = await run_in_thread(conn.create_sender, "q.lost")
+            await run_in_thread(sender.send, Message(body="before"))
+            assert len(a.core.link_routes.pairs) == 1 and len(b.core.link_routes.pairs) == 1
+            c_broker.kill()
+
+            def after() -> str:
+                with pytest.raises(LinkDetached) as failed:
+                    sender.send(Message(body="after"))
+                return str(failed.value)
+
+            error = await run_in_thread(after)
+            assert "amqp:not-found" in error and "routed link lost" in error
+            assert not a.core.link_routes.pairs and not b.core.link_routes.pairs
+            # And A no longer believes in a container.
+            with trio.fail_after(TIMEOUT_S):
+                while a.core.link_routes.remote_routes:
+                    await trio.sleep(0.01)
+
+            # No route known at A any more: the address is the router's own again (not link-routed).
+            def plain() -> Any:
+                other = connect(port)
+                try:
+                    return other.create_sender("q.lost").link.remote_target.address
+                finally:
+                    other.close()
+
+            assert await run_in_thread(plain) == "q.lost"
+        finally:
+            await run_in_thread(conn.close)
