@@ -74,6 +74,12 @@ async def running(cfg: RouterConfig, *, containers: int = 1) -> AsyncIterator[tu
                 await server.wait_stopped()
 
 
+def routed_links(server: RouterServer) -> dict[str, int]:
+    """routedLinkCount of each link route, read through management."""
+    _, rows = server.agent.query("linkRoute", ["name", "routedLinkCount"])
+    return {name: count for name, count in rows}
+
+
 def connect(port: int) -> BlockingConnection:
     return BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
 
@@ -206,6 +212,7 @@ async def test_broker_lost_detaches_routed_links_and_leaves_no_pair(c_broker: CB
             receiver = await run_in_thread(lambda: conn.create_receiver("q.lost", credit=10))
             await run_in_thread(sender.send, Message(body="before"))
             assert len(server.core.link_routes.pairs) == 2
+            assert routed_links(server) == {"in:q": 1, "out:q": 1}
             c_broker.kill()
 
             def after() -> tuple[str, str]:
@@ -221,6 +228,10 @@ async def test_broker_lost_detaches_routed_links_and_leaves_no_pair(c_broker: CB
                 assert "amqp:not-found" in error and "routed link lost" in error
             assert not server.core.link_routes.pairs
             assert all(not state.routed for state in server.core.connections.values())
+            # Management shows neither the pairs nor an active route any more.
+            assert routed_links(server) == {"in:q": 0, "out:q": 0}
+            _, rows = server.agent.query("linkRoute", ["operStatus"])
+            assert rows == [["inactive"], ["inactive"]]
         finally:
             await run_in_thread(conn.close)
 

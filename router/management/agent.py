@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.models import Connector, RouterConfig
 from .address_rules import AddressRule, AddressRuleType
+from .link_routes import LinkRouteType
 from .authz import Authorizer
 from .config_entities import ConnectorType, ListenerType
 from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
@@ -63,7 +64,7 @@ class ManagementAgent:
         self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.authz = Authorizer(lambda: self.config.management)  # the faces check requests with it
         for etype in (RouterType(), ListenerType(), ConnectorType(), AddressRuleType(), ConnectionType(),
-                      LinkType(), RouterAddressType(), NodeType(), LogType()):  # fmt: skip
+                      LinkType(), RouterAddressType(), NodeType(), LogType(), LinkRouteType()):  # fmt: skip
             self.register(etype)
 
     @property

@@ -137,6 +137,16 @@ def plan_reload(old: RouterConfig, new: RouterConfig, bound_ports: Mapping[str, 
             deletes.append(Change("delete", "router.config.address", _rule_name(rule), rule=rule))
     for rule in remaining:
         creates.append(Change("create", "router.config.address", _rule_name(rule), _attributes(rule), rule=rule))
+    # Link routes by name (given, or their direction and prefix or pattern); one whose content
+    # changed is deleted and created again (routed links stay attached).
+    old_routes = {route.route_name: route for route in old.link_routes}
+    new_routes = {route.route_name: route for route in new.link_routes}
+    for name, route in old_routes.items():
+        if new_routes.get(name) != route:
+            deletes.append(Change("delete", "linkRoute", name))
+    for name, route in new_routes.items():
+        if old_routes.get(name) != route:
+            creates.append(Change("create", "linkRoute", name, _attributes(route)))
     # Profiles come first (created or changed: a listener may name them), deletions next (a
     # deleted listener frees its port for a new one), profiles last (nothing names them then).
     ssl_first = [c for c in updates if c.entity_type == "sslProfile"]
