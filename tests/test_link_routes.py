@@ -18,13 +18,15 @@ from typing import Any
 import pytest
 import trio
 from proton import Delivery, Message, symbol
+from proton.handlers import MessagingHandler, TransactionHandler
+from proton.reactor import Container
 from proton.utils import BlockingConnection, LinkDetached
 
 from router.config.models import RouterConfig
 from router.net.server import RouterServer
 
-from .support.brokers import CBroker, build_c_broker
-from .support.interop import run_in_thread
+from .support.brokers import CBroker, TxnCoordinator, build_c_broker
+from .support.interop import run_container, run_in_thread
 from .support.proton_broker import ProtonBroker
 
 pytestmark = [pytest.mark.interop]
@@ -356,3 +358,73 @@ async def test_broker_lost_behind_another_router(c_broker: CBroker) -> None:
             assert await run_in_thread(plain) == "q.lost"
         finally:
             await run_in_thread(conn.close)
+
+
+class _Transactions(MessagingHandler, TransactionHandler):
+    """A python-qpid-proton client: two messages in a transaction it commits, one in a transaction
+    it rolls back, through the router's `$coordinator` link route."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.events: list[str] = []
+        self.sender: Any = None
+        self.conn: Any = None
+        self.round = 0
+
+    def on_start(self, event: Any) -> None:
+        self.conn = event.container.connect(self.url)
+        self.sender = event.container.create_sender(self.conn, "txn.orders")
+        event.container.declare_transaction(self.conn, handler=self)
+
+    def on_transaction_declared(self, event: Any) -> None:
+        self.events.append("declared")
+        txn = event.transaction
+        if self.round == 0:
+            txn.send(self.sender, Message(body="one"))
+            txn.send(self.sender, Message(body="two"))
+            txn.commit()
+        else:
+            txn.send(self.sender, Message(body="three"))
+            txn.abort()
+
+    def on_transaction_committed(self, event: Any) -> None:
+        self.events.append("committed")
+        self.round = 1
+        event.container.declare_transaction(self.conn, handler=self)
+
+    def on_transaction_aborted(self, event: Any) -> None:
+        self.events.append("aborted")
+        self.conn.close()
+
+    def on_transaction_declare_failed(self, event: Any) -> None:
+        self.events.append("declare failed")
+        self.conn.close()
+
+    def on_link_error(self, event: Any) -> None:
+        self.events.append(f"link error {event.link.remote_condition}")
+        self.conn.close()
+
+
+async def test_transactions_through_a_coordinator_link_route() -> None:
+    with TxnCoordinator.running() as coordinator:
+        cfg = config(coordinator.port, {"prefix": "$coordinator", "direction": "in", "connection": "broker"},
+                     {"prefix": "txn", "direction": "in", "connection": "broker"})  # fmt: skip
+        async with running(cfg) as (_, port):
+            client = _Transactions(f"127.0.0.1:{port}")
+            await run_in_thread(run_container, Container(client))
+            assert client.events == ["declared", "committed", "declared", "aborted"]
+            coordinator.wait_for(lambda c: len(c.rolled_back) == 1)
+            first, second = coordinator.declared
+            assert coordinator.committed == [first] and coordinator.rolled_back == [second]
+            # The transfers carried their transactional state end to end.
+            assert coordinator.messages == [(first, "one"), (first, "two"), (second, "three")]
+            assert "amqp:local-transactions" in coordinator.coordinator_capabilities
+
+
+async def test_coordinator_without_a_route_is_refused_honestly(c_broker: CBroker) -> None:
+    async with running(config(c_broker.port)) as (_, port):
+        client = _Transactions(f"127.0.0.1:{port}")
+        await run_in_thread(run_container, Container(client))
+        assert len(client.events) == 1 and "amqp:precondition-failed" in client.events[0]
+        assert "transaction coordinator" in client.events[0]
