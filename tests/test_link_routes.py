@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 import trio
+import yaml
 from proton import Delivery, Message, symbol
 from proton.handlers import MessagingHandler, TransactionHandler
 from proton.reactor import Container
 from proton.utils import BlockingConnection, LinkDetached
 
+from router.config.loader import parse_config
 from router.config.models import RouterConfig
 from router.net.server import RouterServer
 
@@ -428,3 +430,25 @@ async def test_coordinator_without_a_route_is_refused_honestly(c_broker: CBroker
         await run_in_thread(run_container, Container(client))
         assert len(client.events) == 1 and "amqp:precondition-failed" in client.events[0]
         assert "transaction coordinator" in client.events[0]
+
+
+async def test_the_configuration_in_docs_brokers_md_works(c_broker: CBroker) -> None:
+    """docs/brokers.md's link-route configuration, with the ports made free ones, serves a
+    message to the broker and back."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "brokers.md").read_text()
+    section = text.split("## Link routes", 1)[1]
+    data = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+    for listener in data["listeners"]:
+        listener["port"] = 0
+    data["connectors"][0].update(port=c_broker.port, reconnect_initial_s=0.05, reconnect_max_s=0.1)
+    async with running(parse_config(data, "docs/brokers.md")) as (_, port):
+
+        def client() -> Any:
+            conn = connect(port)
+            try:
+                conn.create_sender("queue.orders").send(Message(body="from the docs"))
+                return conn.create_receiver("queue.orders", credit=1).receive(timeout=TIMEOUT_S).body
+            finally:
+                conn.close()
+
+        assert await run_in_thread(client) == "from the docs"
