@@ -265,3 +265,23 @@ def test_dynamic_target_named_by_the_container() -> None:
     link.answer(source=link.remote_source, target=Target(address="q.temp.42", dynamic=True))
     h.pump()
     assert sender.remote_target.address == "q.temp.42"
+
+
+def test_a_transfer_breaking_the_senders_own_settle_mode_fails_the_pair_only() -> None:
+    h, broker, client = harness()
+    sender = client.sender("q.modes", snd_settle_mode=0)  # unsettled: it promises never to presettle
+    h.pump()
+    upstream = passed_on(broker)
+    h.pump()
+    upstream.flow(2)
+    h.pump()
+    sender.snd_settle_mode = 2  # and breaks the promise (the engine does not check a peer's mode)
+    sender.send_transfer(b"t", b"\x00Sw\xa1\x01x", settled=True)
+    h.pump()
+    (detach,) = detaches(client)
+    assert detach.error is not None and detach.error.condition == E.INVALID_FIELD
+    assert detaches(broker)[-1].link is upstream
+    assert not h.core.link_routes.pairs
+    other = client.sender("plain")  # the connection serves on
+    h.pump()
+    assert other.remotely_attached

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from ..amqp import errors as E
 from ..amqp.endpoints import ACTIVE
+from ..amqp.errors import LocalUsageError
 from ..amqp.events import DispositionReceived, FlowReceived, TransferReceived
 from ..amqp.link import Link
 from ..amqp.messaging import RELEASED, Modified
+from ..amqp.performatives import Error
 from ..amqp.serial import serial_ids_in
 from .delivery import maps_of
 from .links import alive
@@ -95,6 +99,10 @@ class RoutedLink:
 class Relay:
     """The per-message half of link routing; see the module docstring."""
 
+    # LinkRoutes.fail_pair, set by LinkRoutes: a pair that cannot go on (what one side sent
+    # cannot be written to the other) is detached on both sides with the error.
+    fail_pair: Callable[[RoutedLink, Error], None]
+
     def __init__(self, touched: Touched) -> None:
         self.touched = touched
 
@@ -129,8 +137,12 @@ class Relay:
                 routed_maps(link).sent.pop(record.dst_id, None)
             self.touched.touch(dst.conn.engine)
             return
-        out_id = link.send_transfer(tag, payload, settled=settled, more=more, message_format=message_format,
-                                    state=state)  # fmt: skip
+        try:
+            out_id = link.send_transfer(tag, payload, settled=settled, more=more, message_format=message_format,
+                                        state=state)  # fmt: skip
+        except LocalUsageError as exc:  # e.g. settled on a link whose sender promised snd-settle-mode unsettled
+            self.fail_pair(src, Error(condition=E.INVALID_FIELD, description=f"cannot relay this transfer: {exc}"))
+            return
         if first:
             dst.delivered += 1
             if not settled:

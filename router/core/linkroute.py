@@ -153,6 +153,7 @@ class LinkRoutes:
         self.touched = touched
         self.router_id = router_id
         self.relay = Relay(touched)
+        self.relay.fail_pair = self.fail_pair
         self.routes: dict[str, Route] = {}
         self._local: dict[str, AddressMatcher[Route]] = {"in": AddressMatcher(), "out": AddressMatcher()}
         self._remote: dict[str, AddressMatcher[RemoteRoute]] = {"in": AddressMatcher(), "out": AddressMatcher()}
@@ -396,6 +397,20 @@ class LinkRoutes:
             self._break(ctx, other, error)
         else:
             self._forget(ctx)
+
+    def fail_pair(self, ctx: RoutedLink, error: Error) -> None:
+        """Detach both sides of `ctx`'s pair with `error` (outcomes first)."""
+        other = ctx.peer
+        if ctx.gone:
+            return
+        self.relay.fail_unsettled(ctx)
+        self._forget(ctx)
+        _detach(ctx.link, True, error)
+        self.touched.touch(ctx.conn.engine)
+        if other is not None and not other.gone:
+            self._forget(other)
+            _detach(other.link, True, error)
+            self.touched.touch(other.conn.engine)
 
     def _break(self, lost: RoutedLink, other: RoutedLink, error: Error | None) -> None:
         self.relay.fail_unsettled(lost)
