@@ -84,6 +84,13 @@ def routed_links(server: RouterServer) -> dict[str, int]:
     return {name: count for name, count in rows}
 
 
+def link_counts(server: RouterServer) -> dict[str, int]:
+    """linkCount of the router's connections by role (management's connection entities;
+    management's own connection, if any, is not a client of these tests)."""
+    _, rows = server.agent.query("connection", ["role", "linkCount"])
+    return {role: count for role, count in rows}
+
+
 def connect(port: int) -> BlockingConnection:
     return BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT_S)
 
@@ -217,6 +224,7 @@ async def test_broker_lost_detaches_routed_links_and_leaves_no_pair(c_broker: CB
             await run_in_thread(sender.send, Message(body="before"))
             assert len(server.core.link_routes.pairs) == 2
             assert routed_links(server) == {"in:q": 1, "out:q": 1}
+            assert link_counts(server) == {"normal": 2, "route-container": 2}
             c_broker.kill()
 
             def after() -> tuple[str, str]:
@@ -234,6 +242,7 @@ async def test_broker_lost_detaches_routed_links_and_leaves_no_pair(c_broker: CB
             assert all(not state.routed for state in server.core.connections.values())
             # Management shows neither the pairs nor an active route any more.
             assert routed_links(server) == {"in:q": 0, "out:q": 0}
+            assert link_counts(server)["normal"] == 0  # the client's connection holds no link
             _, rows = server.agent.query("linkRoute", ["operStatus"])
             assert rows == [["inactive"], ["inactive"]]
         finally:
