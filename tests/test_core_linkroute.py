@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from router.amqp import errors as E
 from router.amqp import events as ev
@@ -18,7 +20,7 @@ from router.amqp.message import Message
 from router.amqp.messaging import ACCEPTED, Modified, Rejected, Source, Target
 from router.amqp.performatives import Error
 from router.config.models import LinkRouteConfig, Listener, RouterConfig, RouterSection
-from router.core.linkroute import MARK
+from router.core.linkroute import MARK, Route
 from router.testing.routerharness import Client, RouterHarness
 
 CLIENTS = Listener(name="amqp", port=5672, max_frame_size=512)
@@ -285,3 +287,61 @@ def test_a_transfer_breaking_the_senders_own_settle_mode_fails_the_pair_only() -
     other = client.sender("plain")  # the connection serves on
     h.pump()
     assert other.remotely_attached
+
+
+@given(st.lists(st.one_of(
+    st.tuples(st.just("flow"), st.integers(0, 4)),
+    st.tuples(st.just("send"), st.integers(1, 3)),
+    st.tuples(st.just("settle"), st.integers(0, 3)),
+), max_size=25))  # fmt: skip
+@settings(max_examples=60, deadline=None)
+def test_any_interleaving_of_credit_sends_and_settlement_loses_nothing(steps: list[tuple[str, int]]) -> None:
+    """Whatever the broker does with its credit (gives, takes back) and whenever the client
+    sends (as far as its credit goes) and the broker settles, every message reaches the broker
+    once and in order, and every one the broker settles gets its outcome at the client."""
+    h, broker, client = harness()
+    sender = client.sender("q.any")
+    h.pump()
+    upstream = passed_on(broker)
+    h.pump()
+    sent: list[int] = []
+    settled_at_broker = 0
+    for op, n in steps:
+        if op == "flow":
+            upstream.flow(n)
+            continue  # not pumped: the client may still send on the credit it had (held at the router)
+        elif op == "send":
+            for _ in range(min(n, sender.credit)):
+                sent.append(client.send(sender, Message.value(len(sent))))
+        else:
+            arrived = broker.received.get(upstream, [])
+            for record in arrived[settled_at_broker:settled_at_broker + n]:
+                upstream.dispose(record.delivery_id, state=ACCEPTED, settled=True)
+            settled_at_broker = min(len(arrived), settled_at_broker + n)
+        h.pump()
+        assert len(broker.received.get(upstream, [])) <= len(sent)
+    upstream.flow(len(sent) + 1)  # enough for whatever still waits in the router
+    h.pump()
+    arrived = broker.received.get(upstream, [])
+    assert [r.message.body_value for r in arrived] == list(range(len(sent)))
+    for record in arrived[settled_at_broker:]:
+        upstream.dispose(record.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert all(client.outcomes.get(d) == ACCEPTED and d in client.settled for d in sent)
+    sender.detach()
+    h.pump()
+    assert not h.core.link_routes.pairs
+
+
+@given(st.text(alphabet="ab./", max_size=8), st.sampled_from([None, "a", "a/"]), st.sampled_from([None, "x.", "b"]))
+def test_rewriting_is_undone_for_the_client(address: str, delete: str | None, add: str | None) -> None:
+    """What the container is told, told back (as for a dynamic node's address), is the client's own
+    address, whenever the address starts with the prefix to delete (or there is none)."""
+    if delete is not None and not address.startswith(delete):
+        address = delete + address
+    config = LinkRouteConfig(prefix="a", direction="in", connection="c", del_external_prefix=delete,
+                             add_external_prefix=add)  # fmt: skip
+    route = Route(config)
+    outward = route.outward(address)
+    assert outward is not None and (add is None or outward.startswith(add))
+    assert route.inward(outward) == address
