@@ -1,6 +1,6 @@
 """`router stat`: a running router's state as tables (like qdstat), or JSON for scripts.
 
-    router stat [general|connections|links|addresses|nodes|memory] [-b HOST:PORT]
+    router stat [general|connections|links|addresses|nodes|memory|linkroutes] [-b HOST:PORT]
                 [--router ID | --all-routers] [--json] [--limit N]
 
 Owns: the views (which entity type each one queries, which attributes become which columns,
@@ -42,6 +42,7 @@ class ViewName(str, Enum):
     addresses = "addresses"
     nodes = "nodes"
     memory = "memory"
+    linkroutes = "linkroutes"
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,11 @@ VIEWS: dict[ViewName, View] = {
         ("GC Collections (gen 0/1/2)", "gcCollections"), ("GC Pending (gen 0/1/2)", "gcCounts"),
         ("Open File Descriptors", "openFds"),
     ), single=True),
+    ViewName.linkroutes: View("router.config.linkRoute", "Link Routes", (
+        ("name", "name"), ("prefix", "prefix"), ("pattern", "pattern"), ("dir", "direction"),
+        ("connection", "connection"), ("container", "containerId"), ("add-ext-prefix", "addExternalPrefix"),
+        ("del-ext-prefix", "delExternalPrefix"), ("status", "operStatus"), ("links", "routedLinkCount"),
+    )),
 }  # fmt: skip
 
 # The first character of an address key is its class (the anchors' convention).
