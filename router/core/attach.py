@@ -4,7 +4,8 @@ Owns: answering attaches (address lookup, dynamic and anonymous termini, refusal
 right condition, link limits), and tearing links down on detach, session end or connection
 loss, which hands in-flight deliveries to the forwarder for reporting and adds the link's
 counters to the totals of links that are gone (management). Attaches on connections between
-routers go to the mesh (router.core.mesh, router.core.interrouter).
+routers go to the mesh (router.core.mesh, router.core.interrouter); attaches a link route matches
+(from clients, or routed ones from other routers) to the link routes (router.core.linkroute).
 Collaborators (given by RouterCore): the address table, the forwarder, the bounds, the mesh.
 Must not touch: message bytes, disposition bookkeeping (forwarder/settlement), the records'
 shape (router.core.links).

@@ -16,7 +16,7 @@ refusals (no address: rejected precondition-failed; oversize: rejected message-s
 undecodable: rejected decode-error; no destination or expired: released, or dropped when
 presettled), the expiry a delivery gets from its ttl or absolute-expiry-time, stripping router
 annotations clients must not set, streaming later frames to where the first went (cut-through),
-and aborts.
+and aborts. Transfers on link-routed links go to the relay (router.core.linkrelay) untouched.
 Collaborators (given by RouterCore): the address table, Bounds, the mesh, Touched, the router id,
 the wall offset, the message size limit.
 Must not touch: outcome bookkeeping (settlement.py), attach handling (attach.py), the topology.

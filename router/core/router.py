@@ -20,7 +20,9 @@ captured once at start by the network layer; 0 when `now` is wall time, as in ha
 Owns: connection and session life cycles as the router sees them, the connection limit, and
 building the units and dispatching each event to the unit that owns it: the address table
 (table.py), the Links unit (attach.py: attach, detach, links gone), forwarding and settlement
-(forwarding.py, settlement.py), the bounds (bounds.py) and, on an interior or edge router, the
+(forwarding.py, settlement.py), the bounds (bounds.py), the link routes (linkroute.py: attaches
+passed on to route containers, and the answers, detaches and route-container connections that
+belong to them; linkrelay.py relays their traffic) and, on an interior or edge router, the
 mesh (mesh.py: the topology engine, inter-router connections). Each unit is built with only what
 it uses (ports.py names what units know of each other); none holds the core.
 The core calls engine commands directly; the network layer only flushes the engines it touched
