@@ -345,3 +345,20 @@ def test_rewriting_is_undone_for_the_client(address: str, delete: str | None, ad
     outward = route.outward(address)
     assert outward is not None and (add is None or outward.startswith(add))
     assert route.inward(outward) == address
+
+
+def test_the_containers_connection_has_its_link_limit_too() -> None:
+    config = RouterConfig(router=RouterSection(id="r"), listeners=(
+        CLIENTS, BROKER.model_copy(update={"max_links_per_connection": 1})), link_routes=(
+        LinkRouteConfig(prefix="q", direction="in", connection="broker"),))  # fmt: skip
+    h = RouterHarness(config)
+    broker = h.connect("broker", listener=config.listeners[1])
+    client = h.connect("client")
+    client.sender("q.1")
+    h.pump()
+    passed_on(broker)
+    client.sender("q.2")
+    h.pump()
+    (refusal,) = detaches(client)
+    assert refusal.error is not None and refusal.error.condition == E.RESOURCE_LIMIT_EXCEEDED
+    assert "route container" in (refusal.error.description or "")

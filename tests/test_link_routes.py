@@ -266,7 +266,7 @@ async def test_routed_links_count_against_the_link_limit(c_broker: CBroker) -> N
         assert "amqp:resource-limit-exceeded" in await run_in_thread(client)
 
 
-def two_routers(broker_port: int) -> tuple[RouterConfig, Any]:
+def two_routers(broker_port: int, routes: list[dict[str, Any]] | None = None) -> tuple[RouterConfig, Any]:
     """Router A (clients) and, given A's inter-router port, router B (the broker's)."""
     a = RouterConfig.model_validate({
         "router": {"id": "A", "mode": "interior"},
@@ -282,7 +282,7 @@ def two_routers(broker_port: int) -> tuple[RouterConfig, Any]:
                 {"name": "broker", "host": "127.0.0.1", "port": broker_port, "role": "route-container",
                  "reconnect_initial_s": 0.05, "reconnect_max_s": 0.1},
             ],
-            "link_routes": [
+            "link_routes": routes or [
                 {"prefix": "q", "direction": "in", "connection": "broker"},
                 {"prefix": "q", "direction": "out", "connection": "broker"},
             ],
@@ -292,9 +292,10 @@ def two_routers(broker_port: int) -> tuple[RouterConfig, Any]:
 
 
 @asynccontextmanager
-async def mesh_of_two(broker_port: int) -> AsyncIterator[tuple[RouterServer, RouterServer, int]]:
+async def mesh_of_two(broker_port: int, routes: list[dict[str, Any]] | None = None,
+                      ) -> AsyncIterator[tuple[RouterServer, RouterServer, int]]:  # fmt: skip
     """A and B connected, once A has learnt of both of B's routes (its clients' port with them)."""
-    a_config, b_config = two_routers(broker_port)
+    a_config, b_config = two_routers(broker_port, routes)
     a = RouterServer(a_config)
     async with trio.open_nursery() as nursery:
         addresses = await nursery.start(a.run)
@@ -461,3 +462,30 @@ async def test_the_configuration_in_docs_brokers_md_works(c_broker: CBroker) -> 
                 conn.close()
 
         assert await run_in_thread(client) == "from the docs"
+
+
+async def test_every_outcome_through_two_routers() -> None:
+    routes = [{"prefix": "broker", "direction": d, "connection": "broker", "del_external_prefix": "broker/"}
+              for d in ("in", "out")]  # fmt: skip
+    with ProtonBroker.running() as broker:
+        async with mesh_of_two(broker.port, routes) as (_, _, port):
+
+            def client() -> dict[str, Any]:
+                conn = connect(port)
+                try:
+                    seen = {}
+                    for kind in ("queue", "reject", "release", "modify"):
+                        sender = conn.create_sender(f"broker/{kind}/b")
+                        seen[kind] = sender.send(Message(body=kind), error_states=[]).remote_state
+                    receiver = conn.create_receiver("broker/queue/b", credit=1)
+                    seen["received"] = receiver.receive(timeout=TIMEOUT_S).body
+                    receiver.reject()
+                    return seen
+                finally:
+                    conn.close()
+
+            seen = await run_in_thread(client)
+            assert (seen["queue"], seen["reject"], seen["release"], seen["modify"]) == (
+                Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
+            assert seen["received"] == "queue"
+            broker.wait_for(lambda b: [o.state for o in b.outcomes] == [Delivery.REJECTED])

@@ -278,6 +278,11 @@ class LinkRoutes:
             _refuse(link, E.NOT_FOUND, found.description)
             return True
         far, route = found
+        limit = far.listener.max_links_per_connection
+        if far.peer is None and far.link_count >= limit:  # the container's connection has its bound too
+            _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
+                    f"link limit ({limit}) reached on the route container's connection for {address}")  # fmt: skip
+            return True
         self._pass_on(conn, link, far, route, address)
         return True
 
