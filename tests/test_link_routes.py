@@ -445,7 +445,10 @@ async def test_coordinator_without_a_route_is_refused_honestly(c_broker: CBroker
 async def test_the_configuration_in_docs_brokers_md_works(c_broker: CBroker) -> None:
     """docs/brokers.md's link-route configuration, with the ports made free ones, serves a
     message to the broker and back."""
-    text = (Path(__file__).resolve().parent.parent / "docs" / "brokers.md").read_text()
+    doc = Path(__file__).resolve().parent.parent / "docs" / "brokers.md"
+    if not doc.exists():
+        pytest.skip("docs/ is not beside these tests (the installed wheel's test copy)")
+    text = doc.read_text()
     section = text.split("## Link routes", 1)[1]
     data = yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
     for listener in data["listeners"]:
