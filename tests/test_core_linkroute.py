@@ -362,3 +362,26 @@ def test_the_containers_connection_has_its_link_limit_too() -> None:
     (refusal,) = detaches(client)
     assert refusal.error is not None and refusal.error.condition == E.RESOURCE_LIMIT_EXCEEDED
     assert "route container" in (refusal.error.description or "")
+
+
+def test_a_container_back_serves_the_route_again_and_patterns_match_by_words() -> None:
+    config = RouterConfig(router=RouterSection(id="r"), listeners=(CLIENTS, BROKER), link_routes=(
+        LinkRouteConfig(pattern="orders.*.eu", direction="in", connection="broker"),))  # fmt: skip
+    h = RouterHarness(config)
+    broker = h.connect("broker", listener=BROKER)
+    client = h.connect("client")
+    h.disconnect(broker)
+    client.sender("orders.books.eu")
+    h.pump()
+    (refusal,) = detaches(client)
+    assert refusal.error is not None and refusal.error.condition == E.NOT_FOUND
+    refusal.link.detach()
+    broker = h.connect("broker-again", listener=BROKER)  # the connector redialled
+    routed = client.sender("orders.books.eu")
+    plain = client.sender("orders.books.us")  # not a match: the router's own address
+    h.pump()
+    upstream = passed_on(broker)
+    h.pump()
+    assert routed.remotely_attached and upstream.remote_target.address == "orders.books.eu"
+    assert plain.remotely_attached and h.core.table.find("orders.books.us") is not None
+    assert [link.name for link in broker.engine.sessions[-1].links] == [routed.name]
