@@ -385,3 +385,27 @@ def test_a_container_back_serves_the_route_again_and_patterns_match_by_words() -
     assert routed.remotely_attached and upstream.remote_target.address == "orders.books.eu"
     assert plain.remotely_attached and h.core.table.find("orders.books.us") is not None
     assert [link.name for link in broker.engine.sessions[-1].links] == [routed.name]
+
+
+def test_a_graceful_stop_stops_routed_senders_and_waits_for_their_outcomes() -> None:
+    h, broker, client = harness()
+    sender = client.sender("q.stop")
+    h.pump()
+    upstream = passed_on(broker)
+    h.pump()
+    upstream.flow(5)
+    h.pump()
+    ids = [client.send(sender, Message.value(i)) for i in range(2)]
+    h.pump()
+    assert h.core.in_flight() == 2
+    h.core.quiesce(h.now)
+    h.pump()
+    assert sender.credit == 0  # nothing new comes in
+    upstream.flow(5)  # the broker would take more: the router does not pass it on while draining
+    h.pump()
+    assert sender.credit == 0
+    for record in broker.received[upstream]:
+        upstream.dispose(record.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert h.core.in_flight() == 0
+    assert all(client.outcomes[d] == ACCEPTED for d in ids)

@@ -105,6 +105,8 @@ class Relay:
 
     def __init__(self, touched: Touched) -> None:
         self.touched = touched
+        # A graceful stop began (RouterCore.quiesce): senders towards the router get no more credit.
+        self.quiescing = False
 
     # --- transfers ----------------------------------------------------------------------------------
 
@@ -188,6 +190,8 @@ class Relay:
         assert receiver is not None
         link = sender_side.link
         credit = max(0, link.credit - sum(1 for h in sender_side.held if h[9]))
+        if self.quiescing and not receiver.towards_container:
+            credit = 0  # draining: what the senders have sent finishes, nothing new comes in
         if receiver.link.credit != credit or receiver.link.drain != link.drain:
             receiver.link.flow(credit, drain=link.drain)
             self.touched.touch(receiver.conn.engine)

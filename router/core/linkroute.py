@@ -27,6 +27,7 @@ Must not touch: message bytes, other links, the topology protocol.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp import errors as E
@@ -164,6 +165,33 @@ class LinkRoutes:
         self.pairs: set[RoutedLink] = set()  # the clients' sides of routed pairs (management)
         for config in routes:
             self.add(config)
+
+    # --- a graceful stop -------------------------------------------------------------------------------
+
+    def quiesce(self, connections: Iterable[ConnState]) -> None:
+        """A graceful stop begins: the links on which clients (and routers on the way) send
+        through a route get their credit set to 0 and no more (as RouterCore.quiesce does for
+        other links); what is in flight finishes."""
+        self.relay.quiescing = True
+        for conn in connections:
+            for ctx in conn.routed:
+                link = ctx.link
+                if not ctx.towards_container and not link.is_sender and link.locally_attached and not ctx.gone:
+                    session = link.session
+                    if session.state.local is ACTIVE and session.conn.state.local is ACTIVE and not session.conn.finished:
+                        link.flow(0)
+                        self.touched.touch(conn.engine)
+
+    def in_flight(self, connections: Iterable[ConnState]) -> int:
+        """Routed deliveries taken from a sender and not yet settled (both ways)."""
+        seen: dict[int, int] = {}
+        for conn in connections:
+            for ctx in conn.routed:
+                maps = ctx.link.session.context
+                routed = getattr(maps, "routed", None)
+                if routed is not None:
+                    seen[id(routed)] = len(routed.received)
+        return sum(seen.values())
 
     # --- configuration ------------------------------------------------------------------------------
 

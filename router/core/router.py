@@ -253,6 +253,7 @@ class RouterCore:
         self.forwarder.now = now
         in_links = [inl for state in self.connections.values() if not state.closed for inl in state.in_links]
         self.forwarder.quiesce(in_links)
+        self.link_routes.quiesce(s for s in self.connections.values() if not s.closed)
         self.forwarder.flush()
 
     def in_flight(self) -> int:
@@ -260,7 +261,8 @@ class RouterCore:
         consumer or another router and have no final outcome yet: what a graceful stop waits
         for before closing. Deliveries still waiting for a consumer's credit are not waited for:
         the close releases them at once, so their producers can send them elsewhere instead of
-        waiting out the grace period for a consumer that may never ask."""
+        waiting out the grace period for a consumer that may never ask. Link-routed deliveries
+        not yet settled count too (router.core.linkroute)."""
         taken = sum(
             inl.inflight
             for state in self.connections.values()
@@ -274,7 +276,8 @@ class RouterCore:
             for fwd in entry.pending
             if fwd.in_link is not None and not fwd.in_link.gone and not fwd.in_link.conn.closed
         )
-        return taken - waiting
+        routed = self.link_routes.in_flight(s for s in self.connections.values() if not s.closed)
+        return taken - waiting + routed
 
     def shutdown(self, now: float) -> None:
         """Graceful stop: release what is in flight and close every connection (forced)."""
