@@ -14,10 +14,11 @@ exchange: a router advertises the reserved address `advert_key(direction, prefix
 while at least one container of such a route is connected (docs/mesh-protocol.md). A routed
 attach between routers carries the attach property `mesh.link-route`.
 
-Owns: the configured routes and their matching (router.core.addressing), which route-container
+Owns: the configured routes and their matching (router.core.addressing; what a route is, the
+reserved forms and address rewriting are linkmatch.py), which route-container
 connections serve which route, the routes other routers advertise, choosing where an attach
-goes, address rewriting for the container (del_external_prefix, then add_external_prefix; undone
-in the answer), answering or refusing the client's attach, and tearing pairs down (a detach is
+goes, rewriting the termini for the container (del_external_prefix, then add_external_prefix;
+undone in the answer), answering or refusing the client's attach, and tearing pairs down (a detach is
 relayed with its error; a lost connection detaches the other side with amqp:not-found naming
 what was lost, after the outcomes of what was in flight: linkrelay.fail_unsettled).
 Collaborators (given by RouterCore): the mesh (its node, routes and peers), Touched, the router id.
@@ -26,126 +27,28 @@ Must not touch: message bytes, other links, the topology protocol.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.errors import LocalUsageError
 from ..amqp.link import Link
-from ..amqp.messaging import Coordinator, Source, Target
 from ..amqp.performatives import Error
 from ..amqp.session import Session
-from ..amqp.types import Symbol
 from ..config.models import LinkRouteConfig
 from .addressing import AddressMatcher
 from .connections import ConnState
+from .linkmatch import (
+    MARK, ROUTED_PROPERTY, NoPath, RemoteRoute, Route, passed_properties, rewrite, routing_address,
+)  # fmt: skip
 from .linkrelay import Relay, RoutedLink
+
+__all__ = ["MARK", "LinkRoutes", "Route"]
 
 if TYPE_CHECKING:
     from .mesh import Mesh
     from .touched import Touched
-
-MARK: Final = "\x00lr/"  # advertised link routes; no client may attach to such an address
-ROUTED_PROPERTY: Final = "mesh.link-route"  # on a routed attach between routers
-DYNAMIC_ADDRESS: Final = "x-opt-qd.address"  # the anchors' dynamic-node-property naming the route
-COORDINATOR: Final = "$coordinator"
-
-
-def advert_key(direction: str, prefix: str | None, pattern: str | None) -> str:
-    if prefix is not None:
-        return f"{MARK}{direction}/p/{prefix}"
-    return f"{MARK}{direction}/t/{pattern}"
-
-
-class Route:
-    """One configured link route and the route-container connections serving it now."""
-
-    __slots__ = ("config", "name", "containers", "key")
-
-    def __init__(self, config: LinkRouteConfig) -> None:
-        self.config = config
-        self.name = config.route_name
-        self.containers: list[ConnState] = []
-        self.key = advert_key(config.direction, config.prefix, config.pattern)
-
-    def serves(self, conn: ConnState) -> bool:
-        config = self.config
-        if config.connection is not None:
-            return conn.listener.name == config.connection
-        remote = conn.engine.remote_open
-        return remote is not None and remote.container_id == config.container_id
-
-    def outward(self, address: str | None) -> str | None:
-        """The address as the container knows it."""
-        config = self.config
-        if address is None:
-            return None
-        if config.del_external_prefix and address.startswith(config.del_external_prefix):
-            address = address[len(config.del_external_prefix):]
-        if config.add_external_prefix:
-            address = config.add_external_prefix + address
-        return address
-
-    def inward(self, address: str | None) -> str | None:
-        """The container's address as the client knows it (outward undone: for the address a
-        container makes up for a dynamic node; other answers echo the client's own)."""
-        config = self.config
-        if address is None:
-            return None
-        if config.add_external_prefix:
-            if not address.startswith(config.add_external_prefix):
-                return address  # not one the rewriting made
-            address = address[len(config.add_external_prefix):]
-        if config.del_external_prefix:
-            address = config.del_external_prefix + address
-        return address
-
-
-class RemoteRoute:
-    __slots__ = ("key", "routers")
-
-    def __init__(self, key: str, routers: frozenset[str]) -> None:
-        self.key = key
-        self.routers = routers
-
-
-class _NoPath:
-    """A route matched, but no container is reachable now."""
-
-    __slots__ = ("description",)
-
-    def __init__(self, description: str) -> None:
-        self.description = description
-
-
-def _address(link: Link) -> tuple[str | None, Any]:
-    """The address an attach is routed by, and the terminus it is in."""
-    terminus = link.remote_source if link.is_sender else link.remote_target
-    if isinstance(terminus, Coordinator):
-        return COORDINATOR, terminus
-    if not isinstance(terminus, (Source, Target)):
-        return None, terminus
-    if terminus.dynamic:
-        props = terminus.dynamic_node_properties or {}
-        hint = props.get(DYNAMIC_ADDRESS, props.get(Symbol(DYNAMIC_ADDRESS)))
-        return (hint if isinstance(hint, str) else None), terminus
-    return terminus.address, terminus
-
-
-def _rewrite(terminus: Any, rewrite: Any) -> Any:
-    if isinstance(terminus, (Source, Target)) and terminus.address is not None:
-        return dataclasses.replace(terminus, address=rewrite(terminus.address))
-    return terminus
-
-
-def _properties(properties: Any, routed: bool) -> Any:
-    """Attach properties passed on: ours marks a routed attach between routers, and only there."""
-    props = {k: v for k, v in (properties or {}).items() if str(k) != ROUTED_PROPERTY}
-    if routed:
-        props[Symbol(ROUTED_PROPERTY)] = True
-    return props or None
 
 
 class LinkRoutes:
@@ -286,7 +189,7 @@ class LinkRoutes:
             props = link.remote_attach.properties if link.remote_attach is not None else None
             if not any(str(k) == ROUTED_PROPERTY for k in (props or {})):
                 return False
-        address, terminus = _address(link)
+        address, terminus = routing_address(link)
         if address is None:
             if from_router:
                 _refuse(link, E.INVALID_FIELD, "a routed attach between routers names no address")
@@ -302,7 +205,7 @@ class LinkRoutes:
                 _refuse(link, E.NOT_FOUND, f"no link route for {address} at router {self.router_id}")
                 return True
             return False
-        if isinstance(found, _NoPath):
+        if isinstance(found, NoPath):
             _refuse(link, E.NOT_FOUND, found.description)
             return True
         far, route = found
@@ -314,7 +217,7 @@ class LinkRoutes:
         self._pass_on(conn, link, far, route, address)
         return True
 
-    def _find(self, address: str, direction: str, came_from: ConnState) -> tuple[ConnState, Route | None] | _NoPath | None:
+    def _find(self, address: str, direction: str, came_from: ConnState) -> tuple[ConnState, Route | None] | NoPath | None:
         route = self._local[direction].lookup(address)
         if route is not None:
             for conn in route.containers:
@@ -331,7 +234,7 @@ class LinkRoutes:
                     return peer.conn, None
         if route is not None or remote is not None:
             name = route.name if route is not None else "advertised by another router"
-            return _NoPath(f"no route container is connected for {address} (link route {name}, direction {direction})")
+            return NoPath(f"no route container is connected for {address} (link route {name}, direction {direction})")
         return None
 
     def _session(self, conn: ConnState) -> Session:
@@ -345,7 +248,7 @@ class LinkRoutes:
         assert remote is not None
         source, target = remote.source, remote.target
         if route is not None:  # to the container itself: its own names
-            source, target = _rewrite(source, route.outward), _rewrite(target, route.outward)
+            source, target = rewrite(source, route.outward), rewrite(target, route.outward)
         mine = RoutedLink(link, conn, route.name if route is not None else "", address, False)
         link.context = mine
         conn.routed.add(mine)
@@ -361,7 +264,7 @@ class LinkRoutes:
                            rcv_settle_mode=remote.rcv_settle_mode, max_message_size=remote.max_message_size,
                            offered_capabilities=remote.offered_capabilities,
                            desired_capabilities=remote.desired_capabilities,
-                           properties=_properties(remote.properties, routed=far.peer is not None))  # fmt: skip
+                           properties=passed_properties(remote.properties, routed=far.peer is not None))  # fmt: skip
         except LocalUsageError as exc:
             self._forget(mine)
             link.context = None
@@ -384,12 +287,12 @@ class LinkRoutes:
         route = self.routes.get(mine.route)  # (None on a router on the way: "" names no route)
         source, target = remote.source, remote.target
         if route is not None:  # the container's names: undo the rewriting
-            source, target = _rewrite(source, route.inward), _rewrite(target, route.inward)
+            source, target = rewrite(source, route.inward), rewrite(target, route.inward)
         answer: dict[str, Any] = dict(source=source, target=target, snd_settle_mode=remote.snd_settle_mode,
                                       rcv_settle_mode=remote.rcv_settle_mode, max_message_size=remote.max_message_size,
                                       offered_capabilities=remote.offered_capabilities,
                                       desired_capabilities=remote.desired_capabilities,
-                                      properties=_properties(remote.properties, routed=mine.conn.peer is not None))  # fmt: skip
+                                      properties=passed_properties(remote.properties, routed=mine.conn.peer is not None))  # fmt: skip
         if mine.link.is_sender:
             answer["initial_delivery_count"] = 0
         ok = mine.link.answer(**answer)
