@@ -27,12 +27,13 @@ from .support.management import (
 from .support.router_process import router_command, router_env
 
 ROUTER_ID = "stat-router"
-VIEWS = ("general", "connections", "links", "addresses", "nodes", "memory")
+VIEWS = ("general", "connections", "links", "addresses", "nodes", "memory", "linkroutes")
 
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProcessRouter]:
-    with router_with_http(tmp_path_factory.mktemp("stat"), ROUTER_ID) as proc:
+    link_routes = [{"prefix": "broker", "direction": "in", "connection": "broker", "del_external_prefix": "broker/"}]
+    with router_with_http(tmp_path_factory.mktemp("stat"), ROUTER_ID, link_routes=link_routes) as proc:
         yield proc
 
 
@@ -47,7 +48,8 @@ def test_every_view_as_a_table(router: ProcessRouter, view: str) -> None:
     with live_traffic(router.amqp_port, "stat.table", 2):
         out = stat(router, view)
     title = {"general": "Router Statistics", "connections": "Connections", "links": "Router Links",
-             "addresses": "Router Addresses", "nodes": "Routers in the Network", "memory": "Memory"}[view]  # fmt: skip
+             "addresses": "Router Addresses", "nodes": "Routers in the Network", "memory": "Memory",
+             "linkroutes": "Link Routes"}[view]  # fmt: skip
     assert out.startswith(title)
     if view == "nodes":  # a standalone router: one clear line, not an empty table
         assert out.splitlines() == [f"{title}: none (no other router is known: a standalone router, or not in a mesh yet)"]
@@ -57,6 +59,8 @@ def test_every_view_as_a_table(router: ProcessRouter, view: str) -> None:
         assert ROUTER_ID in out and "standalone" in out
     if view == "addresses":
         assert "stat.table" in out and "mobile" in out
+    if view == "linkroutes":  # configured, no container connected
+        assert "in:broker" in out and "broker/" in out and "inactive" in out
 
 
 def test_general_and_memory_as_json(router: ProcessRouter) -> None:

@@ -1,6 +1,6 @@
 """`router stat`: a running router's state as tables (like qdstat), or JSON for scripts.
 
-    router stat [general|connections|links|addresses|nodes|memory] [-b HOST:PORT]
+    router stat [general|connections|links|addresses|nodes|memory|linkroutes] [-b HOST:PORT]
                 [--router ID | --all-routers] [--json] [--limit N]
 
 Owns: the views (which entity type each one queries, which attributes become which columns,
@@ -43,6 +43,7 @@ class ViewName(str, Enum):
     nodes = "nodes"
     memory = "memory"
     vhosts = "vhosts"
+    linkroutes = "linkroutes"
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ VIEWS: dict[ViewName, View] = {
         ("receivers denied", "receiverDenied"), ("size denied", "maxMessageSizeDenied"),
         ("messages denied", "messagesDenied"), ("per user", "perUserState"), ("per host", "perHostState"),
     ), empty="none (no vhosts: policy is not configured)"),
+    ViewName.linkroutes: View("router.config.linkRoute", "Link Routes", (
+        ("name", "name"), ("prefix", "prefix"), ("pattern", "pattern"), ("dir", "direction"),
+        ("connection", "connection"), ("container", "containerId"), ("add-ext-prefix", "addExternalPrefix"),
+        ("del-ext-prefix", "delExternalPrefix"), ("status", "operStatus"), ("links", "routedLinkCount"),
+    )),
 }  # fmt: skip
 
 # The first character of an address key is its class (the anchors' convention).

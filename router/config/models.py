@@ -341,6 +341,33 @@ class AutoLink(Model):
     def key(self) -> str:
         """The name management knows it by."""
         return self.name or f"autoLink/{self.address}/{self.direction}/{self.connection or self.container_id}"
+class LinkRouteConfig(Model):
+    """A link route: an attach whose address matches (the target of a sending client, the source
+    of a receiving one) is not attached at the router but passed on, hop by hop, to the route
+    container's connection, and everything on the link is relayed end to end."""
+
+    name: Name | None = Field(default=None, description="for management; defaults to the direction and prefix or pattern")
+    prefix: str | None = Field(default=None, min_length=1, max_length=1000, description="addresses `prefix`, `prefix.x`, `prefix/x`")
+    pattern: str | None = Field(default=None, min_length=1, max_length=1000, description="`*` one word, `#` zero or more")
+    direction: Literal["in", "out"] = Field(description="in: clients send to the container; out: clients receive from it")
+    connection: Name | None = Field(default=None, description="the route-container listener or connector the container uses")
+    container_id: str | None = Field(default=None, min_length=1, max_length=255, description="or: the container-id of its open")
+    add_external_prefix: str | None = Field(default=None, min_length=1, max_length=1000,
+                                            description="put in front of the address on the way to the container")
+    del_external_prefix: str | None = Field(default=None, min_length=1, max_length=1000,
+                                            description="taken from the front of the address on the way to the container")
+
+    @model_validator(mode="after")
+    def _one_address_one_container(self) -> LinkRouteConfig:
+        if (self.prefix is None) == (self.pattern is None):
+            raise ValueError("give exactly one of prefix or pattern")
+        if (self.connection is None) == (self.container_id is None):
+            raise ValueError("give exactly one of connection or container_id")
+        return self
+
+    @property
+    def route_name(self) -> str:
+        return self.name or f"{self.direction}:{self.prefix if self.prefix is not None else self.pattern}"
 
 
 class User(Model):
@@ -516,6 +543,7 @@ class RouterConfig(Model):
     http: tuple[HttpListener, ...] = Field(default=(), description="HTTP listeners (management as JSON, metrics, health)")
     addresses: tuple[AddressConfig, ...] = ()
     auto_links: tuple[AutoLink, ...] = Field(default=(), description="links the router attaches to broker queues itself (waypoints)")
+    link_routes: tuple[LinkRouteConfig, ...] = Field(default=(), description="attaches passed on to brokers and services")
     ssl_profiles: tuple[SslProfile, ...] = Field(default=(), description="TLS certificates and settings, by name")
     users: tuple[User, ...] = ()
     users_file: str | None = Field(
@@ -541,6 +569,7 @@ class RouterConfig(Model):
             ("connector", [connector.name for connector in self.connectors]),
             ("ssl profile", [profile.name for profile in self.ssl_profiles]),
             ("auto-link", [link.key for link in self.auto_links]),
+            ("link route", [route.route_name for route in self.link_routes]),
         ):
             duplicates = sorted({n for n in names if names.count(n) > 1})
             if duplicates:

@@ -5,7 +5,8 @@ force (router.core.filtering), refusals with the right condition, link limits), 
 links down on detach, session end or connection loss, which hands in-flight deliveries to the
 forwarder for reporting and adds the link's counters to the totals of links that are gone
 (management). Attaches on connections between routers go to the mesh (router.core.mesh,
-router.core.interrouter).
+router.core.interrouter); attaches a link route matches (from clients, or routed ones from other
+routers) to the link routes (router.core.linkroute).
 Collaborators (given by RouterCore): the address table, the forwarder, the bounds, the mesh.
 Must not touch: message bytes, disposition bookkeeping (forwarder/settlement), the records'
 shape (router.core.links).
@@ -25,6 +26,7 @@ from ..amqp.performatives import Error
 from ..amqp.session import Session
 from .connections import ConnState
 from .filtering import capabilities
+from .linkrelay import RoutedLink
 from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
 from .policy import message_size_limit
 from .table import AddressEntry, AddressTable
@@ -32,6 +34,7 @@ from .table import AddressEntry, AddressTable
 if TYPE_CHECKING:
     from .bounds import Bounds
     from .forwarding import Forwarder
+    from .linkroute import LinkRoutes
     from .mesh import Mesh
 
 
@@ -40,6 +43,8 @@ def _refuse(link: Link, condition: str, description: str) -> None:
 
 
 class Links:
+    link_routes: LinkRoutes  # set by RouterCore once built (it is built after this unit)
+
     def __init__(self, table: AddressTable, forwarder: Forwarder, bounds: Bounds, mesh: Mesh, *,
                  router_id: str, max_message_size: int | None) -> None:  # fmt: skip
         self.table = table
@@ -59,11 +64,14 @@ class Links:
         if conn.closed or link.state.local is not UNINIT or conn.engine.state.local is not ACTIVE:
             return
         if conn.role in ("inter-router", "edge"):  # links between routers (router.self.interrouter)
-            self.mesh.peer_attach(conn, link, now)
+            if not self.link_routes.attach(conn, link, now):  # (or a routed attach: router.core.linkroute)
+                self.mesh.peer_attach(conn, link, now)
             return
         if conn.link_count >= conn.listener.max_links_per_connection:
             _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
                     f"link limit ({conn.listener.max_links_per_connection}) reached on this connection")  # fmt: skip
+            return
+        if self.link_routes.attach(conn, link, now):  # link-routed (router.core.linkroute)
             return
         if link.is_sender:
             self._attach_consumer(conn, link, now)
@@ -203,6 +211,8 @@ class Links:
             self.table.discard_if_unused(ctx.entry)
             # Management's router-wide egress counts consumers, transit the links to other routers.
             (self.gone_out if ctx.neighbour is None else self.gone_transit).add(ctx)
+        elif type(ctx) is RoutedLink:
+            self.link_routes.link_gone(link)
         elif isinstance(ctx, InLink) and not ctx.gone:
             ctx.gone = True
             ctx.conn.in_links.discard(ctx)

@@ -152,7 +152,7 @@ class ConnState:
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery",
         "unsettled_out", "unsettled_limit", "stuck",
-        "tls", "policy",
+        "tls", "policy", "routed",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -169,6 +169,8 @@ class ConnState:
         self.id = next(_ids)
         self.in_links: set[InLink] = set()
         self.out_links: set[OutLink] = set()
+        # Link-routed links (router.core.linkrelay.RoutedLink): they count against the link limit too.
+        self.routed: set[Any] = set()
         # Set by the network layer while this connection's socket cannot take more bytes: the
         # core then sends nothing more to it and holds deliveries (bounded by credit) instead.
         self.output_blocked = False
@@ -212,7 +214,7 @@ class ConnState:
 
     @property
     def link_count(self) -> int:
-        return len(self.in_links) + len(self.out_links)
+        return len(self.in_links) + len(self.out_links) + len(self.routed)
 
     def __repr__(self) -> str:
         return f"ConnState(#{self.id}, {self.listener.name})"

@@ -122,11 +122,14 @@ class Copy:
 class SessionMaps:
     """Per session (hung on `session.context`): deliveries by delivery-id, each direction."""
 
-    __slots__ = ("inbound", "outbound")
+    __slots__ = ("inbound", "outbound", "routed")
 
     def __init__(self) -> None:
         self.inbound = DeliveryMap()  # Forwards received here, outcome not yet settled upstream
         self.outbound = DeliveryMap()  # sent here (Forward or Copy), not yet settled
+        # Deliveries of link-routed links on this session (router.core.linkrelay.RoutedMaps);
+        # None on a session that never carried one.
+        self.routed: Any = None
 
 
 def forget_inbound(fwd: Forward) -> None:

@@ -16,7 +16,7 @@ refusals (no address: rejected precondition-failed; oversize: rejected message-s
 undecodable: rejected decode-error; no destination or expired: released, or dropped when
 presettled), the expiry a delivery gets from its ttl or absolute-expiry-time, stripping router
 annotations clients must not set, streaming later frames to where the first went (cut-through),
-and aborts.
+and aborts. Transfers on link-routed links go to the relay (router.core.linkrelay) untouched.
 Collaborators (given by RouterCore): the address table, Bounds, the mesh, Touched, the router id,
 the wall offset, the message size limit.
 Must not touch: outcome bookkeeping (settlement.py), attach handling (attach.py), the topology.
@@ -34,6 +34,7 @@ from ..amqp.peek import RoutingView, peek
 from ..amqp.performatives import RECEIVER, SND_SETTLED, Error
 from . import annotate, remote
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
+from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
 from .table import NOWHERE, UNAVAILABLE, AddressTable
 from .waiting import Waiting
@@ -62,7 +63,10 @@ class Forwarder(Waiting):
     def on_transfer(self, event: TransferReceived, now: float) -> None:
         inl = event.link.context
         if type(inl) is not InLink:
-            self.mesh.on_transfer(event, now)  # a control message between routers
+            if type(inl) is RoutedLink:  # link-routed: relayed as it is (router.core.linkrelay)
+                self.relay.on_transfer(event)
+            else:
+                self.mesh.on_transfer(event, now)  # a control message between routers
             return
         if event.first:
             self._first_frame(inl, event, now)

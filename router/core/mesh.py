@@ -46,9 +46,10 @@ from .paths import Paths
 from .table import AddressEntry, AddressTable
 
 if TYPE_CHECKING:
-    from .ports import ConnectionCloser, Routing
+    from .ports import ConnectionCloser, LinkRouteAdverts, Routing
     from .touched import Touched
 
+LINK_ROUTE_MARK = "\x00lr/"  # the advertised addresses of link routes (router.core.linkroute.MARK)
 CONTROL_QUEUE_MAX = 4096  # control messages waiting for credit per peer (oldest dropped first)
 CONTROL_MESSAGE_MAX = 16 << 20  # a longer control message closes the connection
 
@@ -71,6 +72,9 @@ class Mesh(MeshReadApi):
     # The forwarder (router.core.forwarding), set by RouterCore once built: it is built with
     # this mesh, and the mesh reroutes through it when destinations change.
     routing: Routing
+    # The link routes (router.core.linkroute), set by RouterCore: they learn which routers
+    # advertise a route container.
+    link_routes: LinkRouteAdverts
 
     def __init__(self, config: RouterConfig, table: AddressTable, touched: Touched, closer: ConnectionCloser, *,
                  wall_offset: float = 0.0, instance: int | None = None) -> None:  # fmt: skip
@@ -153,6 +157,9 @@ class Mesh(MeshReadApi):
             elif isinstance(event, AddressesChanged):
                 table = self.table
                 for address, routers in event.changes.items():
+                    if address.startswith(LINK_ROUTE_MARK):  # a link route's container (linkroute.py)
+                        self.link_routes.remote_changed(address, routers)
+                        continue
                     self.edges.address_changed(address)
                     entry = table.entries.get("M" + address)
                     if entry is not None:

@@ -47,6 +47,12 @@ class Routing(Credit, Protocol):
     def reroute(self, entry: AddressEntry) -> None: ...
 
 
+class LinkRouteAdverts(Protocol):
+    """The link routes, as the mesh sees them: which routers advertise a container for a route."""
+
+    def remote_changed(self, key: str, routers: frozenset[str]) -> None: ...
+
+
 class MeshPaths(Protocol):
     """The mesh, as path choices see it (router.core.remote): its routes, data links and the
     choices remembered under them."""

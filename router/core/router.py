@@ -20,7 +20,9 @@ captured once at start by the network layer; 0 when `now` is wall time, as in ha
 Owns: connection and session life cycles as the router sees them, the connection limit, and
 building the units and dispatching each event to the unit that owns it: the address table
 (table.py), the Links unit (attach.py: attach, detach, links gone), forwarding and settlement
-(forwarding.py, settlement.py), the bounds (bounds.py) and, on an interior or edge router, the
+(forwarding.py, settlement.py), the bounds (bounds.py), the link routes (linkroute.py: attaches
+passed on to route containers, and the answers, detaches and route-container connections that
+belong to them; linkrelay.py relays their traffic) and, on an interior or edge router, the
 mesh (mesh.py: the topology engine, inter-router connections). Each unit is built with only what
 it uses (ports.py names what units know of each other); none holds the core.
 The core calls engine commands directly; the network layer only flushes the engines it touched
@@ -49,6 +51,8 @@ from .forwarding import Forwarder
 from .identity import check_router_identity, mesh_link_refusal, warn_open_router_listeners
 from .interrouter import check_open, open_properties
 from .links import InLink
+from .linkrelay import RoutedLink
+from .linkroute import LinkRoutes
 from .mesh import Mesh
 from .policy import PolicyUnit
 from .table import AddressTable, LocalEndpoint
@@ -86,6 +90,11 @@ class RouterCore:
         self.autolinks = AutoLinks(self.connections, self.links, self.touched, router_id=self.router_id)
         for auto_link in config.auto_links:
             self.autolinks.add(auto_link, 0.0)
+        # Link routes (router.core.linkroute): attaches passed on to route containers.
+        self.link_routes = LinkRoutes(config.link_routes, self.mesh, self.touched, router_id=self.router_id)
+        self.links.link_routes = self.link_routes
+        self.forwarder.relay = self.link_routes.relay
+        self.mesh.link_routes = self.link_routes
         self.shutting_down = False
         self.quiescing = False  # quiesce(): a graceful stop drains what is in flight
         # What our open offers; the management node adds its capability and address.
@@ -267,6 +276,7 @@ class RouterCore:
         self.forwarder.now = now
         in_links = [inl for state in self.connections.values() if not state.closed for inl in state.in_links]
         self.forwarder.quiesce(in_links)
+        self.link_routes.quiesce(s for s in self.connections.values() if not s.closed)
         self.forwarder.flush()
 
     def in_flight(self) -> int:
@@ -274,7 +284,8 @@ class RouterCore:
         consumer or another router and have no final outcome yet: what a graceful stop waits
         for before closing. Deliveries still waiting for a consumer's credit are not waited for:
         the close releases them at once, so their producers can send them elsewhere instead of
-        waiting out the grace period for a consumer that may never ask."""
+        waiting out the grace period for a consumer that may never ask. Link-routed deliveries
+        not yet settled count too (router.core.linkroute)."""
         taken = sum(
             inl.inflight
             for state in self.connections.values()
@@ -288,7 +299,8 @@ class RouterCore:
             for fwd in entry.pending
             if fwd.in_link is not None and not fwd.in_link.gone and not fwd.in_link.conn.closed
         )
-        return taken - waiting
+        routed = self.link_routes.in_flight(s for s in self.connections.values() if not s.closed)
+        return taken - waiting + routed
 
     def shutdown(self, now: float) -> None:
         """Graceful stop: release what is in flight and close every connection (forced)."""
@@ -341,7 +353,11 @@ class RouterCore:
                 # reported), not when the client answers, so it no longer counts as a sender.
                 for inl in [inl for inl in state.in_links if inl.link.state.local is CLOSED]:
                     self.links.link_gone(inl.link, now)
-            case ev.RemoteAttach() if self.quiescing and state.role == "normal":
+            case ev.RemoteAttach() if type(event.link.context) is RoutedLink:
+                self.link_routes.answered(event.link)  # the far side answered a routed attach
+            case ev.RemoteDetach() if type(event.link.context) is RoutedLink:
+                self.link_routes.detached(event.link, event.closed, event.error)
+            case ev.RemoteAttach() if self.quiescing and state.role in ("normal", "route-container"):
                 self._refuse_while_quiescing(state, event.link)
             case ev.RemoteAttach() if state.role == "normal":
                 self._client_attach(state, event.link, now)
@@ -440,8 +456,9 @@ class RouterCore:
                 self.close_connection(state, error, now)
                 return
             state.opened = True
-            if state.role == "route-container":  # a broker or service: attach the auto-links
+            if state.role == "route-container":  # a broker or service: its auto-links and link routes
                 self.autolinks.connection_opened(state, now)
+                self.link_routes.container_opened(state)
                 return
             self.mesh.peer_opened(state, cost, now)
             return
@@ -478,12 +495,11 @@ class RouterCore:
             engine.close(error)
             return
         state.opened = True
-        if state.role == "normal":
+        if state.role in ("normal", "route-container"):
             engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
-            return
-        if state.role == "route-container":  # a broker or service connected to us
-            engine.open(offered_capabilities=self.offered_capabilities, properties=self.open_properties)
-            self.autolinks.connection_opened(state, now)
+            if state.role == "route-container":  # a broker or service connected to us
+                self.link_routes.container_opened(state)
+                self.autolinks.connection_opened(state, now)
             return
         properties = open_properties(self.open_properties, state)
         engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
@@ -500,5 +516,6 @@ class RouterCore:
             self.links.session_ended(session, now)
         if state.role == "route-container":
             self.autolinks.connection_gone(state, now, reattach=not (self.quiescing or self.shutting_down))
+        self.link_routes.connection_gone(state)
         if state.peer is not None:
             self.mesh.peer_gone(state, now)

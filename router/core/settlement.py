@@ -14,7 +14,7 @@ Must not touch: choosing destinations or sending transfers (sending.py, multicas
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
@@ -24,6 +24,9 @@ from .credit import ProducerCredit
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .links import LinkCounts, OutLink, alive
 from .table import AddressEntry
+
+if TYPE_CHECKING:
+    from .linkrelay import Relay
 
 
 DELIVERY_FAILED: Final = Modified(delivery_failed=True)
@@ -40,10 +43,16 @@ _RANK: Final[dict[type, int]] = {Rejected: 3, Accepted: 2, Modified: 1, Released
 class Settlement(ProducerCredit):
     """Outcome relay (see the module docstring)."""
 
+    # The relay of link-routed pairs (router.core.linkrelay), set by RouterCore: their transfers,
+    # flows and dispositions arrive here with everyone else's.
+    relay: Relay
+
     def on_disposition(self, event: DispositionReceived) -> None:
         maps = event.session.context
         if not isinstance(maps, SessionMaps):
             return
+        if maps.routed is not None:  # a session with link-routed links (router.core.linkrelay)
+            self.relay.on_disposition(event, maps.routed)
         if event.role is RECEIVER:  # a consumer's outcome or state for deliveries we sent it
             outbound = maps.outbound
             if outbound.empty:

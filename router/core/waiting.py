@@ -26,6 +26,7 @@ from ..amqp.performatives import Error
 from . import annotate
 from . import filtering
 from .delivery import Copy, Forward
+from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
 from .multicast import Multicast
 from .settlement import DELIVERY_FAILED
@@ -192,6 +193,8 @@ class Waiting(Multicast):
             elif out.zero_credit_since is None:
                 out.zero_credit_since = now
             self.consumer_ready(out, now)
+        elif type(out) is RoutedLink:
+            self.relay.on_flow(event)
         else:
             self.mesh.on_flow(event)  # a control link between routers
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.models import Connector, RouterConfig
 from .address_rules import AddressRule, AddressRuleType
 from .autolinks import AutoLinkType
+from .link_routes import LinkRouteType
 from .authz import Authorizer
 from .config_entities import ConnectorType, ListenerType
 from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
@@ -66,7 +67,7 @@ class ManagementAgent:
         self.authz = Authorizer(lambda: self.config.management)  # the faces check requests with it
         for etype in (RouterType(), ListenerType(), ConnectorType(), AddressRuleType(), ConnectionType(),
                       LinkType(), RouterAddressType(), NodeType(), LogType(), PolicyType(), VhostType(),
-                      VhostStatsType()):  # fmt: skip
+                      VhostStatsType(), LinkRouteType()):  # fmt: skip
             self.register(etype)
         self.register(AutoLinkType())
 

@@ -61,7 +61,8 @@ def requester_of(conn: Any) -> Requester:
         # The core did not say, or the delivery has no producer link any more (the router's
         # own message, or one its producer settled before it was complete): trust nobody.
         return UNKNOWN
-    if getattr(conn, "role", "normal") != "normal" or getattr(conn, "outgoing", False):
+    role = getattr(conn, "role", "normal")
+    if role in ("inter-router", "edge") or (getattr(conn, "outgoing", False) and role != "route-container"):
         return Requester(None, from_router=True)
     mechanism = getattr(conn, "sasl_mechanism", None)
     user = getattr(conn.engine, "user", None) if mechanism not in (None, "ANONYMOUS") else None

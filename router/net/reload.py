@@ -138,15 +138,12 @@ def plan_reload(old: RouterConfig, new: RouterConfig, bound_ports: Mapping[str, 
             deletes.append(Change("delete", "router.config.address", _rule_name(rule), rule=rule))
     for rule in remaining:
         creates.append(Change("create", "router.config.address", _rule_name(rule), _attributes(rule), rule=rule))
-    # Auto-links by their key (name): a changed one is deleted and created again (no update).
-    links_before = {link.key: link for link in old.auto_links}
-    links_after = {link.key: link for link in new.auto_links}
-    for key, link in links_before.items():
-        if links_after.get(key) != link:
-            deletes.append(Change("delete", AUTO_LINK_TYPE, key))
-    for key, link in links_after.items():
-        if links_before.get(key) != link:
-            creates.append(Change("create", AUTO_LINK_TYPE, key, _attributes(link)))
+    # Auto-links and link routes by name (given, or made from what they are): one whose content
+    # changed is deleted and created again (no update; routed links stay attached).
+    _replace_changed({link.key: link for link in old.auto_links}, {link.key: link for link in new.auto_links},
+                     AUTO_LINK_TYPE, deletes, creates)  # fmt: skip
+    _replace_changed({r.route_name: r for r in old.link_routes}, {r.route_name: r for r in new.link_routes},
+                     "linkRoute", deletes, creates)  # fmt: skip
     # Profiles come first (created or changed: a listener may name them), deletions next (a
     # deleted listener frees its port for a new one), profiles last (nothing names them then).
     ssl_first = [c for c in updates if c.entity_type == "sslProfile"]
@@ -155,6 +152,18 @@ def plan_reload(old: RouterConfig, new: RouterConfig, bound_ports: Mapping[str, 
     plan.changes += _policy_changes(old, new)
     plan.users_changed = (old.users, old.users_file) != (new.users, new.users_file)
     return plan
+
+
+def _replace_changed(before: dict[str, BaseModel], after: dict[str, BaseModel], entity_type: str,
+                     deletes: list[Change], creates: list[Change]) -> None:  # fmt: skip
+    """Entities keyed by name that management cannot update: a changed one is deleted and
+    created again."""
+    for key, item in before.items():
+        if after.get(key) != item:
+            deletes.append(Change("delete", entity_type, key))
+    for key, item in after.items():
+        if before.get(key) != item:
+            creates.append(Change("create", entity_type, key, _attributes(item)))
 
 
 def _policy_changes(old: RouterConfig, new: RouterConfig) -> list[Change]:

@@ -41,7 +41,7 @@ def build_examples(into: Path, programs: tuple[str, ...] = PROGRAMS) -> dict[str
         target = into / name
         if not target.exists():
             subprocess.run(
-                ["gcc", "-O1", "-o", str(target), str(EXAMPLES / f"{name}.c"), *flags],
+                ["gcc", "-O1", "-pthread", "-o", str(target), str(EXAMPLES / f"{name}.c"), *flags],
                 check=True, capture_output=True,
             )  # fmt: skip
         built[name] = target

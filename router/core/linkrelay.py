@@ -1,0 +1,270 @@
+"""Relaying a routed link pair: what one link of a link-routed pair receives goes out on the other.
+
+A link route pairs the link a client attached with a link the router attaches towards the route
+container (router.core.linkroute): the pair is a RoutedLink on each side, each naming the other
+as `peer`. After the attach no routing decision is made again: transfers are written to the peer
+link as they arrive (the payload is never decoded), credit travels end to end (the receiver's
+link-credit and drain go to the sender's side as they change), dispositions and settlement go
+back along the deliveries they name, and a detach on one side detaches the other.
+
+Owns: RoutedLink and RoutedDelivery (the records), the per-session maps of routed deliveries
+(SessionMaps.routed), relaying transfers, flow (credit, drain, available) and dispositions, and
+giving every delivery still unsettled when a pair breaks an outcome its sender can act on
+(transport §2.6.12: a delivery the router holds because credit shrank is released; one that went
+on towards the container is modified, delivery-failed: it may or may not have arrived).
+Must not touch: attach matching and the pair's life cycle (router.core.linkroute), other links.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from ..amqp import errors as E
+from ..amqp.endpoints import ACTIVE
+from ..amqp.errors import LocalUsageError
+from ..amqp.events import DispositionReceived, FlowReceived, TransferReceived
+from ..amqp.link import Link
+from ..amqp.messaging import RELEASED, Modified
+from ..amqp.performatives import Error
+from ..amqp.serial import serial_ids_in
+from .delivery import maps_of
+from .links import alive
+
+if TYPE_CHECKING:
+    from .connections import ConnState
+    from .touched import Touched
+
+_ids = itertools.count(1)
+FAILED: Final = Modified(delivery_failed=True)
+
+
+class RoutedDelivery:
+    """One unsettled delivery crossing a pair: received on `src` as `src_id`, sent on `dst` as `dst_id`."""
+
+    __slots__ = ("src", "src_id", "dst", "dst_id")
+
+    def __init__(self, src: RoutedLink, src_id: int, dst: RoutedLink, dst_id: int) -> None:
+        self.src, self.src_id, self.dst, self.dst_id = src, src_id, dst, dst_id
+
+
+class RoutedMaps:
+    """Per session: routed deliveries received here (by the peer's delivery-id) and sent here (by ours)."""
+
+    __slots__ = ("received", "sent")
+
+    def __init__(self) -> None:
+        self.received: dict[int, RoutedDelivery] = {}
+        self.sent: dict[int, RoutedDelivery] = {}
+
+
+def routed_maps(link: Link) -> RoutedMaps:
+    maps = maps_of(link.session)
+    if maps.routed is None:
+        maps.routed = RoutedMaps()
+    routed: RoutedMaps = maps.routed
+    return routed
+
+
+class RoutedLink:
+    """One link of a routed pair: the client's (`towards_container` False) or the one the router
+    attached towards the container, on its connection or to the next router."""
+
+    __slots__ = ("id", "link", "conn", "peer", "route", "address", "towards_container", "held", "streaming",
+                 "gone", "delivered", "settled_count")  # fmt: skip
+
+    def __init__(self, link: Link, conn: ConnState, route: str, address: str | None, towards_container: bool) -> None:
+        self.id = next(_ids)
+        self.link = link
+        self.conn = conn
+        self.peer: RoutedLink | None = None
+        self.route = route  # the link route's name; "" on a router on the way to the container's
+        self.address = address
+        self.towards_container = towards_container
+        # Transfers that arrived for this (sending) link while it had no credit: the receiver
+        # took back credit it had given (transport §2.6.7 allows it). Bounded by the credit the
+        # other side was given, which the engine enforces on the sender.
+        self.held: deque[tuple[Any, ...]] = deque()
+        self.streaming: RoutedDelivery | None = None  # the multi-frame delivery being relayed onto this link
+        self.gone = False
+        self.delivered = 0  # deliveries relayed onto this link (management)
+        self.settled_count = 0
+
+    def __repr__(self) -> str:
+        return f"RoutedLink({self.link.name!r}, {self.address!r}, {'out' if self.towards_container else 'client'})"
+
+
+class Relay:
+    """The per-message half of link routing; see the module docstring."""
+
+    # LinkRoutes.fail_pair, set by LinkRoutes: a pair that cannot go on (what one side sent
+    # cannot be written to the other) is detached on both sides with the error.
+    fail_pair: Callable[[RoutedLink, Error], None]
+
+    def __init__(self, touched: Touched) -> None:
+        self.touched = touched
+        # A graceful stop began (RouterCore.quiesce): senders towards the router get no more credit.
+        self.quiescing = False
+
+    # --- transfers ----------------------------------------------------------------------------------
+
+    def on_transfer(self, event: TransferReceived) -> None:
+        src: RoutedLink = event.link.context
+        dst = src.peer
+        if dst is None or dst.gone:
+            return  # the pair is breaking: the detach that follows tells the sender
+        if dst.held or (event.first and dst.link.credit <= 0):
+            payload = event.payload
+            dst.held.append((src, event.delivery_id, event.delivery_tag, bytes(payload) if type(payload) is memoryview
+                             else payload, event.settled, event.more, event.message_format, event.state,
+                             event.aborted, event.first))  # fmt: skip
+            return
+        self._send(src, dst, event.delivery_id, event.delivery_tag, event.payload, event.settled, event.more,
+                   event.message_format, event.state, event.aborted, event.first)  # fmt: skip
+
+    def _send(self, src: RoutedLink, dst: RoutedLink, delivery_id: int, tag: bytes, payload: Any, settled: bool,
+              more: bool, message_format: int, state: Any, aborted: bool, first: bool) -> None:  # fmt: skip
+        link = dst.link
+        if not alive(link):
+            return
+        if aborted:
+            record = dst.streaming
+            dst.streaming = None
+            if link.out_delivery >= 0:
+                link.abort()
+            if record is not None:
+                routed_maps(src.link).received.pop(record.src_id, None)
+                routed_maps(link).sent.pop(record.dst_id, None)
+            self.touched.touch(dst.conn.engine)
+            return
+        try:
+            out_id = link.send_transfer(tag, payload, settled=settled, more=more, message_format=message_format,
+                                        state=state)  # fmt: skip
+        except LocalUsageError as exc:  # e.g. settled on a link whose sender promised snd-settle-mode unsettled
+            self.fail_pair(src, Error(condition=E.INVALID_FIELD, description=f"cannot relay this transfer: {exc}"))
+            return
+        if first:
+            dst.delivered += 1
+            if not settled:
+                record = RoutedDelivery(src, delivery_id, dst, out_id)
+                routed_maps(src.link).received[delivery_id] = record
+                routed_maps(link).sent[out_id] = record
+                if more:
+                    dst.streaming = record
+        if not more:
+            dst.streaming = None
+        self.touched.touch(dst.conn.engine)
+
+    def flush_held(self, dst: RoutedLink) -> None:
+        """Send what waited for `dst`'s credit, as far as the credit goes."""
+        held = dst.held
+        while held and (not held[0][9] or dst.link.credit > 0):
+            self._send(held[0][0], dst, *held.popleft()[1:])
+
+    # --- flow -------------------------------------------------------------------------------------
+
+    def on_flow(self, event: FlowReceived) -> None:
+        ctx: RoutedLink = event.link.context
+        other = ctx.peer
+        if other is None or other.gone or not other.link.locally_attached or not alive(other.link):
+            return  # not paired yet: the pair's set-up reads the credit (linkroute.py)
+        link = event.link
+        if link.is_sender:  # the receiver's credit or drain: to the sender's side
+            self.flush_held(ctx)
+            self.pass_credit(ctx)
+        else:  # the sender's view: available, or a drain it completed
+            if event.drained:
+                self.flush_held(other)
+                if other.link.drain and not other.held:
+                    other.link.complete_drain()
+            elif other.link.available != link.available:
+                other.link.set_available(link.available)
+        self.touched.touch(other.conn.engine)
+
+    def pass_credit(self, sender_side: RoutedLink) -> None:
+        """Give the sending client's side of the pair the credit (and drain) the receiving side gave
+        `sender_side` (our sending link), less what waits for it already."""
+        receiver = sender_side.peer
+        assert receiver is not None
+        link = sender_side.link
+        credit = max(0, link.credit - sum(1 for h in sender_side.held if h[9]))
+        if self.quiescing and not receiver.towards_container:
+            credit = 0  # draining: what the senders have sent finishes, nothing new comes in
+        if receiver.link.credit != credit or receiver.link.drain != link.drain:
+            receiver.link.flow(credit, drain=link.drain)
+            self.touched.touch(receiver.conn.engine)
+
+    # --- dispositions -------------------------------------------------------------------------------
+
+    def on_disposition(self, event: DispositionReceived, maps: RoutedMaps) -> None:
+        """A disposition of a session that carries routed links: relay what it says of routed deliveries."""
+        if event.role:  # the receiver's: deliveries we sent (transport §2.7.6)
+            held = maps.sent
+            for delivery_id in serial_ids_in(event.first, event.last, held):
+                record = held.get(delivery_id)
+                if record is None:
+                    continue
+                if event.settled:
+                    del held[delivery_id]
+                    if record.src.link.session.context is not None:
+                        routed_maps(record.src.link).received.pop(record.src_id, None)
+                    record.dst.settled_count += 1
+                self._dispose(record.src.link, record.src_id, event.state, event.settled)
+        else:  # the sender's: deliveries we received
+            held = maps.received
+            for delivery_id in serial_ids_in(event.first, event.last, held):
+                record = held.get(delivery_id)
+                if record is None:
+                    continue
+                if event.settled:
+                    del held[delivery_id]
+                    routed_maps(record.dst.link).sent.pop(record.dst_id, None)
+                self._dispose(record.dst.link, record.dst_id, event.state, event.settled)
+
+    def _dispose(self, link: Link, delivery_id: int, state: Any, settled: bool) -> None:
+        if not _session_alive(link):
+            return  # that side is gone: its detach or close already told its peer
+        link.dispose(delivery_id, state=state, settled=settled)
+        self.touched.touch(link.session.conn)
+
+    # --- a pair breaking ----------------------------------------------------------------------------
+
+    def fail_unsettled(self, lost: RoutedLink) -> None:
+        """`lost` (one side of a pair) is gone: every delivery its peer sent through it and that is
+        not settled gets an outcome for its sender (modified, delivery-failed: it may have arrived),
+        every one `lost` sent is forgotten (its peer's link goes too), and what waited for `lost`'s
+        credit is released (it never left the router)."""
+        other = lost.peer
+        for held in (lost.held, other.held if other is not None else ()):
+            while held:
+                item = held.popleft()
+                src, delivery_id, settled, first = item[0], item[1], item[4], item[9]
+                if first and not settled and _session_alive(src.link):
+                    self._dispose(src.link, delivery_id, RELEASED, True)
+        for side in (lost, other):
+            if side is None or side.link.session.context is None:
+                continue
+            maps = maps_of(side.link.session).routed
+            if maps is None:
+                continue
+            for key, record in list(maps.sent.items()):
+                if record.dst is side:
+                    del maps.sent[key]
+                    src_maps = maps_of(record.src.link.session).routed
+                    if src_maps is not None:
+                        src_maps.received.pop(record.src_id, None)
+                    if _session_alive(record.src.link):
+                        self._dispose(record.src.link, record.src_id, FAILED, True)
+            for key, record in list(maps.received.items()):
+                if record.src is side:
+                    del maps.received[key]
+                    dst_maps = maps_of(record.dst.link.session).routed
+                    if dst_maps is not None:
+                        dst_maps.sent.pop(record.dst_id, None)
+
+
+def _session_alive(link: Link) -> bool:
+    session = link.session
+    return session.state.local is ACTIVE and session.conn.state.local is ACTIVE and not session.conn.finished
