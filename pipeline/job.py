@@ -59,7 +59,11 @@ def record_files(records: Path) -> list[Path]:
 def session(master: str | None = None, *, app_name: str = "flow-records", conf: dict[str, str] | None = None) -> SparkSession:
     """The job's Spark session: `master` when given; else the one spark-submit set; else local[*]."""
     check_java()
-    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
     if master:
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:

@@ -1,7 +1,7 @@
 """The flow-record pipeline on a small record set with known answers (tests/support/flowdata.py):
 percentiles from histograms, outcome rates, throughput, dedupe, RTT and cost suggestions with
 hysteresis, and the incremental run. One local SparkSession for all (tests/support/sparkfixtures.py);
-the job runs twice in all (the `flow_job` fixture), the rest are small DataFrames.
+the job runs once and its ingest once more (the `flow_job` fixture), the rest are small DataFrames.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_cost_suggestion_keeps_a_cost_within_the_threshold(spark: Any) -> None:
 
 def test_every_delivery_is_counted_once_and_the_second_run_adds_only_the_new(spark: Any, flow_job: Any) -> None:
     # 11 + 6 hop records in the first files; the second adds 1 new and 1 written again
-    assert flow_job.first["curated_records"] == 17
+    assert flow_job.first_curated == 17
     assert flow_job.second["curated_records"] == 18
     curated = spark.read.parquet(str(flow_job.out / "curated"))
     assert curated.groupBy("router", "boot", "seq").count().where("count > 1").count() == 0

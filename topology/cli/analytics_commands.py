@@ -2,7 +2,7 @@
 
     topology analyse --records DIR --out DIR [--master URL]   run the PySpark job (python -m pipeline)
     topology report --data DIR [--section S]... [--top N] [--plot DIR] [--json]
-    topology costs --suggested DIR [-b HOST:PORT] [--apply] [--json]
+    topology costs --suggested DIR [-b HOST:PORT] [--apply [--connect ID=HOST:PORT]...] [--json]
 
 `report` and `costs` read the job's Parquet with pyarrow: no JVM, no pyspark in this process;
 `analyse` runs the job in a child process. Failures are one line on stderr, exit 1.
@@ -23,8 +23,11 @@ from router.cli.mgmt import DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, Timeout
 
 from . import analytics_render
 from .analytics import AnalyticsError, Aggregates, Row
-from .costs import apply, diff, diff_table
+from router.net.management_client import ManagementSession
+
+from .costs import CostChange, applied_line, diff, diff_table, locate, set_cost
 from .gather import gather
+from .network import Network
 
 Data = Annotated[Path, typer.Option("--data", "-d", help="the job's --out directory (or its aggregates/)")]
 
@@ -95,6 +98,8 @@ def register(app: typer.Typer, stdout: Any) -> None:
         suggested: Annotated[Path, typer.Option("--suggested", help="the job's --out directory (or its aggregates/)")],
         bus: Bus = DEFAULT_BUS,
         do_apply: Annotated[bool, typer.Option("--apply", help="after showing the diff, set the suggested costs")] = False,
+        connect: Annotated[list[str] | None, typer.Option("--connect", help="ID=HOST:PORT: reach router ID directly to "
+                           "change its connector (routers refuse writes relayed by another router); repeat")] = None,  # fmt: skip
         json: AsJson = False,
         timeout: Timeout = DEFAULT_TIMEOUT_S,
     ) -> None:
@@ -106,24 +111,54 @@ def register(app: typer.Typer, stdout: Any) -> None:
             stderr.print(f"error: {exc}", markup=False)
             raise typer.Exit(1) from None
         host, port = parse_bus(bus)
+        direct: dict[str, tuple[str, int]] = {}
+        for item in connect or []:
+            rid, sep, where = item.partition("=")
+            if not sep or not rid:
+                stderr.print(f"error: --connect {item!r}: expected ID=HOST:PORT", markup=False)
+                raise typer.Exit(2)
+            direct[rid] = parse_bus(where)
+        missed: list[str] = []
+
+        async def apply_all(mgmt: ManagementSession, network: Network, changes: list[CostChange]) -> list[str]:
+            done = []
+            for change in (c for c in changes if c.applies):
+                found = await locate(mgmt, network, change)
+                if found is None:
+                    missed.append(f"{change.a} - {change.b}: no connector of either router dials the other: not applied")
+                    continue
+                router, connector = found
+                if router == network.bus:
+                    await set_cost(mgmt, connector, change.suggested)
+                elif router in direct:
+                    async with session(*direct[router], timeout) as own:
+                        await set_cost(own, connector, change.suggested)
+                else:
+                    missed.append(f"{change.a} - {change.b}: not applied: its connector {connector!r} is on {router}, "
+                                  f"which takes management writes only directly: add --connect {router}=HOST:PORT")  # fmt: skip
+                    continue
+                done.append(applied_line(network, change, router, connector))
+            return done
 
         async def go() -> int:
             async with session(host, port, timeout) as mgmt:
                 network = await gather(mgmt)
                 changes = diff(network, rows)
-                done = [await apply(mgmt, network, c) for c in changes if c.applies] if do_apply else []
+                done = await apply_all(mgmt, network, changes) if do_apply else []
             if json:
                 data = [{"a": c.a, "b": c.b, "current": c.current, "suggested": c.suggested, "rtt_us": c.rtt_us,
                          "change": c.applies} for c in changes]  # fmt: skip
-                stdout.print(to_json({"links": data, "applied": done}), markup=False, highlight=False)
-                return 0
+                stdout.print(to_json({"links": data, "applied": done, "not_applied": missed}), markup=False, highlight=False)
+                return 1 if missed else 0
             stdout.print(diff_table(changes, network.bus))
             for line in done:
                 stdout.print(line, markup=False)
             if not do_apply and any(c.applies for c in changes):
                 stdout.print("not applied: run again with --apply to set these costs", markup=False)
-            elif do_apply and not done:
+            elif do_apply and not done and not missed:
                 stdout.print("nothing to apply: every link already has its suggested cost", markup=False)
-            return 0
+            for line in missed:
+                stderr.print(f"error: {line}", markup=False)
+            return 1 if missed else 0
 
         raise typer.Exit(run_async(f"{host}:{port}", go))

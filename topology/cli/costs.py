@@ -9,7 +9,8 @@ entity: role inter-router, dir out, container = the other router). A connector U
 its connection (docs/management.md, `connector`), so the link drops and comes back at once with
 the new cost. A listener's cost is not changed (it is shared by every link it accepted): when
 the accepting end's cost is higher than the suggestion, the link keeps that cost and the
-command says so.
+command says so. Routers refuse management writes relayed by another router, so the UPDATE
+goes to the dialling router itself: the bus router, or one named with --connect ID=HOST:PORT.
 Must not touch: the aggregates' meaning (pipeline/), rendering of the report.
 """
 
@@ -81,16 +82,27 @@ async def _connector_towards(mgmt: ManagementSession, router: str, peer: str, bu
     return None
 
 
-async def apply(mgmt: ManagementSession, network: Network, change: CostChange) -> str:
-    """Apply one change; a line saying what was done (or why nothing could be)."""
+async def locate(mgmt: ManagementSession, network: Network, change: CostChange) -> tuple[str, str] | None:
+    """(router, connector): the end of the link that dialled it, and its connector (read through
+    the mesh); None when neither end has one."""
     for router, peer in ((change.a, change.b), (change.b, change.a)):
         connector = await _connector_towards(mgmt, router, peer, network.bus)
-        if connector is None:
-            continue
-        await mgmt.update(CONNECTOR, {"cost": change.suggested}, name=connector, address=_where(router, network.bus))
-        line = f"{change.a} - {change.b}: connector {connector!r} on {router} now has cost {change.suggested}"
-        accepting_end = network.routers[peer].link_costs.get(router) if peer in network.routers else None
-        if accepting_end is not None and accepting_end > change.suggested:
-            line += f" (but {peer}'s listener says {accepting_end}, and the link costs the larger end's)"
-        return line
-    return f"{change.a} - {change.b}: no connector of either router dials the other: not applied"
+        if connector is not None:
+            return router, connector
+    return None
+
+
+async def set_cost(mgmt: ManagementSession, connector: str, cost: int) -> None:
+    """UPDATE the connector's cost on the router `mgmt` is connected to. Routers refuse
+    management writes that come through another router (docs/security.md), so this session
+    must be the router's own."""
+    await mgmt.update(CONNECTOR, {"cost": cost}, name=connector)
+
+
+def applied_line(network: Network, change: CostChange, router: str, connector: str) -> str:
+    peer = change.b if router == change.a else change.a
+    line = f"{change.a} - {change.b}: connector {connector!r} on {router} now has cost {change.suggested}"
+    accepting_end = network.routers[peer].link_costs.get(router) if peer in network.routers else None
+    if accepting_end is not None and accepting_end > change.suggested:
+        line += f" (but {peer}'s listener says {accepting_end}, and the link costs the larger end's)"
+    return line
