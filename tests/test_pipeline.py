@@ -17,6 +17,10 @@ import pytest
 from pipeline.synthetic import bucket_of, histogram
 from tests.support.flowdata import T0
 
+# Starting the JVM and the first job on the shared session takes tens of seconds on a busy
+# machine; the default 120 s bound would fail a slow start rather than a hang.
+pytestmark = pytest.mark.timeout(300)
+
 WINDOW0 = dt.datetime.fromtimestamp(T0, tz=dt.timezone.utc).replace(tzinfo=None)
 WINDOW1 = WINDOW0 + dt.timedelta(seconds=60)
 
@@ -201,3 +205,43 @@ def test_the_command_says_in_one_line_when_there_is_no_java(tmp_path: Path) -> N
     assert done.returncode == 1
     assert done.stderr.strip().startswith("error: no Java found")
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _reference_percentile(hist: list[int], q: float) -> float | None:
+    """The estimate docs/analytics.md defines, written plainly."""
+    total = sum(hist)
+    if total == 0:
+        return None
+    rank, below = q * total, 0
+    for bucket, n in enumerate(hist):
+        if n and below + n >= rank:
+            lo, hi = (0.0, 1.0) if bucket == 0 else (2.0 ** (bucket - 1), 2.0**bucket)
+            return lo + (hi - lo) * (rank - below) / n
+        below += n
+    raise AssertionError("unreachable")
+
+
+def test_spark_percentiles_match_the_definition_on_any_histograms(spark: Any) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from pipeline.latency import histogram_percentiles
+
+    counts = st.lists(st.integers(0, 1000) | st.just(0), min_size=32, max_size=32)
+
+    @settings(max_examples=4, deadline=None)
+    @given(st.lists(counts, min_size=1, max_size=25))
+    def check(histograms: list[list[int]]) -> None:
+        frame = spark.createDataFrame([(i, h) for i, h in enumerate(histograms)], "key int, h array<long>")
+        got = {r.key: r for r in histogram_percentiles(frame, ["key"], "h").collect()}
+        for i, h in enumerate(histograms):
+            if sum(h) == 0:
+                assert i not in got
+                continue
+            row = got[i]
+            assert row.samples == sum(h)
+            for q, name in ((0.5, "p50_us"), (0.95, "p95_us"), (0.99, "p99_us")):
+                assert getattr(row, name) == pytest.approx(_reference_percentile(h, q), rel=1e-9)
+            assert row.p50_us <= row.p95_us <= row.p99_us
+
+    check()

@@ -20,6 +20,10 @@ from topology.cli.network import Network, RouterInfo
 from .support.mesh_process import MeshProcesses
 from .support.router_process import router_env
 
+# Starting the JVM and the first job on the shared session takes tens of seconds on a busy
+# machine; the default 120 s bound would fail a slow start rather than a hang.
+pytestmark = pytest.mark.timeout(300)
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
