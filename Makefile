@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 # latter would put the checkout's router/ first on the path.
 WHEEL_VENV    ?= .venv-wheel
 WHEEL_STAMP   := $(WHEEL_VENV)/.installed
-WHEEL_SOURCES := $(shell find router topology -name '*.py') setup.py pyproject.toml mypyc-modules.txt MANIFEST.in
+WHEEL_SOURCES := $(shell find router topology pipeline -name '*.py') setup.py pyproject.toml mypyc-modules.txt MANIFEST.in
 
 $(WHEEL_STAMP): $(STAMP) $(WHEEL_SOURCES)
 	rm -rf dist && $(PY) -m pip wheel -q --no-deps -w dist .
