@@ -70,13 +70,17 @@ def session(master: str | None = None, *, app_name: str = "flow-records", conf: 
         builder = builder.master("local[*]")  # not under spark-submit (which sets the master): embedded
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except Exception as exc:  # e.g. a Java older than 17: the gateway exits at once
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise JobError(f"Spark did not start (PySpark 4 needs Java 17 or later: check `java -version`): {first}") from None
 
 
 def _curate(spark: SparkSession, batch: DataFrame, curated: Path) -> int:
     fresh = batch.where(F.col("router").isNotNull() & F.col("boot").isNotNull() & F.col("seq").isNotNull())
-    fresh = fresh.dropDuplicates(list(DEDUPE_KEY)).withColumn("date", F.to_date(F.timestamp_seconds(F.col("ts"))))
-    fresh = fresh.persist()
+    cached = fresh.dropDuplicates(list(DEDUPE_KEY)).withColumn("date", F.to_date(F.timestamp_seconds(F.col("ts")))).persist()
+    fresh = cached
     try:
         dates = [row["date"] for row in fresh.select("date").distinct().collect()]
         if not dates:
@@ -87,7 +91,7 @@ def _curate(spark: SparkSession, batch: DataFrame, curated: Path) -> int:
         fresh.write.mode("append").partitionBy("date").parquet(str(curated))
         return len(dates)
     finally:
-        fresh.unpersist()
+        cached.unpersist()
 
 
 def ingest(spark: SparkSession, records: Path, out: Path, options: Options = Options()) -> None:
