@@ -153,3 +153,10 @@ def test_costs_shows_the_diff_then_applies_it(tmp_path: Path) -> None:
         trio.run(_link_cost, mesh, "C", "B", 4)
         again = _topology("costs", "--suggested", str(data), "-b", bus, "--apply", "--json")
         assert json.loads(again.stdout)["applied"] == []  # B - C now costs 4 as the listener end says 1
+
+
+def test_analyse_runs_the_job_and_passes_its_one_line_error_on(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[analytics]')")
+    done = _topology("analyse", "--records", str(tmp_path / "nothing"), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [f"error: no records: {tmp_path / 'nothing'} is not a directory"]
