@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except JobError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"curated records: {summary['curated_records']}")
+    print(f"curated records: {summary['curated_records']} ({summary['new_records']} new)")
     for name, rows in summary["tables"].items():
         print(f"{name}: {rows} rows -> {args.out / 'aggregates' / name}")
     return 0

@@ -12,7 +12,8 @@ new ones. Each micro-batch is deduplicated on (router, boot, seq), and its recor
 already in the curated store (only the dates the batch touches are read: a key's `ts`, hence
 its date, never changes) are dropped before the append: a record the collector wrote twice, in
 one file or two, and a batch run again after a crash between the append and the checkpoint's
-commit are all counted once. The aggregates are then computed from the whole curated store.
+commit are all counted once. The aggregates are then computed from the whole curated store
+(when there was something new, or the options changed; otherwise they stand).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pyspark.sql import functions as F
 
 from . import aggregates, latency
 from .costs import CostRule, current_costs, suggest_costs
-from .schema import AGGREGATES, CHECKPOINT, CURATED, DEDUPE_KEY, RECORD
+from .schema import AGGREGATES, CHECKPOINT, CURATED, DEDUPE_KEY, RECORD, TABLES
 
 DEFAULT_WINDOW_S = 60.0
 
@@ -87,23 +88,29 @@ def _curate(spark: SparkSession, batch: DataFrame, curated: Path) -> int:
             return 0
         if (curated / "_SUCCESS").exists() or any(curated.glob("date=*")):
             seen = spark.read.parquet(str(curated)).where(F.col("date").isin(dates)).select(*DEDUPE_KEY)
-            fresh = fresh.join(seen, list(DEDUPE_KEY), "left_anti")
-        fresh.write.mode("append").partitionBy("date").parquet(str(curated))
-        return len(dates)
+            fresh = fresh.join(seen, list(DEDUPE_KEY), "left_anti").persist()
+        new = fresh.count()
+        if new:
+            fresh.write.mode("append").partitionBy("date").parquet(str(curated))
+        if fresh is not cached:
+            fresh.unpersist()
+        return new
     finally:
         cached.unpersist()
 
 
-def ingest(spark: SparkSession, records: Path, out: Path, options: Options = Options()) -> None:
-    """Append the records of every file not read before to the curated store."""
+def ingest(spark: SparkSession, records: Path, out: Path, options: Options = Options()) -> int:
+    """Append the records of every file not read before to the curated store; how many were new."""
     curated = out / CURATED
     reader = spark.readStream.schema(RECORD).option("recursiveFileLookup", "true").option("pathGlobFilter", "*.json.gz")
     if options.max_files_per_batch:
         reader = reader.option("maxFilesPerTrigger", options.max_files_per_batch)
     stream = reader.json(str(records))
 
+    appended = [0]
+
     def each(batch: DataFrame, batch_id: int) -> None:
-        _curate(spark, batch, curated)
+        appended[0] += _curate(spark, batch, curated)
 
     query = (
         stream.writeStream.foreachBatch(each)
@@ -114,6 +121,7 @@ def ingest(spark: SparkSession, records: Path, out: Path, options: Options = Opt
     query.awaitTermination()
     if query.exception() is not None:  # pragma: no cover - awaitTermination raises it
         raise JobError(str(query.exception()))
+    return appended[0]
 
 
 def tables(records: DataFrame, options: Options = Options()) -> dict[str, DataFrame]:
@@ -147,6 +155,14 @@ def write_aggregates(spark: SparkSession, out: Path, options: Options = Options(
         curated.unpersist()
 
 
+OPTIONS_FILE = "_options"  # the options the aggregates were computed with
+
+
+def _options_changed(out: Path, options: Options) -> bool:
+    saved = out / AGGREGATES / OPTIONS_FILE
+    return not saved.exists() or saved.read_text() != repr(options)
+
+
 def _rows(table: Path) -> int:
     import pyarrow.parquet as pq  # the footers only: no Spark job to count what was just written
 
@@ -163,12 +179,17 @@ def run(records: Path, out: Path, *, master: str | None = None, options: Options
     own = spark is None
     spark = spark or session(master, conf=conf)
     try:
-        ingest(spark, records, out, options)
+        new = ingest(spark, records, out, options)
         if not (out / CURATED).exists():
             raise JobError(f"no records: the files under {records} held no record with router, boot and seq")
-        counts = write_aggregates(spark, out, options)
+        written = all((out / AGGREGATES / name).is_dir() for name in TABLES)
+        if new or not written or _options_changed(out, options):
+            counts = write_aggregates(spark, out, options)
+            (out / AGGREGATES / OPTIONS_FILE).write_text(repr(options))
+        else:  # nothing new: the aggregates stand
+            counts = {name: _rows(out / AGGREGATES / name) for name in TABLES}
         total = spark.read.parquet(str(out / CURATED)).count()
-        return {"curated_records": total, "tables": counts}
+        return {"curated_records": total, "new_records": new, "tables": counts}
     finally:
         if own:
             spark.stop()

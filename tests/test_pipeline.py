@@ -103,10 +103,18 @@ def test_cost_suggestion_keeps_a_cost_within_the_threshold(spark: Any) -> None:
 def test_every_delivery_is_counted_once_and_the_second_run_adds_only_the_new(spark: Any, flow_job: Any) -> None:
     # 11 + 6 hop records in the first files; the second adds 1 new and 1 written again
     assert flow_job.first_curated == 17
-    assert flow_job.second["curated_records"] == 18
+    assert flow_job.second["curated_records"] == 18 and flow_job.second["new_records"] == 1
     curated = spark.read.parquet(str(flow_job.out / "curated"))
     assert curated.groupBy("router", "boot", "seq").count().where("count > 1").count() == 0
     assert sorted(str(p.name) for p in (flow_job.out / "curated").glob("date=*")) == ["date=2025-11-24"]
+    # a run with no new file reads nothing and leaves the aggregates as they were
+    from pipeline.job import run
+
+    before = sorted(p.stat().st_mtime_ns for p in (flow_job.out / "aggregates").rglob("*.parquet"))
+    again = run(flow_job.records, flow_job.out, spark=spark)
+    assert (again["curated_records"], again["new_records"]) == (18, 0)
+    assert again["tables"] == flow_job.second["tables"]
+    assert sorted(p.stat().st_mtime_ns for p in (flow_job.out / "aggregates").rglob("*.parquet")) == before
 
 
 def test_throughput_per_address_and_pair(spark: Any, flow_job: Any) -> None:
