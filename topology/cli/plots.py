@@ -40,9 +40,18 @@ def write_plots(agg: Aggregates, directory: Path) -> list[Path]:
         bottom.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
     bottom.set_ylabel("deliveries/s")
     bottom.set_title("Throughput per router pair")
+    import datetime as dt
+
+    import matplotlib.dates as mdates
+
+    times = [x for axis in (top, bottom) for line in axis.lines for x in line.get_xdata()]
     for axis in (top, bottom):
+        axis.set_ylim(bottom=0)
+        axis.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S"))  # type: ignore[no-untyped-call]
         if axis.lines:
             axis.legend(fontsize="small")
+    if times and min(times) == max(times):  # one window: a minute either side, not years
+        top.set_xlim(min(times) - dt.timedelta(minutes=1), max(times) + dt.timedelta(minutes=1))
     fig.autofmt_xdate()
     fig.tight_layout()
     written.append(_save(fig, directory / "throughput.png", plt))
