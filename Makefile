@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo run test check typecheck unit bench clean wheel demo-dev run-dev image
+.PHONY: demo run test check typecheck unit bench clean wheel demo-dev run-dev image java
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) scripts/bootstrap.sh
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 # latter would put the checkout's router/ first on the path.
 WHEEL_VENV    ?= .venv-wheel
 WHEEL_STAMP   := $(WHEEL_VENV)/.installed
-WHEEL_SOURCES := $(shell find router topology -name '*.py') setup.py pyproject.toml mypyc-modules.txt MANIFEST.in
+WHEEL_SOURCES := $(shell find router topology pipeline -name '*.py') setup.py pyproject.toml mypyc-modules.txt MANIFEST.in
 
 $(WHEEL_STAMP): $(STAMP) $(WHEEL_SOURCES)
 	rm -rf dist && $(PY) -m pip wheel -q --no-deps -w dist .
@@ -51,7 +51,14 @@ typecheck: $(STAMP)
 
 check: typecheck
 
-unit: $(STAMP)
+# Java for PySpark (the flow-record pipeline's tests): Debian's openjdk-17-jre-headless when no java
+# is on the PATH and we may install it; otherwise those tests skip and say why.
+java:
+	@command -v java >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else echo "no java: the pipeline's Spark tests will skip (apt-get install openjdk-17-jre-headless)" >&2; fi; }
+
+unit: $(STAMP) java
 	$(PY) -m pytest
 
 # The hot path and process-level tests again on the installed wheel, run from a copy of tests/

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create the project's virtual environment (.venv) and install the project with its test extras.
+# Create the project's virtual environment (.venv) and install the project with its test and analytics extras.
 # On a fresh Debian machine `python3 -m venv` needs the python3-venv package; install it when we can.
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
@@ -17,4 +17,5 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$VENV/bin/python" -m pip install -q -e ".[test]"
+# analytics: the flow-record pipeline's PySpark tests (docs/analytics.md)
+"$VENV/bin/python" -m pip install -q -e ".[test,analytics]"

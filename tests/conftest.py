@@ -46,3 +46,8 @@ def _interop_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not [t.name for t in threads if t.is_alive()], "Proton threads left running"
     assert listening_tcp_ports() - listening == set(), "listening sockets left open"
     assert socket_fds() - sockets == set(), "sockets left open"
+
+
+# --- the pipeline's tests: one local SparkSession for the whole run (tests/support/sparkfixtures.py)
+
+from .support.sparkfixtures import flow_job, spark  # noqa: E402, F401

@@ -7,6 +7,7 @@
     topology address orders                           which routers have consumers for an address
     topology graph [--png FILE]                       the least-cost tree (and a drawing)
     topology watch [--interval S]                     a live view of routers and links
+    topology analyse / report / costs                 the flow-record pipeline (analytics_commands.py)
 
 Every command connects to one router (-b, as `router stat` does) and reaches the others through
 the mesh (`_topo/0/<id>/$management`). Failures are one line on stderr with a non-zero exit.
@@ -27,7 +28,7 @@ from router.cli.common import parse_bus, run_async, stderr
 from router.cli.login import with_login
 from router.cli.mgmt import DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, Timeout, session, to_json
 
-from . import render
+from . import analytics_commands, render
 from .gather import address_at, gather
 from .network import Network, as_json, choose
 
@@ -39,6 +40,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 1000)
+analytics_commands.register(app, stdout)
 From = Annotated[str | None, typer.Option("--from", "-f", help="the router the message enters at (default: the bus router)")]
 
 
