@@ -46,3 +46,8 @@ def _interop_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not [t.name for t in threads if t.is_alive()], "Proton threads left running"
     assert listening_tcp_ports() - listening == set(), "listening sockets left open"
     assert socket_fds() - sockets == set(), "sockets left open"
+
+
+# --- whole routers on memory streams and trio's autojump clock (router/testing/memrouter.py) ------
+
+from .support.memrouter import mem_network  # noqa: E402,F401
