@@ -31,6 +31,7 @@ from .messaging import (
     Accepted,
     AmqpSequence,
     AmqpValue,
+    AnyOutcome,
     ApplicationProperties,
     Data,
     DeliveryState,
@@ -53,7 +54,7 @@ from .types import Symbol
 
 __all__ = [
     "ACCEPTED", "RECEIVER", "RELEASED", "SENDER",
-    "Accepted", "AmqpError", "AmqpSequence", "AmqpValue", "ApplicationProperties", "Connection",
+    "Accepted", "AmqpError", "AmqpSequence", "AmqpValue", "AnyOutcome", "ApplicationProperties", "Connection",
     "ConnectionConfig", "Data", "DecodeError", "DeliveryState", "EncodeError", "Error", "Event",
     "Header", "Link", "LocalUsageError", "Message", "MessageAnnotations", "Modified", "Outcome",
     "Performative", "Properties", "ProtocolError", "Received", "Rejected", "Released",
