@@ -54,10 +54,10 @@ from .types import Symbol
 
 __all__ = [
     "ACCEPTED", "RECEIVER", "RELEASED", "SENDER",
-    "Accepted", "AmqpError", "AmqpSequence", "AmqpValue", "AnyOutcome", "ApplicationProperties", "Connection",
-    "ConnectionConfig", "Data", "DecodeError", "DeliveryState", "EncodeError", "Error", "Event",
-    "Header", "Link", "LocalUsageError", "Message", "MessageAnnotations", "Modified", "Outcome",
-    "Performative", "Properties", "ProtocolError", "Received", "Rejected", "Released",
-    "SaslClientConfig", "SaslServerConfig", "Session", "Source", "Symbol", "Target",
+    "Accepted", "AmqpError", "AmqpSequence", "AmqpValue", "AnyOutcome", "ApplicationProperties",
+    "Connection", "ConnectionConfig", "Data", "DecodeError", "DeliveryState", "EncodeError",
+    "Error", "Event", "Header", "Link", "LocalUsageError", "Message", "MessageAnnotations",
+    "Modified", "Outcome", "Performative", "Properties", "ProtocolError", "Received", "Rejected",
+    "Released", "SaslClientConfig", "SaslServerConfig", "Session", "Source", "Symbol", "Target",
     "decode_message", "encode_message", "errors", "events", "is_terminal",
 ]  # fmt: skip
