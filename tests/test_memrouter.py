@@ -98,3 +98,29 @@ async def test_a_closed_listener_refuses_new_connections(autojump_clock: trio.te
     with pytest.raises(ConnectionRefusedError):
         await mem_network.dial("127.0.0.1", port)
     assert router.server.listener_ports() == {}
+
+
+async def test_a_consumer_that_never_settles_holds_a_graceful_stop_until_the_drain_deadline(
+    autojump_clock: trio.testing.MockClock, mem_network: MemNetwork
+) -> None:
+    """The server's drain with a realistic 20 s grace period, in virtual time: the stop waits
+    for the deliveries in flight until a second before its deadline, then the closes release
+    them and the producer hears it."""
+    drain_s = 20.0
+    router = await mem_network.start(RouterConfig(router=RouterSection(id="drain"), listeners=(Listener(port=0),)), drain_s=drain_s)
+    async with router.connect() as consumer, router.connect() as producer:
+        receiver = await consumer.open_receiver("stuck", credit=10)
+        sender = await producer.open_sender("stuck")
+        trackers = [await sender.start_send(Message.value(i)) for i in range(5)]
+        with trio.fail_after(5):
+            for _ in trackers:
+                await receiver.receive()  # held, never settled
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(router.stop)
+            with trio.fail_after(drain_s + 5):
+                outcomes = {type(await tracker.wait()).__name__ for tracker in trackers}
+            released_after = trio.current_time() - started
+    assert outcomes <= {"Released", "Modified"}, outcomes
+    assert drain_s - 1.5 <= released_after <= drain_s, released_after
+    assert router.server.stopping
