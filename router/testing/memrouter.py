@@ -37,6 +37,15 @@ and memory channels, and the server's one clock is trio's. What breaks it:
   `trio.fail_after` (virtual seconds: cheap), and keep the MemNetwork's `deadline_s` (every
   router's run and the network are inside one fail_after) as the last resort.
 
+What it does not model: memory streams (trio.testing.memory_stream_pair) buffer without bound,
+so a writer never blocks and the server's write backpressure (output blocked at the high-water
+mark) never engages; tests of backpressure, TLS and WebSocket byte paths, descriptors and
+resets stay on sockets. (Lockstep streams would block writers, but a router whose reads are
+paused then waits on a peer that waits on it, and under autojump that is a hang, not a
+failure.) In this kit's measurements an hour of a two-router mesh's HELLOs takes about 2 s of
+real time, so the network's deadline (two hours by default) ends a test that waits for
+something that never comes in seconds, well before pytest's time-out.
+
 Layering: test kit; imports router.net and router.config, nothing in router/ imports it.
 """
 
