@@ -65,9 +65,9 @@ unit: $(STAMP) java
 # and bench/ (build/wheel-tests) so that the installed router, not the checkout's, is imported.
 # ROUTER_WHEEL tells tests/test_packaging.py which wheel to inspect and that it must be compiled.
 COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
-	tests/test_core_streaming.py tests/test_core_local.py tests/test_engine_pair.py \
+	tests/test_core_streaming.py tests/test_core_local.py $(wildcard tests/test_engine_pair_*.py) \
 	tests/test_engine_violations.py tests/test_engine_fuzz.py tests/test_server.py \
-	tests/test_router_proton.py tests/test_router_proton_c.py \
+	$(wildcard tests/test_router_proton_*.py) \
 	tests/test_peek.py tests/test_mesh_forwarding.py tests/test_mesh_multicast.py \
 	tests/test_mesh_failure.py tests/test_mesh_edge.py tests/test_mesh_process.py \
 	tests/test_fastpath.py tests/test_core_dispositions.py tests/test_core_deliverymap.py \

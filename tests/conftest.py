@@ -51,3 +51,6 @@ def _interop_leak_check(request: pytest.FixtureRequest) -> Iterator[None]:
 # --- the pipeline's tests: one local SparkSession for the whole run (tests/support/sparkfixtures.py)
 
 from .support.sparkfixtures import flow_job, spark  # noqa: E402, F401
+# --- whole routers on memory streams and trio's autojump clock (router/testing/memrouter.py) ------
+
+from .support.memrouter import mem_network  # noqa: E402,F401

@@ -30,7 +30,7 @@ def close_with(error_field: bytes) -> bytes:
     return CLOSE_CODE + b"\xc0" + bytes([1 + len(error_field), 1]) + error_field
 
 
-async def read_until_closed(stream: trio.SocketStream, timeout_s: float = 5.0) -> bytes:
+async def read_until_closed(stream: trio.abc.Stream, timeout_s: float = 5.0) -> bytes:
     """Everything the router sends until it closes the socket (fails after `timeout_s`)."""
     received = bytearray()
     with trio.fail_after(timeout_s):
@@ -44,7 +44,7 @@ async def read_until_closed(stream: trio.SocketStream, timeout_s: float = 5.0) -
             received += data
 
 
-async def read_until(stream: trio.SocketStream, marker: bytes, timeout_s: float = 5.0) -> bytes:
+async def read_until(stream: trio.abc.Stream, marker: bytes, timeout_s: float = 5.0) -> bytes:
     """What the router sends until `marker` has been seen (fails after `timeout_s`)."""
     received = bytearray()
     with trio.fail_after(timeout_s):

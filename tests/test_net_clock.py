@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from router.amqp.message import Message
 from router.amqp.messaging import Header, Properties
@@ -20,6 +21,7 @@ from router.config.models import Connector, Listener, RouterConfig, RouterSectio
 from router.core.router import RouterCore
 from router.net.client import connect
 from router.net.server import RouterServer
+from router.testing.memrouter import MemNetwork
 
 HELLO_S, DEAD_S = 0.15, 0.6  # short, with room for a loaded machine
 
@@ -35,9 +37,9 @@ class SteppingWallClock:
         return self._real() + self.step
 
 
-def interior(name: str, **extra: Any) -> RouterConfig:
+def interior(name: str, hello_s: float = HELLO_S, dead_s: float = DEAD_S, **extra: Any) -> RouterConfig:
     return RouterConfig(
-        router=RouterSection(id=name, mode="interior", hello_interval_s=HELLO_S, dead_interval_s=DEAD_S),
+        router=RouterSection(id=name, mode="interior", hello_interval_s=hello_s, dead_interval_s=dead_s),
         listeners=(Listener(name="amqp", host="127.0.0.1", port=0),
                    Listener(name="ir", host="127.0.0.1", port=0, role="inter-router")),  # fmt: skip
         **extra,
@@ -65,46 +67,48 @@ def inter_router_connections(server: RouterServer) -> set[str]:
 
 
 async def test_wall_clock_steps_lose_no_neighbour_and_no_delivery(
-    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+    autojump_clock: trio.testing.MockClock, mem_network: MemNetwork, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On memory streams and trio's autojump clock (router.testing.memrouter): the routers'
+    real HELLO and dead intervals, a minute of them per step, in no real time."""
     wall = SteppingWallClock()
     # Whatever still read the wall clock would see the steps too.
     monkeypatch.setattr(time, "time", wall)
-    async with running(interior("A"), wall, nursery) as a:
-        to_a = Connector(name="to-a", host="127.0.0.1", port=a.listener_ports()["ir"])
-        async with running(interior("B", connectors=(to_a,)), wall, nursery) as b:
-            with trio.fail_after(10):
-                while neighbours(a) != {"B"} or neighbours(b) != {"A"}:
-                    await trio.sleep(0.02)  # convergence: poll management
-            links = inter_router_connections(a), inter_router_connections(b)
-            async with connect("127.0.0.1", a.listener_ports()["amqp"]) as producer, \
-                    connect("127.0.0.1", b.listener_ports()["amqp"]) as consumer:  # fmt: skip
-                receiver = await consumer.open_receiver("held", credit=0)  # no credit: B holds
-                with trio.fail_after(10):
-                    while not a.core.table.find("held") or not a.core.table.find("held").has_destination:  # type: ignore[attr-defined]
-                        await trio.sleep(0.02)
-                sender = await producer.open_sender("held")
-                in_a_minute = int((wall() + 60) * 1000)
-                trackers = [
-                    await sender.start_send(Message.value("ttl", header=Header(ttl=60_000))),
-                    await sender.start_send(Message.value("absolute", properties=Properties(absolute_expiry_time=in_a_minute))),
-                ]
-                for step in (3600.0, -3600.0):
-                    wall.step = step
-                    # Several dead intervals in real time: HELLOs must keep flowing both ways.
-                    await trio.sleep(DEAD_S * 2)
-                    assert neighbours(a) == {"B"} and neighbours(b) == {"A"}
-                    assert (inter_router_connections(a), inter_router_connections(b)) == links
-                receiver.flow(2)
-                with trio.fail_after(5):
-                    bodies = []
-                    for _ in trackers:
-                        delivery = await receiver.receive()
-                        bodies.append(delivery.message.body_value)
-                        receiver.accept(delivery)
-                    outcomes = [type(await tracker.wait()).__name__ for tracker in trackers]
-                assert sorted(bodies) == ["absolute", "ttl"]
-                assert outcomes == ["Accepted", "Accepted"]
+    hello_s, dead_s = 1.0, 3.0
+    a = await mem_network.start(interior("A", hello_s=hello_s, dead_s=dead_s), wall_clock=wall)
+    to_a = Connector(name="to-a", host="127.0.0.1", port=a.port("ir"))
+    b = await mem_network.start(interior("B", hello_s=hello_s, dead_s=dead_s, connectors=(to_a,)), wall_clock=wall)
+    with trio.fail_after(30):
+        while neighbours(a.server) != {"B"} or neighbours(b.server) != {"A"}:
+            await trio.sleep(0.1)  # convergence: poll management (free in virtual time)
+    links = inter_router_connections(a.server), inter_router_connections(b.server)
+    async with a.connect() as producer, b.connect() as consumer:
+        receiver = await consumer.open_receiver("held", credit=0)  # no credit: B holds
+        with trio.fail_after(30):
+            while not a.core.table.find("held") or not a.core.table.find("held").has_destination:
+                await trio.sleep(0.1)
+        sender = await producer.open_sender("held")
+        in_a_minute = int((wall() + 60) * 1000)
+        trackers = [
+            await sender.start_send(Message.value("ttl", header=Header(ttl=60_000))),
+            await sender.start_send(Message.value("absolute", properties=Properties(absolute_expiry_time=in_a_minute))),
+        ]
+        for step in (3600.0, -3600.0):
+            wall.step = step
+            # Many dead intervals: HELLOs must keep flowing both ways.
+            await trio.sleep(dead_s * 5)
+            assert neighbours(a.server) == {"B"} and neighbours(b.server) == {"A"}
+            assert (inter_router_connections(a.server), inter_router_connections(b.server)) == links
+        receiver.flow(2)
+        with trio.fail_after(5):
+            bodies = []
+            for _ in trackers:
+                delivery = await receiver.receive()
+                bodies.append(delivery.message.body_value)
+                receiver.accept(delivery)
+            outcomes = [type(await tracker.wait()).__name__ for tracker in trackers]
+        assert sorted(bodies) == ["absolute", "ttl"]
+        assert outcomes == ["Accepted"] * 2
 
 
 async def test_an_absolute_expiry_time_in_the_past_still_expires(nursery: trio.Nursery) -> None:

@@ -1,11 +1,12 @@
 """The handshake time-out: a peer that has not finished the protocol header, SASL and its open
 within the listener's `handshake_timeout_s` is dropped and counted (management's listener
-`handshakeTimeouts`); one that finished is not. Over real sockets, with a short time-out."""
+`handshakeTimeouts`); one that finished is not. Whole routers on memory streams and trio's
+autojump clock (router.testing.memrouter), with the default 10 s time-out in virtual time;
+management and metrics over real sockets with a short one."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -14,13 +15,14 @@ import trio.testing
 
 from router.amqp.message import Message
 from router.config.models import Listener, RouterConfig, RouterSection
-from router.net.client import connect
 from router.net.server import RouterServer
+from router.testing.memrouter import MemNetwork, MemRouter
 
 from .rawamqp import HEADER, OPEN, frame, read_until_closed
 from .support.management import managed_router, management_config
 
-TIMEOUT_S = 0.2
+TIMEOUT_S = 0.2  # over real sockets
+MEM_TIMEOUT_S = 10.0  # in virtual time: the default
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"  # transport §5.2.1 / security §5.3.1
 # sasl-init (security §5.3.3.2) with mechanism ANONYMOUS, in a SASL frame (type 1)
 _SASL_INIT_BODY = b"\x00\x53\x41\xc0\x0c\x01\xa3\x09ANONYMOUS"
@@ -28,21 +30,16 @@ SASL_INIT = struct.pack(">IBBH", 8 + len(_SASL_INIT_BODY), 2, 1, 0) + _SASL_INIT
 
 
 @pytest.fixture
-async def server(nursery: trio.Nursery) -> AsyncIterator[RouterServer]:
+async def router(mem_network: MemNetwork) -> MemRouter:
     config = RouterConfig(
         router=RouterSection(id="hs"),
-        listeners=(Listener(host="127.0.0.1", port=0, handshake_timeout_s=TIMEOUT_S),),
+        listeners=(Listener(host="127.0.0.1", port=0, handshake_timeout_s=MEM_TIMEOUT_S),),
     )
-    server = RouterServer(config)
-    await nursery.start(server.run)
-    yield server
-    server.shutdown()
-    with trio.fail_after(5):
-        await server.wait_stopped()
+    return await mem_network.start(config)
 
 
-def timeouts(server: RouterServer) -> int:
-    (entity,) = server.agent.entities("listener")
+def timeouts(router: MemRouter) -> int:
+    (entity,) = router.agent.entities("listener")
     count: int = entity["handshakeTimeouts"]
     return count
 
@@ -57,33 +54,33 @@ STALLS = {
 
 
 @pytest.mark.parametrize("stall", list(STALLS), ids=list(STALLS))
-async def test_a_peer_that_stalls_in_the_handshake_is_dropped_and_counted(server: RouterServer, stall: str) -> None:
-    port = server.listener_ports()["amqp"]
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
+async def test_a_peer_that_stalls_in_the_handshake_is_dropped_and_counted(
+    autojump_clock: trio.testing.MockClock, router: MemRouter, stall: str
+) -> None:
+    stream = await router.open_stream()
     started = trio.current_time()
     if STALLS[stall]:
         await stream.send_all(STALLS[stall])
-    await read_until_closed(stream, timeout_s=5)  # the router hangs up ...
-    assert trio.current_time() - started >= TIMEOUT_S * 0.9  # ... at the time-out, not before
+    await read_until_closed(stream, timeout_s=MEM_TIMEOUT_S * 2)  # the router hangs up ...
+    assert MEM_TIMEOUT_S <= trio.current_time() - started < MEM_TIMEOUT_S + 1  # ... at the time-out
     await stream.aclose()
-    assert timeouts(server) == 1
+    assert timeouts(router) == 1
     with trio.fail_after(5):
-        while server.stats()["connections"]:
+        while router.server.stats()["connections"]:
             await trio.sleep(0.01)
-    assert server.agent.entities("connection") == []
+    assert router.agent.entities("connection") == []
 
 
-async def test_a_peer_that_finished_the_handshake_is_kept(server: RouterServer) -> None:
-    port = server.listener_ports()["amqp"]
-    async with connect("127.0.0.1", port) as client:
+async def test_a_peer_that_finished_the_handshake_is_kept(autojump_clock: trio.testing.MockClock, router: MemRouter) -> None:
+    async with router.connect() as client:
         receiver = await client.open_receiver("kept", credit=1)
-        await trio.sleep(TIMEOUT_S * 2)  # past the handshake time-out: nothing to wait for
+        await trio.sleep(MEM_TIMEOUT_S * 2)  # past the handshake time-out: nothing to wait for
         sender = await client.open_sender("kept")
         with trio.fail_after(5):
             tracker = await sender.start_send(Message.value("still open"))
             receiver.accept(await receiver.receive())
             assert type(await tracker.wait()).__name__ == "Accepted"
-    assert timeouts(server) == 0
+    assert timeouts(router) == 0
 
 
 async def test_many_stalled_peers_are_all_dropped_on_the_mock_clock(autojump_clock: trio.testing.MockClock) -> None:

@@ -1,5 +1,7 @@
 """Nothing a connection does escapes its own task, and every way a connection ends makes the
-core forget it and release what it held. Over real sockets, through the whole RouterServer.
+core forget it and release what it held. Through the whole RouterServer: over real sockets,
+and (endings in time, and the memory test, which waits for the drivers' deadlines) on memory
+streams in virtual time (router.testing.memrouter).
 
 Hostile closes (an `error` field that is a boolean, a string, a number) once took the process
 down from the connection clean-up; connections that failed with a protocol error were never
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from router.amqp.message import Message
 from router.config.models import Connector, Listener, RouterConfig, RouterSection
@@ -27,6 +30,7 @@ from router.amqp.session import Session
 from router.core.connections import ConnState
 from router.net import driver as driver_module
 from router.net.driver import ConnectionDriver
+from router.testing.memrouter import MemNetwork, MemRouter
 
 from .rawamqp import (BOOLEAN_TRUE, CLOSE_CODE, HEADER, OPEN, SMALLINT_5, STRING_X, UNKNOWN_PERFORMATIVE, close_with,
                       frame, read_until, read_until_closed)  # fmt: skip
@@ -53,23 +57,38 @@ async def server(nursery: trio.Nursery) -> AsyncIterator[RouterServer]:
         await server.wait_stopped()
 
 
+@pytest.fixture
+async def mem_router(mem_network: MemNetwork) -> MemRouter:
+    """The `server` fixture's router on memory streams (tests name autojump_clock), with time-outs
+    of realistic length: virtual time makes them free."""
+    return await mem_network.start(two_listener_config(idle_timeout_s=10, handshake_timeout_s=10))
+
+
 def port(server: RouterServer, name: str) -> int:
     return server.listener_ports()[name]
 
 
-async def forgotten(server: RouterServer) -> None:
+async def open_stream(target: RouterServer | MemRouter, listener: str) -> trio.abc.Stream:
+    if isinstance(target, MemRouter):
+        return await target.open_stream(listener)
+    return await trio.open_tcp_stream("127.0.0.1", port(target, listener))
+
+
+async def forgotten(target: RouterServer | MemRouter) -> None:
     """Wait until the router holds no connection at all: the server's drivers, the core's
     connection table and management's connection list are empty."""
+    server = target.server if isinstance(target, MemRouter) else target
     with trio.fail_after(5):
         while server.stats()["connections"] or server.core.connections:  # type: ignore[attr-defined]
             await trio.sleep(0.01)  # no event says "forgotten": poll the counters
     assert server.agent.entities("connection") == []
 
 
-async def still_serves(server: RouterServer) -> None:
+async def still_serves(target: RouterServer | MemRouter) -> None:
     """A well-behaved client gets a message through, end to end."""
     with trio.fail_after(5):
-        async with connect("127.0.0.1", port(server, "amqp")) as client:
+        stream = await open_stream(target, "amqp")
+        async with connect("127.0.0.1", 0, stream=stream) as client:
             receiver = await client.open_receiver("alive", credit=1)
             sender = await client.open_sender("alive")
             tracker = await sender.start_send(Message.value("ping"))
@@ -149,10 +168,11 @@ async def test_a_core_failure_costs_that_connection_only(server: RouterServer, c
     assert not server.stopping
 
 
-async def _open_then(server: RouterServer, how: str, nursery: trio.Nursery) -> None:
+async def _open_then(target: RouterServer | MemRouter, how: str) -> None:
     """One connection that ends in the way `how` names."""
     listener = "ir" if how == "inter-router decode error" else "amqp"
-    stream = await trio.open_tcp_stream("127.0.0.1", port(server, listener))
+    stream = await open_stream(target, listener)
+    wait_s = 30.0 if isinstance(target, MemRouter) else 5.0  # past the time-outs of either
     try:
         if how in ("decode error", "inter-router decode error"):
             await stream.send_all(HEADER + frame(OPEN) + frame(UNKNOWN_PERFORMATIVE))
@@ -165,29 +185,43 @@ async def _open_then(server: RouterServer, how: str, nursery: trio.Nursery) -> N
             await read_until_closed(stream)
         elif how == "idle time-out":
             await stream.send_all(HEADER + frame(OPEN))
-            await read_until(stream, CLOSE_CODE)  # the router closes a silent peer
+            await read_until(stream, CLOSE_CODE, timeout_s=wait_s)  # the router closes a silent peer
         elif how == "handshake time-out":
             await stream.send_all(HEADER)
-            await read_until_closed(stream)
+            await read_until_closed(stream, timeout_s=wait_s)
         elif how == "reset":
             await stream.send_all(HEADER + frame(OPEN))
             await read_until(stream, b"\x00\x53\x10")  # its open: the core knows us
+            assert isinstance(stream, trio.SocketStream)
             stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     finally:
         await stream.aclose()
 
 
-ENDINGS = ["decode error", "inter-router decode error", "bad close", "bad header", "idle time-out",
-           "handshake time-out", "reset"]  # fmt: skip
+ENDINGS = ["decode error", "inter-router decode error", "bad close", "bad header", "reset"]
+ENDINGS_IN_TIME = ["idle time-out", "handshake time-out"]  # in virtual time, on memory streams
 
 
 @pytest.mark.parametrize("how", ENDINGS)
-async def test_every_way_a_connection_ends_is_forgotten(server: RouterServer, how: str, nursery: trio.Nursery) -> None:
+async def test_every_way_a_connection_ends_is_forgotten(server: RouterServer, how: str) -> None:
     for _ in range(3):
-        await _open_then(server, how, nursery)
+        await _open_then(server, how)
     await forgotten(server)
     await still_serves(server)
     await forgotten(server)
+
+
+@pytest.mark.parametrize("how", ENDINGS_IN_TIME)
+async def test_every_way_a_connection_ends_in_time_is_forgotten(
+    autojump_clock: trio.testing.MockClock, mem_router: MemRouter, how: str
+) -> None:
+    started = trio.current_time()
+    for _ in range(3):
+        await _open_then(mem_router, how)
+    assert trio.current_time() - started >= 3 * 10  # each waited for its 10 s time-out
+    await forgotten(mem_router)
+    await still_serves(mem_router)
+    await forgotten(mem_router)
 
 
 def _connection_objects() -> int:
@@ -198,20 +232,17 @@ def _connection_objects() -> int:
     return sum(1 for obj in gc.get_objects() if isinstance(obj, kinds))
 
 
-async def test_failed_connections_leave_no_memory_behind(
-    server: RouterServer, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_failed_connections_leave_no_memory_behind(autojump_clock: trio.testing.MockClock, mem_router: MemRouter) -> None:
     """Many connections that fail with a protocol error: no core state, no connection object
     left, no memory growth. Cancel scopes stay in trio's deadline heap until their deadline
-    passes (the test's own time-outs among them): trio's files are left out, and the drivers'
-    deadlines are made short enough to pass between batches."""
-    monkeypatch.setattr(driver_module, "CLOSE_GRACE_S", 0.1)
+    passes (the test's own time-outs among them): trio's files are left out, and the test
+    waits (in virtual time) until the drivers' deadlines have passed between batches."""
 
     async def batch(n: int) -> None:
         for _ in range(n):
-            await _open_then(server, "decode error", nursery)
-        await forgotten(server)
-        await trio.sleep(0.5)  # the drivers' deadlines (0.1 to 0.3 s) pass: no event says so
+            await _open_then(mem_router, "decode error")
+        await forgotten(mem_router)
+        await trio.sleep(driver_module.CLOSE_GRACE_S + 10 + 1)  # the drivers' and handshake deadlines pass: no event says so
         gc.collect()
 
     await batch(20)  # warm-up: caches, logging, lazily built tables
@@ -225,6 +256,7 @@ async def test_failed_connections_leave_no_memory_behind(
     finally:
         tracemalloc.stop()
     assert _connection_objects() == objects
+    assert mem_router.server.stats()["connections"] == 0
     not_trio = [tracemalloc.Filter(False, "*/trio/*"), tracemalloc.Filter(False, tracemalloc.__file__)]
     growth = sum(stat.size_diff for stat in after.filter_traces(not_trio).compare_to(before.filter_traces(not_trio), "filename"))
     assert growth < 200 * 100, f"{growth} bytes for 200 failed connections"  # the leak was ~1.7 KB each

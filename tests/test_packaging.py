@@ -136,6 +136,19 @@ def test_router_run_logs_and_management_shows_whether_compiled(tmp_path: Path) -
     assert f"hot path {expected.describe()}" in log, log
 
 
+def test_the_packages_declare_their_type_hints() -> None:
+    """PEP 561: py.typed beside router/ and topology/, and in the package data that carries it."""
+    import tomllib
+
+    checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "pyproject.toml").exists():
+        pytest.skip("needs the checkout")
+    package_data = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for package in ("router", "topology"):
+        assert (checkout / package / "py.typed").exists(), package
+        assert "py.typed" in package_data[package], package
+
+
 # --- the installed wheel (make test-compiled) --------------------------------------------------
 
 
@@ -159,6 +172,14 @@ def test_the_wheel_holds_every_listed_module_compiled() -> None:
     for module in listed_modules():
         stem = module.removesuffix(".py")
         assert any(n.startswith(stem + ".") and n.endswith(".so") for n in names), module
+
+
+@on_wheel
+def test_the_wheel_carries_the_type_hint_markers() -> None:
+    assert WHEEL is not None
+    with zipfile.ZipFile(WHEEL) as wheel:
+        names = set(wheel.namelist())
+    assert {"router/py.typed", "topology/py.typed"} <= names
 
 
 @on_wheel

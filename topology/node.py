@@ -27,7 +27,7 @@ from .messages import PROTOCOL_VERSION, ControlMessage, Hello, LinkStateRequest,
 from .messages import MobileAddressRequest, MobileAddressUpdate, RouterAdvert, Unsupported
 from .mobile import MobileDb
 from .neighbours import NeighbourTable
-from .protocol import NEVER, Outgoing, Protocol
+from .protocol import NEVER, Outgoing, TopologyProtocol
 from .routes import LinkState, Routes
 
 
@@ -43,7 +43,7 @@ class RouterInfo:
     last_heard: float
 
 
-class TopologyNode(Protocol):
+class TopologyNode(TopologyProtocol):
     """One router's side of the inter-router protocol."""
 
     def __init__(self, router_id: str, instance: int, config: TopologyConfig | None = None) -> None:

@@ -1,9 +1,10 @@
 """How one router reacts to each control message: the protocol's rules, without the public API.
 
-Owns: `Protocol`, the state of one router's protocol engine and its reactions: HELLO -> two-way
-neighbours and my link state; RA -> flood on, pull a newer link state (LSR) or address set (MAR),
-compare digests; LSR/MAR -> answer from a good copy or pass on towards the owner, leaving a
-breadcrumb; LSU/MAU -> store, answer the breadcrumbs; instance changes -> restart handling.
+Owns: `TopologyProtocol` (named so as not to shadow typing.Protocol), the state of one router's
+protocol engine and its reactions: HELLO -> two-way neighbours and my link state; RA -> flood on,
+pull a newer link state (LSR) or address set (MAR), compare digests; LSR/MAR -> answer from a
+good copy or pass on towards the owner, leaving a breadcrumb; LSU/MAU -> store, answer the
+breadcrumbs; instance changes -> restart handling.
 Must not touch: the public API, timers and events (node.py builds on this class), I/O, the clock.
 Comments cite the reference (reference §3.2, §3.3) and docs/mesh-protocol.md.
 """
@@ -24,7 +25,7 @@ Outgoing = tuple[str | None, ControlMessage]
 NEVER = float("inf")
 
 
-class Protocol:
+class TopologyProtocol:
     """Protocol state and message handlers of one router (see TopologyNode for the API)."""
 
     def __init__(self, router_id: str, instance: int, config: TopologyConfig | None = None) -> None:

@@ -57,8 +57,10 @@ class Modified:
     message_annotations: Fields | None = None
 
 
+# The outcomes of messaging §3.4 (terminal: see is_terminal). What a peer may put where the
+# spec says delivery-state or outcome also includes the transaction types: DeliveryState and
+# AnyOutcome, after them below.
 Outcome = Accepted | Rejected | Released | Modified
-DeliveryState = Received | Outcome
 ACCEPTED: Final = Accepted()
 RELEASED: Final = Released()
 OUTCOME_SYMBOLS: Final = (
@@ -69,7 +71,7 @@ OUTCOME_SYMBOLS: Final = (
 )
 
 
-def is_terminal(state: Any) -> bool:
+def is_terminal(state: object) -> bool:
     """True for outcomes (messaging §3.4): the delivery's fate is decided."""
     return isinstance(state, (Accepted, Rejected, Released, Modified))
 
@@ -123,7 +125,7 @@ class Source:
     dynamic_node_properties: Fields | None = None
     distribution_mode: str | None = None
     filter: dict[Any, Any] | None = None
-    default_outcome: Any = None
+    default_outcome: AnyOutcome | None = None
     outcomes: Symbols | None = None
     capabilities: Symbols | None = None
 
@@ -168,7 +170,14 @@ class Declared:
 class TransactionalState:
     DESCRIPTOR_CODE: ClassVar[int]
     txn_id: bytes
-    outcome: Any = None
+    outcome: AnyOutcome | None = None
+
+
+# What the archetypes admit (composite.py checks every decoded field against them): an outcome
+# (messaging §3.4, transactions §4.5.5 declared) and a delivery-state (transport §2.7.3 and
+# messaging §3.4.1 received, transactions §4.5.8 transactional-state).
+AnyOutcome = Outcome | Declared
+DeliveryState = Received | AnyOutcome | TransactionalState
 
 
 # --- message sections, messaging §3.2 -----------------------------------------------------------

@@ -31,6 +31,8 @@ from ..config.models import Connector
 log = logging.getLogger(__name__)
 
 RunConnection = Callable[[trio.abc.Stream, Connector], Awaitable[None]]
+# Opens the stream to (host, port): trio.open_tcp_stream, or a stand-in (router.testing.memrouter).
+Dial = Callable[[str, int], Awaitable[trio.abc.Stream]]
 # TLS on a dialled stream (the stream to use; router.net.tls.TlsRefused if the handshake fails).
 Secure = Callable[[trio.abc.Stream, Connector], Awaitable[trio.abc.Stream]]
 
@@ -67,9 +69,17 @@ def _stopping(dialler: _Dialler) -> bool:
     return dialler.stopping
 
 
+async def _open_tcp_stream(host: str, port: int) -> trio.abc.Stream:
+    return await trio.open_tcp_stream(host, port)
+
+
 class Connectors:
-    def __init__(self, run_connection: RunConnection, *, rng: random.Random | None = None, secure: Secure | None = None) -> None:
+    def __init__(
+        self, run_connection: RunConnection, *, rng: random.Random | None = None, secure: Secure | None = None,
+        dial: Dial | None = None,
+    ) -> None:
         self._run_connection = run_connection
+        self._dial: Dial = dial or _open_tcp_stream
         self._secure = secure
         self._rng = rng or random.Random()
         self._diallers: dict[str, _Dialler] = {}
@@ -141,7 +151,7 @@ class Connectors:
         was up long enough to count as a success, else what went wrong."""
         try:
             with trio.fail_after(CONNECT_TIMEOUT_S):
-                stream: trio.abc.Stream = await trio.open_tcp_stream(connector.host, connector.port)
+                stream: trio.abc.Stream = await self._dial(connector.host, connector.port)
         except (OSError, trio.TooSlowError) as exc:
             reason = "timed out" if isinstance(exc, trio.TooSlowError) else (exc.strerror or str(exc))
             return f"cannot connect to {connector.host}:{connector.port} ({reason})"

@@ -25,6 +25,7 @@ import math
 import socket as stdsocket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import trio
 
@@ -32,8 +33,26 @@ from ..config.models import Listener
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[trio.SocketStream, Listener], Awaitable[None]]
-Bind = Callable[[str, int], list[trio.SocketListener]]
+
+
+class BoundSocket(Protocol):
+    """What the listeners use of a bound socket: its address (for the port) and closing it."""
+
+    def getsockname(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+class ListeningSocket(Protocol):
+    """A trio.SocketListener, or a stand-in with no socket (router.testing.memrouter): accept()
+    raises trio.ClosedResourceError once `socket.close()` was called."""
+
+    @property
+    def socket(self) -> BoundSocket: ...
+    async def accept(self) -> trio.abc.Stream: ...
+
+
+Handler = Callable[[trio.abc.Stream, Listener], Awaitable[None]]
+Bind = Callable[[str, int], list[ListeningSocket]]
 
 # Accept errors that mean "out of file descriptors or memory for now": wait and try again
 # rather than end the listener (trio.serve_listeners does the same). Other accept errors back
@@ -56,7 +75,7 @@ class ListenerCounters:
 @dataclass
 class _Open:
     listener: Listener
-    sockets: list[trio.SocketListener]
+    sockets: list[ListeningSocket]
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     started: bool = False
 
@@ -68,12 +87,12 @@ class _Open:
         return port
 
 
-def bind_tcp(host: str, port: int) -> list[trio.SocketListener]:
+def bind_tcp(host: str, port: int) -> list[ListeningSocket]:
     """Listening sockets for every address of `host`, bound now (like trio.open_tcp_listeners,
     which is async only because of the name lookup; the hosts of listeners are addresses or
     names the system resolves locally, so the lookup does not wait on the network)."""
     infos = stdsocket.getaddrinfo(host or None, port, type=stdsocket.SOCK_STREAM, flags=stdsocket.AI_PASSIVE)
-    sockets: list[trio.SocketListener] = []
+    sockets: list[ListeningSocket] = []
     try:
         for family, kind, proto, _, address in infos:
             sock = stdsocket.socket(family, kind, proto)
@@ -178,7 +197,7 @@ class AmqpListeners:
         for sock in entry.sockets:
             self._accepting.start_soon(self._accept, entry, sock)
 
-    async def _accept(self, entry: _Open, sock: trio.SocketListener) -> None:
+    async def _accept(self, entry: _Open, sock: ListeningSocket) -> None:
         assert self._connections is not None
         name = entry.listener.name
         counters = self.counters(name)
@@ -212,7 +231,7 @@ class AmqpListeners:
                         delay = 0.0
                     self._connections.start_soon(self._serve_one, stream, entry.listener)
 
-    async def _serve_one(self, stream: trio.SocketStream, listener: Listener) -> None:
+    async def _serve_one(self, stream: trio.abc.Stream, listener: Listener) -> None:
         """One accepted connection: its exception (the handler is guarded already) must never
         reach the connections' nursery, which every other connection shares."""
         try:

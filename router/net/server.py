@@ -43,10 +43,10 @@ from ..amqp.events import Event
 from ..amqp.performatives import Error
 from ..config.models import Connector, ConnectionSettings, Listener, RouterConfig, SslProfile
 from ..core.connections import new_engine, new_outgoing_engine
-from .connectors import Connectors
+from .connectors import Connectors, Dial
 from .driver import ConnectionDriver
 from .http_server import serve_http
-from .listeners import AmqpListeners, ListenerCounters
+from .listeners import AmqpListeners, Bind, ListenerCounters
 from .reload import ReloadRefused, ReloadReport, apply_reload, plan_reload
 from .tls import TlsInfo, TlsProfiles, TlsRefused, session_of, transport_of
 from .tls import accept as tls_accept
@@ -131,13 +131,16 @@ class RouterServer:
         clock: Callable[[], float] = trio.current_time,
         wall_clock: Callable[[], float] = time.time,
         drain_s: float = SHUTDOWN_FLUSH_S,
+        bind: Bind | None = None,
+        dial: Dial | None = None,
     ) -> None:
         """`clock`: the one monotonic clock every `now` given to the core comes from (trio's, so
         that tests may run on trio's mock clock). `wall_clock` is read once, here: the core gets
         the offset between the two for what must be wall time (see router.core.router).
         Construct it inside trio.run (the default clock is trio's). `drain_s`: how long a
         graceful stop lets connections finish closing (their outcomes written) before dropping
-        them."""
+        them. `bind` and `dial`: how listeners get their sockets and connectors their streams
+        (TCP by default; router.testing.memrouter gives memory streams on trio's mock clock)."""
         self.config = config
         self.file_config = config  # what reload() diffs a changed file against
         self.drain_s = drain_s
@@ -161,8 +164,8 @@ class RouterServer:
         self.http_addresses: list[BoundAddress] = []
         # TlsError (naming the profile and the file) if a profile's files do not load.
         self.tls = TlsProfiles(config.ssl_profiles)
-        self._listeners = AmqpListeners(self.serve_stream)
-        self._connectors = Connectors(self.serve_outgoing, secure=self._secure_outgoing)
+        self._listeners = AmqpListeners(self.serve_stream, bind=bind)
+        self._connectors = Connectors(self.serve_outgoing, secure=self._secure_outgoing, dial=dial)
         for connector in config.connectors:
             self._connectors.add(connector)
         self._drivers: dict[Connection, ConnectionDriver] = {}

@@ -14,7 +14,7 @@ from router.amqp import events as ev
 from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.link import Link
 from router.amqp.message import Message, decode_message, encode_message
-from router.amqp.messaging import Source, Target
+from router.amqp.messaging import DeliveryState, Source, Target
 from router.amqp.performatives import RECEIVER
 from router.amqp.serial import serial_range
 from router.amqp.session import Session
@@ -43,10 +43,10 @@ class Client:
     session: Session | None = None
     events: list[ev.Event] = field(default_factory=list)
     received: dict[Link, list[Received]] = field(default_factory=dict)
-    outcomes: dict[int, Any] = field(default_factory=dict)  # delivery-id -> state (our sends)
+    outcomes: dict[int, DeliveryState | None] = field(default_factory=dict)  # delivery-id -> state (our sends)
     settled: set[int] = field(default_factory=set)
     # What the router said about deliveries it sent us (role sender), by delivery-id.
-    remote_states: dict[int, Any] = field(default_factory=dict)
+    remote_states: dict[int, DeliveryState | None] = field(default_factory=dict)
     remote_settled: set[int] = field(default_factory=set)
     partial: dict[Link, list[bytes | memoryview]] = field(default_factory=dict)
     auto_accept: bool = True

@@ -1,0 +1,164 @@
+"""The single router with Proton clients (tests/support/router_proton.py): what the router
+does to messages on the way (expiry, before forwarding and while waiting for credit; router
+annotations from clients stripped)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from proton import Delivery, Message, symbol
+from proton.reactor import AtMostOnce
+from proton.utils import BlockingConnection
+
+from .support.router_process import RouterProcess
+from .support.router_proton import A, Clients, RE, TIMEOUT_S, router, run_clients, run_threads, shared_router, url
+
+pytestmark = [pytest.mark.interop, pytest.mark.process]
+
+
+# --- expiry --------------------------------------------------------------------------------------------
+
+
+class Expiry(Clients):
+    """One consumer; an unsettled producer sends an expired (absolute expiry), an expired (ttl
+    from creation time) and a fresh message; a presettled producer sends an expired and then a
+    fresh message."""
+
+    def __init__(self, router: RouterProcess, address: str) -> None:
+        super().__init__(router)
+        self.address = address
+        self.received: list[Any] = []
+        self.outcomes: dict[str, int] = {}
+        self.tags: dict[bytes, str] = {}
+        self.sent: set[str] = set()
+
+    def on_start(self, event: Any) -> None:
+        event.container.create_receiver(self.connect(event.container), self.address, name="consumer")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name == "consumer":
+            conn = self.connect(event.container)
+            event.container.create_sender(conn, self.address, name="unsettled")
+            event.container.create_sender(conn, self.address, name="presettled", options=AtMostOnce())
+
+    def on_sendable(self, event: Any) -> None:
+        name = event.sender.name
+        if name in self.sent:
+            return
+        self.sent.add(name)
+        now = time.time()
+        if name == "unsettled":
+            for body, msg in [
+                ("absolute", Message(body="absolute", expiry_time=now - 1)),
+                ("ttl", Message(body="ttl", ttl=0.5, creation_time=now - 2)),
+                ("fresh", Message(body="fresh", ttl=60)),
+            ]:
+                self.tags[event.sender.send(msg).tag] = body
+        else:
+            event.sender.send(Message(body="presettled expired", expiry_time=now - 1))
+            event.sender.send(Message(body="presettled fresh", ttl=60))
+
+    def on_message(self, event: Any) -> None:
+        self.received.append(event.message.body)
+        self._maybe_done()
+
+    def on_accepted(self, event: Any) -> None:
+        self.outcomes[self.tags[event.delivery.tag]] = event.delivery.remote_state
+        self._maybe_done()
+
+    on_rejected = on_released = on_accepted
+
+    def _maybe_done(self) -> None:
+        if len(self.outcomes) == 3 and "presettled fresh" in self.received:
+            self.finish()
+
+
+async def test_expired_messages_are_not_forwarded(router: RouterProcess) -> None:
+    clients = Expiry(router, "expiry.q")
+    await run_clients(clients)
+    clients.check()
+    assert clients.outcomes == {"absolute": RE, "ttl": RE, "fresh": A}
+    # The presettled expired message went before the fresh one on the same link: it was dropped.
+    assert sorted(clients.received) == ["fresh", "presettled fresh"]
+
+
+class ExpiresWhileWaiting(Clients):
+    """A consumer without credit; a message with a short ttl waits in the router and expires
+    there (released to the producer, by the router's timer); then the consumer grants credit
+    and a second message is the first it gets."""
+
+    def __init__(self, router: RouterProcess, address: str) -> None:
+        super().__init__(router, prefetch=0)
+        self.address = address
+        self.outcomes: list[tuple[Any, int]] = []
+        self.received: list[Any] = []
+        self.sent = False
+
+    def on_start(self, event: Any) -> None:
+        self.receiver = event.container.create_receiver(self.connect(event.container), self.address)
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link == self.receiver:
+            self.sender = event.container.create_sender(self.connect(event.container), self.address)
+
+    def on_sendable(self, event: Any) -> None:
+        if not self.sent:
+            self.sent = True
+            self.first = event.sender.send(Message(body="stale soon", ttl=0.3)).tag
+
+    def on_released(self, event: Any) -> None:
+        self.outcomes.append((event.delivery.tag, event.delivery.remote_state))
+        self.receiver.flow(10)
+        self.sender.send(Message(body="after"))
+
+    def on_message(self, event: Any) -> None:
+        self.received.append(event.message.body)
+        self.finish()
+
+
+async def test_a_message_expiring_while_waiting_for_credit_is_released(router: RouterProcess) -> None:
+    clients = ExpiresWhileWaiting(router, "expiry.waiting")
+    await run_clients(clients)
+    clients.check()
+    assert clients.outcomes == [(clients.first, Delivery.RELEASED)]
+    assert clients.received == ["after"]
+
+
+# --- router annotations --------------------------------------------------------------------------------
+
+
+async def test_router_annotations_from_clients_are_stripped(router: RouterProcess) -> None:
+    address = "annotations.q"
+    forged = {
+        symbol("x-opt-qd.trace"): ["0/evil"],
+        symbol("x-opt-qd.to"): "elsewhere",  # must not redirect the message either
+        symbol("x-opt-qd.ingress"): "0/fake",
+    }
+
+    def consume() -> list[Any]:
+        conn = BlockingConnection(url(router), timeout=TIMEOUT_S)
+        try:
+            receiver = conn.create_receiver(address, credit=2)
+            got = []
+            for _ in range(2):
+                msg = receiver.receive(timeout=TIMEOUT_S)
+                got.append((msg.body, msg.annotations))
+                receiver.accept()
+            return got
+        finally:
+            conn.close()
+
+    def produce() -> None:
+        conn = BlockingConnection(url(router), timeout=TIMEOUT_S)
+        try:
+            sender = conn.create_sender(address)
+            sender.send(Message(body="mixed", annotations={**forged, symbol("x-opt-app"): 7}))
+            sender.send(Message(body="only router keys", annotations=forged))
+        finally:
+            conn.close()
+
+    got, _ = await run_threads(consume, produce)
+    assert got[0] == ("mixed", {"x-opt-app": 7})
+    assert got[1][0] == "only router keys" and not got[1][1]
