@@ -2,7 +2,7 @@
 
     python bench/meshscale.py [--routers 50] [--graph ring-chords|random] [--stable-s 10]
 
-Starts `--routers` `router run` processes on loopback (tests/support/mesh_process.py: each
+Starts `--routers` `router run` processes on loopback (router/testing/meshprocs.py: each
 router dials its lower-numbered neighbours), then reports
 - the time from the last router's start until every router has a next hop to every other;
 - control traffic when stable: bytes each router writes per second (from /proc/PID/io, which
@@ -30,7 +30,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from router.build_info import build_info  # noqa: E402
-from tests.support.mesh_process import MeshProcesses  # noqa: E402
+from router.testing.meshprocs import MeshProcesses  # noqa: E402
 
 
 def edges(n: int, graph: str) -> str:

@@ -1,5 +1,5 @@
 """Two deploy/k8s sites in network namespaces across a delaying WAN: cross-site latency and
-throughput at a given round-trip time (root; see tests/support/multisite.py).
+throughput at a given round-trip time (root; see router/testing/multisite.py).
 
     python bench/multisite.py [--rtt-ms 20 80] [--messages 2000] [--window 250]
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from router.amqp.message import Message  # noqa: E402
 from router.net.client import Client  # noqa: E402
-from tests.support.multisite import Sites  # noqa: E402
+from router.testing.multisite import Sites  # noqa: E402
 
 
 async def consume(client: Client, address: str, credit: int) -> None:

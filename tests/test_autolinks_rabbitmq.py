@@ -25,7 +25,7 @@ from router.net.management_client import management_session
 
 from .support.external_brokers import RabbitMQ, rabbitmq, rabbitmq2, rabbitmq_private  # noqa: F401
 from .support.interop import run_container, run_in_thread
-from .support.mesh_process import MeshProcesses
+from router.testing.meshprocs import MeshProcesses
 
 pytestmark = [pytest.mark.broker, pytest.mark.process]
 

@@ -22,7 +22,7 @@ from router.core.interrouter import COST_PROPERTY, ROLE_PROPERTY, VERSION_PROPER
 from router.net.client import connect
 from router.net.management_client import management_session
 
-from .support.mesh_process import MeshProcesses
+from router.testing.meshprocs import MeshProcesses
 from .test_mesh_process import KillMidStream, run_handler
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]

@@ -28,7 +28,7 @@ from router.net.client import connect
 from router.net.management_client import management_session
 
 from .support.interop import run_container, run_in_thread
-from .support.mesh_process import MeshProcesses
+from router.testing.meshprocs import MeshProcesses
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
 

@@ -1,5 +1,5 @@
 """Two datacenters as deploy/k8s renders them, each site in its own network namespace, joined by
-a WAN that delays every byte and can be cut (tests/support/multisite.py): the mesh forms over
+a WAN that delays every byte and can be cut (router/testing/multisite.py): the mesh forms over
 mutual TLS, clients are served by their own site, traffic crosses the WAN only for a remote
 consumer, and a WAN cut is survived with an outcome for every delivery and traffic resuming
 when the link heals. Needs root (network namespaces) and kubectl; skips without them."""
@@ -17,7 +17,7 @@ from router.amqp.message import Message
 from router.net.client import Client
 from router.testing.netns import available
 
-from .support.multisite import Sites
+from router.testing.multisite import Sites
 
 pytestmark = [
     pytest.mark.process,

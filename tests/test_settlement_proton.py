@@ -20,7 +20,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from .support.interop import run_container, run_in_thread
-from .support.mesh_process import MeshProcesses
+from router.testing.meshprocs import MeshProcesses
 from .support.router_process import RouterProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]

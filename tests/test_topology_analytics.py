@@ -17,7 +17,7 @@ import trio
 from topology.cli.costs import CostChange, diff
 from topology.cli.network import Network, RouterInfo
 
-from .support.mesh_process import MeshProcesses
+from router.testing.meshprocs import MeshProcesses
 from .support.router_process import router_env
 
 # Starting the JVM and the first job on the shared session takes tens of seconds on a busy

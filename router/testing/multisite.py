@@ -34,12 +34,11 @@ from typing import Any
 import trio
 import yaml
 
-from router.cli.k8s import render_interior
 from router.net.client import Client, connect
 from router.net.management_client import management_session
 from router.testing.netns import Namespaces
 
-from .router_process import ROOT, RouterProcess, router_env
+from .processes import ROOT, RouterProcess, router_command, router_env
 
 K8S = ROOT / "deploy" / "k8s"
 SERVICE = "router-interior"
@@ -57,6 +56,19 @@ def site_template(site: str) -> tuple[dict[str, Any], str, str]:
     (certificate,) = [d for d in docs if d["kind"] == "Certificate" and d["metadata"]["name"] == "router-mesh"]
     public = [n for n in certificate["spec"]["dnsNames"] if not n.endswith(".svc.cluster.local") and "." in n]
     return yaml.safe_load(template_text), statefulset["metadata"]["namespace"], public[-1]
+
+
+def render_interior(template: Path, out: Path, pod: str, namespace: str, site: str) -> dict[str, Any]:
+    """What the StatefulSet's init container writes for `pod` (`router k8s render-interior`,
+    run as the init container runs it, with the pod's environment)."""
+    env = {**router_env(), "POD_NAME": pod, "POD_NAMESPACE": namespace, "ROUTER_SITE": site,
+           "INTERIOR_SERVICE": SERVICE, "CLUSTER_DOMAIN": "cluster.local"}  # fmt: skip
+    done = subprocess.run(router_command("k8s", "render-interior", str(template), "-o", str(out)),
+                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"render-interior {pod} of {site}: {done.stderr or done.stdout}")
+    config: dict[str, Any] = yaml.safe_load(out.read_text())
+    return config
 
 
 class Sites:
@@ -111,8 +123,10 @@ class Sites:
             cert_file, key_file = self.directory / f"{site}.pem", self.directory / f"{site}.key"
             cert.cert_chain_pems[0].write_to_path(str(cert_file))
             cert.private_key_pem.write_to_path(str(key_file))
+            template = self.directory / f"{site}-template.yaml"
+            template.write_text(yaml.safe_dump(templates[site][0], sort_keys=False))
             for n in range(self.interiors):
-                config = render_interior(templates[site][0], f"router-{n}", namespace, SERVICE, "cluster.local", site)
+                config = render_interior(template, self.directory / f"{site}-{n}.rendered.yaml", f"router-{n}", namespace, site)
                 self._localise(config, self.pod_address(site, n), cert_file, key_file, ca_file)
                 path = self.directory / f"{site}-{n}.yaml"
                 path.write_text(yaml.safe_dump(config, sort_keys=False))

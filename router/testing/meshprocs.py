@@ -26,7 +26,7 @@ import yaml
 from router.net.client import connect
 from router.net.management_client import management_session, node_address
 
-from .router_process import STOP_TIMEOUT_S, RouterProcess
+from .processes import STOP_TIMEOUT_S, RouterProcess
 
 NODE_TYPE = "org.apache.qpid.dispatch.router.node"
 
