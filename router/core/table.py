@@ -42,7 +42,8 @@ class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
-        "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled",
+        "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "bytes",
+        "residence", "settle", "released_told",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -67,6 +68,12 @@ class AddressEntry:
         # and deliveries that arrived settled.
         self.accepted = self.rejected = self.modified = 0
         self.presettled = 0
+        # Counted while flow records are on (router.core.flowcount): message bytes received for
+        # it, and the log2 histograms of its deliveries' residence and time to settlement.
+        self.bytes = 0
+        self.residence: list[int] = [0] * 32
+        self.settle: list[int] = [0] * 32
+        self.released_told = 0  # producers told released, by the router or by a consumer
         # Other routers with consumers (mobile), the target router (R), every router (T).
         self.remote: frozenset[str] = frozenset()
         # Balanced anycast: unsettled deliveries of this address per inter-router link.
@@ -117,6 +124,12 @@ class AddressTable:
         self.subtrees: set[str] = set()
         for rule in config.addresses:
             self.add_rule(rule)
+        # The flow records' address (docs/flow-records.md) is multicast on every router, flow
+        # records on or off, so that the mesh forwards them the same way everywhere (unless a
+        # rule of the file already covers it).
+        flow_address = config.flow.mesh_address
+        if flow_address is not None and self.matcher.lookup(flow_address) is None:
+            self.add_rule(AddressConfig(prefix=flow_address, distribution="multicast"))
 
     def add_rule(self, rule: AddressConfig) -> None:
         """Configure address semantics at run time (management). Only addresses looked up from
