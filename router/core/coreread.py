@@ -275,6 +275,15 @@ class CoreReadApi:
         entries = self._table.entries
         return [self._address(entries[key], now) for key in sorted(entries)]
 
+    def gone_addresses(self, now: float) -> list[AddressSnapshot]:
+        """The addresses removed since the last call, as they were (kept only while flow
+        records are on: AddressTable.keep_gone)."""
+        gone = self._table.keep_gone
+        if not gone:
+            return []
+        self._table.keep_gone = []
+        return [self._address(e, now) for e in gone]
+
     def address(self, key: str | None, address: str | None, now: float) -> AddressSnapshot | None:
         """The entry with table key `key`, else (when `address` is given) the one `address` maps to."""
         entry = self._table.entries.get(key) if key is not None else None

@@ -104,6 +104,9 @@ def _no_remote(_key: str) -> frozenset[str]:
     return frozenset()
 
 
+KEEP_GONE_MAX: Final = 10_000  # removed entries kept for flow records between two looks
+
+
 class AddressTable:
     def __init__(self, config: RouterConfig) -> None:
         self.router_id = config.router.id
@@ -122,6 +125,9 @@ class AddressTable:
         # Keys of in-process endpoints that also serve every address below them (`$management`
         # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
         self.subtrees: set[str] = set()
+        # While flow records are on: entries removed since the flow recorder last looked, with
+        # traffic (router.flow.recorder reports what they counted since its last interval).
+        self.keep_gone: list[AddressEntry] | None = None
         for rule in config.addresses:
             self.add_rule(rule)
         # The flow records' address (docs/flow-records.md) is multicast on every router, flow
@@ -270,3 +276,6 @@ class AddressTable:
             if self.keep_advertised and entry.remote and entry.key[0] == "M":
                 return
             del self.entries[entry.key]
+            gone = self.keep_gone
+            if gone is not None and entry.deliveries_ingress and len(gone) < KEEP_GONE_MAX:
+                gone.append(entry)  # its last counters, for flow records

@@ -5,7 +5,8 @@ counters (router.core.flowcount): a `router` snapshot at start and whenever its 
 their costs change, a `link` snapshot when a link is first seen open and when it is gone,
 `link_interval` and `address_interval` records every `interval_s` for what had activity
 (differences of the core's counters since the last interval: the hot path counts nothing
-twice), and `hop` records from the core's hop samples. `poll(now)` runs once a second
+twice; an address whose entry the table removes gets its record at the next poll, from its
+last counters), and `hop` records from the core's hop samples. `poll(now)` runs once a second
 (router.net.flowtask), so a link open and closed within one second gets no snapshot, and the
 counters a link gathers after the last poll before it closes are in the router totals but
 in no interval record. Credit starvation is sampled at each poll: a link with no credit at a
@@ -53,6 +54,7 @@ class FlowRecorder:
         self.compiled = compiled
         self.emitter = Emitter(core.router_id, flow.buffer_records, boot)
         core.forwarder.enable_flow(flow.sample_one_in, core.router_id, self.emitter)
+        core.table.keep_gone = []
         self._router_said: tuple[Any, ...] | None = None
         self._links: dict[int, _LinkSeen] = {}
         self._addresses: dict[str, AddressSnapshot] = {}
@@ -70,6 +72,9 @@ class FlowRecorder:
             self._interval_at = now
         self._router(now)
         self._link_changes(now)
+        for snap in self.core.read.gone_addresses(now):  # what they counted since the last interval
+            self._address_interval(snap, now)
+            self._addresses.pop(snap.table_key, None)  # a new entry under its key starts from 0
         for hop in self.core.forwarder.take_hops():
             trace_id, ingress, address, prev, nxt, residence, settle, outcome = hop
             self._emit("hop", now, {
