@@ -106,3 +106,10 @@ def test_the_records_address_is_multicast_unless_a_rule_says_otherwise() -> None
     mine = RouterConfig(flow=Flow(mesh_address="ops/flows"), addresses=(AddressConfig(prefix="ops", distribution="closest"),))
     assert AddressTable(mine).distribution_for("ops/flows") == "closest"
     assert AddressTable(RouterConfig(flow=Flow(mesh_address=None))).distribution_for("_flow/records") == "balanced"
+
+
+def test_a_changed_flow_section_is_logged_as_needing_a_restart() -> None:
+    from router.net.reload import plan_reload
+
+    plan = plan_reload(RouterConfig(), RouterConfig(flow=Flow(enabled=True)))
+    assert plan.needs_restart == ["flow"] and not plan.changes
