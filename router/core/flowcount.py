@@ -40,8 +40,17 @@ class RecordCounts(Protocol):
 
 
 def _bucket(seconds: float) -> int:
-    index = int(seconds * 1_000_000).bit_length() if seconds > 0 else 0
-    return index if index < LAST_BUCKET else LAST_BUCKET
+    """router.flow.hist.bucket(int(seconds * 1e6)) on native floats: compiled, int() and
+    bit_length() would box an integer and call a method for every duration."""
+    us = seconds * 1_000_000
+    if us < 1.0:
+        return 0
+    index = 1
+    limit = 2.0
+    while us >= limit and index < LAST_BUCKET:  # (durations of microseconds to milliseconds: 1 to 10 rounds)
+        index += 1
+        limit *= 2.0
+    return index
 
 
 class FlowCounting:
