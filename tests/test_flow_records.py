@@ -5,6 +5,7 @@ in and out (hostile lines refused), and the table rule that makes the records' a
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -113,3 +114,27 @@ def test_a_changed_flow_section_is_logged_as_needing_a_restart() -> None:
 
     plan = plan_reload(RouterConfig(), RouterConfig(flow=Flow(enabled=True)))
     assert plan.needs_restart == ["flow"] and not plan.changes
+
+
+@given(
+    st.integers(min_value=1, max_value=8),
+    st.lists(st.one_of(st.sampled_from(["router", "link", "hop", "link_interval", "address_interval"]),
+                       st.integers(min_value=0, max_value=5)), max_size=60),
+)  # fmt: skip
+def test_the_buffer_never_grows_past_its_bound_and_accounts_for_every_record(capacity: int, steps: list[Any]) -> None:
+    e = Emitter("R", capacity=capacity, boot="b")
+    made = 0
+    taken: list[int] = []
+    for step in steps:
+        if isinstance(step, str):
+            had_optional = bool(e.optional)
+            snapshots_before = len(e.snapshots)
+            e.emit(step, 1.0, {})
+            made += 1
+            if step in ("router", "link") and had_optional:
+                assert len(e.snapshots) == snapshots_before + 1  # an optional record made room
+        else:
+            taken += [r["seq"] for r in e.take(step)]
+        assert len(e) <= capacity
+        assert e.emitted + e.dropped + len(e) == made  # nothing lost without being counted
+    assert taken == sorted(taken) and len(set(taken)) == len(taken)
