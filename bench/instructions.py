@@ -9,7 +9,8 @@ engine code). Functions compiled by mypyc appear as CPyDef_<module>___<function>
 
     python bench/instructions.py [--presettled] [--flow] [--routers N] [--top N] [--callees FUNCTION_SUBSTRING]
 
---flow counts the relay with flow records on (bench/relay.py's --flow).
+--flow counts the relay with flow records on (bench/relay.py's --flow), the hot path alone: the
+records are flushed once at the end of each run (a flush is `relay.flush_cost()`).
 
 --routers N counts a chain of N routers in the mesh harness instead (bench/meshrelay.py): every
 router of the chain together.
@@ -38,7 +39,8 @@ _ROW = re.compile(r"\s*([\d,]+) \([^)]*\)\s+([*>]?)\s*(\S+)(?: \((\d+)x\))?")
 
 def _record(n: int, presettled: bool, routers: int, out: Path, flow: bool = False) -> None:
     if flow:
-        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, flow=True)")
+        # The records are flushed once, at the end: the difference of the two runs is the hot path's.
+        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, flow=True, flush_every=0)")
     elif routers:  # a chain in the mesh harness (bench/meshrelay.py)
         call = f"m['run_chain']({routers}, {n}, {presettled})"
         code = _RUN.format(path=str(HERE / "meshrelay.py"), call=call)
