@@ -5,6 +5,12 @@ core's handle). CPU time of one process, so other load on the machine hardly mov
 The consumer accepts in ranges (one disposition per batch), as Proton does, and grants credit in
 batches; the producer sends in batches of its credit. Reported: µs per message for unsettled
 and presettled 100-byte messages, and a cProfile of the router side on request.
+
+`--flow` (or `run_relay(..., flow=True)`) runs with flow records on (docs/flow-records.md):
+the core counts for them on the hot path, 1 in 1000 deliveries gets a hop record, and the
+recorder is polled and its records encoded as messages every 10,000 deliveries, inside the
+timed part (the router does it once a second, about every 300,000 deliveries at its rate in
+scenario 1: this charges the flush 30 times over). `flush_cost()` is one flush on its own.
 """
 
 from __future__ import annotations
@@ -25,15 +31,20 @@ from router.amqp.connection import Connection, ConnectionConfig  # noqa: E402
 from router.amqp.events import TransferReceived  # noqa: E402
 from router.amqp.message import Message, encode_message  # noqa: E402
 from router.amqp.messaging import ACCEPTED, Properties, Source, Target  # noqa: E402
-from router.config.models import RouterConfig, RouterSection  # noqa: E402
+from router.config.models import Flow, RouterConfig, RouterSection  # noqa: E402
 from router.core.connections import new_engine  # noqa: E402
 from router.core.router import RouterCore  # noqa: E402
 
 
 class Relay:
-    def __init__(self) -> None:
-        self.config = RouterConfig(router=RouterSection(id="bench"))
+    def __init__(self, flow: bool = False) -> None:
+        self.config = RouterConfig(router=RouterSection(id="bench"), flow=Flow(enabled=flow, file_dir=None))
         self.core = RouterCore(self.config)
+        self.recorder = None
+        if flow:
+            from router.flow.recorder import FlowRecorder  # noqa: PLC0415
+
+            self.recorder = FlowRecorder(self.core, self.config.flow, version="bench", compiled=False)
         self.router_s = 0.0
         self.pairs: list[tuple[Connection, Connection]] = []
 
@@ -83,8 +94,25 @@ def consume(events: list[Any], receiver: Any, presettled: bool, received: list[i
             receiver.flow(1000)
 
 
-def run_relay(count: int, presettled: bool, profile: bool = False, size: int = 60) -> float:
-    relay = Relay()
+def _flush_records(relay: Relay) -> None:
+    """What the router's flush task does once a second: poll, interval, encode the batches (no
+    one subscribes here, so they are encoded as they would be sent, then dropped)."""
+    from router.flow.publish import batch_message  # noqa: PLC0415
+
+    recorder = relay.recorder
+    assert recorder is not None
+    recorder.poll(1.0)
+    recorder.interval(1.0)
+    while records := recorder.take(1000):
+        batch_message(records, "_flow/records")
+
+
+def run_relay(
+    count: int, presettled: bool, profile: bool = False, size: int = 60, flow: bool = False, flush_every: int = 10_000,
+) -> float:  # fmt: skip
+    """µs of router CPU per message. With `flow`, the records are flushed every `flush_every`
+    deliveries (0: once, at the end: bench/instructions.py counts the hot path alone)."""
+    relay = Relay(flow)
     producer, consumer = relay.connect("producer"), relay.connect("consumer")
     relay.pump(lambda c, e: None)
     ps, cs = producer.begin_session(), consumer.begin_session()
@@ -112,11 +140,32 @@ def run_relay(count: int, presettled: bool, profile: bool = False, size: int = 6
             sender.send_transfer(i.to_bytes(4, "big"), payload, settled=presettled)
         sent += batch
         relay.pump(on_client)
+        if flow and flush_every and sent % flush_every < batch:
+            started = time.process_time()
+            _flush_records(relay)
+            relay.router_s += time.process_time() - started
+    if flow and not flush_every:
+        _flush_records(relay)
     if profiler:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
     assert len(received) == count, (len(received), count)
     return relay.router_s / count * 1e6
+
+
+def flush_cost(rounds: int = 200) -> float:
+    """µs of CPU for one flush of a relay's records (poll, interval, encoding), the flush the
+    router's task makes once a second: the relay's two links and one address, with 10 hops."""
+    relay = Relay(flow=True)
+    recorder = relay.recorder
+    assert recorder is not None
+    started = time.process_time()
+    for _ in range(rounds):
+        for _ in range(10):
+            recorder.emitter.emit("hop", 1.0, {"trace_id": "t", "ingress": "bench", "address": "q", "prev": None,
+                                               "next": None, "residence_us": 3, "settle_us": 40, "outcome": "accepted"})  # fmt: skip
+        _flush_records(relay)
+    return (time.process_time() - started) / rounds * 1e6
 
 
 def run() -> dict[str, float]:
@@ -130,6 +179,11 @@ def run() -> dict[str, float]:
 if __name__ == "__main__":
     if "--profile" in sys.argv:
         size = 10240 if "--10k" in sys.argv else 60
-        run_relay(20000 if size == 60 else 5000, "--presettled" in sys.argv, profile=True, size=size)
+        run_relay(20000 if size == 60 else 5000, "--presettled" in sys.argv, profile=True, size=size, flow="--flow" in sys.argv)
+    elif "--flow" in sys.argv:  # flow records off and on, alternating, the best of 5 each
+        off = min(run_relay(20000, False) for _ in range(5))
+        on = min(run_relay(20000, False, flow=True) for _ in range(5))
+        print({"relay_unsettled_us_per_msg": off, "relay_unsettled_flow_us_per_msg": on, "ratio": on / off,
+               "flush_us": flush_cost()})
     else:
         print(run())

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("router", "topology", "tests", "bench", "scripts", "pipeline")
 
 _CORE = {"router.amqp", "topology", "router.config", "router.core"}
-_BELOW_CLI = _CORE | {"router.management", "router.net", "router.build_info"}
+_BELOW_CLI = _CORE | {"router.management", "router.net", "router.build_info", "router.flow"}
 _ROUTER_AND_TOPOLOGY = _BELOW_CLI | {"router.testing", "router.cli", "router.demo", "topology.cli", "router"}
 
 # package -> packages of this project it may import (its own included)
@@ -33,11 +33,13 @@ ALLOWED: dict[str, set[str]] = {
     "router.config": {"router.config", "router.amqp"},
     "router.build_info": {"router.build_info"},
     "router.core": _CORE,
+    # Flow records (sans-IO): read the routing core's snapshots; management shows their counts.
+    "router.flow": _CORE | {"router.flow"},
     "router.management": _CORE | {"router.management"},
-    "router.net": _CORE | {"router.management", "router.net"},
+    "router.net": _CORE | {"router.management", "router.net", "router.flow"},
     # The shipped test kit drives the router from outside: engines, cores, the server over
     # memory streams. It is a client of the router, never part of it.
-    "router.testing": _CORE | {"router.management", "router.net", "router.testing"},
+    "router.testing": _CORE | {"router.management", "router.net", "router.testing", "router.flow"},
     "router.cli": _BELOW_CLI | {"router.cli", "router.demo"},
     "router.demo": _BELOW_CLI | {"router.demo", "topology.cli"},
     # The `topology` CLI is a management client, like router/cli: it sits on top, beside net,
@@ -51,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
     "scripts": _ROUTER_AND_TOPOLOGY | {"scripts"},
     "tests": _ROUTER_AND_TOPOLOGY | {"bench", "tests", "pipeline"},
 }
-SANS_IO = ("router.amqp", "topology", "router.core")
+SANS_IO = ("router.amqp", "topology", "router.core", "router.flow")
 FORBIDDEN_IN_SANS_IO = {"trio", "asyncio", "socket", "selectors", "threading", "time", "ssl"}
 NO_TASKS_OR_SOCKETS = ("router.management",)
 FORBIDDEN_WITHOUT_TASKS = FORBIDDEN_IN_SANS_IO - {"time"}

@@ -4,6 +4,7 @@
     router config check FILE | schema  validate a file / print the JSON Schema
     router send ADDRESS ...            send messages and report their outcomes
     router receive ADDRESS ...         receive (and accept) messages
+    router collect --connect HOST:PORT --dir DIR   write the mesh's flow records to files
     router stat [VIEW]                 a running router's state as tables (like qdstat)
     router manage VERB ...             query and change its entities, JSON in and out (like qdmanage)
     router users add|remove|list|hash  the users file of salted password hashes
@@ -20,7 +21,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import clients, config_cmd, k8s, manage, run, stat, users
+from . import clients, collect, config_cmd, k8s, manage, run, stat, users
 
 app = typer.Typer(
     name="router",
@@ -33,6 +34,7 @@ app.command()(run.run)
 app.add_typer(config_cmd.app, name="config")
 app.command()(clients.send)
 app.command()(clients.receive)
+app.command()(collect.collect)
 app.command()(stat.stat)
 app.add_typer(manage.app, name="manage")
 app.add_typer(users.app, name="users")

@@ -428,6 +428,32 @@ class Limits(Model):
     )
 
 
+class Flow(Model):
+    """Flow records (docs/flow-records.md): snapshots, interval counters and sampled hops the
+    router emits for analytics. Off by default."""
+
+    enabled: bool = Field(default=False, description="emit flow records")
+    interval_s: float = Field(default=10.0, ge=1, le=3600, description="period of the per-link and per-address interval records")
+    sample_one_in: int = Field(
+        default=1000, ge=0, le=1_000_000_000,
+        description="a hop record for 1 in this many deliveries (0: none; traced messages always get one)",
+    )
+    file_dir: str | None = Field(
+        default=None, min_length=1, description="also append the records to gzip JSON lines files in this directory (rotated)",
+    )
+    file_rotate_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, description="start a new file past this many uncompressed bytes")
+    mesh_address: str | None = Field(
+        default="_flow/records", min_length=1,
+        description="send the records (batched, once a second) to this multicast address; null: files only",
+    )
+    buffer_records: int = Field(
+        default=100_000, ge=10, le=10_000_000,
+        description="records held before they are sent or written; past it hop and interval records are dropped "
+        "first, snapshots last (counted: flowRecordsDropped)",
+    )
+    batch_records: int = Field(default=1000, ge=1, le=100_000, description="records per message at most")
+
+
 _LEVEL = r"(trace|debug|info|notice|warning|error|critical)\+?"
 # A logger of the router (`DEFAULT`: its root logger `router`) and its level in the anchors' `enable`
 # syntax, as the management `log` entity takes it (docs/management.md).
@@ -555,6 +581,7 @@ class RouterConfig(Model):
     management: Management = Field(default_factory=Management, description="who may read and change the router through management")
     limits: Limits = Field(default_factory=Limits)
     policy: Policy = Field(default_factory=Policy, description="vhosts: what client connections may do, by user group")
+    flow: Flow = Field(default_factory=Flow, description="flow records for analytics (docs/flow-records.md)")
     log_levels: dict[LogModule, LogEnable] = Field(
         default_factory=dict,
         description="log level by module (DEFAULT or a router.* logger), e.g. {DEFAULT: info+, router.core: debug+}; "

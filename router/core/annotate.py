@@ -4,7 +4,8 @@ section (the anchors' `x-opt-qd.*` keys, reference §2.7).
 Owns: reading the router annotations of a delivery that arrived from another router (`parse`),
 writing them for the next router (`for_router`: `x-opt-qd.ingress` = the router where the
 message entered the mesh, `x-opt-qd.trace` = the routers it passed, this one last,
-`x-opt-qd.to` = the address it is routed by when that is not its `properties.to`), and removing
+`x-opt-qd.to` = the address it is routed by when that is not its `properties.to`,
+`x-opt-qd.flow-trace` = the trace id of its hop records when flow records follow it), and removing
 them (`strip`) from what clients send and from what consumers receive, unless the client's
 listener keeps them (strip_annotations: `kept_from_client` takes a router-aware client's
 ingress and trace as a router's; a consumer that keeps them gets them as the next router would).
@@ -20,19 +21,20 @@ Must not touch: routing decisions (sending.py, multicast.py, remote.py), links.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
 from ..amqp.errors import DecodeError
 from ..amqp.peek import RoutingView
 from .annotation_bytes import (
-    INGRESS, K_INGRESS, K_TO, K_TRACE, KEY_INGRESS, KEY_TO, KEY_TRACE, OTHER, PREFIX, TO, TRACE, TRACE_MAX, entries,
-    head, read_string, read_strings, section, write_string, write_strings,
+    INGRESS, K_CLIENT_TRACE, K_FLOW_TRACE, K_INGRESS, K_TO, K_TRACE, KEY_FLOW_TRACE, KEY_INGRESS, KEY_TO, KEY_TRACE,
+    OTHER, PREFIX, TO, TRACE, TRACE_MAX, entries, head, read_string, read_strings, section, write_string, write_strings,
 )  # fmt: skip
 from .delivery import Meta, Payload
 
 __all__ = ["PREFIX", "TO", "INGRESS", "TRACE", "TRACE_MAX", "Record", "Seen", "SEEN_MAX", "parse",
-           "for_client_delivery", "for_router", "kept_from_client", "strip", "strip_client"]  # fmt: skip
+           "for_client_delivery", "for_router", "client_trace", "kept_from_client", "strip", "strip_client"]  # fmt: skip
 
 
 def _kept_of(payload: Payload, meta: Meta) -> list[bytes]:
@@ -51,10 +53,13 @@ class Record:
     section on a link: consecutive deliveries between two routers nearly always carry the same
     bytes), and the sections derived from it, built on first use."""
 
-    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped")
+    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped", "flow_trace")
 
-    def __init__(self, to: str | None, ingress: str | None, trace: tuple[str, ...], kept: list[bytes]) -> None:
+    def __init__(
+        self, to: str | None, ingress: str | None, trace: tuple[str, ...], kept: list[bytes], flow_trace: str | None = None,
+    ) -> None:  # fmt: skip
         self.to = to  # x-opt-qd.to, or None: routed by properties.to
+        self.flow_trace = flow_trace  # x-opt-qd.flow-trace (a valid one), or None
         self.ingress = ingress
         self.trace = trace
         self.kept = kept  # the entries that are not router annotations, as bytes
@@ -87,7 +92,7 @@ SEEN_MAX = 256  # distinct sections remembered per link (then it starts afresh)
 
 def _record(payload: Payload, span: tuple[int, int] | None, came_from: str, entering: bool) -> Record:
     """Read and check the router annotations (a malformed value raises DecodeError)."""
-    to = ingress = None
+    to = ingress = flow_trace = None
     trace: Any = ()
     kept: list[bytes] = []
     if span is not None:
@@ -102,6 +107,8 @@ def _record(payload: Payload, span: tuple[int, int] | None, came_from: str, ente
                     ingress = read_string(data, value_at, end)
                 elif kind == KEY_TRACE:
                     trace = read_strings(data, value_at, end)
+                elif kind == KEY_FLOW_TRACE:
+                    flow_trace = read_string(data, value_at, end)
         except UnicodeDecodeError:
             raise DecodeError("a router annotation is not valid UTF-8") from None
     if to is not None and (type(to) is not str or not to):
@@ -113,10 +120,39 @@ def _record(payload: Payload, span: tuple[int, int] | None, came_from: str, ente
     for item in trace:
         if type(item) is not str:
             raise DecodeError(f"{TRACE} must be a list of router ids")
+    if not _valid_trace_id(flow_trace):
+        flow_trace = None  # only analytics depend on it: the delivery is routed all the same
     if entering:
-        return Record(to, None, (), kept)
+        return Record(to, None, (), kept, flow_trace)
     # A router always sets the ingress: without one, take the neighbour as the ingress.
-    return Record(to, ingress if ingress is not None else came_from, tuple(trace), kept)
+    return Record(to, ingress if ingress is not None else came_from, tuple(trace), kept, flow_trace)
+
+
+TRACE_ID_MAX = 64
+
+
+def _valid_trace_id(value: Any) -> bool:
+    return type(value) is str and 0 < len(value) <= TRACE_ID_MAX and value.isprintable()
+
+
+def client_trace(payload: Payload, view: RoutingView, new_id: Callable[[], str]) -> str | None:
+    """The trace id a client asks for with the `x-opt-router-trace` message annotation (true:
+    the router makes one; a string of up to 64 printable characters: that one), or None. Read
+    only while flow records are on, and only from messages that carry annotations."""
+    span = view.annotations_span
+    if span is None:
+        return None
+    data = head(payload, span)
+    try:
+        for kind, k, value_at, end in entries(data, span):
+            if kind == OTHER and data.startswith(K_CLIENT_TRACE, k) and value_at == k + len(K_CLIENT_TRACE):
+                if data[value_at] == 0x41:  # true
+                    return new_id()
+                value = read_string(data, value_at, end)
+                return value if _valid_trace_id(value) else None
+    except (DecodeError, UnicodeDecodeError, ValueError):
+        return None
+    return None
 
 
 def parse(payload: Payload, view: RoutingView, came_from: str, seen: Seen | None = None) -> Meta:
@@ -146,6 +182,7 @@ def parse(payload: Payload, view: RoutingView, came_from: str, seen: Seen | None
                 view.insert_at, True, came_from)  # fmt: skip
     meta.kept = record.kept
     meta.record = record
+    meta.flow_trace = record.flow_trace
     return meta
 
 
@@ -185,6 +222,9 @@ def _routed(kept: list[bytes], meta: Meta, me: str) -> bytes:
     if meta.explicit_to and meta.to is not None:
         pieces.append(K_TO + write_string(meta.to))
         pairs += 1
+    if meta.flow_trace is not None:
+        pieces.append(K_FLOW_TRACE + write_string(meta.flow_trace))
+        pairs += 1
     return section(pieces, pairs)
 
 
@@ -199,11 +239,13 @@ def for_router(payload: Payload, meta: Meta, me: str) -> bytes:
     bytes copied), the router annotations set (this router appended to the trace)."""
     span = meta.span
     record = meta.record
-    if record is not None:  # from another router: built once per distinct section
+    if record is not None and record.flow_trace == meta.flow_trace:  # built once per distinct section
         section = record.routed
         if section is None:
             section = record.routed = _routed(record.kept, meta, me)
-    elif span is None and meta.ingress is None and not meta.trace:
+    elif record is not None:  # traced here first: its own section
+        section = _routed(record.kept, meta, me)
+    elif span is None and meta.ingress is None and not meta.trace and meta.flow_trace is None:
         section = _entering(me, meta.to if meta.explicit_to else None)
     else:
         section = _routed(_kept_of(payload, meta), meta, me)

@@ -22,12 +22,15 @@ PREFIX = "x-opt-qd."
 TO = "x-opt-qd.to"
 INGRESS = "x-opt-qd.ingress"
 TRACE = "x-opt-qd.trace"
+FLOW_TRACE = "x-opt-qd.flow-trace"  # the trace id of a delivery's hop records (docs/flow-records.md)
+CLIENT_TRACE = "x-opt-router-trace"  # a client's flag: hop records for this message (not a router key)
 TRACE_MAX = 1024  # a longer trace is malformed (the radius check drops far shorter ones)
 SECTION = b"\x00\x53\x72"  # described by smallulong 0x72: message-annotations (messaging §3.2.3)
 
 Entry = tuple[int, int, int, int]  # (kind, key offset, value offset, end)
-OTHER, KEY_TO, KEY_INGRESS, KEY_TRACE, KEY_ROUTER = 0, 1, 2, 3, 4  # kinds of entries
-KINDS = {TO.encode(): KEY_TO, INGRESS.encode(): KEY_INGRESS, TRACE.encode(): KEY_TRACE}
+OTHER, KEY_TO, KEY_INGRESS, KEY_TRACE, KEY_ROUTER, KEY_FLOW_TRACE = 0, 1, 2, 3, 4, 5  # kinds of entries
+KINDS = {TO.encode(): KEY_TO, INGRESS.encode(): KEY_INGRESS, TRACE.encode(): KEY_TRACE,
+         FLOW_TRACE.encode(): KEY_FLOW_TRACE}  # fmt: skip
 PREFIX_BYTES = PREFIX.encode()
 _SHORT = frozenset((0xA0, 0xA1, 0xA3, 0xC0, 0xC1))  # one length byte follows the constructor
 _LONG = frozenset((0xB0, 0xB1, 0xB3, 0xD0, 0xD1))  # four length bytes follow
@@ -39,7 +42,8 @@ def _sym(name: str) -> bytes:
     return b"\xa3" + bytes((len(data),)) + data
 
 
-K_TO, K_INGRESS, K_TRACE = _sym(TO), _sym(INGRESS), _sym(TRACE)
+K_TO, K_INGRESS, K_TRACE, K_FLOW_TRACE = _sym(TO), _sym(INGRESS), _sym(TRACE), _sym(FLOW_TRACE)
+K_CLIENT_TRACE = _sym(CLIENT_TRACE)
 
 
 def skip(payload: Payload, pos: int, stop: int) -> int:

@@ -61,6 +61,8 @@ class RouterTotals:
     buffered_budget_bytes: int
     paused_connections: int
     released_over_budget: int
+    flow_records_emitted: int = 0  # flow records sent or written (router.flow)
+    flow_records_dropped: int = 0  # flow records dropped: the buffer or the hop samples were full
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,12 @@ class LinkSnapshot:
     stuck: bool  # out: at its unsettled bound
     stuck_count: int
     size_hint: int | None  # in: the message size its window is sized by (None before one is known)
+    # Flow records (router.flow): the neighbour router of a link between routers, and what is
+    # counted only while flow records are on (bytes, the two log2 histograms).
+    peer_router: str | None = None
+    bytes: int = 0
+    residence_hist: tuple[int, ...] = ()
+    settle_hist: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +142,11 @@ class AddressSnapshot:
     accepted: int
     modified: int
     presettled: int
+    # Counted only while flow records are on (router.core.flowcount).
+    bytes: int = 0
+    residence_hist: tuple[int, ...] = ()
+    settle_hist: tuple[int, ...] = ()
+    released_told: int = 0  # producers told released, by the router or a consumer
 
 
 def zero_credit_seconds(link: InLink | OutLink, now: float) -> int | None:
@@ -179,6 +192,7 @@ class CoreReadApi:
         transit = [link for s in states for link in s.out_links if link.neighbour is not None]
         gone_in, gone_out, gone_transit = self._links.gone_in, self._links.gone_out, self._links.gone_transit
         bounds, logins = self._bounds, self._logins
+        flow = self._forwarder.flow_counts
 
         def total(gone: int, counts: Iterable[int]) -> int:
             return gone + sum(counts)
@@ -200,6 +214,8 @@ class CoreReadApi:
             stuck_links=bounds.stuck_now, unsettled_bound_reached=bounds.stuck_total,
             buffered_bytes=bounds.buffered_total, buffered_budget_bytes=bounds.budget,
             paused_connections=bounds.paused_count(), released_over_budget=bounds.released_over_budget,
+            flow_records_emitted=flow.emitted if flow is not None else 0,
+            flow_records_dropped=(flow.dropped if flow is not None else 0) + self._forwarder.hops_dropped,
         )  # fmt: skip
 
     def connections(self, now: float) -> list[ConnectionSnapshot]:
@@ -234,13 +250,14 @@ class CoreReadApi:
             between_routers = link.peer is not None
             attached = link.address
             undelivered, unsettled, presettled, dropped = 0, link.inflight, link.presettled, link.dropped
-            stuck, stuck_count = False, 0
+            stuck, stuck_count, peer_router = False, 0, link.peer
             size_hint: int | None = link.size_hint if link.size_hint >= 0 else None
         else:
             between_routers = link.neighbour is not None
             attached = None
             undelivered, unsettled, presettled, dropped = len(link.pending or ()), link.outstanding, 0, 0
             stuck, stuck_count, size_hint = link.stuck, link.stuck_count, None
+            peer_router = link.neighbour
         mine = entry is not None and not between_routers
         return LinkSnapshot(
             id=link.id, name=link.link.name, incoming=isinstance(link, InLink), between_routers=between_routers,
@@ -250,12 +267,22 @@ class CoreReadApi:
             unsettled=unsettled, delivered=link.delivered, presettled=presettled, dropped_presettled=dropped,
             accepted=link.accepted, rejected=link.rejected, released=link.released, modified=link.modified,
             credit=link.link.credit, zero_credit_s=zero_credit_seconds(link, now), stuck=stuck,
-            stuck_count=stuck_count, size_hint=size_hint,
+            stuck_count=stuck_count, size_hint=size_hint, peer_router=peer_router, bytes=link.bytes,
+            residence_hist=tuple(link.residence), settle_hist=tuple(link.settle),
         )  # fmt: skip
 
     def addresses(self, now: float) -> list[AddressSnapshot]:
         entries = self._table.entries
         return [self._address(entries[key], now) for key in sorted(entries)]
+
+    def gone_addresses(self, now: float) -> list[AddressSnapshot]:
+        """The addresses removed since the last call, as they were (kept only while flow
+        records are on: AddressTable.keep_gone)."""
+        gone = self._table.keep_gone
+        if not gone:
+            return []
+        self._table.keep_gone = []
+        return [self._address(e, now) for e in gone]
 
     def address(self, key: str | None, address: str | None, now: float) -> AddressSnapshot | None:
         """The entry with table key `key`, else (when `address` is given) the one `address` maps to."""
@@ -274,5 +301,6 @@ class CoreReadApi:
             credit=sum(out.link.credit for out in e.consumers), zero_credit_s=_address_zero_credit(e, now),
             ingress=e.deliveries_ingress, egress=e.deliveries_egress, transit=e.deliveries_transit,
             released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected, accepted=e.accepted,
-            modified=e.modified, presettled=e.presettled,
+            modified=e.modified, presettled=e.presettled, bytes=e.bytes,
+            residence_hist=tuple(e.residence), settle_hist=tuple(e.settle), released_told=e.released_told,
         )  # fmt: skip

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..amqp.session import Session
 from .delivery import Forward
 from .dispositions import Dispositions
+from .flowcount import FlowCounting
 from .links import InLink, alive
 
 if TYPE_CHECKING:
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
     from .touched import Touched
 
 
-class ProducerCredit:
+class ProducerCredit(FlowCounting):
     def __init__(self, touched: Touched, bounds: Bounds) -> None:
+        super().__init__()
         self.touched = touched
         self.bounds = bounds
         self.now = 0.0  # the core's `now` (monotonic) of the batch being handled (set by the core)

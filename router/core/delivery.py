@@ -31,6 +31,7 @@ class Forward:
         "in_link", "in_id", "in_session", "presettled", "frames", "complete", "size", "entry",
         "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
         "message_format", "state", "arrived", "view", "meta", "rframe", "holds_slot", "fields",
+        "arrived_at", "sent_at", "hop",
     )  # fmt: skip
 
     def __init__(
@@ -70,6 +71,11 @@ class Forward:
         self.holds_slot = False
         # What consumers' filters read of it (router.core.filtering), once one has asked.
         self.fields: MessageFields | None = None
+        # Flow records only (router.flow): the core's `now` at its first frame and when it was
+        # sent on (0.0: not yet), and its trace id when a hop record follows it.
+        self.arrived_at = 0.0
+        self.sent_at = 0.0
+        self.hop: str | None = None
 
     def __repr__(self) -> str:
         return f"Forward(in={self.in_id}, out={self.out_id}, done={self.done})"
@@ -81,7 +87,8 @@ class Meta:
     `span`/`insert_at` locate the message-annotations section in the delivery's first frame as
     it is held now (`raw`: still with the router annotations it arrived with)."""
 
-    __slots__ = ("to", "explicit_to", "ingress", "trace", "span", "insert_at", "raw", "came_from", "kept", "record")
+    __slots__ = ("to", "explicit_to", "ingress", "trace", "span", "insert_at", "raw", "came_from", "kept", "record",
+                 "flow_trace")
 
     def __init__(
         self, to: str | None, explicit_to: bool, ingress: str | None, trace: tuple[str, ...],
@@ -101,6 +108,7 @@ class Meta:
         # What its annotations said when it came from another router (annotate.Record): the
         # sections for the next router and for consumers are built once per distinct record.
         self.record: Record | None = None
+        self.flow_trace: str | None = None  # x-opt-qd.flow-trace: the trace id of its hop records
 
     def __repr__(self) -> str:
         return f"Meta(to={self.to!r}, ingress={self.ingress!r}, trace={self.trace!r})"
@@ -109,9 +117,10 @@ class Meta:
 class Copy:
     """One multicast copy of a Forward, to one consumer link."""
 
-    __slots__ = ("forward", "out", "out_id", "sent_frames", "done")
+    __slots__ = ("forward", "out", "out_id", "sent_frames", "done", "sent_at")
 
     def __init__(self, forward: Forward, out: OutLink) -> None:
+        self.sent_at = 0.0  # flow records: the core's `now` when it was sent (0.0: not yet)
         self.forward = forward
         self.out = out
         self.out_id = -1

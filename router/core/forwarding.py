@@ -132,6 +132,8 @@ class Forwarder(Waiting):
         settled = event.settled
         fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
+        if self.flow_on:
+            self.flow_arrived(inl, fwd, len(payload), now, meta.flow_trace if meta is not None else None)
         if fwd.size > inl.size_watch and not event.more:  # a large message: credit by bytes (bounds.py)
             self.bounds.observe(inl, fwd.size)
         inl.inflight += 1
@@ -163,6 +165,8 @@ class Forwarder(Waiting):
                     return
                 fwd.expiry = expiry
             if view.annotations_span is not None and inl.peer is None:
+                if self.flow_on and fwd.hop is None:  # a client may ask for hop records (x-opt-router-trace)
+                    fwd.hop = annotate.client_trace(payload, view, self.new_trace_id)
                 if not inl.conn.strip_in:  # a router-aware client's annotations are the router's
                     address = inl.address
                     meta = fwd.meta = annotate.kept_from_client(payload, view, address or view.to, address is not None)
@@ -177,6 +181,8 @@ class Forwarder(Waiting):
 
     def _next_frame(self, inl: InLink, fwd: Forward, event: TransferReceived) -> None:
         fwd.arrived += len(event.payload)  # sizes shape the producer's credit (bounds.py)
+        if self.flow_on:
+            self.flow_more_bytes(inl, fwd, len(event.payload))
         if not event.more:
             inl.streaming = None
             fwd.complete = True

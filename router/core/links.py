@@ -39,11 +39,17 @@ class LinkCounts:
     """The delivery and outcome counters every producer and consumer link keeps (management).
     One base class, so that code counting on either kind compiles to plain attribute access."""
 
-    __slots__ = ("delivered", "accepted", "rejected", "released", "modified", "presettled")
+    __slots__ = ("delivered", "accepted", "rejected", "released", "modified", "presettled", "bytes", "residence", "settle")
 
     def __init__(self) -> None:
         self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
         self.presettled = 0
+        # Counted only while flow records are on (router.flow; forwarder's flow_* methods):
+        # message bytes, and log2 histograms (32 buckets, router.flow.hist) of the time from
+        # a delivery's arrival to its sending on, and from its sending on to its outcome.
+        self.bytes = 0
+        self.residence: list[int] = [0] * 32
+        self.settle: list[int] = [0] * 32
 
 
 class InLink(LinkCounts):

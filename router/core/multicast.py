@@ -82,6 +82,8 @@ class Multicast(Sending):
         else:
             fwd.entry.deliveries_transit += 1
         out.delivered += 1
+        if self.flow_on:
+            self.flow_copy_sent(copy, out, self.now)
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now
         conn = out.conn

@@ -153,6 +153,8 @@ class Sending(Settlement):
                 inl = fwd.in_link
                 to = inl.address if inl is not None and inl.address else view.to or fwd.entry.address
                 meta = fwd.meta = annotate.for_client_delivery(view, to, True)
+            if fwd.hop is not None:  # its hop records share this trace id on every router
+                meta.flow_trace = fwd.hop
             first = fwd.rframe
             if first is None:
                 first = annotate.for_router(frames[0], meta, self.router_id)
@@ -213,6 +215,8 @@ class Sending(Settlement):
         fwd.out, fwd.out_id = out, out_id
         fwd.frames = fwd.fields = None
         out.delivered += 1
+        if self.flow_on:
+            self.flow_sent(fwd, out, self.now)
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now
         conn = out.conn

@@ -98,11 +98,15 @@ class Settlement(ProducerCredit):
         if type(record) is Copy:
             if not record.done:
                 _count(out, state)
+                if self.flow_on:
+                    self.flow_settled(out, record.sent_at, self.now)
                 self._copy_outcome(record, state)
             return
         assert isinstance(record, Forward)
         if not record.done:
             _count(out, state)
+            if self.flow_on:
+                self.flow_settled(out, record.sent_at, self.now)
             self.relay_outcome(record, state)
         elif record.outcome_sent:
             # The outcome went to the producer unsettled, and now the consumer settles: the
@@ -124,6 +128,8 @@ class Settlement(ProducerCredit):
             if terminal and not record.done:
                 self._settle_consumer(out, delivery_id, state)
                 _count(out, state)
+                if self.flow_on:
+                    self.flow_settled(out, record.sent_at, self.now)
                 self._copy_outcome(record, state)
             return
         assert isinstance(record, Forward)
@@ -137,6 +143,8 @@ class Settlement(ProducerCredit):
                 self.dispose(record.in_session, RECEIVER, record.in_id, state, False)
             return
         _count(out, state)
+        if self.flow_on:
+            self.flow_settled(out, record.sent_at, self.now)
         if not self.relay_outcome(record, state, False):
             self._settle_consumer(out, delivery_id, state)  # no producer will settle it
 
@@ -190,6 +198,8 @@ class Settlement(ProducerCredit):
         if inl is None or inl.gone:
             return False
         _count(inl, state, fwd.entry)
+        if self.flow_on:
+            self.flow_outcome(fwd, inl, state, self.now)
         self._release_window(fwd)
         if fwd.presettled or not alive(inl.link):
             forget_inbound(fwd)

@@ -46,6 +46,7 @@ class AddressEntry:
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
         "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
+        "bytes", "residence", "settle", "released_told",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -70,6 +71,12 @@ class AddressEntry:
         # and deliveries that arrived settled.
         self.accepted = self.rejected = self.modified = 0
         self.presettled = 0
+        # Counted while flow records are on (router.core.flowcount): message bytes received for
+        # it, and the log2 histograms of its deliveries' residence and time to settlement.
+        self.bytes = 0
+        self.residence: list[int] = [0] * 32
+        self.settle: list[int] = [0] * 32
+        self.released_told = 0  # producers told released, by the router or by a consumer
         # Other routers with consumers (mobile), the target router (R), every router (T).
         self.remote: frozenset[str] = frozenset()
         # Balanced anycast: unsettled deliveries of this address per inter-router link.
@@ -103,6 +110,9 @@ def _no_remote(_key: str) -> frozenset[str]:
     return frozenset()
 
 
+KEEP_GONE_MAX: Final = 10_000  # removed entries kept for flow records between two looks
+
+
 class AddressTable:
     def __init__(self, config: RouterConfig) -> None:
         self.router_id = config.router.id
@@ -122,8 +132,17 @@ class AddressTable:
         # Keys of in-process endpoints that also serve every address below them (`$management`
         # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
         self.subtrees: set[str] = set()
+        # While flow records are on: entries removed since the flow recorder last looked, with
+        # traffic (router.flow.recorder reports what they counted since its last interval).
+        self.keep_gone: list[AddressEntry] | None = None
         for rule in config.addresses:
             self.add_rule(rule)
+        # The flow records' address (docs/flow-records.md) is multicast on every router, flow
+        # records on or off, so that the mesh forwards them the same way everywhere (unless a
+        # rule of the file already covers it).
+        flow_address = config.flow.mesh_address
+        if flow_address is not None and self.matcher.lookup(flow_address) is None:
+            self.add_rule(AddressConfig(prefix=flow_address, distribution="multicast"))
 
     def add_rule(self, rule: AddressConfig) -> None:
         """Configure address semantics at run time (management). Only addresses looked up from
@@ -288,3 +307,6 @@ class AddressTable:
             if self.keep_advertised and entry.remote and entry.key[0] == "M":
                 return
             del self.entries[entry.key]
+            gone = self.keep_gone
+            if gone is not None and entry.deliveries_ingress and len(gone) < KEEP_GONE_MAX:
+                gone.append(entry)  # its last counters, for flow records

@@ -93,6 +93,9 @@ class RouterType(EntityType):
         "pausedConnectionCount: Connections not read now because the router holds too much from them",
         "releasedOverBudget: Deliveries released because holding them would pass a byte bound",
     ) + _counters(
+        "flowRecordsEmitted: Flow records sent to the flow address or written to files (flow section)",
+        "flowRecordsDropped: Flow records dropped because the buffer (flow.buffer_records) or the hop samples were full",
+    ) + _counters(
         "failedLogins: SASL logins that failed (every listener)",
         "failedLoginsDelayed: Failed logins whose outcome was held back (repeated failures from one host)",
         "failedLoginHosts: Hosts remembered now for their failed logins (bounded)",
@@ -123,6 +126,7 @@ class RouterType(EntityType):
             stuckLinkCount=t.stuck_links, unsettledBoundReached=t.unsettled_bound_reached,
             bufferedBytes=t.buffered_bytes, bufferedBudgetBytes=t.buffered_budget_bytes,
             pausedConnectionCount=t.paused_connections, releasedOverBudget=t.released_over_budget,
+            flowRecordsEmitted=t.flow_records_emitted, flowRecordsDropped=t.flow_records_dropped,
             managementReadsRefused=agent.authz.refusals["amqp-read"],
             managementWritesRefused=agent.authz.refusals["amqp-write"],
             httpReadsRefused=agent.authz.refusals["http-read"], httpWritesRefused=agent.authz.refusals["http-write"],

@@ -15,7 +15,7 @@ Rules (docs/management.md, "Configuration changes without restarts"):
   that neither version of the file names are left alone.
 - The router's identity (router.id, router.mode) cannot change at run time: a file changing
   either is refused whole, and the running configuration stays in force.
-- Sections read only at start (http, limits, failed_logins, the router's hello and dead
+- Sections read only at start (http, limits, failed_logins, flow, the router's hello and dead
   intervals) are not applied: each change is logged as needing a restart; the rest is applied.
 - A change that management refuses (a port in use, certificate files that do not load) is
   logged with its reason and skipped; the other changes are still applied.
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # (the RouterConfig section, the management entity type) for entities keyed by name.
 NAMED = (("ssl_profiles", "sslProfile"), ("listeners", "listener"), ("connectors", "connector"))
 IDENTITY_FIELDS = ("id", "mode")  # of the `router` section
-RESTART_ONLY = ("http", "limits", "failed_logins")  # sections read once, at start
+RESTART_ONLY = ("http", "limits", "failed_logins", "flow")  # sections read once, at start
 AUTO_LINK_TYPE = "router.config.autoLink"  # identity: the auto-link's key
 
 

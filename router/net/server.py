@@ -45,6 +45,7 @@ from ..config.models import Connector, ConnectionSettings, Listener, RouterConfi
 from ..core.connections import new_engine, new_outgoing_engine
 from .connectors import Connectors, Dial
 from .driver import ConnectionDriver
+from .flowtask import FlowTask
 from .http_server import serve_http
 from .listeners import AmqpListeners, Bind, ListenerCounters
 from .reload import ReloadRefused, ReloadReport, apply_reload, plan_reload
@@ -160,6 +161,12 @@ class RouterServer:
                 self._installs_agent = True
         self.core: Core = core
         self.agent: Any = agent
+        # Flow records (router.net.flowtask), when configured: on the router's own core only.
+        self.flow: FlowTask | None = None
+        if config.flow.enabled and hasattr(core, "forwarder"):
+            from .. import __version__
+
+            self.flow = FlowTask(core, config.flow, clock, __version__)
         self.addresses: list[BoundAddress] = []
         self.http_addresses: list[BoundAddress] = []
         # TlsError (naming the profile and the file) if a profile's files do not load.
@@ -245,6 +252,8 @@ class RouterServer:
                     self._listeners.serve(connections, connections)
                     self._connectors.serve(connections)
                     connections.start_soon(self._timer)
+                    if self.flow is not None:
+                        connections.start_soon(self.flow.run, self._after_core)
                     task_status.started()
                     await self._stop.wait()
                     await self._stop_gracefully()
@@ -258,6 +267,12 @@ class RouterServer:
         self._connectors.stop_dialling()  # their open connections close with the others
         deadline = trio.current_time() + self.drain_s
         await self._drain_in_flight(deadline - min(CLOSE_MARGIN_S, self.drain_s / 2))
+        if self.flow is not None:  # the last records go out while their subscribers are still here
+            try:
+                self.flow.final(self.clock())
+                self._after_core()
+            except Exception:
+                log.exception("flow records: the last flush failed")
         log.info("shutting down: closing %d connection(s)", len(self._drivers))
         try:
             self.core.shutdown(self.clock())

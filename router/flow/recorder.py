@@ -1,0 +1,183 @@
+"""Reading the routing core into flow records (docs/flow-records.md).
+
+Owns: when each record is made from the core's read API (router.core.coreread) and its flow
+counters (router.core.flowcount): a `router` snapshot at start and whenever its neighbours or
+their costs change, a `link` snapshot when a link is first seen open and when it is gone,
+`link_interval` and `address_interval` records every `interval_s` for what had activity
+(differences of the core's counters since the last interval: the hot path counts nothing
+twice; an address whose entry the table removes gets its record at the next poll, from its
+last counters), and `hop` records from the core's hop samples. `poll(now)` runs once a second
+(router.net.flowtask), so a link open and closed within one second gets no snapshot, and the
+counters a link gathers after the last poll before it closes are in the router totals but
+in no interval record. Credit starvation is sampled at each poll: a link with no credit at a
+poll counts the time since the previous poll as starved.
+Must not touch: the core's state (read only, besides turning its flow counting on), I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..config.models import Flow
+from .hist import difference
+from .records import Emitter
+
+if TYPE_CHECKING:
+    from ..core.coreread import AddressSnapshot, LinkSnapshot
+    from ..core.router import RouterCore
+
+OUTCOMES = ("accepted", "rejected", "released", "modified")
+
+
+@dataclass
+class _LinkSeen:
+    record: dict[str, Any]  # the link snapshot's fields (state aside)
+    at_interval: LinkSnapshot | None  # its counters at the last interval (None: opened since)
+    last: LinkSnapshot  # as seen at the last poll
+    starved_s: float = 0.0
+
+
+@dataclass
+class _Totals:
+    deliveries: int = 0
+    bytes: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
+
+
+class FlowRecorder:
+    def __init__(self, core: RouterCore, flow: Flow, *, version: str, compiled: bool, boot: str | None = None) -> None:
+        self.core = core
+        self.flow = flow
+        self.version = version
+        self.compiled = compiled
+        self.emitter = Emitter(core.router_id, flow.buffer_records, boot)
+        core.forwarder.enable_flow(flow.sample_one_in, core.router_id, self.emitter)
+        core.table.keep_gone = []
+        self._router_said: tuple[Any, ...] | None = None
+        self._links: dict[int, _LinkSeen] = {}
+        self._addresses: dict[str, AddressSnapshot] = {}
+        self._interval_at: float | None = None
+        self._polled_at: float | None = None
+
+    def _emit(self, kind: str, now: float, fields: dict[str, Any]) -> None:
+        self.emitter.emit(kind, self.core.wall_time(now), fields)
+
+    # --- once a second ---------------------------------------------------------------------------
+
+    def poll(self, now: float) -> None:
+        """Snapshots of what changed, hop samples; the interval records when one is due."""
+        if self._interval_at is None:
+            self._interval_at = now
+        self._router(now)
+        self._link_changes(now)
+        for snap in self.core.read.gone_addresses(now):  # what they counted since the last interval
+            self._address_interval(snap, now)
+            self._addresses.pop(snap.table_key, None)  # a new entry under its key starts from 0
+        for hop in self.core.forwarder.take_hops():
+            trace_id, ingress, address, prev, nxt, residence, settle, outcome = hop
+            self._emit("hop", now, {
+                "trace_id": trace_id, "ingress": ingress, "address": address, "prev": prev, "next": nxt,
+                "residence_us": residence, "settle_us": settle, "outcome": outcome,
+            })  # fmt: skip
+        if now - self._interval_at >= self.flow.interval_s:
+            self.interval(now)
+
+    def take(self, limit: int) -> list[dict[str, Any]]:
+        return self.emitter.take(limit)
+
+    def put_back(self, records: list[dict[str, Any]]) -> None:
+        self.emitter.put_back(records)
+
+    def _router(self, now: float) -> None:
+        config = self.core.config.router
+        neighbours = tuple((rid, info["cost"]) for rid, info in sorted(self.core.mesh.neighbours().items()))
+        state = (config.mode, neighbours)
+        if state != self._router_said:
+            self._router_said = state
+            self._emit("router", now, {
+                "mode": config.mode, "version": self.version, "compiled": self.compiled,
+                "neighbours": [{"router": rid, "cost": cost} for rid, cost in neighbours],
+            })  # fmt: skip
+
+    def _link_changes(self, now: float) -> None:
+        elapsed = now - self._polled_at if self._polled_at is not None else 0.0
+        self._polled_at = now
+        read = self.core.read
+        connections = {c.id: c for c in read.connections(now)}
+        current: set[int] = set()
+        for snap in read.links(now):
+            if not snap.up or (snap.address is not None and snap.address == self.flow.mesh_address):
+                continue  # (the collectors' links: reporting them would never let the records go quiet)
+            current.add(snap.id)
+            seen = self._links.get(snap.id)
+            if seen is None:
+                conn = connections.get(snap.connection_id)
+                role = conn.role if conn is not None else "normal"
+                peer = snap.peer_router if snap.peer_router is not None else (conn.container_id if conn is not None else None)
+                fields = {
+                    "link_id": str(snap.id), "connection_id": str(snap.connection_id), "role": role, "peer": peer,
+                    "direction": "in" if snap.incoming else "out", "address": snap.address, "name": snap.name,
+                }  # fmt: skip
+                seen = self._links[snap.id] = _LinkSeen(fields, None, snap)
+                self._emit("link", now, {**fields, "state": "open"})
+            else:
+                if seen.last.credit <= 0 and snap.credit <= 0:
+                    seen.starved_s += elapsed
+                seen.last = snap
+        for link_id in [i for i in self._links if i not in current]:
+            seen = self._links.pop(link_id)
+            self._link_interval(seen, seen.last, now)  # what it did up to the last poll
+            self._emit("link", now, {**seen.record, "state": "closed"})
+
+    # --- every interval_s ------------------------------------------------------------------------
+
+    def interval(self, now: float) -> None:
+        for seen in self._links.values():
+            self._link_interval(seen, seen.last, now)
+        for snap in self.core.read.addresses(now):
+            self._address_interval(snap, now)
+        self._interval_at = now
+
+    def _interval_s(self, now: float) -> float:
+        return round(now - self._interval_at, 6) if self._interval_at is not None else 0.0
+
+    def _link_interval(self, seen: _LinkSeen, snap: LinkSnapshot, now: float) -> None:
+        before = seen.at_interval
+        seen.at_interval = snap
+        deliveries = snap.delivered - (before.delivered if before is not None else 0)
+        if deliveries <= 0 and not seen.starved_s:
+            return  # no activity
+        counts = {name: getattr(snap, name) - (getattr(before, name) if before is not None else 0) for name in OUTCOMES}
+        dropped = snap.dropped_presettled - (before.dropped_presettled if before is not None else 0)
+        starved, seen.starved_s = seen.starved_s, 0.0
+        r = seen.record
+        self._emit("link_interval", now, {
+            "link_id": r["link_id"], "peer": r["peer"], "role": r["role"], "direction": r["direction"],
+            "address": r["address"], "interval_s": self._interval_s(now), "deliveries": deliveries,
+            "bytes": snap.bytes - (before.bytes if before is not None else 0), **counts, "dropped": dropped,
+            "credit_starved_s": round(starved, 6),
+            "residence_hist": difference(list(snap.residence_hist), list(before.residence_hist) if before is not None else None),
+            "settle_hist": difference(list(snap.settle_hist), list(before.settle_hist) if before is not None else None),
+        })  # fmt: skip
+
+    def _address_interval(self, snap: AddressSnapshot, now: float) -> None:
+        if snap.address == self.flow.mesh_address:
+            return  # the records themselves: reporting them would never let the records go quiet
+        before = self._addresses.get(snap.table_key)
+        self._addresses[snap.table_key] = snap
+        if before is not None and snap.ingress < before.ingress:
+            before = None  # the entry was dropped and made again since: its counters restarted
+        deliveries = snap.ingress - (before.ingress if before is not None else 0)
+        dropped = snap.dropped - (before.dropped if before is not None else 0)
+        if deliveries <= 0 and dropped <= 0:
+            return
+        counts = {name: getattr(snap, name) - (getattr(before, name) if before is not None else 0) for name in OUTCOMES}
+        counts["released"] = snap.released_told - (before.released_told if before is not None else 0)
+        self._emit("address_interval", now, {
+            "address": snap.address, "interval_s": self._interval_s(now), "deliveries": deliveries,
+            "bytes": snap.bytes - (before.bytes if before is not None else 0), **counts, "dropped": dropped,
+            "residence_hist": difference(list(snap.residence_hist), list(before.residence_hist) if before is not None else None),
+            "settle_hist": difference(list(snap.settle_hist), list(before.settle_hist) if before is not None else None),
+        })  # fmt: skip

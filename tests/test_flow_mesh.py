@@ -1,0 +1,175 @@
+"""Flow records from routers in the mesh harness (sans-IO): known traffic (accepted, rejected,
+released) over a chain of three routers, and the records' totals equal it, every delivery
+counted once per router; the histograms count every delivery sent on; a traced message's hop
+records share one trace id and form its path; sampled hops; the records reach a subscriber
+on another router as JSON lines."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from router.amqp.message import Message, encode_message
+from router.amqp.messaging import ACCEPTED, RELEASED, Rejected
+from router.amqp.performatives import Error
+from router.config.models import Flow
+from router.flow.publish import CONTENT_TYPE, publish
+from router.flow.recorder import FlowRecorder
+from router.testing.meshharness import MeshHarness
+
+REJECTED = Rejected(error=Error(condition="app:bad"))
+
+
+def _chain(flow: Flow, *ids: str) -> tuple[MeshHarness, dict[str, FlowRecorder]]:
+    h = MeshHarness()
+    for i, rid in enumerate(ids):
+        h.router(rid, instance=i + 1, flow=flow)
+    for a, b in zip(ids, ids[1:]):
+        h.link(a, b)
+    h.converge()
+    recorders = {rid: FlowRecorder(core, flow, version="test", compiled=False, boot=f"boot-{rid}") for rid, core in h.cores.items()}
+    for recorder in recorders.values():
+        recorder.poll(h.now)
+    return h, recorders
+
+
+def _records(h: MeshHarness, recorders: dict[str, FlowRecorder], interval: bool = True) -> list[dict[str, Any]]:
+    out = []
+    for recorder in recorders.values():
+        recorder.poll(h.now)
+        if interval:
+            recorder.interval(h.now)
+        out += recorder.take(1_000_000)
+    return out
+
+
+_PAIRS: dict[int, Any] = {}
+
+
+def _traffic(h: MeshHarness, outcomes: list[Any], annotations: dict[str, Any] | None = None) -> list[Any]:
+    """Send one message per outcome from a producer on A to a consumer on C (the same two
+    clients each time), which settles each with its outcome; the outcomes the producer got."""
+    pair = _PAIRS.get(id(h))
+    if pair is None:
+        producer, consumer = h.client("A", "p"), h.client("C", "c")
+        consumer.auto_accept = False
+        rx = consumer.receiver("orders")
+        h.advance(0.5)
+        rx.flow(1000)
+        tx = producer.sender("orders")
+        h.pump()
+        pair = _PAIRS[id(h)] = (producer, consumer, tx, rx)
+    producer, consumer, tx, rx = pair
+    done = len(consumer.received[rx])
+    ids = [producer.send(tx, Message.value(i, message_annotations=annotations)) for i in range(len(outcomes))]
+    h.pump()
+    for received, outcome in zip(consumer.received[rx][done:], outcomes):
+        rx.dispose(received.delivery_id, state=outcome, settled=True)
+    h.pump()
+    return [producer.outcomes[i] for i in ids]
+
+
+def test_interval_records_count_every_delivery_once_per_router_with_its_outcome() -> None:
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
+    outcomes = [ACCEPTED] * 5 + [REJECTED] * 3 + [RELEASED] * 2
+    told = _traffic(h, outcomes)
+    assert [type(o).__name__ for o in told] == [type(o).__name__ for o in outcomes]
+    records = _records(h, recorders)
+    by_router = {rid: [r for r in records if r["router"] == rid] for rid in recorders}
+    for rid, mine in by_router.items():
+        (address,) = [r for r in mine if r["type"] == "address_interval" and r["address"] == "orders"]
+        assert (address["deliveries"], address["accepted"], address["rejected"], address["released"]) == (10, 5, 3, 2), rid
+        assert sum(address["residence_hist"]) == 10 and sum(address["settle_hist"]) == 10, rid
+        sent_bytes = sum(len(encode_message(Message.value(i))) for i in range(10))
+        # (other routers receive them with router annotations)
+        assert (address["bytes"] == sent_bytes if rid == "A" else address["bytes"] > sent_bytes) and address["dropped"] == 0
+        assert all(len(r[k]) == 32 for r in mine if r["type"].endswith("_interval") for k in ("residence_hist", "settle_hist"))
+        assert [r["seq"] for r in mine] == sorted(r["seq"] for r in mine) and len({r["seq"] for r in mine}) == len(mine)
+        assert all(r["boot"] == f"boot-{rid}" for r in mine)
+    links = {(r["router"], r["direction"], r["role"]): r for r in records if r["type"] == "link_interval" and r["deliveries"]}
+    producer_link = links[("A", "in", "normal")]
+    assert (producer_link["deliveries"], producer_link["accepted"], producer_link["rejected"], producer_link["released"]) == (10, 5, 3, 2)
+    assert producer_link["peer"] == "p" and producer_link["address"] == "orders"
+    consumer_link = links[("C", "out", "normal")]
+    assert (consumer_link["deliveries"], consumer_link["accepted"], consumer_link["rejected"]) == (10, 5, 3)
+    assert links[("A", "out", "inter-router")]["peer"] == "B" and links[("B", "in", "inter-router")]["peer"] == "A"
+    assert links[("B", "out", "inter-router")]["deliveries"] == 10
+    # Snapshots: each router's own, and every client link opened
+    routers = {r["router"]: r for r in records if r["type"] == "router"}
+    assert [n["router"] for n in routers["B"]["neighbours"]] == ["A", "C"] and routers["A"]["mode"] == "interior"
+    opened = [r for r in records if r["type"] == "link" and r["role"] == "normal"]
+    assert {(r["router"], r["direction"], r["address"], r["state"]) for r in opened} == {("A", "in", "orders", "open"), ("C", "out", "orders", "open")}
+    # A quiet interval says nothing more about them
+    quiet = _records(h, recorders)
+    assert not [r for r in quiet if r["type"].endswith("_interval")]
+
+
+def test_closed_links_get_a_closed_snapshot() -> None:
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
+    _traffic(h, [ACCEPTED])
+    _records(h, recorders)
+    for client in list(h.wires):
+        if client.b_client is not None or client.a_client is not None:
+            h.cut(client)
+    h.pump()
+    closed = [r for r in _records(h, recorders, interval=False) if r["type"] == "link" and r["state"] == "closed"]
+    assert {(r["router"], r["direction"]) for r in closed} >= {("A", "in"), ("C", "out")}
+
+
+def test_a_traced_message_has_one_trace_id_and_its_hops_form_the_path() -> None:
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
+    _traffic(h, [ACCEPTED], annotations={"x-opt-router-trace": True, "x-opt-app": 1})
+    _traffic(h, [ACCEPTED])  # not traced: no hop record
+    hops = [r for r in _records(h, recorders) if r["type"] == "hop"]
+    assert len(hops) == 3
+    assert len({r["trace_id"] for r in hops}) == 1
+    path = {r["router"]: (r["prev"], r["next"]) for r in hops}
+    assert path == {"A": (None, "B"), "B": ("A", "C"), "C": ("B", None)}
+    assert all(r["ingress"] == "A" and r["address"] == "orders" and r["outcome"] == "accepted" for r in hops)
+    assert all(r["residence_us"] >= 0 and r["settle_us"] >= 0 for r in hops)
+
+
+def test_a_client_may_name_the_trace_id_and_sampling_picks_one_in_n() -> None:
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=4), "A", "B", "C")
+    _traffic(h, [ACCEPTED], annotations={"x-opt-router-trace": "order-17"})
+    _traffic(h, [ACCEPTED] * 8)
+    hops = [r for r in _records(h, recorders) if r["type"] == "hop"]
+    traces = Counter(r["trace_id"] for r in hops)
+    assert traces["order-17"] == 3
+    assert len(traces) == 3 and all(n == 3 for n in traces.values())  # 2 of the 8 sampled, each on 3 routers
+
+
+def test_records_travel_to_a_subscriber_on_another_router() -> None:
+    flow = Flow(enabled=True, sample_one_in=0)
+    h, recorders = _chain(flow, "A", "B", "C")
+    collector = h.client("C", "collector")
+    rx = collector.receiver("_flow/records")
+    h.advance(0.5)
+    rx.flow(100)
+    h.pump()
+    _traffic(h, [ACCEPTED] * 3)
+    for rid, recorder in recorders.items():
+        recorder.poll(h.now)
+        recorder.interval(h.now)
+        assert publish(recorder, h.cores[rid], h.now)
+    h.pump()
+    received = collector.received[rx]
+    assert received
+    lines = [json.loads(line) for r in received for line in r.message.body_bytes.splitlines()]
+    assert {r["router"] for r in lines} == {"A", "B", "C"}
+    assert all(r.message.properties.content_type == CONTENT_TYPE for r in received)
+    emitted = {rid: h.cores[rid].read.totals(h.now).flow_records_emitted for rid in recorders}
+    assert sum(emitted.values()) == len(lines)
+
+
+def test_with_no_subscriber_records_wait_in_the_bounded_buffer() -> None:
+    flow = Flow(enabled=True, sample_one_in=0, buffer_records=10)
+    h, recorders = _chain(flow, "A", "B")
+    recorder, core = recorders["A"], h.cores["A"]
+    assert publish(recorder, core, h.now) == []
+    assert len(recorder.emitter) > 0 and core.read.totals(h.now).dropped_from_router == 0
+    for _ in range(20):
+        recorder.emitter.emit("hop", 1.0, {})
+    totals = core.read.totals(h.now)
+    assert len(recorder.emitter) == 10 and totals.flow_records_dropped > 0
