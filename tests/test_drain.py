@@ -74,16 +74,12 @@ async def test_sigterm_under_traffic_lets_the_deliveries_in_flight_be_accepted(t
 @pytest.mark.skipif(not core_ready(), reason="the routing core does not route yet")
 @pytest.mark.process
 async def test_a_consumer_that_never_settles_holds_the_drain_only_until_its_deadline(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """What is still in flight at the drain deadline is released, and the exit stays within
     the grace period."""
-    import tests.support.router_process as support
-
     grace_s = 3.0
-    plain = support.router_command
-    monkeypatch.setattr(support, "router_command", lambda *args: plain(*args, "--grace-period-s", str(grace_s)))
-    with RouterProcess.running(tmp_path) as router:
+    with RouterProcess.running(tmp_path, run_args=("--grace-period-s", str(grace_s))) as router:
         port = router.ports["amqp"]
         async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
             receiver = await consumer.open_receiver("drain/stuck", credit=10)
@@ -106,13 +102,9 @@ async def test_a_consumer_that_never_settles_holds_the_drain_only_until_its_dead
 @pytest.mark.process
 @pytest.mark.parametrize("grace_s", [1.5, 3.0])
 async def test_a_silent_peer_cannot_hold_the_exit_past_the_grace_period(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grace_s: float
+    tmp_path: Path, grace_s: float
 ) -> None:
-    import tests.support.router_process as support
-
-    plain = support.router_command
-    monkeypatch.setattr(support, "router_command", lambda *args: plain(*args, "--grace-period-s", str(grace_s)))
-    with RouterProcess.running(tmp_path) as router:
+    with RouterProcess.running(tmp_path, run_args=("--grace-period-s", str(grace_s))) as router:
         # A peer that opens and then neither reads nor answers the router's close.
         stream = await trio.open_tcp_stream("127.0.0.1", router.ports["amqp"])
         await stream.send_all(HEADER + frame(OPEN))

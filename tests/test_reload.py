@@ -154,13 +154,10 @@ async def wait_for_line(router: RouterProcess, text: str, timeout: float = 10.0)
 
 @needs_core
 @pytest.mark.process
-async def test_router_run_reloads_on_sighup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tests.support.router_process as support
-
-    plain = support.router_command  # no file watch: each change below is applied by its SIGHUP
-    monkeypatch.setattr(support, "router_command", lambda *args: plain(*args, "--watch-interval-s", "0"))
+async def test_router_run_reloads_on_sighup(tmp_path: Path) -> None:
     first = {"router": {"id": "reload-router"}, "listeners": [{"name": "amqp", "port": 0}]}
-    with RouterProcess.running(tmp_path, first) as router:
+    # No file watch: each change below is applied by its SIGHUP.
+    with RouterProcess.running(tmp_path, first, run_args=("--watch-interval-s", "0")) as router:
         port = router.ports["amqp"]
         path = router.config_path
         # SIGHUP: a new address rule and a new listener.
@@ -204,15 +201,11 @@ async def test_log_levels_follow_the_file(nursery: trio.Nursery) -> None:
 
 @needs_core
 @pytest.mark.process
-async def test_a_configmap_style_symlink_swap_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_configmap_style_symlink_swap_is_seen(tmp_path: Path) -> None:
     """Kubernetes mounts a ConfigMap as `router.yaml -> ..data/router.yaml` with `..data` a link to
     a timestamped directory, and updates it by swapping `..data` atomically."""
     import os
 
-    import tests.support.router_process as support
-
-    plain = support.router_command
-    monkeypatch.setattr(support, "router_command", lambda *args: plain(*args, "--watch-interval-s", "0.1"))
 
     def version(name: str, config: dict[str, Any]) -> None:
         (tmp_path / name).mkdir()
@@ -222,7 +215,7 @@ async def test_a_configmap_style_symlink_swap_is_seen(tmp_path: Path, monkeypatc
     version("v1", first)
     os.symlink("v1", tmp_path / "..data")
     os.symlink("..data/router.yaml", tmp_path / "router.yaml")
-    router = RouterProcess(tmp_path / "router.yaml", listeners=1)
+    router = RouterProcess(tmp_path / "router.yaml", listeners=1, run_args=("--watch-interval-s", "0.1"))
     router.start()
     try:
         port = router.ports["amqp"]

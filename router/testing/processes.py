@@ -33,7 +33,8 @@ import yaml
 import router
 
 ROOT = Path(router.__file__).resolve().parent.parent  # the checkout under test
-LISTENING = re.compile(r"^listening (\S+) amqp://\[?([^\]]+)\]?:(\d+)$")
+# `router run` prints one line per listener, its AMQP ones first, then its HTTP ones.
+LISTENING = re.compile(r"^listening (\S+) (?:amqp|http)://\[?([^\]]+)\]?:(\d+)$")
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
 
@@ -64,9 +65,11 @@ class RouterProcess:
     """One `router run -c CONFIG` subprocess; stdout and stderr are read by threads (so the
     router never blocks on a full pipe) and kept for assertions."""
 
-    def __init__(self, config_path: Path, *, listeners: int, log_level: str = "info", prefix: tuple[str, ...] = ()) -> None:
+    def __init__(self, config_path: Path, *, listeners: int, log_level: str = "info", prefix: tuple[str, ...] = (),
+                 run_args: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.config_path = config_path
         self.prefix = prefix  # e.g. ("ip", "netns", "exec", NAME): the router runs inside a namespace
+        self.run_args = run_args  # more `router run` options, e.g. ("--grace-period-s", "3")
         self.listeners = listeners
         self.log_level = log_level
         self.ports: dict[str, int] = {}
@@ -78,7 +81,7 @@ class RouterProcess:
     def start(self, timeout: float = START_TIMEOUT_S) -> dict[str, int]:
         """Start the router and wait for its `listening` lines; return {listener: port}."""
         self.proc = subprocess.Popen(
-            [*self.prefix, *router_command("run", "-c", str(self.config_path), "--log-level", self.log_level)],
+            [*self.prefix, *router_command("run", "-c", str(self.config_path), "--log-level", self.log_level, *self.run_args)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=router_env(),
         )  # fmt: skip
         assert self.proc.stdout is not None and self.proc.stderr is not None

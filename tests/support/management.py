@@ -16,7 +16,6 @@ every request has a time-out, so a hung router fails the test instead of hanging
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import threading
 import urllib.error
@@ -27,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 import yaml
 
@@ -36,7 +34,6 @@ from router.config.models import HttpListener, Listener, RouterConfig, RouterSec
 from router.net.client import connect
 from router.net.server import RouterServer
 
-from . import router_process
 from .router_process import RouterProcess, router_command, router_env
 
 MEDIA_TYPE = "application/amqp-management+json"
@@ -112,8 +109,6 @@ async def managed_router(config: RouterConfig | None = None) -> AsyncIterator[Ma
 
 # --- `router run` with an HTTP listener, and the CLI -----------------------------------------------
 
-# router_process.LISTENING knows amqp:// lines only; `router run` prints http:// ones too.
-LISTENING_ANY = re.compile(r"^listening (\S+) (?:amqp|http)://\[?([^\]]+)\]?:(\d+)$")
 CLI_TIMEOUT_S = 30.0
 
 
@@ -149,9 +144,7 @@ def router_with_http(directory: Path, router_id: str, **config: Any) -> Iterator
     path = directory / f"{router_id}.yaml"
     path.write_text(yaml.safe_dump(settings))
     process = RouterProcess(path, listeners=len(settings["listeners"]) + len(settings["http"]))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(router_process, "LISTENING", LISTENING_ANY)
-        process.start()
+    process.start()  # waits for the AMQP and the HTTP listeners' lines
     try:
         yield ProcessRouter(process, router_id)
     finally:
