@@ -14,6 +14,10 @@ Backpressure (both optional, used by the router's server):
   stream, and calls `on_output_blocked(True)` when they exceed `write_high_water`, then
   `on_output_blocked(False)` once they drain below half of it (hysteresis, so a connection
   near the mark does not flap).
+The open deadline (optional, used by the router's server for its handshake time-out): a peer
+whose open has not come by then is dropped (after a call to `on_open_timeout`). It is one more
+deadline of the reader's, not a task of its own: an idle connection holds as little as it can
+(see bench/README.md, "Idle connections").
 Must not touch: protocol decisions, routing.
 """
 
@@ -54,6 +58,15 @@ class ConnectionDriver:
     the writer flushes what they queued. `run()` returns once the connection is over.
     """
 
+    # No instance dict: every connection has a driver (the dict was ~1.6 KiB of each idle one).
+    __slots__ = (
+        "stream", "engine", "on_events", "read_size", "pause_reading", "write_high_water",
+        "on_output_blocked", "on_open_timeout", "_initial", "_wakeup", "_resume", "_closed",
+        "_closed_event", "_open_deadline", "_written_bytes", "_outq", "_unsent", "_sending",
+        "_output_blocked", "_reading_paused", "_paused_when_due", "_grace_deadline",
+        "_last_read_full", "_run_scope", "_aborted", "_tls", "_tls_ended", "_io", "_fd", "_receive",
+    )  # fmt: skip
+
     def __init__(
         self,
         stream: trio.abc.Stream,
@@ -65,9 +78,13 @@ class ConnectionDriver:
         write_high_water: int | None = None,
         on_output_blocked: BlockedHandler | None = None,
         initial: bytes = b"",
+        open_deadline: float = math.inf,
+        on_open_timeout: Callable[[], None] | None = None,
     ) -> None:
         """`initial`: bytes of the connection read from the stream already (the first bytes a
-        listener looked at to tell TLS from plain AMQP); the engine gets them first."""
+        listener looked at to tell TLS from plain AMQP); the engine gets them first.
+        `open_deadline` (trio's clock): the connection is dropped if the peer's open has not
+        come by then: `on_open_timeout` is called, then run() closes the stream and returns."""
         self.stream = stream
         self._initial = initial
         self.engine = engine
@@ -77,8 +94,13 @@ class ConnectionDriver:
         self.write_high_water = write_high_water
         self.on_output_blocked = on_output_blocked
         self._wakeup = trio.Event()
-        self._resume = trio.Event()
-        self._closed = trio.Event()
+        # Made when first needed: most connections never pause, and only run() waits for the
+        # close (an Event is ~200 bytes on every idle connection).
+        self._resume: trio.Event | None = None
+        self._closed = False
+        self._closed_event: trio.Event | None = None
+        self._open_deadline = open_deadline  # math.inf once the peer's open has come
+        self.on_open_timeout = on_open_timeout
         self._written_bytes = 0
         self._outq: list[bytes] = []  # taken from the engine, not yet handed to the stream
         self._unsent = 0  # bytes in _outq plus those of the write in progress
@@ -108,7 +130,7 @@ class ConnectionDriver:
 
     @property
     def closed(self) -> bool:
-        return self._closed.is_set()
+        return self._closed
 
     @property
     def unsent_bytes(self) -> int:
@@ -124,7 +146,16 @@ class ConnectionDriver:
         return self._reading_paused
 
     async def wait_closed(self) -> None:
-        await self._closed.wait()
+        if self._closed:
+            return
+        if self._closed_event is None:
+            self._closed_event = trio.Event()
+        await self._closed_event.wait()
+
+    def _set_closed(self) -> None:
+        self._closed = True
+        if self._closed_event is not None:
+            self._closed_event.set()
 
     def wake(self) -> None:
         """Ask the writer to flush whatever the engine has queued."""
@@ -164,7 +195,8 @@ class ConnectionDriver:
 
     def resume_reading(self) -> None:
         """The `pause_reading` predicate may have changed: a paused reader looks again."""
-        self._resume.set()
+        if self._resume is not None:
+            self._resume.set()
 
     def _dispatch(self) -> None:
         events = self.engine.events()
@@ -221,11 +253,11 @@ class ConnectionDriver:
                 await self._reader()
                 # The reader saw the end; give the writer a moment to flush the last frames.
                 with trio.move_on_after(CLOSE_GRACE_S):
-                    await self._closed.wait()
+                    await self.wait_closed()
                 nursery.cancel_scope.cancel()
         finally:
             self._run_scope = None
-            self._closed.set()
+            self._set_closed()
             with trio.CancelScope(shield=True):
                 await self._close_stream()
 
@@ -247,6 +279,11 @@ class ConnectionDriver:
                 if await self._read_until_due(scope):
                     return
             now = trio.current_time()
+            if now >= self._open_deadline and engine.remote_open is None and not engine.finished:
+                if self.on_open_timeout is not None:
+                    self.on_open_timeout()
+                self.abort()  # run() closes the stream; its caller releases the rest
+                return
             if engine.finished:
                 if now < self._grace_deadline:
                     continue
@@ -279,12 +316,20 @@ class ConnectionDriver:
             else:
                 next_deadline = engine.next_deadline()
                 deadline = math.inf if next_deadline is None else next_deadline
+                open_deadline = self._open_deadline
+                if open_deadline != math.inf:  # until the peer's open has come
+                    if engine.remote_open is not None:
+                        self._open_deadline = math.inf
+                    elif open_deadline < deadline:
+                        deadline = open_deadline
             if deadline < scope.deadline:
                 scope.deadline = deadline
             if not engine.finished and self._should_pause():
                 self._reading_paused = self._paused_when_due = True
+                resume = self._resume
+                assert resume is not None  # made by _should_pause
                 try:
-                    await self._resume.wait()
+                    await resume.wait()
                 finally:
                     self._reading_paused = False
                 self._paused_when_due = False
@@ -373,7 +418,7 @@ class ConnectionDriver:
                     self._outq, self._unsent = [], 0
                     engine.receive_data(b"", trio.current_time())
                     self._dispatch()
-                    self._closed.set()
+                    self._set_closed()
                     await self._close_stream()
                     return
                 self._written_bytes += len(data)
@@ -383,7 +428,7 @@ class ConnectionDriver:
                     self._set_output_blocked(False)
             if engine.finished and not engine.pending_output:
                 break
-        self._closed.set()
+        self._set_closed()
         await self._close_stream()
 
     async def _write(self, data: bytes) -> bool:

@@ -512,6 +512,16 @@ class RouterServer:
             self.core.set_output_blocked(engine, blocked, self.clock())
             self._after_core()
 
+        # The handshake time-out: the peer must have finished the protocol header, SASL and its
+        # open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
+        # silent, header-only, SASL-stalled or vanished peer would otherwise hold a descriptor
+        # until the idle time-out, which only starts after open). The driver watches it as one
+        # more deadline of its reader: a task per connection for it cost ~2 KiB for 10 s.
+        timeout_s = settings.handshake_timeout_s
+        if not timeout_s:
+            deadline = math.inf
+        elif deadline is None:
+            deadline = trio.current_time() + timeout_s
         driver = ConnectionDriver(
             stream,
             engine,
@@ -520,36 +530,23 @@ class RouterServer:
             write_high_water=settings.write_high_water_bytes,
             on_output_blocked=output_blocked,
             initial=initial,
+            open_deadline=deadline,
+            on_open_timeout=partial(self._open_timed_out, conn_id, timeout_s, counters),
         )
         self._drivers[engine] = driver
         try:
             driver.wake()  # an outgoing connection's engine has its header and open queued already
-            async with trio.open_nursery() as nursery:
-                timeout_s = settings.handshake_timeout_s
-                if timeout_s:
-                    if deadline is None:
-                        deadline = trio.current_time() + timeout_s
-                    nursery.start_soon(self._handshake_watch, engine, nursery.cancel_scope, deadline, timeout_s, conn_id, counters)
-                await driver.run()
-                nursery.cancel_scope.cancel()  # the watch, if the handshake is still going on
+            await driver.run()
         finally:
             del self._drivers[engine]
             self._paused.discard(driver)
 
-    async def _handshake_watch(
-        self, engine: Connection, scope: trio.CancelScope, deadline: float, timeout_s: float, conn_id: int,
-        counters: ListenerCounters | None,
-    ) -> None:
-        """Drop the connection if the peer has not finished the protocol header, SASL and its
-        open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
-        silent, header-only, SASL-stalled or vanished peer would otherwise hold a descriptor
-        until the idle time-out, which only starts after open)."""
-        await trio.sleep_until(deadline)
-        if engine.remote_open is None and not engine.finished:
-            if counters is not None:
-                counters.handshake_timeouts += 1
-            log.info("connection %d: no open within the handshake time-out (%g s); dropping it", conn_id, timeout_s)
-            scope.cancel()  # the driver closes the socket; _forget releases the rest
+    @staticmethod
+    def _open_timed_out(conn_id: int, timeout_s: float, counters: ListenerCounters | None) -> None:
+        """The driver drops the connection now (it closes the socket; _forget releases the rest)."""
+        if counters is not None:
+            counters.handshake_timeouts += 1
+        log.info("connection %d: no open within the handshake time-out (%g s); dropping it", conn_id, timeout_s)
 
     def _forget(self, engine: Connection, conn_id: int) -> None:
         """However the connection ended, the core forgets it and releases what it held. Each
