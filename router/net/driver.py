@@ -4,7 +4,10 @@ TCP), or any other stream through its receive_some/send_all.
 
 Owns: the reader task (bytes in, timers, event dispatch), the writer task (one write per batch
 of frames), backpressure at the socket, and closing the stream when the engine is finished.
-Writes are never interleaved: one task writes. Everything protocol-related is the engine's;
+Writes are never interleaved: one task writes. On a TCP socket most writes are made directly by
+flush() (the socket takes them at once), so the writer task lives only while it has something
+to write: started when a write would block (or output is queued from another task), ended when
+it has written everything. Other streams keep theirs from the first write to the end. Everything protocol-related is the engine's;
 everything application-related is the `on_events` callback's.
 
 Backpressure (both optional, used by the router's server):
@@ -61,10 +64,11 @@ class ConnectionDriver:
     # No instance dict: every connection has a driver (the dict was ~1.6 KiB of each idle one).
     __slots__ = (
         "stream", "engine", "on_events", "read_size", "pause_reading", "write_high_water",
-        "on_output_blocked", "on_open_timeout", "_initial", "_wakeup", "_resume", "_closed",
+        "on_output_blocked", "on_open_timeout", "_initial", "_wakeup", "_wake_pending",
+        "_writer_running", "_resume", "_closed",
         "_closed_event", "_open_deadline", "_written_bytes", "_outq", "_unsent", "_sending",
         "_output_blocked", "_reading_paused", "_paused_when_due", "_grace_deadline",
-        "_last_read_full", "_run_scope", "_aborted", "_tls", "_tls_ended", "_io", "_fd", "_receive",
+        "_last_read_full", "_nursery", "_aborted", "_tls", "_tls_ended", "_io", "_fd", "_receive",
     )  # fmt: skip
 
     def __init__(
@@ -93,7 +97,11 @@ class ConnectionDriver:
         self.pause_reading = pause_reading
         self.write_high_water = write_high_water
         self.on_output_blocked = on_output_blocked
-        self._wakeup = trio.Event()
+        # The writer: running or not (see the module docstring), something for it to do, and
+        # the event it waits on (only a writer that stays between writes waits).
+        self._writer_running = False
+        self._wake_pending = False
+        self._wakeup: trio.Event | None = None
         # Made when first needed: most connections never pause, and only run() waits for the
         # close (an Event is ~200 bytes on every idle connection).
         self._resume: trio.Event | None = None
@@ -110,7 +118,7 @@ class ConnectionDriver:
         self._paused_when_due = False  # the reader was paused when its deadline fell due
         self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
         self._last_read_full = False
-        self._run_scope: trio.CancelScope | None = None  # while run() runs: abort() cancels it
+        self._nursery: trio.Nursery | None = None  # while run() runs (abort() cancels it)
         self._aborted = False
         # Under TLS (a TlsStream) every byte taken from the engine is encrypted by the session
         # before it goes anywhere (flush, _take_output), and the engine gets only what the
@@ -164,7 +172,18 @@ class ConnectionDriver:
             # frames now so that they count towards the high-water mark (the engine only
             # counts frames, not bytes). They go out together in the next write.
             self._take_output()
-        self._wakeup.set()
+        self._kick_writer()
+
+    def _kick_writer(self) -> None:
+        """There is something for the writer: wake it, or start it (before run() has started,
+        run() does)."""
+        self._wake_pending = True
+        if self._writer_running:
+            if self._wakeup is not None:
+                self._wakeup.set()
+        elif self._nursery is not None:
+            self._writer_running = True
+            self._nursery.start_soon(self._writer)
 
     def flush(self) -> None:
         """Write what the engine has queued now, from the calling task, if the socket accepts it
@@ -191,7 +210,7 @@ class ConnectionDriver:
             high = self.write_high_water
             if high is not None and not self._output_blocked and self._unsent > high:
                 self._set_output_blocked(True)
-            self._wakeup.set()
+            self._kick_writer()
 
     def resume_reading(self) -> None:
         """The `pause_reading` predicate may have changed: a paused reader looks again."""
@@ -240,23 +259,26 @@ class ConnectionDriver:
         """End the connection now, from any task: run() stops reading and writing, closes the
         stream and returns (the caller of run() then cleans up as after any other end)."""
         self._aborted = True
-        if self._run_scope is not None:
-            self._run_scope.cancel()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                self._run_scope = nursery.cancel_scope
-                if self._aborted:
+                self._nursery = nursery
+                try:
+                    if self._aborted:
+                        nursery.cancel_scope.cancel()
+                    if self._wake_pending:  # woken before run(): output is queued already
+                        self._kick_writer()
+                    await self._reader()
+                    # The reader saw the end; give the writer a moment to flush the last frames.
+                    with trio.move_on_after(CLOSE_GRACE_S):
+                        await self.wait_closed()
                     nursery.cancel_scope.cancel()
-                nursery.start_soon(self._writer)
-                await self._reader()
-                # The reader saw the end; give the writer a moment to flush the last frames.
-                with trio.move_on_after(CLOSE_GRACE_S):
-                    await self.wait_closed()
-                nursery.cancel_scope.cancel()
+                finally:
+                    self._nursery = None  # closing: no writer starts any more
         finally:
-            self._run_scope = None
             self._set_closed()
             with trio.CancelScope(shield=True):
                 await self._close_stream()
@@ -353,7 +375,7 @@ class ConnectionDriver:
             pending = tls.take_pending()  # the TLS layer's own answer (a key update)
             if pending:
                 self._queue(pending)
-                self._wakeup.set()
+                self._kick_writer()
             if plaintext:
                 return plaintext
         return b""
@@ -404,10 +426,16 @@ class ConnectionDriver:
         await trio.aclose_forcefully(self.stream)
 
     async def _writer(self) -> None:
+        try:
+            await self._write_while_woken()
+        finally:
+            self._writer_running = self._wake_pending = False
+            self._wakeup = None
+
+    async def _write_while_woken(self) -> None:
         engine = self.engine
         while True:
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
+            self._wake_pending = False
             self._take_output()
             while self._outq:
                 # Everything taken so far goes out in one write (frames queued during the
@@ -428,6 +456,13 @@ class ConnectionDriver:
                     self._set_output_blocked(False)
             if engine.finished and not engine.pending_output:
                 break
+            if self._wake_pending:
+                continue
+            if self._fd >= 0:
+                return  # all written: the next write that would block starts a writer again
+            self._wakeup = wakeup = trio.Event()
+            await wakeup.wait()
+            self._wakeup = None
         self._set_closed()
         await self._close_stream()
 
