@@ -33,7 +33,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any, Protocol
 
 import trio
@@ -502,16 +501,6 @@ class RouterServer:
         # stream (checked by the server tests). With Nagle on, a small disposition or flow
         # would wait for the peer's delayed ACK, costing ~40 ms per round trip.
 
-        def pause_reading() -> bool:
-            if self.core.read_paused(engine):
-                self._paused.add(driver)  # _after_core asks it to look again
-                return True
-            return False
-
-        def output_blocked(blocked: bool) -> None:
-            self.core.set_output_blocked(engine, blocked, self.clock())
-            self._after_core()
-
         # The handshake time-out: the peer must have finished the protocol header, SASL and its
         # open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
         # silent, header-only, SASL-stalled or vanished peer would otherwise hold a descriptor
@@ -522,17 +511,7 @@ class RouterServer:
             deadline = math.inf
         elif deadline is None:
             deadline = trio.current_time() + timeout_s
-        driver = ConnectionDriver(
-            stream,
-            engine,
-            partial(self._on_events, engine),
-            pause_reading=pause_reading,
-            write_high_water=settings.write_high_water_bytes,
-            on_output_blocked=output_blocked,
-            initial=initial,
-            open_deadline=deadline,
-            on_open_timeout=partial(self._open_timed_out, conn_id, timeout_s, counters),
-        )
+        driver = _ServerDriver(self, stream, engine, settings, conn_id, counters, initial, deadline)
         self._drivers[engine] = driver
         try:
             driver.wake()  # an outgoing connection's engine has its header and open queued already
@@ -540,13 +519,6 @@ class RouterServer:
         finally:
             del self._drivers[engine]
             self._paused.discard(driver)
-
-    @staticmethod
-    def _open_timed_out(conn_id: int, timeout_s: float, counters: ListenerCounters | None) -> None:
-        """The driver drops the connection now (it closes the socket; _forget releases the rest)."""
-        if counters is not None:
-            counters.handshake_timeouts += 1
-        log.info("connection %d: no open within the handshake time-out (%g s); dropping it", conn_id, timeout_s)
 
     def _forget(self, engine: Connection, conn_id: int) -> None:
         """However the connection ended, the core forgets it and releases what it held. Each
@@ -625,6 +597,54 @@ class RouterServer:
                 # and do not spin if the same deadline fails again at once.
                 log.exception("the core's timer failed")
                 await trio.sleep(TIMER_FAILURE_PAUSE_S)
+
+
+class _ServerDriver(ConnectionDriver):
+    """A connection's driver in the server. Its callbacks are its own methods: a closure or a
+    partial per callback cost ~1 KiB of every idle connection (bench/idlemem.py)."""
+
+    __slots__ = ("server", "conn_id", "counters", "timeout_s")
+
+    def __init__(
+        self, server: RouterServer, stream: trio.abc.Stream, engine: Connection, settings: ConnectionSettings,
+        conn_id: int, counters: ListenerCounters | None, initial: bytes, open_deadline: float,
+    ) -> None:  # fmt: skip
+        self.server = server
+        self.conn_id = conn_id
+        self.counters = counters
+        self.timeout_s = settings.handshake_timeout_s
+        super().__init__(
+            stream,
+            engine,
+            self._core_events,
+            pause_reading=self._core_pauses_reading,
+            write_high_water=settings.write_high_water_bytes,
+            on_output_blocked=self._core_output_blocked,
+            initial=initial,
+            open_deadline=open_deadline,
+            on_open_timeout=self._handshake_timed_out,
+        )
+
+    def _core_events(self, events: list[Event]) -> None:
+        self.server._on_events(self.engine, events)
+
+    def _core_pauses_reading(self) -> bool:
+        server = self.server
+        if server.core.read_paused(self.engine):
+            server._paused.add(self)  # _after_core asks it to look again
+            return True
+        return False
+
+    def _core_output_blocked(self, blocked: bool) -> None:
+        server = self.server
+        server.core.set_output_blocked(self.engine, blocked, server.clock())
+        server._after_core()
+
+    def _handshake_timed_out(self) -> None:
+        """The driver drops the connection now (it closes the socket; _forget releases the rest)."""
+        if self.counters is not None:
+            self.counters.handshake_timeouts += 1
+        log.info("connection %d: no open within the handshake time-out (%g s); dropping it", self.conn_id, self.timeout_s)
 
 
 def _close_reason(engine: Connection) -> str:
