@@ -45,11 +45,9 @@ def engine_config(
     engine's `now` while it reads, for the router-wide budget of PLAIN password derivations
     (None: no budget)."""
     mechanisms = listener.sasl_mechanisms
-    secure = tls if tls is not None else (listener.ssl_profile is not None and listener.require_ssl)
     passwords = "PLAIN" in mechanisms or any(m in SCRAM_MECHANISMS for m in mechanisms)
     store = credential_store(config) if passwords else None
-    # PLAIN sends the password itself: only inside TLS, unless the listener says otherwise.
-    plain = store is not None and "PLAIN" in mechanisms and (secure or listener.allow_insecure_plain)
+    plain = store is not None and _offers_plain(listener, tls)
     return ConnectionConfig(
         container_id=config.router.id,
         server=True,
@@ -66,6 +64,30 @@ def engine_config(
             external_identity=external_identity if "EXTERNAL" in mechanisms else None,
         ),
     )
+
+
+def _offers_plain(listener: Listener, tls: bool | None) -> bool:
+    """PLAIN sends the password itself: only inside TLS, unless the listener says otherwise."""
+    secure = tls if tls is not None else (listener.ssl_profile is not None and listener.require_ssl)
+    return "PLAIN" in listener.sasl_mechanisms and (secure or listener.allow_insecure_plain)
+
+
+# The engine settings of connections that need none of their own (no PLAIN check on the
+# engine's clock, no identity from a client certificate): one per listener, shared by its
+# connections instead of one per connection (about 0.5 KiB of every idle connection). Keyed by
+# the objects' ids; a hit is checked by identity, so a new configuration never gets an old one's.
+_shared_configs: dict[tuple[int, int, bool | None], tuple[RouterConfig, Listener, ConnectionConfig]] = {}
+SHARED_CONFIGS_MAX = 64  # listeners replaced at run time: start again past this many
+
+
+def _shared_engine_config(config: RouterConfig, listener: Listener, tls: bool | None) -> ConnectionConfig:
+    key = (id(config), id(listener), tls)
+    cached = _shared_configs.get(key)
+    if cached is None or cached[0] is not config or cached[1] is not listener:
+        if len(_shared_configs) >= SHARED_CONFIGS_MAX:
+            _shared_configs.clear()
+        cached = _shared_configs[key] = (config, listener, engine_config(config, listener, tls=tls))
+    return cached[2]
 
 
 def _plain_check(store: CredentialStore, clock: Callable[[], float] | None) -> PlainCheck:
@@ -105,6 +127,8 @@ def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
 def new_engine(
     config: RouterConfig, listener: Listener, external_identity: str | None = None, *, tls: bool | None = None
 ) -> Connection:
+    if external_identity is None and not _offers_plain(listener, tls):
+        return Connection(_shared_engine_config(config, listener, tls))
     engine: Connection | None = None
 
     def now() -> float:  # a SASL frame is handled inside receive_data, whose `now` this is
