@@ -297,70 +297,74 @@ class ConnectionDriver:
             self._dispatch()
         while True:
             self._paused_when_due = False
+            # Read and dispatch until the stream ends (return) or the scope is cancelled at the
+            # next deadline: the engine's timer, the peer's open (handshake time-out), or the
+            # grace period for the peer's close once ours is out. Inline, not a coroutine of its
+            # own: each coroutine frame held while waiting is memory of every idle connection.
             with trio.CancelScope() as scope:
-                if await self._read_until_due(scope):
-                    return
-            now = trio.current_time()
-            if now >= self._open_deadline and engine.remote_open is None and not engine.finished:
-                if self.on_open_timeout is not None:
-                    self.on_open_timeout()
-                self.abort()  # run() closes the stream; its caller releases the rest
-                return
-            if engine.finished:
-                if now < self._grace_deadline:
-                    continue
-                engine.receive_data(b"", now)  # our close is out and the peer never answered
-                self._dispatch()
-                return
-            if self._paused_when_due:
-                # Ticking at once could close a live peer for idle time-out: its frames
-                # (heartbeats included) wait unread in the socket. Read once, then tick.
-                data = None
-                with trio.move_on_after(PAUSED_TIMER_READ_S):
+                while True:
+                    if engine.finished:
+                        if self._grace_deadline == math.inf:
+                            self._grace_deadline = trio.current_time() + CLOSE_GRACE_S
+                        deadline = self._grace_deadline
+                    else:
+                        next_deadline = engine.next_deadline()
+                        deadline = math.inf if next_deadline is None else next_deadline
+                        open_deadline = self._open_deadline
+                        if open_deadline != math.inf:  # until the peer's open has come
+                            if engine.remote_open is not None:
+                                self._open_deadline = math.inf
+                            elif open_deadline < deadline:
+                                deadline = open_deadline
+                    if deadline < scope.deadline:
+                        scope.deadline = deadline
+                    if not engine.finished and self._should_pause():
+                        self._reading_paused = self._paused_when_due = True
+                        resume = self._resume
+                        assert resume is not None  # made by _should_pause
+                        try:
+                            await resume.wait()
+                        finally:
+                            self._reading_paused = False
+                        self._paused_when_due = False
+                        continue  # look at the predicate again
                     data = await self._receive()
-                if data is not None:
-                    engine.receive_data(data, now)
+                    engine.receive_data(data, trio.current_time())
+                    self._dispatch()
                     if not data:
-                        self._dispatch()
-                        return
-            engine.tick(now)
-            self._dispatch()
+                        return  # the stream ended
+            if await self._at_deadline():
+                return
 
-    async def _read_until_due(self, scope: trio.CancelScope) -> bool:
-        """Read and dispatch until the stream ends (True) or `scope` is cancelled at the next
-        deadline: the engine's timer, or the grace period for the peer's close once ours is out."""
+    async def _at_deadline(self) -> bool:
+        """A deadline of the reader's fell due: act on it. True: the reader is done."""
         engine = self.engine
-        while True:
-            if engine.finished:
-                if self._grace_deadline == math.inf:
-                    self._grace_deadline = trio.current_time() + CLOSE_GRACE_S
-                deadline = self._grace_deadline
-            else:
-                next_deadline = engine.next_deadline()
-                deadline = math.inf if next_deadline is None else next_deadline
-                open_deadline = self._open_deadline
-                if open_deadline != math.inf:  # until the peer's open has come
-                    if engine.remote_open is not None:
-                        self._open_deadline = math.inf
-                    elif open_deadline < deadline:
-                        deadline = open_deadline
-            if deadline < scope.deadline:
-                scope.deadline = deadline
-            if not engine.finished and self._should_pause():
-                self._reading_paused = self._paused_when_due = True
-                resume = self._resume
-                assert resume is not None  # made by _should_pause
-                try:
-                    await resume.wait()
-                finally:
-                    self._reading_paused = False
-                self._paused_when_due = False
-                continue  # look at the predicate again
-            data = await self._receive()
-            engine.receive_data(data, trio.current_time())
+        now = trio.current_time()
+        if now >= self._open_deadline and engine.remote_open is None and not engine.finished:
+            if self.on_open_timeout is not None:
+                self.on_open_timeout()
+            self.abort()  # run() closes the stream; its caller releases the rest
+            return True
+        if engine.finished:
+            if now < self._grace_deadline:
+                return False
+            engine.receive_data(b"", now)  # our close is out and the peer never answered
             self._dispatch()
-            if not data:
-                return True
+            return True
+        if self._paused_when_due:
+            # Ticking at once could close a live peer for idle time-out: its frames
+            # (heartbeats included) wait unread in the socket. Read once, then tick.
+            data = None
+            with trio.move_on_after(PAUSED_TIMER_READ_S):
+                data = await self._receive()
+            if data is not None:
+                engine.receive_data(data, now)
+                if not data:
+                    self._dispatch()
+                    return True
+        engine.tick(now)
+        self._dispatch()
+        return False
 
     async def _receive_tls(self) -> bytes:
         """The next bytes from the peer, decrypted; b"" at the end of the stream, of the TLS

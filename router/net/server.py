@@ -475,7 +475,15 @@ class RouterServer:
         try:
             engine = register()
             log.info("connection %d %s", conn_id, label)
-            await self._drive(stream, engine, settings, conn_id, counters, initial, deadline)
+            # Driven here, not in a coroutine of its own: every coroutine frame held while the
+            # connection waits is memory of every idle connection.
+            driver = self._new_driver(stream, engine, settings, conn_id, counters, initial, deadline)
+            try:
+                driver.wake()  # an outgoing connection's engine has its header and open queued already
+                await driver.run()
+            finally:
+                del self._drivers[engine]
+                self._paused.discard(driver)
         except* Exception:
             # `except*`: a failure that comes inside an exception group together with a
             # cancellation (the driver's tasks, while the router stops) is logged here too, and
@@ -487,7 +495,7 @@ class RouterServer:
             with trio.CancelScope(shield=True):  # the driver closed it already, unless it never ran
                 await trio.aclose_forcefully(stream)
 
-    async def _drive(
+    def _new_driver(
         self,
         stream: trio.abc.Stream,
         engine: Connection,
@@ -496,7 +504,8 @@ class RouterServer:
         counters: ListenerCounters | None,
         initial: bytes = b"",
         deadline: float | None = None,
-    ) -> None:
+    ) -> ConnectionDriver:
+        """The driver of a connection, registered (the caller runs it and unregisters it)."""
         # No socket options to set: trio's SocketStream turns TCP_NODELAY on for every TCP
         # stream (checked by the server tests). With Nagle on, a small disposition or flow
         # would wait for the peer's delayed ACK, costing ~40 ms per round trip.
@@ -513,12 +522,7 @@ class RouterServer:
             deadline = trio.current_time() + timeout_s
         driver = _ServerDriver(self, stream, engine, settings, conn_id, counters, initial, deadline)
         self._drivers[engine] = driver
-        try:
-            driver.wake()  # an outgoing connection's engine has its header and open queued already
-            await driver.run()
-        finally:
-            del self._drivers[engine]
-            self._paused.discard(driver)
+        return driver
 
     def _forget(self, engine: Connection, conn_id: int) -> None:
         """However the connection ended, the core forgets it and releases what it held. Each
