@@ -109,9 +109,22 @@ def peer_host(peer: str) -> str:
 def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
     """Failed logins on the accepted connection `state` are slowed down per peer host (the host
     is read when a login fails: the network layer sets it after accept)."""
+    state.engine.sasl_failure_delay = _FailedLogin(state, throttle)
 
-    def failed(now: float, result: SaslResult) -> float:
-        delay = throttle.failed(peer_host(state.host), now)
+
+class _FailedLogin:
+    """The engine's hook for a failed login (an object of two slots rather than a closure and
+    its cells: one on every connection)."""
+
+    __slots__ = ("state", "throttle")
+
+    def __init__(self, state: ConnState, throttle: LoginThrottle) -> None:
+        self.state = state
+        self.throttle = throttle
+
+    def __call__(self, now: float, result: SaslResult) -> float:
+        state = self.state
+        delay = self.throttle.failed(peer_host(state.host), now)
         # What the peer sent is shown quoted and cut short: a log line must not be theirs to forge.
         mechanism = result.mechanism if result.mechanism in _KNOWN else repr((result.mechanism or "-")[:32])
         user = result.user_given[:64] if result.user_given is not None else None
@@ -120,8 +133,6 @@ def throttle_logins(state: ConnState, throttle: LoginThrottle) -> None:
             state.host or "?", state.listener.name, mechanism, user, result.description, delay,
         )
         return delay
-
-    state.engine.sasl_failure_delay = failed
 
 
 def new_engine(

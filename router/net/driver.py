@@ -250,10 +250,13 @@ class ConnectionDriver:
         # engine drops): keep reading so that the connection can finish.
         if self.engine.state.local is CLOSED:
             return False
-        # A fresh event before asking: a resume_reading() from now on is never missed (no
-        # checkpoint between the predicate and the wait).
-        self._resume = trio.Event()
-        return self.pause_reading()
+        # The event is made once the predicate said pause, with no checkpoint between that and
+        # the wait: a resume_reading() after the answer is never missed. Not one per read: an
+        # Event held by every idle connection, and made on every read, cost memory and time.
+        if self.pause_reading():
+            self._resume = trio.Event()
+            return True
+        return False
 
     def abort(self) -> None:
         """End the connection now, from any task: run() stops reading and writing, closes the
@@ -326,6 +329,7 @@ class ConnectionDriver:
                             await resume.wait()
                         finally:
                             self._reading_paused = False
+                            self._resume = None
                         self._paused_when_due = False
                         continue  # look at the predicate again
                     data = await self._receive()
