@@ -40,3 +40,14 @@ def test_a_changed_listener_gets_its_own_settings() -> None:
     new = Listener(host="127.0.0.1", port=0, max_frame_size=16384)
     assert new_engine(_config(old), old).config.max_frame_size == 65536
     assert new_engine(_config(new), new).config.max_frame_size == 16384
+
+
+def test_a_connection_has_link_sets_only_once_it_has_links() -> None:
+    from router.core.connections import ConnState
+
+    listener = Listener(host="127.0.0.1", port=0)
+    state = ConnState(new_engine(_config(listener), listener), listener)
+    assert state._in_links is None and state._out_links is None and state.link_count == 0
+    assert state._in_links is None  # counting made nothing
+    state.out_links.add("a link")  # type: ignore[arg-type]
+    assert state.link_count == 1 and state.out_links == {"a link"} and state.in_links == set()
