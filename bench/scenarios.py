@@ -6,7 +6,7 @@ absolute numbers drift on a shared machine while ratios hold. Router CPU per mes
 the router process's utime+stime over the run.
 
 Scenarios: 1. anycast 100 B unsettled; 2. the same presettled; 3. 10 KiB unsettled;
-4. request/response ping-pong latency; 5. 1,000 idle connections (router RSS per connection);
+4. request/response ping-pong latency; 5. 10,000 idle connections (router RSS per connection);
 6. a slow consumer with a fast producer (router RSS stays bounded: the peak is reported).
 """
 
@@ -206,42 +206,79 @@ def pingpong(binary: Path, *, count: int, rounds: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+# How many idle connections the benchmark opens at once (SASL, open and begin each): enough to
+# keep the router busy, few enough that none waits so long in the accept queue that it fails.
+IDLE_OPENING_AT_ONCE = 200
+# The router's handshake time-out (the listener default): RSS is read once it has passed after
+# the last connection, so that nothing held only during a handshake is counted.
+IDLE_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def raise_open_files_limit(needed: int) -> int:
+    """Raise this process's soft RLIMIT_NOFILE towards its hard limit (the router raises its own);
+    returns the soft limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = hard if hard == resource.RLIM_INFINITY else min(hard, max(needed, soft))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
+
 def idle_connections(count: int) -> dict[str, Any]:
-    """Router RSS growth per idle AMQP connection (each opened with SASL, open and a session)."""
+    """Router RSS growth per idle AMQP connection (each opened with SASL, open and a session),
+    read after the handshake time-out of the last one has passed. The clients (our own client
+    on trio) run in this process, at most IDLE_OPENING_AT_ONCE opening at a time."""
     import trio
 
     from router.net.client import connect
 
-    with router(idle_timeout_s=0) as r:
+    limit = raise_open_files_limit(count + 256)
+    if limit < count + 64:
+        raise RuntimeError(f"{count} idle connections need {count + 64} descriptors; RLIMIT_NOFILE allows {limit}")
+    with router(idle_timeout_s=0, handshake_timeout_s=IDLE_HANDSHAKE_TIMEOUT_S) as r:
         time.sleep(0.5)
         before = r.rss_bytes()
+        result: dict[str, float] = {}
 
         async def hold() -> None:
             opened = trio.Event()
+            opening = trio.Semaphore(IDLE_OPENING_AT_ONCE)
             held = 0
 
             async def one() -> None:
                 nonlocal held
-                async with connect("127.0.0.1", r.port):
-                    held += 1
-                    if held == count:
-                        opened.set()
-                    await trio.sleep_forever()
+                await opening.acquire()
+                releasing = True
+                try:
+                    async with connect("127.0.0.1", r.port):
+                        opening.release()
+                        releasing = False
+                        held += 1
+                        if held == count:
+                            opened.set()
+                        await trio.sleep_forever()  # cancelled at the end
+                finally:
+                    if releasing:  # it failed (or was cancelled) while opening
+                        opening.release()
 
             async with trio.open_nursery() as nursery:
+                started = trio.current_time()
                 for _ in range(count):
                     nursery.start_soon(one)
-                with trio.fail_after(120):
+                with trio.fail_after(600):
                     await opened.wait()
-                await trio.sleep(1.0)
-                nonlocal_rss[0] = r.rss_bytes()
+                result["open_s"] = trio.current_time() - started
+                await trio.sleep(IDLE_HANDSHAKE_TIMEOUT_S + 0.5)
+                result["rss"] = r.rss_bytes()
                 nursery.cancel_scope.cancel()
 
-        nonlocal_rss = [0]
         trio.run(hold)
-        after = nonlocal_rss[0]
+        after = result["rss"]
     return {"connections": count, "rss_before_mib": before / 2**20, "rss_after_mib": after / 2**20,
-            "rss_per_connection_kib": (after - before) / count / 1024}  # fmt: skip
+            "rss_per_connection_kib": (after - before) / count / 1024, "open_s": result["open_s"]}  # fmt: skip
 
 
 def slow_consumer(binary: Path, *, count: int, size: int) -> dict[str, Any]:
@@ -296,7 +333,19 @@ def run(quick: bool = False) -> dict[str, Any]:
         "2_anycast_100b_presettled": throughput(binary, size=100, presettled=True, count=n, direct_count=5 * n, rounds=rounds),
         "3_anycast_10kib_unsettled": throughput(binary, size=10240, presettled=False, count=n // 4, direct_count=n, rounds=rounds),
         "4_pingpong_latency": pingpong(binary, count=int(5000 * scale), rounds=rounds),
-        "5_idle_connections": idle_connections(int(1000 * scale)),
+        "5_idle_connections": idle_connections(int(10_000 * scale)),
         "6_slow_consumer": slow_consumer(binary, count=int(100_000 * scale), size=1024),
         "7_chain_of_3_100b_unsettled": through_chain(binary, size=100, count=n // 2, direct_count=5 * n, rounds=rounds),
     }
+
+
+if __name__ == "__main__":  # python -m bench.scenarios idle [COUNT]
+    import json
+
+    if len(sys.argv) >= 2 and sys.argv[1] == "idle":
+        from router.build_info import build_info
+
+        print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
+        print(json.dumps(idle_connections(int(sys.argv[2]) if len(sys.argv) > 2 else 10_000), indent=2))
+    else:
+        raise SystemExit("usage: python -m bench.scenarios idle [COUNT]")

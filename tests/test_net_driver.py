@@ -166,3 +166,37 @@ async def test_a_socket_closed_while_the_reader_waits_is_never_read_again() -> N
             await a.send(b"someone else's bytes")
         assert got == [b""]
         assert await b.recv(100) == b"someone else's bytes"  # left unread
+
+
+async def test_a_socket_has_a_writer_task_only_while_a_write_waits(nursery: trio.Nursery) -> None:
+    """On a TCP socket flush() writes directly; the writer task is started when the socket
+    cannot take everything and ends once all is written (an idle connection holds none)."""
+    a, b = trio.socket.socketpair()
+    engine = _client()  # its protocol header (8 bytes) is queued from the start
+    driver = ConnectionDriver(trio.SocketStream(b), engine, lambda _events: None)
+    driver.wake()  # before run(): run() starts the writer for it
+    nursery.start_soon(driver.run)
+    with trio.fail_after(5):
+        assert await a.recv(100) == b"AMQP\x00\x01\x00\x00"
+    await trio.testing.wait_all_tasks_blocked()
+    assert not driver._writer_running
+
+    big = bytes(range(256)) * 16384  # 4 MiB: more than the socket buffers take at once
+    engine.write_bytes(big)
+    driver.flush()
+    assert driver._writer_running and driver.unsent_bytes > 0
+    received = bytearray()
+    with trio.fail_after(10):
+        while len(received) < len(big):
+            received += await a.recv(65536)
+    await trio.testing.wait_all_tasks_blocked()
+    assert bytes(received) == big and driver.unsent_bytes == 0
+    assert not driver._writer_running
+
+    engine.write_bytes(b"small")
+    driver.flush()  # the socket takes it at once: no writer
+    assert not driver._writer_running
+    with trio.fail_after(5):
+        assert await a.recv(100) == b"small"
+    driver.abort()
+    a.close()

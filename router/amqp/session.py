@@ -107,8 +107,9 @@ class Session:
         # the delivery-id the peer's next delivery must have (its session-scoped sequence,
         # transport §2.6); -1 until its first delivery sets where the sequence starts
         self._next_incoming_delivery = -1
-        # Frames that must wait for the peer's incoming window, in order (transport §2.5.6).
-        self._blocked: deque[tuple[int, Any, Link | None, bool]] = deque()
+        # Frames that must wait for the peer's incoming window, in order (transport §2.5.6);
+        # None until the first one (an empty deque is 600 bytes, on every idle session).
+        self._blocked: deque[tuple[int, Any, Link | None, bool]] | None = None
         self.context: Any = None
 
     def __repr__(self) -> str:
@@ -120,7 +121,7 @@ class Session:
 
     @property
     def blocked_frames(self) -> int:
-        return len(self._blocked)
+        return len(self._blocked) if self._blocked else 0
 
     # --- commands ------------------------------------------------------------------------------
 
@@ -165,7 +166,8 @@ class Session:
             self.state.local = UNINIT
             self.begin()
             self.state.local = CLOSED
-        self._blocked.clear()
+        if self._blocked:
+            self._blocked.clear()
         for link in self.links:
             link.queued_deliveries = 0
             # Nothing may follow our end on this session (transport §2.5.4): its links can send
@@ -207,8 +209,9 @@ class Session:
             body = disposition_performative(role, first, last, settled, fitting_state(state))
         pieces = frame_header(8 + len(body), self.channel or 0) + body
         # Settling deliveries we sent must not overtake their transfers still in the queue.
-        if role is SENDER and self._blocked:
-            self._blocked.append((_ORDERED, pieces, None, False))
+        blocked = self._blocked
+        if role is SENDER and blocked:
+            blocked.append((_ORDERED, pieces, None, False))
         else:
             self.conn.write_bytes(pieces)
 
@@ -244,8 +247,9 @@ class Session:
         self.conn.write_frame(self.channel, performative)
 
     def write_link_flow(self, link: Link, echo: bool) -> None:
-        if link.role is SENDER and self._blocked:
-            self._blocked.append((_LINK_FLOW, echo, link, False))
+        blocked = self._blocked
+        if link.role is SENDER and blocked:
+            blocked.append((_LINK_FLOW, echo, link, False))
         else:
             self.conn.write_bytes(self._link_flow_frame(link, echo))
 
@@ -316,9 +320,12 @@ class Session:
             self.remote_incoming_window -= len(frames)
             self.next_outgoing_id = serial_add(self.next_outgoing_id, len(frames))
             return
+        blocked = self._blocked
+        if blocked is None:
+            blocked = self._blocked = deque()
         for i, (body, chunk) in enumerate(frames):
             pieces = (frame_header(8 + len(body) + len(chunk), channel) + body, chunk)
-            self._blocked.append((_TRANSFER, pieces, link, first and i == 0))
+            blocked.append((_TRANSFER, pieces, link, first and i == 0))
         if first:
             link.queued_deliveries += 1
         self.flush_blocked()
@@ -326,6 +333,8 @@ class Session:
     def flush_blocked(self) -> None:
         """Send queued frames as far as the peer's incoming window allows."""
         blocked = self._blocked
+        if blocked is None:
+            return
         while blocked:
             kind, data, link, first = blocked[0]
             if kind == _TRANSFER:
@@ -344,9 +353,10 @@ class Session:
             blocked.popleft()
 
     def _purge_link(self, link: Link | None) -> None:
-        if link is None or not self._blocked:
+        blocked = self._blocked
+        if link is None or not blocked:
             return
-        self._blocked = deque(item for item in self._blocked if item[2] is not link)
+        self._blocked = deque(item for item in blocked if item[2] is not link)
         link.queued_deliveries = 0
 
     def link_locally_detached(self, link: Link) -> None:

@@ -4,7 +4,10 @@ TCP), or any other stream through its receive_some/send_all.
 
 Owns: the reader task (bytes in, timers, event dispatch), the writer task (one write per batch
 of frames), backpressure at the socket, and closing the stream when the engine is finished.
-Writes are never interleaved: one task writes. Everything protocol-related is the engine's;
+Writes are never interleaved: one task writes. On a TCP socket most writes are made directly by
+flush() (the socket takes them at once), so the writer task lives only while it has something
+to write: started when a write would block (or output is queued from another task), ended when
+it has written everything. Other streams keep theirs from the first write to the end. Everything protocol-related is the engine's;
 everything application-related is the `on_events` callback's.
 
 Backpressure (both optional, used by the router's server):
@@ -14,6 +17,10 @@ Backpressure (both optional, used by the router's server):
   stream, and calls `on_output_blocked(True)` when they exceed `write_high_water`, then
   `on_output_blocked(False)` once they drain below half of it (hysteresis, so a connection
   near the mark does not flap).
+The open deadline (optional, used by the router's server for its handshake time-out): a peer
+whose open has not come by then is dropped (after a call to `on_open_timeout`). It is one more
+deadline of the reader's, not a task of its own: an idle connection holds as little as it can
+(see bench/README.md, "Idle connections").
 Must not touch: protocol decisions, routing.
 """
 
@@ -54,6 +61,16 @@ class ConnectionDriver:
     the writer flushes what they queued. `run()` returns once the connection is over.
     """
 
+    # No instance dict: every connection has a driver (the dict was ~1.6 KiB of each idle one).
+    __slots__ = (
+        "stream", "engine", "on_events", "read_size", "pause_reading", "write_high_water",
+        "on_output_blocked", "on_open_timeout", "_initial", "_wakeup", "_wake_pending",
+        "_writer_running", "_resume", "_closed",
+        "_closed_event", "_open_deadline", "_written_bytes", "_outq", "_unsent", "_sending",
+        "_output_blocked", "_reading_paused", "_paused_when_due", "_grace_deadline",
+        "_last_read_full", "_nursery", "_aborted", "_tls", "_tls_ended", "_io", "_fd", "_receive",
+    )  # fmt: skip
+
     def __init__(
         self,
         stream: trio.abc.Stream,
@@ -65,9 +82,13 @@ class ConnectionDriver:
         write_high_water: int | None = None,
         on_output_blocked: BlockedHandler | None = None,
         initial: bytes = b"",
+        open_deadline: float = math.inf,
+        on_open_timeout: Callable[[], None] | None = None,
     ) -> None:
         """`initial`: bytes of the connection read from the stream already (the first bytes a
-        listener looked at to tell TLS from plain AMQP); the engine gets them first."""
+        listener looked at to tell TLS from plain AMQP); the engine gets them first.
+        `open_deadline` (trio's clock): the connection is dropped if the peer's open has not
+        come by then: `on_open_timeout` is called, then run() closes the stream and returns."""
         self.stream = stream
         self._initial = initial
         self.engine = engine
@@ -76,9 +97,18 @@ class ConnectionDriver:
         self.pause_reading = pause_reading
         self.write_high_water = write_high_water
         self.on_output_blocked = on_output_blocked
-        self._wakeup = trio.Event()
-        self._resume = trio.Event()
-        self._closed = trio.Event()
+        # The writer: running or not (see the module docstring), something for it to do, and
+        # the event it waits on (only a writer that stays between writes waits).
+        self._writer_running = False
+        self._wake_pending = False
+        self._wakeup: trio.Event | None = None
+        # Made when first needed: most connections never pause, and only run() waits for the
+        # close (an Event is ~200 bytes on every idle connection).
+        self._resume: trio.Event | None = None
+        self._closed = False
+        self._closed_event: trio.Event | None = None
+        self._open_deadline = open_deadline  # math.inf once the peer's open has come
+        self.on_open_timeout = on_open_timeout
         self._written_bytes = 0
         self._outq: list[bytes] = []  # taken from the engine, not yet handed to the stream
         self._unsent = 0  # bytes in _outq plus those of the write in progress
@@ -88,7 +118,7 @@ class ConnectionDriver:
         self._paused_when_due = False  # the reader was paused when its deadline fell due
         self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
         self._last_read_full = False
-        self._run_scope: trio.CancelScope | None = None  # while run() runs: abort() cancels it
+        self._nursery: trio.Nursery | None = None  # while run() runs (abort() cancels it)
         self._aborted = False
         # Under TLS (a TlsStream) every byte taken from the engine is encrypted by the session
         # before it goes anywhere (flush, _take_output), and the engine gets only what the
@@ -108,7 +138,7 @@ class ConnectionDriver:
 
     @property
     def closed(self) -> bool:
-        return self._closed.is_set()
+        return self._closed
 
     @property
     def unsent_bytes(self) -> int:
@@ -124,7 +154,16 @@ class ConnectionDriver:
         return self._reading_paused
 
     async def wait_closed(self) -> None:
-        await self._closed.wait()
+        if self._closed:
+            return
+        if self._closed_event is None:
+            self._closed_event = trio.Event()
+        await self._closed_event.wait()
+
+    def _set_closed(self) -> None:
+        self._closed = True
+        if self._closed_event is not None:
+            self._closed_event.set()
 
     def wake(self) -> None:
         """Ask the writer to flush whatever the engine has queued."""
@@ -133,7 +172,18 @@ class ConnectionDriver:
             # frames now so that they count towards the high-water mark (the engine only
             # counts frames, not bytes). They go out together in the next write.
             self._take_output()
-        self._wakeup.set()
+        self._kick_writer()
+
+    def _kick_writer(self) -> None:
+        """There is something for the writer: wake it, or start it (before run() has started,
+        run() does)."""
+        self._wake_pending = True
+        if self._writer_running:
+            if self._wakeup is not None:
+                self._wakeup.set()
+        elif self._nursery is not None:
+            self._writer_running = True
+            self._nursery.start_soon(self._writer)
 
     def flush(self) -> None:
         """Write what the engine has queued now, from the calling task, if the socket accepts it
@@ -160,11 +210,12 @@ class ConnectionDriver:
             high = self.write_high_water
             if high is not None and not self._output_blocked and self._unsent > high:
                 self._set_output_blocked(True)
-            self._wakeup.set()
+            self._kick_writer()
 
     def resume_reading(self) -> None:
         """The `pause_reading` predicate may have changed: a paused reader looks again."""
-        self._resume.set()
+        if self._resume is not None:
+            self._resume.set()
 
     def _dispatch(self) -> None:
         events = self.engine.events()
@@ -199,33 +250,39 @@ class ConnectionDriver:
         # engine drops): keep reading so that the connection can finish.
         if self.engine.state.local is CLOSED:
             return False
-        # A fresh event before asking: a resume_reading() from now on is never missed (no
-        # checkpoint between the predicate and the wait).
-        self._resume = trio.Event()
-        return self.pause_reading()
+        # The event is made once the predicate said pause, with no checkpoint between that and
+        # the wait: a resume_reading() after the answer is never missed. Not one per read: an
+        # Event held by every idle connection, and made on every read, cost memory and time.
+        if self.pause_reading():
+            self._resume = trio.Event()
+            return True
+        return False
 
     def abort(self) -> None:
         """End the connection now, from any task: run() stops reading and writing, closes the
         stream and returns (the caller of run() then cleans up as after any other end)."""
         self._aborted = True
-        if self._run_scope is not None:
-            self._run_scope.cancel()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                self._run_scope = nursery.cancel_scope
-                if self._aborted:
+                self._nursery = nursery
+                try:
+                    if self._aborted:
+                        nursery.cancel_scope.cancel()
+                    if self._wake_pending:  # woken before run(): output is queued already
+                        self._kick_writer()
+                    await self._reader()
+                    # The reader saw the end; give the writer a moment to flush the last frames.
+                    with trio.move_on_after(CLOSE_GRACE_S):
+                        await self.wait_closed()
                     nursery.cancel_scope.cancel()
-                nursery.start_soon(self._writer)
-                await self._reader()
-                # The reader saw the end; give the writer a moment to flush the last frames.
-                with trio.move_on_after(CLOSE_GRACE_S):
-                    await self._closed.wait()
-                nursery.cancel_scope.cancel()
+                finally:
+                    self._nursery = None  # closing: no writer starts any more
         finally:
-            self._run_scope = None
-            self._closed.set()
+            self._set_closed()
             with trio.CancelScope(shield=True):
                 await self._close_stream()
 
@@ -243,57 +300,75 @@ class ConnectionDriver:
             self._dispatch()
         while True:
             self._paused_when_due = False
+            # Read and dispatch until the stream ends (return) or the scope is cancelled at the
+            # next deadline: the engine's timer, the peer's open (handshake time-out), or the
+            # grace period for the peer's close once ours is out. Inline, not a coroutine of its
+            # own: each coroutine frame held while waiting is memory of every idle connection.
             with trio.CancelScope() as scope:
-                if await self._read_until_due(scope):
-                    return
-            now = trio.current_time()
-            if engine.finished:
-                if now < self._grace_deadline:
-                    continue
-                engine.receive_data(b"", now)  # our close is out and the peer never answered
-                self._dispatch()
-                return
-            if self._paused_when_due:
-                # Ticking at once could close a live peer for idle time-out: its frames
-                # (heartbeats included) wait unread in the socket. Read once, then tick.
-                data = None
-                with trio.move_on_after(PAUSED_TIMER_READ_S):
+                while True:
+                    if engine.finished:
+                        if self._grace_deadline == math.inf:
+                            self._grace_deadline = trio.current_time() + CLOSE_GRACE_S
+                        deadline = self._grace_deadline
+                    else:
+                        next_deadline = engine.next_deadline()
+                        deadline = math.inf if next_deadline is None else next_deadline
+                        open_deadline = self._open_deadline
+                        if open_deadline != math.inf:  # until the peer's open has come
+                            if engine.remote_open is not None:
+                                self._open_deadline = math.inf
+                            elif open_deadline < deadline:
+                                deadline = open_deadline
+                    if deadline < scope.deadline:
+                        scope.deadline = deadline
+                    if not engine.finished and self._should_pause():
+                        self._reading_paused = self._paused_when_due = True
+                        resume = self._resume
+                        assert resume is not None  # made by _should_pause
+                        try:
+                            await resume.wait()
+                        finally:
+                            self._reading_paused = False
+                            self._resume = None
+                        self._paused_when_due = False
+                        continue  # look at the predicate again
                     data = await self._receive()
-                if data is not None:
-                    engine.receive_data(data, now)
+                    engine.receive_data(data, trio.current_time())
+                    self._dispatch()
                     if not data:
-                        self._dispatch()
-                        return
-            engine.tick(now)
-            self._dispatch()
+                        return  # the stream ended
+            if await self._at_deadline():
+                return
 
-    async def _read_until_due(self, scope: trio.CancelScope) -> bool:
-        """Read and dispatch until the stream ends (True) or `scope` is cancelled at the next
-        deadline: the engine's timer, or the grace period for the peer's close once ours is out."""
+    async def _at_deadline(self) -> bool:
+        """A deadline of the reader's fell due: act on it. True: the reader is done."""
         engine = self.engine
-        while True:
-            if engine.finished:
-                if self._grace_deadline == math.inf:
-                    self._grace_deadline = trio.current_time() + CLOSE_GRACE_S
-                deadline = self._grace_deadline
-            else:
-                next_deadline = engine.next_deadline()
-                deadline = math.inf if next_deadline is None else next_deadline
-            if deadline < scope.deadline:
-                scope.deadline = deadline
-            if not engine.finished and self._should_pause():
-                self._reading_paused = self._paused_when_due = True
-                try:
-                    await self._resume.wait()
-                finally:
-                    self._reading_paused = False
-                self._paused_when_due = False
-                continue  # look at the predicate again
-            data = await self._receive()
-            engine.receive_data(data, trio.current_time())
+        now = trio.current_time()
+        if now >= self._open_deadline and engine.remote_open is None and not engine.finished:
+            if self.on_open_timeout is not None:
+                self.on_open_timeout()
+            self.abort()  # run() closes the stream; its caller releases the rest
+            return True
+        if engine.finished:
+            if now < self._grace_deadline:
+                return False
+            engine.receive_data(b"", now)  # our close is out and the peer never answered
             self._dispatch()
-            if not data:
-                return True
+            return True
+        if self._paused_when_due:
+            # Ticking at once could close a live peer for idle time-out: its frames
+            # (heartbeats included) wait unread in the socket. Read once, then tick.
+            data = None
+            with trio.move_on_after(PAUSED_TIMER_READ_S):
+                data = await self._receive()
+            if data is not None:
+                engine.receive_data(data, now)
+                if not data:
+                    self._dispatch()
+                    return True
+        engine.tick(now)
+        self._dispatch()
+        return False
 
     async def _receive_tls(self) -> bytes:
         """The next bytes from the peer, decrypted; b"" at the end of the stream, of the TLS
@@ -308,7 +383,7 @@ class ConnectionDriver:
             pending = tls.take_pending()  # the TLS layer's own answer (a key update)
             if pending:
                 self._queue(pending)
-                self._wakeup.set()
+                self._kick_writer()
             if plaintext:
                 return plaintext
         return b""
@@ -359,10 +434,16 @@ class ConnectionDriver:
         await trio.aclose_forcefully(self.stream)
 
     async def _writer(self) -> None:
+        try:
+            await self._write_while_woken()
+        finally:
+            self._writer_running = self._wake_pending = False
+            self._wakeup = None
+
+    async def _write_while_woken(self) -> None:
         engine = self.engine
         while True:
-            await self._wakeup.wait()
-            self._wakeup = trio.Event()
+            self._wake_pending = False
             self._take_output()
             while self._outq:
                 # Everything taken so far goes out in one write (frames queued during the
@@ -373,7 +454,7 @@ class ConnectionDriver:
                     self._outq, self._unsent = [], 0
                     engine.receive_data(b"", trio.current_time())
                     self._dispatch()
-                    self._closed.set()
+                    self._set_closed()
                     await self._close_stream()
                     return
                 self._written_bytes += len(data)
@@ -383,7 +464,14 @@ class ConnectionDriver:
                     self._set_output_blocked(False)
             if engine.finished and not engine.pending_output:
                 break
-        self._closed.set()
+            if self._wake_pending:
+                continue
+            if self._fd >= 0:
+                return  # all written: the next write that would block starts a writer again
+            self._wakeup = wakeup = trio.Event()
+            await wakeup.wait()
+            self._wakeup = None
+        self._set_closed()
         await self._close_stream()
 
     async def _write(self, data: bytes) -> bool:

@@ -33,7 +33,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any, Protocol
 
 import trio
@@ -494,7 +493,15 @@ class RouterServer:
         try:
             engine = register()
             log.info("connection %d %s", conn_id, label)
-            await self._drive(stream, engine, settings, conn_id, counters, initial, deadline)
+            # Driven here, not in a coroutine of its own: every coroutine frame held while the
+            # connection waits is memory of every idle connection.
+            driver = self._new_driver(stream, engine, settings, conn_id, counters, initial, deadline)
+            try:
+                driver.wake()  # an outgoing connection's engine has its header and open queued already
+                await driver.run()
+            finally:
+                del self._drivers[engine]
+                self._paused.discard(driver)
         except* Exception:
             # `except*`: a failure that comes inside an exception group together with a
             # cancellation (the driver's tasks, while the router stops) is logged here too, and
@@ -506,7 +513,7 @@ class RouterServer:
             with trio.CancelScope(shield=True):  # the driver closed it already, unless it never ran
                 await trio.aclose_forcefully(stream)
 
-    async def _drive(
+    def _new_driver(
         self,
         stream: trio.abc.Stream,
         engine: Connection,
@@ -515,59 +522,25 @@ class RouterServer:
         counters: ListenerCounters | None,
         initial: bytes = b"",
         deadline: float | None = None,
-    ) -> None:
+    ) -> ConnectionDriver:
+        """The driver of a connection, registered (the caller runs it and unregisters it)."""
         # No socket options to set: trio's SocketStream turns TCP_NODELAY on for every TCP
         # stream (checked by the server tests). With Nagle on, a small disposition or flow
         # would wait for the peer's delayed ACK, costing ~40 ms per round trip.
 
-        def pause_reading() -> bool:
-            if self.core.read_paused(engine):
-                self._paused.add(driver)  # _after_core asks it to look again
-                return True
-            return False
-
-        def output_blocked(blocked: bool) -> None:
-            self.core.set_output_blocked(engine, blocked, self.clock())
-            self._after_core()
-
-        driver = ConnectionDriver(
-            stream,
-            engine,
-            partial(self._on_events, engine),
-            pause_reading=pause_reading,
-            write_high_water=settings.write_high_water_bytes,
-            on_output_blocked=output_blocked,
-            initial=initial,
-        )
+        # The handshake time-out: the peer must have finished the protocol header, SASL and its
+        # open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
+        # silent, header-only, SASL-stalled or vanished peer would otherwise hold a descriptor
+        # until the idle time-out, which only starts after open). The driver watches it as one
+        # more deadline of its reader: a task per connection for it cost ~2 KiB for 10 s.
+        timeout_s = settings.handshake_timeout_s
+        if not timeout_s:
+            deadline = math.inf
+        elif deadline is None:
+            deadline = trio.current_time() + timeout_s
+        driver = _ServerDriver(self, stream, engine, settings, conn_id, counters, initial, deadline)
         self._drivers[engine] = driver
-        try:
-            driver.wake()  # an outgoing connection's engine has its header and open queued already
-            async with trio.open_nursery() as nursery:
-                timeout_s = settings.handshake_timeout_s
-                if timeout_s:
-                    if deadline is None:
-                        deadline = trio.current_time() + timeout_s
-                    nursery.start_soon(self._handshake_watch, engine, nursery.cancel_scope, deadline, timeout_s, conn_id, counters)
-                await driver.run()
-                nursery.cancel_scope.cancel()  # the watch, if the handshake is still going on
-        finally:
-            del self._drivers[engine]
-            self._paused.discard(driver)
-
-    async def _handshake_watch(
-        self, engine: Connection, scope: trio.CancelScope, deadline: float, timeout_s: float, conn_id: int,
-        counters: ListenerCounters | None,
-    ) -> None:
-        """Drop the connection if the peer has not finished the protocol header, SASL and its
-        open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
-        silent, header-only, SASL-stalled or vanished peer would otherwise hold a descriptor
-        until the idle time-out, which only starts after open)."""
-        await trio.sleep_until(deadline)
-        if engine.remote_open is None and not engine.finished:
-            if counters is not None:
-                counters.handshake_timeouts += 1
-            log.info("connection %d: no open within the handshake time-out (%g s); dropping it", conn_id, timeout_s)
-            scope.cancel()  # the driver closes the socket; _forget releases the rest
+        return driver
 
     def _forget(self, engine: Connection, conn_id: int) -> None:
         """However the connection ended, the core forgets it and releases what it held. Each
@@ -646,6 +619,54 @@ class RouterServer:
                 # and do not spin if the same deadline fails again at once.
                 log.exception("the core's timer failed")
                 await trio.sleep(TIMER_FAILURE_PAUSE_S)
+
+
+class _ServerDriver(ConnectionDriver):
+    """A connection's driver in the server. Its callbacks are its own methods: a closure or a
+    partial per callback cost ~1 KiB of every idle connection (bench/idlemem.py)."""
+
+    __slots__ = ("server", "conn_id", "counters", "timeout_s")
+
+    def __init__(
+        self, server: RouterServer, stream: trio.abc.Stream, engine: Connection, settings: ConnectionSettings,
+        conn_id: int, counters: ListenerCounters | None, initial: bytes, open_deadline: float,
+    ) -> None:  # fmt: skip
+        self.server = server
+        self.conn_id = conn_id
+        self.counters = counters
+        self.timeout_s = settings.handshake_timeout_s
+        super().__init__(
+            stream,
+            engine,
+            self._core_events,
+            pause_reading=self._core_pauses_reading,
+            write_high_water=settings.write_high_water_bytes,
+            on_output_blocked=self._core_output_blocked,
+            initial=initial,
+            open_deadline=open_deadline,
+            on_open_timeout=self._handshake_timed_out,
+        )
+
+    def _core_events(self, events: list[Event]) -> None:
+        self.server._on_events(self.engine, events)
+
+    def _core_pauses_reading(self) -> bool:
+        server = self.server
+        if server.core.read_paused(self.engine):
+            server._paused.add(self)  # _after_core asks it to look again
+            return True
+        return False
+
+    def _core_output_blocked(self, blocked: bool) -> None:
+        server = self.server
+        server.core.set_output_blocked(self.engine, blocked, server.clock())
+        server._after_core()
+
+    def _handshake_timed_out(self) -> None:
+        """The driver drops the connection now (it closes the socket; _forget releases the rest)."""
+        if self.counters is not None:
+            self.counters.handshake_timeouts += 1
+        log.info("connection %d: no open within the handshake time-out (%g s); dropping it", self.conn_id, self.timeout_s)
 
 
 def _close_reason(engine: Connection) -> str:

@@ -1,0 +1,189 @@
+"""Many independent flows at a low rate each: latency from send to arrival through one router.
+
+N producer/consumer pairs, pair i on address `pairs-i`, each producer on its own connection
+sending one 100-byte unsettled message every 1/RATE seconds (the pairs' phases spread evenly),
+each consumer on its own connection (credit 10, accepting every message). The consumers and the
+producers are two client processes (our client on trio, using whatever router build is
+installed: the compiled engine under `make bench`). A message carries its send time
+(CLOCK_MONOTONIC, the same clock in every process); latency is the consumer's arrival time minus
+it, over the messages sent in the measured window (after a warm-up). Also reported: the router's
+CPU over the window, and the clients' (they share the machine's cores with the router), and the
+same with a single pair: the floor the clients and the sockets give on an otherwise idle path.
+
+    python -m bench.pairs [--pairs 1000] [--rate 10] [--seconds 20] [--warmup 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .scenarios import ROOT, TICK, raise_open_files_limit, router
+
+MARK = b"TS:!"  # the 8-byte send time follows it in the body
+
+_CONSUMERS = r"""
+import json, sys, time, trio
+from router.net.client import connect
+MARK = b"TS:!"
+pairs = int(sys.argv[2])
+arrivals = []  # (send ns, latency ns)
+async def consume(port, i, ready):
+    async with connect("127.0.0.1", port) as client:
+        receiver = await client.open_receiver(f"pairs-{i}", credit=10)
+        ready()
+        while True:
+            delivery = await receiver.receive()
+            now = time.monotonic_ns()
+            at = delivery.payload.find(MARK)
+            sent = int.from_bytes(delivery.payload[at + 4 : at + 12], "little")
+            arrivals.append((sent, now - sent))
+            receiver.accept(delivery)
+async def main(port):
+    opened = 0
+    done = trio.Event()
+    def ready():
+        nonlocal opened
+        opened += 1
+        if opened == pairs:
+            done.set()
+    async with trio.open_nursery() as nursery:
+        for i in range(pairs):
+            nursery.start_soon(consume, port, i, ready)
+        await done.wait()
+        print("ready", flush=True)
+        line = await trio.to_thread.run_sync(sys.stdin.readline)  # "window FIRST LAST"
+        _, first, last = line.split()
+        first, last = int(first), int(last)
+        await trio.sleep_until(trio.current_time() + max(0, last - time.monotonic_ns()) / 1e9 + 1.0)
+        lat = sorted(l for s, l in arrivals if first <= s < last)
+        print(json.dumps({"latencies_ns": lat, "arrived": len(arrivals)}), flush=True)
+        nursery.cancel_scope.cancel()
+trio.run(main, int(sys.argv[1]))
+"""
+
+_PRODUCERS = r"""
+import sys, time, trio
+from router.amqp.message import Message
+from router.net.client import connect
+MARK = b"TS:!"
+port, pairs, rate, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+PAD = b"p" * (100 - 12)
+sent = 0
+attached = 0
+async def produce(i, all_attached, go, start_ns):
+    global sent, attached
+    async with connect("127.0.0.1", port) as client:
+        sender = await client.open_sender(f"pairs-{i}")
+        attached += 1
+        if attached == pairs:
+            all_attached.set()
+        await go.wait()
+        period = 1.0 / rate
+        offset = period * i / pairs
+        t0 = trio.current_time() - (time.monotonic_ns() - start_ns[0]) / 1e9  # trio time of start
+        k = 0
+        while True:
+            await trio.sleep_until(t0 + offset + k * period)
+            now = time.monotonic_ns()
+            if now >= start_ns[0] + seconds * 1e9:
+                return
+            await sender.start_send(Message.data(MARK + now.to_bytes(8, "little") + PAD))
+            sent += 1
+            k += 1
+async def main():
+    all_attached, go = trio.Event(), trio.Event()
+    start_ns = [0]
+    async with trio.open_nursery() as nursery:
+        for i in range(pairs):
+            nursery.start_soon(produce, i, all_attached, go, start_ns)
+        await all_attached.wait()
+        print("ready", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.readline)  # "go"
+        start_ns[0] = time.monotonic_ns()
+        print(f"started {start_ns[0]}", flush=True)
+        go.set()
+    print(f"sent {sent}", flush=True)
+trio.run(main)
+"""
+
+
+def _python(code: str, *args: Any) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )  # fmt: skip
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _percentile(values: list[int], q: float) -> float:
+    return values[min(len(values) - 1, int(q * len(values)))] / 1000 if values else float("nan")
+
+
+def run_pairs(pairs: int, rate: float, seconds: float, warmup: float) -> dict[str, Any]:
+    raise_open_files_limit(2 * pairs + 256)
+    with router(idle_timeout_s=0) as r:
+        consumers = _python(_CONSUMERS, r.port, pairs)
+        producers = _python(_PRODUCERS, r.port, pairs, rate, warmup + seconds)
+        try:
+            assert consumers.stdout is not None and consumers.stdin is not None
+            assert producers.stdout is not None and producers.stdin is not None
+            if consumers.stdout.readline().strip() != "ready":
+                raise RuntimeError("the consumers did not start")
+            if producers.stdout.readline().strip() != "ready":
+                raise RuntimeError("the producers did not start")
+            producers.stdin.write("go\n")
+            producers.stdin.flush()
+            start_ns = int(producers.stdout.readline().split()[1])
+            first, last = start_ns + int(warmup * 1e9), start_ns + int((warmup + seconds) * 1e9)
+            consumers.stdin.write(f"window {first} {last}\n")
+            consumers.stdin.flush()
+            time.sleep(max(0.0, (first - time.monotonic_ns()) / 1e9))
+            cpu0 = [_cpu_seconds(p) for p in (r.proc.pid, consumers.pid, producers.pid)]
+            time.sleep(seconds)
+            cpu1 = [_cpu_seconds(p) for p in (r.proc.pid, consumers.pid, producers.pid)]
+            result = json.loads(consumers.stdout.readline())
+            sent = int(producers.stdout.readline().split()[1])
+        finally:
+            for proc in (consumers, producers):
+                proc.kill()
+                proc.wait()
+    lat = result["latencies_ns"]
+    router_cpu, consumers_cpu, producers_cpu = (b - a for a, b in zip(cpu0, cpu1))
+    return {
+        "pairs": pairs, "rate_per_pair": rate, "seconds": seconds, "sent_total": sent,
+        "measured": len(lat), "expected": int(pairs * rate * seconds),
+        "p50_us": _percentile(lat, 0.5), "p99_us": _percentile(lat, 0.99), "p999_us": _percentile(lat, 0.999),
+        "max_us": lat[-1] / 1000 if lat else float("nan"),
+        "router_cpu_percent": 100 * router_cpu / seconds,
+        "router_cpu_us_per_msg": router_cpu / max(1, len(lat)) * 1e6,
+        "consumers_cpu_percent": 100 * consumers_cpu / seconds, "producers_cpu_percent": 100 * producers_cpu / seconds,
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=10.0, help="messages per second per pair")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    args = parser.parse_args()
+    from router.build_info import build_info
+
+    print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
+    for pairs in (1, args.pairs):
+        print(json.dumps(run_pairs(pairs, args.rate, args.seconds, args.warmup)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
