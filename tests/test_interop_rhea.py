@@ -1,7 +1,7 @@
 """rhea (AMQP 1.0 for Node.js) as a third-party client of the router, over a socket: one
 connection with a receiver and a sender on an address, messages through and every outcome
-back; the receiver asked for a JMS selector and the router's answer names no filter (it applies
-none). Skips cleanly when Node.js or the rhea package is missing: `npm install --prefix tests/rhea`
+back; the receiver asked for a JMS selector, the router's answer names it, and only the messages
+it selects arrive (the others are released: no consumer wants them). Skips cleanly when Node.js or the rhea package is missing: `npm install --prefix tests/rhea`
 installs it (tests/rhea/package.json)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 
-async def test_rhea_round_trip_and_no_filter_claimed() -> None:
+async def test_rhea_round_trip_with_a_selector_applied() -> None:
     assert NODE is not None
     async with managed_router() as router:
         with trio.fail_after(20):
@@ -37,8 +37,9 @@ async def test_rhea_round_trip_and_no_filter_claimed() -> None:
             )  # fmt: skip
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    assert result["received"] == [f"m{i}" for i in range(COUNT)]
-    assert result["accepted"] == COUNT and result["other_outcomes"] == []
-    assert result["remote_source"] == {"address": "rhea.q", "filter": None}
-    assert "AMQP_MGMT_V1_0" in result["offered"]
+    assert result["received"] == [f"m{i}" for i in range(0, COUNT, 2)]  # the red ones
+    assert result["accepted"] == COUNT // 2 and result["other_outcomes"] == ["released"] * (COUNT // 2)
+    assert result["remote_source"]["address"] == "rhea.q"
+    assert "color = 'red'" in result["remote_source"]["filter"]  # the filter it applies, echoed
+    assert "AMQP_MGMT_V1_0" in result["offered"] and "APACHE.ORG:SELECTOR" in result["offered"]
 

@@ -1,9 +1,10 @@
 // rhea as a third-party client of the router (tests/test_interop_rhea.py):
 //   node roundtrip.js HOST PORT ADDRESS COUNT
-// One connection with a receiver (asking for a JMS selector) and a sender on ADDRESS; sends
-// COUNT messages, receives and accepts them, and prints one JSON line: the bodies received,
-// the outcomes the sender learned, the source the router answered with, and the router's
-// offered capabilities. Exits 2 on a time-out, 3 on a connection error.
+// One connection with a receiver (asking for the JMS selector color = 'red') and a sender on
+// ADDRESS; sends COUNT messages, red and blue by turns, receives and accepts what comes, and
+// prints one JSON line: the bodies received, the outcomes the sender learned, the source the
+// router answered with, and the router's offered capabilities. Exits 2 on a time-out, 3 on a
+// connection error.
 "use strict";
 const rhea = require("rhea");
 
@@ -19,7 +20,7 @@ const timer = setTimeout(() => {
 }, 10000);
 
 function finish(connection) {
-  if (result.received.length === count && result.accepted + result.other_outcomes.length === count) {
+  if (result.received.length === count / 2 && result.accepted + result.other_outcomes.length === count) {
     connection.close();
   }
 }
@@ -29,11 +30,11 @@ container.on("connection_open", (context) => {
 });
 container.on("receiver_open", (context) => {
   const source = context.receiver.remote.attach.source;
-  result.remote_source = { address: source.address, filter: source.filter || null };
+  result.remote_source = { address: source.address, filter: source.filter ? JSON.stringify(source.filter) : null };
 });
 container.on("sendable", (context) => {
   while (context.sender.sendable() && sent < count) {
-    context.sender.send({ body: `m${sent}`, application_properties: { color: "blue" } });
+    context.sender.send({ body: `m${sent}`, application_properties: { color: sent % 2 === 0 ? "red" : "blue" } });
     sent += 1;
   }
 });
