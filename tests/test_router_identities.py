@@ -136,12 +136,18 @@ def test_the_identity_check_itself() -> None:
     assert check_router_identity(Listener(role="inter-router"), None, "ANONYMOUS", "x", "", {}) is None
 
 
-def test_an_open_router_listener_on_another_address_is_warned_about(caplog: Any) -> None:
+def test_an_open_router_listener_on_another_address_is_refused_unless_allowed_then_warned_about(caplog: Any) -> None:
+    """Secure by default: a router listener others can reach must say who may be a router, or
+    say explicitly (allow_any_router) that anyone passing TLS and SASL may; then it is warned about."""
+    with pytest.raises(ValueError, match="would take any peer that reaches it as a router"):
+        Listener(name="open", host="0.0.0.0", role="inter-router")
+    with pytest.raises(ValueError, match="allow_any_router"):
+        Listener(name="edges", host="10.0.0.1", role="edge")
     caplog.set_level(logging.WARNING, "router.security")
     config = RouterConfig.model_validate({
         "router": {"id": "R1", "mode": "interior"},
         "listeners": [
-            {"name": "open", "host": "0.0.0.0", "role": "inter-router"},
+            {"name": "open", "host": "0.0.0.0", "role": "inter-router", "allow_any_router": True},
             {"name": "local", "host": "127.0.0.1", "port": 5673, "role": "inter-router"},
             {"name": "guarded", "host": "0.0.0.0", "port": 5674, "role": "edge", "router_identities": ["edges"]},
         ],

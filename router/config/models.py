@@ -23,6 +23,18 @@ Port = Annotated[int, Field(ge=0, le=65535, description="TCP port; 0 picks a fre
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:/@-]+$")]
 
 
+
+def is_loopback_host(host: str) -> bool:
+    """Whether only this machine can reach `host` (a loopback address or `localhost`); a host
+    name or a wildcard may be reached by others."""
+    bare = host.strip("[]").lower()
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False
+
 class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
@@ -148,6 +160,11 @@ class Listener(ConnectionSettings):
         description="with router_identities: the peer's router id (its open's container-id) must be the "
         "user it authenticated as, so that no router can claim another's id",
     )
+    allow_any_router: bool = Field(
+        default=False,
+        description="inter-router or edge listener on a non-loopback address without router_identities: "
+        "take any peer that passes TLS and SASL as a router (refused unless set: only for closed networks)",
+    )
 
     @model_validator(mode="after")
     def _mechanisms(self) -> Listener:
@@ -165,6 +182,13 @@ class Listener(ConnectionSettings):
             raise ValueError("router_identities and router_id_is_identity are for inter-router and edge listeners")
         if self.router_id_is_identity and not self.router_identities:
             raise ValueError("router_id_is_identity needs router_identities (who may be a router at all)")
+        if (self.role in ("inter-router", "edge") and not self.router_identities and not self.allow_any_router
+                and not is_loopback_host(self.host)):  # fmt: skip
+            raise ValueError(
+                f"listener {self.name!r}: role {self.role} on {self.host} would take any peer that reaches it "
+                "as a router: set router_identities (the routers' certificate identities or SASL users), or "
+                "allow_any_router: true on a closed network"
+            )
         return self
 
 

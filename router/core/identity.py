@@ -15,14 +15,13 @@ network layer), the open's other checks (router.core.interrouter.check_open).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ..amqp import errors as E
 from ..amqp.performatives import Error
-from ..config.models import Listener, RouterConfig
+from ..config.models import Listener, RouterConfig, is_loopback_host
 from .interrouter import CONTROL_CAPABILITY, DATA_CAPABILITY
 
 log = logging.getLogger("router.security")
@@ -30,21 +29,13 @@ log = logging.getLogger("router.security")
 MESH_CAPABILITIES = frozenset((CONTROL_CAPABILITY, DATA_CAPABILITY))
 
 
-def _is_loopback(host: str) -> bool:
-    if host.strip("[]").lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name or a wildcard: other hosts may reach it
-
-
 def warn_open_router_listeners(config: RouterConfig) -> list[str]:
     """Log a WARNING for each inter-router or edge listener that other hosts can reach and that
-    lets any peer be a router (no `router_identities`); returns their names."""
+    lets any peer be a router (no `router_identities`: only with allow_any_router); returns their
+    names."""
     names = []
     for listener in config.listeners:
-        if listener.role == "normal" or listener.router_identities or _is_loopback(listener.host):
+        if listener.role not in ("inter-router", "edge") or listener.router_identities or is_loopback_host(listener.host):
             continue
         names.append(listener.name)
         log.warning(
