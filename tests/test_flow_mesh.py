@@ -7,6 +7,7 @@ on another router as JSON lines."""
 from __future__ import annotations
 
 import json
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -44,13 +45,14 @@ def _records(h: MeshHarness, recorders: dict[str, FlowRecorder], interval: bool 
     return out
 
 
-_PAIRS: dict[int, Any] = {}
+# Per harness (weakly: the id of a harness gone may be reused by the next one's)
+_PAIRS: weakref.WeakKeyDictionary[MeshHarness, Any] = weakref.WeakKeyDictionary()
 
 
 def _traffic(h: MeshHarness, outcomes: list[Any], annotations: dict[str, Any] | None = None) -> list[Any]:
     """Send one message per outcome from a producer on A to a consumer on C (the same two
     clients each time), which settles each with its outcome; the outcomes the producer got."""
-    pair = _PAIRS.get(id(h))
+    pair = _PAIRS.get(h)
     if pair is None:
         producer, consumer = h.client("A", "p"), h.client("C", "c")
         consumer.auto_accept = False
@@ -59,7 +61,7 @@ def _traffic(h: MeshHarness, outcomes: list[Any], annotations: dict[str, Any] | 
         rx.flow(1000)
         tx = producer.sender("orders")
         h.pump()
-        pair = _PAIRS[id(h)] = (producer, consumer, tx, rx)
+        pair = _PAIRS[h] = (producer, consumer, tx, rx)
     producer, consumer, tx, rx = pair
     done = len(consumer.received[rx])
     ids = [producer.send(tx, Message.value(i, message_annotations=annotations)) for i in range(len(outcomes))]
@@ -144,7 +146,7 @@ def test_a_producer_opened_and_gone_between_two_polls_is_counted() -> None:
     h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
     _traffic(h, [ACCEPTED])
     records = _records(h, recorders)
-    producer, consumer, _, rx = _PAIRS[id(h)]
+    producer, consumer, _, rx = _PAIRS[h]
     quick = h.client("A", "quick")
     tx = quick.sender("orders")
     h.pump()
