@@ -7,6 +7,7 @@ on another router as JSON lines."""
 from __future__ import annotations
 
 import json
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -44,13 +45,14 @@ def _records(h: MeshHarness, recorders: dict[str, FlowRecorder], interval: bool 
     return out
 
 
-_PAIRS: dict[int, Any] = {}
+# Per harness (weakly: the id of a harness gone may be reused by the next one's)
+_PAIRS: weakref.WeakKeyDictionary[MeshHarness, Any] = weakref.WeakKeyDictionary()
 
 
 def _traffic(h: MeshHarness, outcomes: list[Any], annotations: dict[str, Any] | None = None) -> list[Any]:
     """Send one message per outcome from a producer on A to a consumer on C (the same two
     clients each time), which settles each with its outcome; the outcomes the producer got."""
-    pair = _PAIRS.get(id(h))
+    pair = _PAIRS.get(h)
     if pair is None:
         producer, consumer = h.client("A", "p"), h.client("C", "c")
         consumer.auto_accept = False
@@ -59,7 +61,7 @@ def _traffic(h: MeshHarness, outcomes: list[Any], annotations: dict[str, Any] | 
         rx.flow(1000)
         tx = producer.sender("orders")
         h.pump()
-        pair = _PAIRS[id(h)] = (producer, consumer, tx, rx)
+        pair = _PAIRS[h] = (producer, consumer, tx, rx)
     producer, consumer, tx, rx = pair
     done = len(consumer.received[rx])
     ids = [producer.send(tx, Message.value(i, message_annotations=annotations)) for i in range(len(outcomes))]
@@ -115,6 +117,57 @@ def test_closed_links_get_a_closed_snapshot() -> None:
     h.pump()
     closed = [r for r in _records(h, recorders, interval=False) if r["type"] == "link" and r["state"] == "closed"]
     assert {(r["router"], r["direction"]) for r in closed} >= {("A", "in"), ("C", "out")}
+
+
+def _ingress(records: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """Deliveries, accepted and rejected on A's producer links (where they enter the mesh)."""
+    mine = [r for r in records if r["type"] == "link_interval" and r["router"] == "A" and r["direction"] == "in" and r["role"] == "normal"]
+    return sum(r["deliveries"] for r in mine), sum(r["accepted"] for r in mine), sum(r["rejected"] for r in mine)
+
+
+def _cut_client(h: MeshHarness, name: str) -> None:
+    (wire,) = [w for w in h.wires if w.a_client is not None and w.a_client.name == name]
+    h.cut(wire)
+
+
+def test_a_link_that_goes_reports_what_it_carried_after_the_last_poll() -> None:
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
+    _traffic(h, [ACCEPTED] * 2)
+    records = _records(h, recorders)
+    _traffic(h, [ACCEPTED] * 3 + [REJECTED])  # after the last poll; then the producer goes
+    _cut_client(h, "p")
+    records += _records(h, recorders, interval=False)
+    assert _ingress(records) == (6, 5, 1)
+    closed = [r for r in records if r["type"] == "link" and r["router"] == "A" and r["state"] == "closed"]
+    assert [r["peer"] for r in closed] == ["p"]
+
+
+def test_a_producer_opened_and_gone_between_two_polls_is_counted() -> None:
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
+    _traffic(h, [ACCEPTED])
+    records = _records(h, recorders)
+    producer, consumer, _, rx = _PAIRS[h]
+    quick = h.client("A", "quick")
+    tx = quick.sender("orders")
+    h.pump()
+    done = len(consumer.received[rx])
+    ids = [quick.send(tx, Message.value(i)) for i in range(2)]
+    h.pump()
+    for received in consumer.received[rx][done:]:
+        rx.dispose(received.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert [type(quick.outcomes[i]).__name__ for i in ids] == ["Accepted", "Accepted"]
+    _cut_client(h, "quick")
+    later = _records(h, recorders, interval=False)
+    assert _ingress(records + later) == (3, 3, 0)
+    quick_records = [(r["type"], r.get("state")) for r in later if r["router"] == "A" and r.get("peer") == "quick"]
+    assert quick_records == [("link", "open"), ("link_interval", None), ("link", "closed")]
+    # A link that carried nothing and went between two polls says nothing
+    idle = h.client("A", "idle")
+    idle.sender("orders")
+    h.pump()
+    _cut_client(h, "idle")
+    assert not [r for r in _records(h, recorders, interval=False) if r.get("peer") == "idle"]
 
 
 def test_a_traced_message_has_one_trace_id_and_its_hops_form_the_path() -> None:

@@ -29,7 +29,7 @@ from .filtering import capabilities
 from .linkrelay import RoutedLink
 from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
 from .policy import message_size_limit
-from .table import AddressEntry, AddressTable
+from .table import KEEP_GONE_MAX, AddressEntry, AddressTable
 
 if TYPE_CHECKING:
     from .bounds import Bounds
@@ -58,6 +58,10 @@ class Links:
         self.gone_in = GoneTotals()
         self.gone_out = GoneTotals()
         self.gone_transit = GoneTotals()
+        # The links gone since flow records last looked, with their last counters (None: flow
+        # records are off and nothing is kept): a link's deliveries after the last look would
+        # otherwise be in no interval record (router.flow.recorder).
+        self.keep_gone: list[InLink | OutLink] | None = None
 
     def attach_link(self, conn: ConnState, link: Link, now: float) -> None:
         """Answer a client's attach: register a producer or a consumer, or refuse it."""
@@ -211,6 +215,7 @@ class Links:
             self.table.discard_if_unused(ctx.entry)
             # Management's router-wide egress counts consumers, transit the links to other routers.
             (self.gone_out if ctx.neighbour is None else self.gone_transit).add(ctx)
+            self._keep_gone(ctx)
         elif type(ctx) is RoutedLink:
             self.link_routes.link_gone(link)
         elif isinstance(ctx, InLink) and not ctx.gone:
@@ -220,6 +225,12 @@ class Links:
             if ctx.entry is not None:
                 self.table.discard_if_unused(ctx.entry)
             self.gone_in.add(ctx)
+            self._keep_gone(ctx)
+
+    def _keep_gone(self, ctx: InLink | OutLink) -> None:
+        gone = self.keep_gone
+        if gone is not None and len(gone) < KEEP_GONE_MAX:
+            gone.append(ctx)
 
     def session_ended(self, session: Session, now: float) -> None:
         """Every link of an ended session (or a lost connection) is gone."""

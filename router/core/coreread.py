@@ -4,6 +4,7 @@
     read.totals(now)                      # RouterTotals: router-wide counters
     read.connections(now)                 # [ConnectionSnapshot], by connection id
     read.links(now)                       # [LinkSnapshot], by link id
+    read.gone_links(now)                  # [(LinkSnapshot, ConnectionSnapshot)] gone since the last call
     read.addresses(now)                   # [AddressSnapshot], by table key
     read.address(key, now, by)            # one AddressSnapshot (a table key or, unless by identity, an address)
 
@@ -270,6 +271,15 @@ class CoreReadApi:
             stuck_count=stuck_count, size_hint=size_hint, peer_router=peer_router, bytes=link.bytes,
             residence_hist=tuple(link.residence), settle_hist=tuple(link.settle),
         )  # fmt: skip
+
+    def gone_links(self, now: float) -> list[tuple[LinkSnapshot, ConnectionSnapshot]]:
+        """The links gone since the last call, as they were when they went, each with its
+        connection (kept only while flow records are on: Links.keep_gone)."""
+        gone = self._links.keep_gone
+        if not gone:
+            return []
+        self._links.keep_gone = []
+        return [(self._link(link, now), self._connection(link.conn, now)) for link in gone]
 
     def addresses(self, now: float) -> list[AddressSnapshot]:
         entries = self._table.entries

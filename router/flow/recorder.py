@@ -7,10 +7,11 @@ their costs change, a `link` snapshot when a link is first seen open and when it
 (differences of the core's counters since the last interval: the hot path counts nothing
 twice; an address whose entry the table removes gets its record at the next poll, from its
 last counters), and `hop` records from the core's hop samples. `poll(now)` runs once a second
-(router.net.flowtask), so a link open and closed within one second gets no snapshot, and the
-counters a link gathers after the last poll before it closes are in the router totals but
-in no interval record. Credit starvation is sampled at each poll: a link with no credit at a
-poll counts the time since the previous poll as starved.
+(router.net.flowtask); a link that goes gets its last interval record from its counters when
+it went (the core keeps gone links for it: Links.keep_gone), and one opened and gone between
+two polls gets its snapshots and interval record then, when it carried deliveries. Credit
+starvation is sampled at each poll: a link with no credit at a poll counts the time since the
+previous poll as starved.
 Must not touch: the core's state (read only, besides turning its flow counting on), I/O.
 """
 
@@ -24,7 +25,7 @@ from .hist import difference
 from .records import Emitter
 
 if TYPE_CHECKING:
-    from ..core.coreread import AddressSnapshot, LinkSnapshot
+    from ..core.coreread import AddressSnapshot, ConnectionSnapshot, LinkSnapshot
     from ..core.router import RouterCore
 
 OUTCOMES = ("accepted", "rejected", "released", "modified")
@@ -36,6 +37,16 @@ class _LinkSeen:
     at_interval: LinkSnapshot | None  # its counters at the last interval (None: opened since)
     last: LinkSnapshot  # as seen at the last poll
     starved_s: float = 0.0
+
+
+def _link_fields(snap: LinkSnapshot, conn: ConnectionSnapshot | None) -> dict[str, Any]:
+    """A link snapshot's fields (state aside), from the link and its connection."""
+    role = conn.role if conn is not None else "normal"
+    peer = snap.peer_router if snap.peer_router is not None else (conn.container_id if conn is not None else None)
+    return {
+        "link_id": str(snap.id), "connection_id": str(snap.connection_id), "role": role, "peer": peer,
+        "direction": "in" if snap.incoming else "out", "address": snap.address, "name": snap.name,
+    }  # fmt: skip
 
 
 @dataclass
@@ -55,6 +66,7 @@ class FlowRecorder:
         self.emitter = Emitter(core.router_id, flow.buffer_records, boot)
         core.forwarder.enable_flow(flow.sample_one_in, core.router_id, self.emitter)
         core.table.keep_gone = []
+        core.links.keep_gone = []
         self._router_said: tuple[Any, ...] | None = None
         self._links: dict[int, _LinkSeen] = {}
         self._addresses: dict[str, AddressSnapshot] = {}
@@ -106,30 +118,38 @@ class FlowRecorder:
         self._polled_at = now
         read = self.core.read
         connections = {c.id: c for c in read.connections(now)}
+        # Links gone since the last poll, with their counters when they went: the deliveries of
+        # their last moments (or of their whole life, opened and gone between two polls) are
+        # counted in their last interval record, so that counting ingress links counts them all.
+        gone = {snap.id: (snap, conn) for snap, conn in read.gone_links(now) if not self._is_flow_link(snap)}
         current: set[int] = set()
         for snap in read.links(now):
-            if not snap.up or (snap.address is not None and snap.address == self.flow.mesh_address):
-                continue  # (the collectors' links: reporting them would never let the records go quiet)
+            if not snap.up or self._is_flow_link(snap):
+                continue
             current.add(snap.id)
             seen = self._links.get(snap.id)
             if seen is None:
-                conn = connections.get(snap.connection_id)
-                role = conn.role if conn is not None else "normal"
-                peer = snap.peer_router if snap.peer_router is not None else (conn.container_id if conn is not None else None)
-                fields = {
-                    "link_id": str(snap.id), "connection_id": str(snap.connection_id), "role": role, "peer": peer,
-                    "direction": "in" if snap.incoming else "out", "address": snap.address, "name": snap.name,
-                }  # fmt: skip
-                seen = self._links[snap.id] = _LinkSeen(fields, None, snap)
-                self._emit("link", now, {**fields, "state": "open"})
+                seen = self._links[snap.id] = _LinkSeen(_link_fields(snap, connections.get(snap.connection_id)), None, snap)
+                self._emit("link", now, {**seen.record, "state": "open"})
             else:
                 if seen.last.credit <= 0 and snap.credit <= 0:
                     seen.starved_s += elapsed
                 seen.last = snap
         for link_id in [i for i in self._links if i not in current]:
             seen = self._links.pop(link_id)
-            self._link_interval(seen, seen.last, now)  # what it did up to the last poll
+            last = gone.pop(link_id, None)
+            self._link_interval(seen, last[0] if last is not None else seen.last, now)
             self._emit("link", now, {**seen.record, "state": "closed"})
+        for snap, conn in gone.values():  # opened and gone between two polls: reported when it carried something
+            if snap.delivered > 0:
+                seen = _LinkSeen(_link_fields(snap, conn), None, snap)
+                self._emit("link", now, {**seen.record, "state": "open"})
+                self._link_interval(seen, snap, now)
+                self._emit("link", now, {**seen.record, "state": "closed"})
+
+    def _is_flow_link(self, snap: LinkSnapshot) -> bool:
+        """The collectors' links: reporting them would never let the records go quiet."""
+        return snap.address is not None and snap.address == self.flow.mesh_address
 
     # --- every interval_s ------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ Commands on standard input, one per line, each answered by one JSON line on stan
   their peers have lost bytes on them and must give them up, as after a real outage.
 - `delay MS`: the one-way delay from now on.
 - `stats`: the bytes relayed in each direction and the connections relayed and black-holed.
-A line `relaying LISTEN -> TARGET` per route on standard output says it is ready. It exits
-when standard input closes.
+A line `relaying LISTEN -> TARGET` per route on standard output says it is ready (with the port
+bound, when LISTEN asked for port 0). It exits when standard input closes.
 
 Owns: the relay. Must not touch: the router (this is the network between routers).
 """
@@ -160,7 +160,8 @@ async def main(routes: list[tuple[tuple[str, int], tuple[str, int]]], link: Link
                 await _relay(stream, target, link)
 
             nursery.start_soon(trio.serve_listeners, handler, listeners)
-            print(f"relaying {listen[0]}:{listen[1]} -> {target[0]}:{target[1]}", flush=True)
+            port = listeners[0].socket.getsockname()[1]  # the bound one: LISTEN may name port 0
+            print(f"relaying {listen[0]}:{port} -> {target[0]}:{target[1]}", flush=True)
         await _commands(link, nursery.cancel_scope)
 
 
