@@ -141,8 +141,8 @@ def test_the_packages_declare_their_type_hints() -> None:
     import tomllib
 
     checkout = Path(__file__).resolve().parent.parent
-    if not (checkout / "pyproject.toml").exists():
-        pytest.skip("needs the checkout")
+    if not (checkout / "pyproject.toml").exists() or not (checkout / "router").is_dir():
+        pytest.skip("needs the checkout (the installed wheel's copy of tests/ has no sources beside it)")
     package_data = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     for package in ("router", "topology"):
         assert (checkout / package / "py.typed").exists(), package
