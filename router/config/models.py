@@ -328,7 +328,21 @@ class AddressConfig(Model):
         return self
 
 
-class AutoLink(Model):
+class RouteContainerRef(Model):
+    """Which route-container connection something uses: a listener or connector by name, or the
+    container-id the broker or service gives in its open (exactly one)."""
+
+    connection: Name | None = Field(default=None, description="the route-container listener or connector whose connections carry it")
+    container_id: str | None = Field(default=None, min_length=1, max_length=255, description="or: the container-id of the peer's open")
+
+    @model_validator(mode="after")
+    def _one_container(self) -> RouteContainerRef:
+        if (self.connection is None) == (self.container_id is None):
+            raise ValueError("give exactly one of connection or container_id")
+        return self
+
+
+class AutoLink(RouteContainerRef):
     """A link the router attaches itself to a queue of a broker (a waypoint) whenever a
     route-container connection matching `connection` or `container_id` is up. out: the router
     sends to the queue, which becomes a consumer of `address` for the whole mesh; in: the router
@@ -337,8 +351,6 @@ class AutoLink(Model):
     name: Name | None = Field(default=None, description="management name (defaults to autoLink/<address>/<direction>/<connection or container>)")
     address: str = Field(min_length=1, max_length=1000, description="the mesh address the queue serves")
     direction: Literal["in", "out"]
-    connection: Name | None = Field(default=None, description="the route-container listener or connector whose connections carry it")
-    container_id: str | None = Field(default=None, min_length=1, max_length=255, description="or: the broker's container-id in its open")
     external_address: str | None = Field(
         default=None, min_length=1, max_length=1000, description="the address at the broker (e.g. /queue/NAME); `address` when not set"
     )
@@ -352,9 +364,7 @@ class AutoLink(Model):
     retry_max_s: float = Field(default=30.0, gt=0, description="longest wait between attempts")
 
     @model_validator(mode="after")
-    def _one_connection(self) -> AutoLink:
-        if (self.connection is None) == (self.container_id is None):
-            raise ValueError("give exactly one of connection or container_id")
+    def _phase_and_retry(self) -> AutoLink:
         if self.phase is not None and self.phase != (0 if self.direction == "out" else 1):
             raise ValueError("two-phase waypoints only: out consumes phase 0, in produces phase 1 (leave phase unset)")
         if self.retry_max_s < self.retry_initial_s:
@@ -365,7 +375,9 @@ class AutoLink(Model):
     def key(self) -> str:
         """The name management knows it by."""
         return self.name or f"autoLink/{self.address}/{self.direction}/{self.connection or self.container_id}"
-class LinkRouteConfig(Model):
+
+
+class LinkRouteConfig(RouteContainerRef):
     """A link route: an attach whose address matches (the target of a sending client, the source
     of a receiving one) is not attached at the router but passed on, hop by hop, to the route
     container's connection, and everything on the link is relayed end to end."""
@@ -374,19 +386,15 @@ class LinkRouteConfig(Model):
     prefix: str | None = Field(default=None, min_length=1, max_length=1000, description="addresses `prefix`, `prefix.x`, `prefix/x`")
     pattern: str | None = Field(default=None, min_length=1, max_length=1000, description="`*` one word, `#` zero or more")
     direction: Literal["in", "out"] = Field(description="in: clients send to the container; out: clients receive from it")
-    connection: Name | None = Field(default=None, description="the route-container listener or connector the container uses")
-    container_id: str | None = Field(default=None, min_length=1, max_length=255, description="or: the container-id of its open")
     add_external_prefix: str | None = Field(default=None, min_length=1, max_length=1000,
                                             description="put in front of the address on the way to the container")
     del_external_prefix: str | None = Field(default=None, min_length=1, max_length=1000,
                                             description="taken from the front of the address on the way to the container")
 
     @model_validator(mode="after")
-    def _one_address_one_container(self) -> LinkRouteConfig:
+    def _one_address(self) -> LinkRouteConfig:
         if (self.prefix is None) == (self.pattern is None):
             raise ValueError("give exactly one of prefix or pattern")
-        if (self.connection is None) == (self.container_id is None):
-            raise ValueError("give exactly one of connection or container_id")
         return self
 
     @property
