@@ -10,6 +10,7 @@ failure, all in process (no sockets). `python -m bench topology [--quick]`.
   the valid origins of every destination at one router (what the anchors compute on every
   change). CPU time (time.process_time), medians over the sample routers.
 - convergence: 1,000 routers (random geometric) on the simulator of router/testing/topology_sim.py
+  (graphs and the warm start in router/testing/topology_scale.py)
   with every control message encoded and decoded; the network is brought to its converged state,
   then one link on a long path fails, and later comes back. Reported: protocol rounds (the
   longest chain of control messages, each sent in reaction to the one before), virtual seconds
@@ -21,7 +22,6 @@ failure, all in process (no sockets). `python -m bench topology [--quick]`.
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 import sys
@@ -32,80 +32,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from router.testing.topology_sim import Network
+from router.testing.topology_scale import SIM_DELAY_S, converge, failing_link, geometric, ring_of_rings, warm_network
 from topology.config import TopologyConfig
-from topology.messages import Hello, LinkStateUpdate
-from topology.mobile import EMPTY_DIGEST
 from topology.routes import LinkState, compute_routes
 
 SIZES = (100, 1000, 5000)
 SIM_ROUTERS = 1000
-SIM_DELAY_S = 0.005
-
-
-# --- graphs ----------------------------------------------------------------------------------------
-
-
-def _names(n: int) -> list[str]:
-    return [f"R{i:0{len(str(n - 1))}d}" for i in range(n)]
-
-
-def _states(names: list[str], links: dict[tuple[int, int], int]) -> dict[str, LinkState]:
-    peers: dict[str, dict[str, int]] = {name: {} for name in names}
-    for (i, j), cost in links.items():
-        peers[names[i]][names[j]] = peers[names[j]][names[i]] = cost
-    return {name: LinkState(seq=1, peers=p) for name, p in peers.items()}
-
-
-def geometric(n: int, degree: float = 8.0, seed: int = 1) -> dict[str, LinkState]:
-    """Random geometric graph, its components joined into one by a link between each pair of
-    consecutive components."""
-    rnd = random.Random(seed)
-    points = [(rnd.random(), rnd.random()) for _ in range(n)]
-    radius = math.sqrt(degree / (math.pi * n))
-    cells: dict[tuple[int, int], list[int]] = {}
-    for i, (x, y) in enumerate(points):
-        cells.setdefault((int(x / radius), int(y / radius)), []).append(i)
-    links: dict[tuple[int, int], int] = {}
-    for (cx, cy), members in sorted(cells.items()):
-        for dx in (-1, 0, 1):
-            for dy in (-1, 0, 1):
-                for j in cells.get((cx + dx, cy + dy), ()):
-                    for i in members:
-                        if i < j and math.dist(points[i], points[j]) <= radius:
-                            links[(i, j)] = rnd.randint(1, 10)
-    parent = list(range(n))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for i, j in links:
-        parent[find(i)] = find(j)
-    roots = sorted({find(i) for i in range(n)})
-    for a, b in zip(roots, roots[1:]):
-        links[(min(a, b), max(a, b))] = rnd.randint(1, 10)
-    return _states(_names(n), links)
-
-
-def ring_of_rings(n: int) -> dict[str, LinkState]:
-    """About sqrt(n) rings; ring k's routers 0 and size/2 link to the same routers of ring k+1."""
-    rings = max(3, round(math.sqrt(n)))
-    sizes = [n // rings + (1 if k < n % rings else 0) for k in range(rings)]
-    starts = [sum(sizes[:k]) for k in range(rings)]
-    links: dict[tuple[int, int], int] = {}
-    for k, (start, size) in enumerate(zip(starts, sizes)):
-        for i in range(size):
-            a, b = start + i, start + (i + 1) % size
-            if a != b:
-                links[(min(a, b), max(a, b))] = 1
-        nxt = (k + 1) % rings
-        for offset in (0, size // 2):
-            a, b = start + offset % size, starts[nxt] + offset % sizes[nxt]
-            links[(min(a, b), max(a, b))] = 5
-    return _states(_names(n), links)
 
 
 # --- route computation ---------------------------------------------------------------------------
@@ -148,94 +80,13 @@ def bench_routes(kind: str, states: dict[str, LinkState], all_origins: bool, sam
 # --- convergence ---------------------------------------------------------------------------------
 
 
-def warm_network(states: dict[str, LinkState], config: TopologyConfig) -> Network:
-    """A network whose routers already hold every link state, as after a cold start, without
-    paying for N floods in the simulator: HELLOs only until every link is two-way and the
-    start-up adverts are over, then each router is handed every link state by a neighbour."""
-    net = Network(config, delay=SIM_DELAY_S, codec=False)
-    for name in sorted(states):
-        net.add(name)
-    for a, state in sorted(states.items()):
-        for b, cost in state.peers.items():
-            if a < b:
-                net.link(a, b, cost)
-    for link in net.links.values():
-        link.drop = lambda sender, receiver, message: not isinstance(message, Hello)
-    net.run_for(config.flux_period_s + 2 * config.ra_interval_flux_s)
-    truth = net.truth()
-    for name, node in sorted(net.nodes.items()):
-        neighbour = next(iter(node.neighbours))
-        for rid, state in truth.items():
-            if rid != node.router_id:
-                update = LinkStateUpdate(router_id=rid, instance=net.nodes[rid].instance, link_state=state,
-                                         mobile_seq=0, digest=EMPTY_DIGEST)  # fmt: skip
-                node.receive(neighbour, update, net.now)
-        node.take_outgoing()  # requests for what it now holds: nothing to send
-    net.run_for(1.0)
-    for link in net.links.values():
-        link.drop = None
-    net.codec = True
-    return net
-
-
-def _converge(net: Network, expected: dict[str, Any], limit_s: float = 60.0) -> dict[str, Any]:
-    """Run until every router's routes are the expected ones (checked every virtual ms)."""
-    net.reset_rounds()
-    sent = dict(net.stats.by_opcode)
-    computations = sum(node.counters.route_computations for node in net.nodes.values())
-    checked: dict[str, tuple[Any, bool]] = {}  # name -> (routes, equal to the expected ones)
-    checking = [0.0]  # seconds spent checking, not simulating
-
-    def done(name: str) -> bool:
-        node = net.nodes[name]
-        hit = checked.get(name)
-        if hit is None or hit[0] is not node.routes:
-            hit = checked[name] = (node.routes, node.routes.same_as(expected[name]))
-        return hit[1] and not node.routes_pending
-
-    def converged() -> bool:
-        started = time.perf_counter()
-        result = all(done(name) for name in net.nodes)
-        checking[0] += time.perf_counter() - started
-        return result
-
-    start_virtual, started = net.now, time.perf_counter()
-    net.run_until(converged, limit_s, check_every=0.001)
-    wall = time.perf_counter() - started - checking[0]
-    messages = {op: count - sent.get(op, 0) for op, count in net.stats.by_opcode.items()}
-    return {
-        "rounds": net.rounds, "virtual_s": net.now - start_virtual, "wall_s": wall,
-        "messages": {op: count for op, count in sorted(messages.items()) if count and op != "HELLO"},
-        "route_computations": sum(n.counters.route_computations for n in net.nodes.values()) - computations,
-    }  # fmt: skip
-
-
-def _failing_link(states: dict[str, LinkState]) -> tuple[str, str]:
-    """The middle link of the least-cost path between a router and the one farthest from it,
-    chosen among links whose loss keeps the network connected."""
-    names = sorted(states)
-    routes = compute_routes(states, names[0])
-    far = max(routes.costs, key=lambda d: (routes.costs[d], d))
-    path = [names[0]]
-    while path[-1] != far:
-        path.append(compute_routes(states, path[-1]).next_hops[far])
-    middle = len(path) // 2
-    for i in sorted(range(len(path) - 1), key=lambda i: abs(i - middle)):
-        a, b = path[i], path[i + 1]
-        cut = dict(states)
-        cut[a] = LinkState(seq=2, peers={p: c for p, c in states[a].peers.items() if p != b})
-        if len(compute_routes(cut, a).reachable) == len(states) - 1:
-            return a, b
-    raise RuntimeError("no link can fail without a partition")
-
-
 def bench_convergence(n: int) -> dict[str, Any]:
     states = geometric(n)
     config = TopologyConfig(ra_interval_s=600.0, remote_ls_max_age_s=1200.0)  # no periodic RA floods
     started = time.perf_counter()
     net = warm_network(states, config)
     setup_s = time.perf_counter() - started
-    a, b = _failing_link(states)
+    a, b = failing_link(states)
     whole = {name: node.routes for name, node in net.nodes.items()}
     result: dict[str, Any] = {"routers": n, "links": len(net.links), "link_delay_ms": SIM_DELAY_S * 1000,
                               "failed_link": f"{a}-{b}", "setup_wall_s": setup_s}  # fmt: skip
@@ -251,7 +102,7 @@ def bench_convergence(n: int) -> dict[str, Any]:
             1 for name in net.nodes
             if expected[name].next_hops != before[name].next_hops or expected[name].costs != before[name].costs
         )  # fmt: skip
-        result[phase] = {"routers_whose_routes_change": moved, **_converge(net, expected)}
+        result[phase] = {"routers_whose_routes_change": moved, **converge(net, expected)}
         before = expected
     return result
 
