@@ -38,7 +38,7 @@ def test_a_thousand_routers_converge_after_a_link_on_a_long_path_fails() -> None
     truth = net.truth()
     for name in random.Random(3).sample(sorted(net.nodes), 25):
         assert net.nodes[name].routes.same_as(compute_routes(truth, net.nodes[name].router_id))
-    assert b not in net.nodes[a].routes.next_hops.values() or net.nodes[a].routes.next_hops[b] != b
+    assert net.nodes[a].routes.next_hops[b] != b  # b is reached round the cut
 
 
 
