@@ -2,15 +2,17 @@
 
 N producer/consumer pairs, pair i on address `pairs-i`, each producer on its own connection
 sending one 100-byte unsettled message every 1/RATE seconds (the pairs' phases spread evenly),
-each consumer on its own connection (credit 10, accepting every message). The consumers and the
-producers are two client processes (our client on trio, using whatever router build is
-installed: the compiled engine under `make bench`). A message carries its send time
+each consumer on its own connection (credit 10, accepting every message). The clients are, by
+default, one `loadgen pairs` process (bench/loadgen, Proton C: all 2N connections on one
+proactor thread, a 1 ms ticker waking the producers that are due), so that the clients are not
+what is measured; `--clients python` runs them as two processes of our own trio client instead
+(what the first figures used: they could not keep up at 1,000 pairs). A message carries its send time
 (CLOCK_MONOTONIC, the same clock in every process); latency is the consumer's arrival time minus
 it, over the messages sent in the measured window (after a warm-up). Also reported: the router's
 CPU over the window, and the clients' (they share the machine's cores with the router), and the
 same with a single pair: the floor the clients and the sockets give on an otherwise idle path.
 
-    python -m bench.pairs [--pairs 1000] [--rate 10] [--seconds 20] [--warmup 5]
+    python -m bench.pairs [--pairs 1000] [--rate 10] [--seconds 20] [--warmup 5] [--clients loadgen|python]
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .scenarios import ROOT, TICK, raise_open_files_limit, router
+from .loadgen.build import build
+from .scenarios import BUILD, ROOT, TICK, raise_open_files_limit, router
 
 MARK = b"TS:!"  # the 8-byte send time follows it in the body
 
@@ -171,18 +174,61 @@ def run_pairs(pairs: int, rate: float, seconds: float, warmup: float) -> dict[st
     }  # fmt: skip
 
 
+def run_pairs_loadgen(pairs: int, rate: float, seconds: float, warmup: float) -> dict[str, Any]:
+    """The same measurement with `loadgen pairs` as both ends (one process, Proton C)."""
+    binary = build(BUILD)
+    raise_open_files_limit(2 * pairs + 256)
+    with router(idle_timeout_s=0) as r:
+        proc = subprocess.Popen(
+            [str(binary), "pairs", "--port", str(r.port), "--pairs", str(pairs), "--rate", str(rate),
+             "--seconds", str(seconds), "--warmup", str(warmup), "--timeout", str(warmup + seconds + 120)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            window = proc.stdout.readline().split()  # "window FIRST_NS LAST_NS" once every link is attached
+            if len(window) != 3 or window[0] != "window":
+                raise RuntimeError(f"loadgen pairs did not start: {proc.stderr.read() if proc.stderr else ''}")
+            first, last = int(window[1]), int(window[2])
+            time.sleep(max(0.0, (first - time.monotonic_ns()) / 1e9))
+            cpu0 = [_cpu_seconds(p) for p in (r.proc.pid, proc.pid)]
+            time.sleep(max(0.0, (last - time.monotonic_ns()) / 1e9))
+            cpu1 = [_cpu_seconds(p) for p in (r.proc.pid, proc.pid)]
+            out, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if proc.returncode not in (0, 2) or not out.strip():
+        raise RuntimeError(f"loadgen pairs failed ({proc.returncode}): {err.strip()[-500:]}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    router_cpu, clients_cpu = (b - a for a, b in zip(cpu0, cpu1))
+    return {
+        "clients": "loadgen", "pairs": pairs, "rate_per_pair": rate, "seconds": seconds,
+        "sent_total": result["sent"], "measured": result["received_in_window"],
+        "sent_in_window": result["sent_in_window"], "expected": int(pairs * rate * seconds),
+        "p50_us": result["p50_us"], "p99_us": result["p99_us"], "p999_us": result["p999_us"],
+        "max_us": result["max_us"], "accepted": result["accepted"], "timeout": result["timeout"],
+        "router_cpu_percent": 100 * router_cpu / seconds,
+        "router_cpu_us_per_msg": router_cpu / max(1, result["received_in_window"]) * 1e6,
+        "clients_cpu_percent": 100 * clients_cpu / seconds,
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=10.0, help="messages per second per pair")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--clients", choices=("loadgen", "python"), default="loadgen")
     args = parser.parse_args()
+    run = run_pairs_loadgen if args.clients == "loadgen" else run_pairs
     from router.build_info import build_info
 
     print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
     for pairs in (1, args.pairs):
-        print(json.dumps(run_pairs(pairs, args.rate, args.seconds, args.warmup)), flush=True)
+        print(json.dumps(run(pairs, args.rate, args.seconds, args.warmup)), flush=True)
 
 
 if __name__ == "__main__":

@@ -196,3 +196,24 @@ def test_timeout_prints_what_it_has_and_exits_2(loadgen: Path) -> None:
     assert done.returncode == 2, done.stderr
     result = json.loads(done.stdout)
     assert result["timeout"] is True and result["count"] == 0 and RECEIVE_FIELDS <= result.keys()
+
+
+@pytest.mark.interop
+def test_pairs_drives_many_connections_and_counts_the_window(loadgen: Path) -> None:
+    """`loadgen pairs` (bench/pairs.py): 20 producer and 20 consumer connections, pair i on
+    pairs-i; it announces the window once every link is attached, then one JSON line in which
+    every message sent inside the window arrived and every message sent was accepted."""
+    with ProtonBroker.running(timeout_s=TIMEOUT_S) as broker:
+        proc = start(loadgen, "pairs", "--pairs", "20", "--rate", "20", "--seconds", "1",
+                     "--warmup", "0.2", port=broker.port)  # fmt: skip
+        out, err = proc.communicate(timeout=TIMEOUT_S + 10)
+    assert proc.returncode == 0, err
+    window, line = out.strip().splitlines()
+    word, first, last = window.split()
+    assert word == "window" and int(last) - int(first) == 1_000_000_000
+    result = json.loads(line)
+    assert result["role"] == "pairs" and result["pairs"] == 20 and result["timeout"] is False
+    assert result["sent_in_window"] == result["received_in_window"] == result["samples"]
+    assert 20 * 20 * 0.9 <= result["sent_in_window"] <= 20 * 20 + 20  # a tick may add one per pair
+    assert result["accepted"] == result["sent"] and result["rejected"] == result["released"] == 0
+    assert 0 <= result["p50_us"] <= result["p99_us"] <= result["max_us"] < 60e6

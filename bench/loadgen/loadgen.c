@@ -1,7 +1,7 @@
 /*
  * loadgen: an AMQP 1.0 load generator on the Proton-C proactor API.
  *
- * One binary, five modes (see README.md): send, receive, listen, pingpong, echo.
+ * One binary, six modes (see README.md): send, receive, listen, pingpong, echo, pairs.
  * Every mode prints exactly one line of JSON on stdout when it finishes (or times out).
  *
  * Message layout (what send and pingpong produce):
@@ -38,8 +38,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum mode { SEND, RECEIVE, LISTEN, PINGPONG, ECHO };
-static const char *const MODE_NAMES[] = {"send", "receive", "listen", "pingpong", "echo"};
+enum mode { SEND, RECEIVE, LISTEN, PINGPONG, ECHO, PAIRS };
+static const char *const MODE_NAMES[] = {"send", "receive", "listen", "pingpong", "echo", "pairs"};
+#define N_MODES 6
 
 #define MAX_CONNS 64
 #define GRACE_MS 2000 /* after finishing: how long peers get to close their connections */
@@ -83,6 +84,25 @@ typedef struct {
 
 static app_t app;
 static volatile sig_atomic_t got_signal;
+
+/* pairs mode: N producer connections and N consumer connections, pair i on PREFIXi */
+typedef struct {
+  pn_connection_t *conn;
+  pn_link_t *link;
+  long index;
+  int sender, woken;
+  int64_t next_send; /* sender: when its next message is due */
+} pair_end_t;
+
+static struct {
+  long n;
+  double rate, seconds, warmup;
+  pair_end_t *ends; /* consumers [0, n), producers [n, 2n) */
+  long linked, closed;
+  int started;
+  int64_t period, first, last, deadline; /* measured window [first, last): sends stop at last */
+  long sent, sent_in_window, received, received_in_window;
+} pr;
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -509,7 +529,10 @@ static void client_init(pn_connection_t *c) {
   }
 }
 
+static void pairs_handle(pn_event_t *e);
+
 static void handle(pn_event_t *e) {
+  if (app.mode == PAIRS) { pairs_handle(e); return; }
   pn_connection_t *c = pn_event_connection(e);
   pn_link_t *l = pn_event_link(e);
   switch (pn_event_type(e)) {
@@ -611,6 +634,195 @@ static void handle(pn_event_t *e) {
   }
 }
 
+/* ---- pairs mode ----------------------------------------------------------------------------- */
+/* Many independent flows at a low rate each (bench/pairs.py): one proactor thread drives 2N
+   connections. A 1 ms ticker wakes every producer whose next message is due; the producer sends
+   on its WAKE (its own connection's batch) with the current time in the body. Consumers accept
+   every message and record send-to-arrival latency for messages sent inside the window. */
+
+#define PAIRS_CREDIT 10
+#define PAIRS_TICK_MS 1
+#define PAIRS_DRAIN_NS 2000000000LL /* after the window: time for the last messages to arrive */
+
+static void pairs_send(pair_end_t *p) {
+  int64_t t = now_ns();
+  while (p->next_send <= t && p->next_send < pr.last && pn_link_credit(p->link) > 0) {
+    stamp(t);
+    send_one(p->link, app.msg, app.msg_len, 0);
+    pr.sent++;
+    if (t >= pr.first && t < pr.last) pr.sent_in_window++;
+    p->next_send += pr.period;
+  }
+}
+
+static void pairs_finish(int timed_out) {
+  if (app.done) return;
+  app.done = 1;
+  qsort(app.lat, (size_t)app.nlat, sizeof *app.lat, cmp_i64);
+  printf("{\"role\":\"pairs\",\"pairs\":%ld,\"rate_per_pair\":%.3f,\"seconds\":%.3f,\"size\":%ld"
+         ",\"sent\":%ld,\"sent_in_window\":%ld,\"received\":%ld,\"received_in_window\":%ld"
+         ",\"accepted\":%ld,\"rejected\":%ld,\"released\":%ld,\"modified\":%ld,\"other\":%ld"
+         ",\"samples\":%ld,\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f"
+         ",\"timeout\":%s}\n",
+         pr.n, pr.rate, pr.seconds, app.size, pr.sent, pr.sent_in_window, pr.received,
+         pr.received_in_window, app.outcomes[0], app.outcomes[1], app.outcomes[2], app.outcomes[3],
+         app.outcomes[4], app.nlat, pct_us(0.5), pct_us(0.99), pct_us(0.999), pct_us(1.0),
+         timed_out ? "true" : "false");
+  fflush(stdout);
+  for (long i = 0; i < 2 * pr.n; i++)
+    if (pr.ends[i].conn) pn_connection_wake(pr.ends[i].conn); /* closed on WAKE */
+  pn_proactor_set_timeout(app.proactor, GRACE_MS);
+}
+
+static void pairs_start(const char *addr) {
+  pr.ends = xmalloc((size_t)(2 * pr.n) * sizeof *pr.ends);
+  memset(pr.ends, 0, (size_t)(2 * pr.n) * sizeof *pr.ends);
+  app.lat_cap = (long)((double)pr.n * pr.rate * pr.seconds * 1.1) + 1024;
+  app.lat = xmalloc((size_t)app.lat_cap * sizeof *app.lat);
+  pr.deadline = now_ns() + (int64_t)(app.timeout_s > 0 ? app.timeout_s * 1e9 : 1e18);
+  for (long i = 0; i < 2 * pr.n; i++) {
+    pair_end_t *p = &pr.ends[i];
+    p->index = i % pr.n;
+    p->sender = i >= pr.n;
+    p->conn = pn_connection();
+    pn_connection_set_context(p->conn, p);
+    pn_proactor_connect2(app.proactor, p->conn, NULL, addr);
+  }
+  pn_proactor_set_timeout(app.proactor, PAIRS_TICK_MS);
+}
+
+static void pairs_init(pair_end_t *p) {
+  char name[32], address[1024];
+  snprintf(name, sizeof name, "loadgen-pairs-%ld", p->index);
+  snprintf(address, sizeof address, "%s%ld", app.address, p->index);
+  pn_connection_set_container(p->conn, name);
+  pn_session_t *ssn = pn_session(p->conn);
+  pn_connection_open(p->conn);
+  pn_session_open(ssn);
+  if (p->sender) {
+    p->link = pn_sender(ssn, "pairs-send");
+    pn_terminus_set_address(pn_link_target(p->link), address);
+  } else {
+    p->link = pn_receiver(ssn, "pairs-receive");
+    pn_terminus_set_address(pn_link_source(p->link), address);
+  }
+  pn_link_open(p->link);
+  if (!p->sender) pn_link_flow(p->link, PAIRS_CREDIT);
+}
+
+static void pairs_tick(void) {
+  int64_t t = now_ns();
+  if (t >= pr.deadline) { pairs_finish(1); return; }
+  if (pr.started) {
+    if (t >= pr.last + PAIRS_DRAIN_NS) { pairs_finish(0); return; }
+    for (long i = pr.n; i < 2 * pr.n; i++) {
+      pair_end_t *p = &pr.ends[i];
+      if (!p->woken && p->next_send <= t && p->next_send < pr.last) {
+        p->woken = 1;
+        pn_connection_wake(p->conn);
+      }
+    }
+  }
+  pn_proactor_set_timeout(app.proactor, PAIRS_TICK_MS);
+}
+
+static void pairs_message(pair_end_t *p, pn_delivery_t *d) {
+  int64_t t = now_ns();
+  size_t n = pn_delivery_pending(d);
+  if (n > app.buf_cap) {
+    free(app.buf);
+    app.buf_cap = n * 2;
+    app.buf = xmalloc(app.buf_cap);
+  }
+  ssize_t got = pn_link_recv(p->link, app.buf, n);
+  scan_t s;
+  scan_message((const uint8_t *)app.buf, got < 0 ? 0 : (size_t)got, &s);
+  pr.received++;
+  if (s.body && s.body_len >= 8) {
+    int64_t sent;
+    memcpy(&sent, s.body, sizeof sent);
+    if (sent >= pr.first && sent < pr.last) {
+      pr.received_in_window++;
+      record_latency(t - sent);
+    }
+  }
+  pn_delivery_update(d, PN_ACCEPTED);
+  pn_delivery_settle(d);
+  if (pn_link_credit(p->link) <= PAIRS_CREDIT / 2)
+    pn_link_flow(p->link, PAIRS_CREDIT - pn_link_credit(p->link));
+}
+
+static void pairs_handle(pn_event_t *e) {
+  pn_connection_t *c = pn_event_connection(e);
+  pair_end_t *p = c ? pn_connection_get_context(c) : NULL;
+  pn_link_t *l = pn_event_link(e);
+  switch (pn_event_type(e)) {
+  case PN_CONNECTION_INIT:
+    pairs_init(p);
+    break;
+  case PN_LINK_REMOTE_OPEN:
+    if (++pr.linked == 2 * pr.n && !pr.started) { /* every link attached: the clock starts */
+      int64_t start = now_ns() + 100000000;
+      pr.period = (int64_t)(1e9 / pr.rate);
+      pr.first = start + (int64_t)(pr.warmup * 1e9);
+      pr.last = pr.first + (int64_t)(pr.seconds * 1e9);
+      for (long i = 0; i < pr.n; i++) /* phases spread evenly over one period */
+        pr.ends[pr.n + i].next_send = start + pr.period * i / pr.n;
+      pr.started = 1;
+      printf("window %lld %lld\n", (long long)pr.first, (long long)pr.last); /* CLOCK_MONOTONIC ns */
+      fflush(stdout);
+    }
+    break;
+  case PN_CONNECTION_WAKE:
+    if (app.done) { pn_connection_close(c); break; }
+    p->woken = 0;
+    if (p->sender) pairs_send(p);
+    break;
+  case PN_LINK_FLOW:
+    if (p->sender && pr.started && !app.done) pairs_send(p);
+    break;
+  case PN_DELIVERY: {
+    pn_delivery_t *d = pn_event_delivery(e);
+    if (pn_link_is_sender(l)) {
+      uint64_t st = pn_delivery_remote_state(d);
+      int terminal = st >= PN_ACCEPTED && st <= PN_MODIFIED;
+      if (!terminal && !pn_delivery_settled(d)) break;
+      app.outcomes[terminal ? st - PN_ACCEPTED : 4]++;
+      pn_delivery_settle(d);
+    } else if (pn_delivery_readable(d) && !pn_delivery_partial(d)) {
+      if (app.done) pn_delivery_settle(d);
+      else pairs_message(p, d);
+    }
+    break;
+  }
+  case PN_LINK_REMOTE_CLOSE:
+  case PN_LINK_REMOTE_DETACH:
+    check(pn_link_remote_condition(l), "link closed by peer");
+    if (!app.done) die("link closed by peer", pn_link_name(l));
+    pn_link_close(l);
+    break;
+  case PN_CONNECTION_REMOTE_CLOSE:
+    check(pn_connection_remote_condition(c), "connection closed by peer");
+    if (!app.done) die("connection closed by peer", NULL);
+    pn_connection_close(c);
+    break;
+  case PN_TRANSPORT_CLOSED:
+    check(pn_transport_condition(pn_event_transport(e)), "transport error");
+    if (!app.done) die("connection closed", NULL);
+    if (++pr.closed == 2 * pr.n) exit(0);
+    break;
+  case PN_PROACTOR_TIMEOUT:
+    if (app.done) exit(0); /* peers did not close in time: the result is out anyway */
+    pairs_tick();
+    break;
+  case PN_PROACTOR_INTERRUPT:
+    if (got_signal) { pairs_finish(1); exit(128 + got_signal); }
+    break;
+  default:
+    break;
+  }
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 static void on_signal(int sig) {
@@ -628,6 +840,8 @@ static void usage(const char *msg) {
           "  loadgen pingpong [--host H] [--port P] --address A --reply-address R --count N\n"
           "                   [--size S]\n"
           "  loadgen echo     [--host H] [--port P] --address A [--count N] [--credit C]\n"
+          "  loadgen pairs    [--host H] [--port P] --pairs N --rate R --seconds S [--warmup W]\n"
+          "                   [--address PREFIX] [--size S]\n"
           "every mode: [--timeout SECONDS] (default 60, 0 = none)\n"
           "client modes: [--ssl-ca FILE] (TLS, the peer's certificate checked against FILE)\n",
           msg);
@@ -657,8 +871,8 @@ static double parse_seconds(const char *opt, const char *v) {
 static void parse_args(int argc, char **argv) {
   int m;
   if (argc < 2) usage("loadgen: no mode given");
-  for (m = 0; m < 5 && strcmp(argv[1], MODE_NAMES[m]) != 0; m++) {}
-  if (m == 5) usage("loadgen: unknown mode");
+  for (m = 0; m < N_MODES && strcmp(argv[1], MODE_NAMES[m]) != 0; m++) {}
+  if (m == N_MODES) usage("loadgen: unknown mode");
   app.mode = (enum mode)m;
   app.host = "127.0.0.1";
   app.port = "5672";
@@ -681,7 +895,17 @@ static void parse_args(int argc, char **argv) {
     else if (!strcmp(o, "--credit")) app.credit = parse_long(o, v, 1);
     else if (!strcmp(o, "--timeout")) app.timeout_s = parse_seconds(o, v);
     else if (!strcmp(o, "--ssl-ca")) app.ssl_ca = v;
+    else if (!strcmp(o, "--pairs")) pr.n = parse_long(o, v, 1);
+    else if (!strcmp(o, "--rate")) pr.rate = parse_seconds(o, v);
+    else if (!strcmp(o, "--seconds")) pr.seconds = parse_seconds(o, v);
+    else if (!strcmp(o, "--warmup")) pr.warmup = parse_seconds(o, v);
     else usage("loadgen: unknown option");
+  }
+  if (app.mode == PAIRS) {
+    if (!app.address) app.address = "pairs-";
+    if (!pr.n || !(pr.rate > 0) || !(pr.seconds > 0)) usage("loadgen: pairs needs --pairs, --rate and --seconds");
+    if (app.ssl_ca) usage("loadgen: pairs has no --ssl-ca");
+    return;
   }
   if (app.mode != LISTEN && !app.address) usage("loadgen: --address is required");
   if (app.mode == PINGPONG && !app.reply_address) usage("loadgen: --reply-address is required");
@@ -695,7 +919,7 @@ static void parse_args(int argc, char **argv) {
 int main(int argc, char **argv) {
   char addr[PN_MAX_ADDR];
   parse_args(argc, argv);
-  if (app.mode == SEND) build_template(NULL, NULL);
+  if (app.mode == SEND || app.mode == PAIRS) build_template(NULL, NULL);
   if (app.mode == PINGPONG) build_template(app.address, app.reply_address);
   if (app.count && app.mode != SEND && app.mode != ECHO && !app.echo) {
     app.lat_cap = app.count; /* preallocated: no growth while measuring */
@@ -713,7 +937,9 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
 
   pn_proactor_addr(addr, sizeof addr, app.host, app.port);
-  if (app.mode == LISTEN) {
+  if (app.mode == PAIRS) {
+    pairs_start(addr);
+  } else if (app.mode == LISTEN) {
     app.listener = pn_listener();
     pn_proactor_listen(app.proactor, app.listener, addr, 64);
   } else if (app.ssl_ca) {
@@ -727,7 +953,7 @@ int main(int argc, char **argv) {
   } else {
     pn_proactor_connect2(app.proactor, NULL, NULL, addr);
   }
-  if (app.timeout_s > 0)
+  if (app.timeout_s > 0 && app.mode != PAIRS) /* pairs: its own ticker watches the deadline */
     pn_proactor_set_timeout(app.proactor, (pn_millis_t)(app.timeout_s * 1000 + 0.5));
 
   for (;;) {
@@ -743,7 +969,7 @@ int main(int argc, char **argv) {
       pump();
     }
     pn_proactor_done(app.proactor, batch);
-    if (app.done && (inactive || (app.nconns == 0 && !app.listener))) break;
+    if (app.done && (inactive || (app.mode != PAIRS && app.nconns == 0 && !app.listener))) break;
   }
   return 0;
 }
