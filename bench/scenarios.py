@@ -141,7 +141,6 @@ def throughput(binary: Path, *, size: int, presettled: bool, count: int, direct_
     }  # fmt: skip
 
 
-@contextmanager
 def through_multicast(binary: Path, r: Router, count: int, size: int, receivers: int) -> dict[str, Any]:
     """One loadgen send to a multicast address, `receivers` loadgen receive on it: each gets
     every message. The rate is the slowest receiver's (messages, not copies, per second)."""
@@ -178,6 +177,7 @@ def multicast(binary: Path, *, size: int, count: int, direct_count: int, rounds:
     }  # fmt: skip
 
 
+@contextmanager
 def chain(length: int) -> Iterator[list[Router]]:
     """Interior routers in a line, R1 - R2 - ... ; each dials the one before it."""
     routers: list[Router] = []
