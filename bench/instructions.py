@@ -7,7 +7,9 @@ the cost per message, free of start-up and import costs. The count covers the wh
 router's engines and core, and the producer and consumer engines around it (which share the
 engine code). Functions compiled by mypyc appear as CPyDef_<module>___<function>.
 
-    python bench/instructions.py [--presettled] [--flow] [--routers N] [--top N] [--callees FUNCTION_SUBSTRING]
+    python bench/instructions.py [--presettled] [--flow] [--routers N] [--multicast N] [--top N] [--callees FUNCTION_SUBSTRING]
+
+--multicast N counts the relay to a multicast address with N consumers (each gets every message).
 
 --flow counts the relay with flow records on (bench/relay.py's --flow), the hot path alone: the
 records are flushed once at the end of each run (a flush is `relay.flush_cost()`).
@@ -37,8 +39,10 @@ _RUN = "import sys; sys.argv = ['relay']; import runpy; m = runpy.run_path({path
 _ROW = re.compile(r"\s*([\d,]+) \([^)]*\)\s+([*>]?)\s*(\S+)(?: \((\d+)x\))?")
 
 
-def _record(n: int, presettled: bool, routers: int, out: Path, flow: bool = False) -> None:
-    if flow:
+def _record(n: int, presettled: bool, routers: int, out: Path, flow: bool = False, receivers: int = 0) -> None:
+    if receivers:  # a multicast address with that many consumers
+        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, receivers={receivers})")
+    elif flow:
         # The records are flushed once, at the end: the difference of the two runs is the hot path's.
         code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, flow=True, flush_every=0)")
     elif routers:  # a chain in the mesh harness (bench/meshrelay.py)
@@ -103,14 +107,17 @@ def main(argv: list[str]) -> int:
     pattern = argv[argv.index("--callees") + 1] if "--callees" in argv else None
     routers = int(argv[argv.index("--routers") + 1]) if "--routers" in argv else 0
     flow = "--flow" in argv
+    receivers = int(argv[argv.index("--multicast") + 1]) if "--multicast" in argv else 0
     with tempfile.TemporaryDirectory() as tmp:
         paths = [Path(tmp) / "small.out", Path(tmp) / "large.out"]
         with ThreadPoolExecutor(2) as pool:  # the two runs are independent: one per core
-            runs = [(SMALL, presettled, routers, paths[0], flow), (LARGE, presettled, routers, paths[1], flow)]
+            runs = [(SMALL, presettled, routers, paths[0], flow, receivers), (LARGE, presettled, routers, paths[1], flow, receivers)]
             list(pool.map(lambda args: _record(*args), runs))
         costs = _per_message(_exclusive(paths[0]), _exclusive(paths[1]))
         kind = "presettled" if presettled else "unsettled"
         what = f"chain of {routers} routers" if routers else "relay with flow records on" if flow else "relay"
+        if receivers:
+            what = f"multicast relay to {receivers} consumers"
         print(f"{what}, 100-byte {kind} messages: {sum(costs.values()):,.0f} instructions per message")
         for name, cost in sorted(costs.items(), key=lambda kv: -kv[1])[:top]:
             print(f"{cost:10,.0f}  {name}")

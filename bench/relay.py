@@ -31,14 +31,16 @@ from router.amqp.connection import Connection, ConnectionConfig  # noqa: E402
 from router.amqp.events import TransferReceived  # noqa: E402
 from router.amqp.message import Message, encode_message  # noqa: E402
 from router.amqp.messaging import ACCEPTED, Properties, Source, Target  # noqa: E402
-from router.config.models import Flow, RouterConfig, RouterSection  # noqa: E402
+from router.config.models import AddressConfig, Flow, RouterConfig, RouterSection  # noqa: E402
 from router.core.connections import new_engine  # noqa: E402
 from router.core.router import RouterCore  # noqa: E402
 
 
 class Relay:
-    def __init__(self, flow: bool = False) -> None:
-        self.config = RouterConfig(router=RouterSection(id="bench"), flow=Flow(enabled=flow, file_dir=None))
+    def __init__(self, flow: bool = False, multicast: bool = False) -> None:
+        addresses = (AddressConfig(prefix="q", distribution="multicast"),) if multicast else ()
+        self.config = RouterConfig(router=RouterSection(id="bench"), flow=Flow(enabled=flow, file_dir=None),
+                                   addresses=addresses)
         self.core = RouterCore(self.config)
         self.recorder = None
         if flow:
@@ -109,24 +111,31 @@ def _flush_records(relay: Relay) -> None:
 
 def run_relay(
     count: int, presettled: bool, profile: bool = False, size: int = 60, flow: bool = False, flush_every: int = 10_000,
+    receivers: int = 0,
 ) -> float:  # fmt: skip
     """µs of router CPU per message. With `flow`, the records are flushed every `flush_every`
-    deliveries (0: once, at the end: bench/instructions.py counts the hot path alone)."""
-    relay = Relay(flow)
-    producer, consumer = relay.connect("producer"), relay.connect("consumer")
+    deliveries (0: once, at the end: bench/instructions.py counts the hot path alone).
+    `receivers` > 0: the address is multicast, with that many consumers (each on its own
+    connection); every consumer must get every message."""
+    relay = Relay(flow, multicast=receivers > 0)
+    producer = relay.connect("producer")
+    consumers = [relay.connect(f"consumer{i}") for i in range(max(1, receivers))]
     relay.pump(lambda c, e: None)
-    ps, cs = producer.begin_session(), consumer.begin_session()
+    ps = producer.begin_session()
+    sessions = [consumer.begin_session() for consumer in consumers]
     relay.pump(lambda c, e: None)
-    receiver = cs.attach_receiver("rx", source=Source(address="q"), target=Target())
+    links = {c: s.attach_receiver("rx", source=Source(address="q"), target=Target()) for c, s in zip(consumers, sessions)}
     sender = ps.attach_sender("tx", source=Source(), target=Target(address="q"))
     relay.pump(lambda c, e: None)
-    receiver.flow(1000)
+    for receiver in links.values():
+        receiver.flow(1000)
     relay.pump(lambda c, e: None)
     payload = encode_message(Message.value("x" * size, properties=Properties(to="q")))
     received: list[int] = []
 
     def on_client(client: Connection, events: list[Any]) -> None:
-        if client is consumer:
+        receiver = links.get(client)
+        if receiver is not None:
             consume(events, receiver, presettled, received)
 
     relay.router_s = 0.0
@@ -149,7 +158,7 @@ def run_relay(
     if profiler:
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
-    assert len(received) == count, (len(received), count)
+    assert len(received) == count * len(links), (len(received), count)
     return relay.router_s / count * 1e6
 
 
@@ -179,7 +188,9 @@ def run() -> dict[str, float]:
 if __name__ == "__main__":
     if "--profile" in sys.argv:
         size = 10240 if "--10k" in sys.argv else 60
-        run_relay(20000 if size == 60 else 5000, "--presettled" in sys.argv, profile=True, size=size, flow="--flow" in sys.argv)
+        receivers = int(sys.argv[sys.argv.index("--multicast") + 1]) if "--multicast" in sys.argv else 0
+        run_relay(20000 if size == 60 else 5000, "--presettled" in sys.argv, profile=True, size=size, flow="--flow" in sys.argv,
+                  receivers=receivers)
     elif "--flow" in sys.argv:  # flow records off and on, alternating, the best of 5 each
         off = min(run_relay(20000, False) for _ in range(5))
         on = min(run_relay(20000, False, flow=True) for _ in range(5))

@@ -7,7 +7,8 @@ the router process's utime+stime over the run.
 
 Scenarios: 1. anycast 100 B unsettled; 2. the same presettled; 3. 10 KiB unsettled;
 4. request/response ping-pong latency; 5. 10,000 idle connections (router RSS per connection);
-6. a slow consumer with a fast producer (router RSS stays bounded: the peak is reported).
+6. a slow consumer with a fast producer (router RSS stays bounded: the peak is reported);
+7. a chain of 3 routers; 8. multicast 1 -> 2 receivers, 100 B unsettled (ratio to 1 -> 1 direct).
 """
 
 from __future__ import annotations
@@ -81,11 +82,13 @@ class Router:
 
 
 @contextmanager
-def router(**listener: Any) -> Iterator[Router]:
-    config = {
+def router(addresses: list[dict[str, Any]] | None = None, **listener: Any) -> Iterator[Router]:
+    config: dict[str, Any] = {
         "router": {"id": "bench"},
         "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, **listener}],
     }
+    if addresses:
+        config["addresses"] = addresses
     r = Router(config)
     try:
         yield r
@@ -132,6 +135,42 @@ def throughput(binary: Path, *, size: int, presettled: bool, count: int, direct_
     direct_rate, router_rate = statistics.median(direct), statistics.median(routed)
     return {
         "size": size, "presettled": presettled, "count": count,
+        "direct_msgs_per_s": direct_rate, "router_msgs_per_s": router_rate,
+        "ratio": router_rate / direct_rate, "router_cpu_us_per_msg": statistics.median(cpu),
+        "runs": {"direct": direct, "router": routed},
+    }  # fmt: skip
+
+
+def through_multicast(binary: Path, r: Router, count: int, size: int, receivers: int) -> dict[str, Any]:
+    """One loadgen send to a multicast address, `receivers` loadgen receive on it: each gets
+    every message. The rate is the slowest receiver's (messages, not copies, per second)."""
+    address = f"mc/bench-{size}-{time.monotonic_ns()}"
+    common = ["--host", "127.0.0.1", "--port", str(r.port), "--address", address, "--count", str(count)]
+    consumers = [_loadgen(binary, "receive", *common) for _ in range(receivers)]
+    time.sleep(0.5)  # every receiver's attach must reach the router before the first message
+    cpu0 = r.cpu_seconds()
+    sender = _loadgen(binary, "send", *common, "--size", str(size))
+    sent = _finish("send", sender)
+    received = [_finish("receive", c) for c in consumers]
+    cpu = r.cpu_seconds() - cpu0
+    rate = min(result["msgs_per_s"] for result in received)
+    return {"send": sent, "receive": received, "msgs_per_s": rate, "router_cpu_us_per_msg": cpu / count * 1e6}
+
+
+def multicast(binary: Path, *, size: int, count: int, direct_count: int, rounds: int, receivers: int = 2) -> dict[str, Any]:
+    """Multicast 1 -> `receivers`, unsettled (each copy accepted; the producer hears once all
+    are), its ratio to the 1 -> 1 direct ceiling of the same run."""
+    direct, routed, cpu = [], [], []
+    with router(addresses=[{"prefix": "mc", "distribution": "multicast"}]) as r:
+        for _ in range(rounds):
+            d = run_direct(direct_count, size, presettled=False, binary=binary)
+            direct.append(d["listen"]["msgs_per_s"])
+            result = through_multicast(binary, r, count, size, receivers)
+            routed.append(result["msgs_per_s"])
+            cpu.append(result["router_cpu_us_per_msg"])
+    direct_rate, router_rate = statistics.median(direct), statistics.median(routed)
+    return {
+        "size": size, "receivers": receivers, "count": count,
         "direct_msgs_per_s": direct_rate, "router_msgs_per_s": router_rate,
         "ratio": router_rate / direct_rate, "router_cpu_us_per_msg": statistics.median(cpu),
         "runs": {"direct": direct, "router": routed},
@@ -336,7 +375,16 @@ def run(quick: bool = False) -> dict[str, Any]:
         "5_idle_connections": idle_connections(int(10_000 * scale)),
         "6_slow_consumer": slow_consumer(binary, count=int(100_000 * scale), size=1024),
         "7_chain_of_3_100b_unsettled": through_chain(binary, size=100, count=n // 2, direct_count=5 * n, rounds=rounds),
+        "8_multicast_1_to_2_100b_unsettled": multicast(binary, size=100, count=n // 2, direct_count=5 * n, rounds=rounds),
     }
+
+
+def run_multicast(quick: bool = False) -> dict[str, Any]:
+    """Scenario 8 alone (`python -m bench.scenarios multicast [--quick]`)."""
+    n = int(200_000 * (0.2 if quick else 1.0))
+    rounds = 1 if quick else 3
+    return {"8_multicast_1_to_2_100b_unsettled": multicast(build(BUILD), size=100, count=n // 2, direct_count=5 * n,
+                                                           rounds=rounds)}  # fmt: skip
 
 
 if __name__ == "__main__":  # python -m bench.scenarios idle [COUNT]
@@ -347,5 +395,10 @@ if __name__ == "__main__":  # python -m bench.scenarios idle [COUNT]
 
         print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
         print(json.dumps(idle_connections(int(sys.argv[2]) if len(sys.argv) > 2 else 10_000), indent=2))
+    elif len(sys.argv) >= 2 and sys.argv[1] == "multicast":
+        from router.build_info import build_info
+
+        print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
+        print(json.dumps(run_multicast("--quick" in sys.argv), indent=2))
     else:
-        raise SystemExit("usage: python -m bench.scenarios idle [COUNT]")
+        raise SystemExit("usage: python -m bench.scenarios idle [COUNT] | multicast [--quick]")

@@ -520,11 +520,12 @@ class Connection:
                         E.FRAMING_ERROR,
                     )
                 session = sessions.get(channel)
-                # Inline descriptor check: smallulong codes are what every peer sends.
+                # Inline descriptor check: smallulong codes are what every peer sends. -1, not
+                # None, for the others: an Optional code would be boxed and compared generically.
                 if body + 3 <= end and buf[body] == 0x00 and buf[body + 1] == 0x53:
                     code, start = buf[body + 2], body + 3
                 else:
-                    code, start = None, body
+                    code, start = -1, body
                 try:
                     if code == 0x14 and session is not None and session.state.local is not CLOSED:
                         session.on_transfer(buf, parse_transfer(buf, start, end), end)

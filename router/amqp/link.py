@@ -246,7 +246,7 @@ class Link:
 
     def send_transfer(
         self,
-        tag: bytes,
+        tag: bytes | None,
         payload: bytes | memoryview,
         *,
         settled: bool = False,
@@ -258,7 +258,9 @@ class Link:
 
         The first call for a delivery consumes one credit; with `more=True` the delivery stays
         open and later calls append to it (cut-through streaming). A payload larger than the
-        peer's max-frame-size is split into frames here.
+        peer's max-frame-size is split into frames here. `tag` None: the delivery-id's four
+        bytes are its tag, made once for both fields (a delivery-id is unique among the
+        session's unsettled deliveries, so the tag is among the link's, transport §2.6.12).
         """
         session = self.session
         if (
@@ -279,14 +281,18 @@ class Link:
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF  # serial (§2.8.10)
             delivery_id = session.next_delivery_id()
+            id_bytes = delivery_id.to_bytes(4, "big")
+            if tag is None:
+                tag = id_bytes
             self.out_tag = tag
             first = True
         else:
             tag = self.out_tag
+            id_bytes = b""
             first = False
         self.out_delivery = delivery_id if more else -1
         session.write_transfer(
-            self, delivery_id, tag, payload, settled, more, message_format, state, first
+            self, delivery_id, tag, payload, settled, more, message_format, state, first, False, id_bytes
         )
         return delivery_id
 

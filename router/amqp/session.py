@@ -29,7 +29,7 @@ from .fastpath import (
     disposition_performative,
     flow_performative,
     frame_header,
-    transfer_frame,
+    transfer_frame_id,
     transfer_middle,
     transfer_performative,
 )
@@ -82,6 +82,7 @@ class Session:
         "next_incoming_id", "remote_incoming_window", "remote_outgoing_window",
         "handle_max", "remote_handle_max", "links_by_local", "links_by_remote", "links_by_name",
         "_next_delivery_id", "_next_incoming_delivery", "_blocked", "context",
+        "_in_handle", "_in_link",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, channel: int | None) -> None:
@@ -111,6 +112,11 @@ class Session:
         # None until the first one (an empty deque is 600 bytes, on every idle session).
         self._blocked: deque[tuple[int, Any, Link | None, bool]] | None = None
         self.context: Any = None
+        # The link the peer's last transfer came on, by its handle (-1: none): consecutive
+        # transfers mostly share a link, and a dict lookup boxes the handle and hashes it.
+        # Forgotten whenever links_by_remote changes.
+        self._in_handle = -1
+        self._in_link: Link | None = None
 
     def __repr__(self) -> str:
         return f"Session(channel={self.channel}, remote={self.remote_channel}, {self.state!r})"
@@ -265,10 +271,13 @@ class Session:
         state: Any,
         first: bool,
         aborted: bool = False,
+        id_bytes: bytes = b"",
     ) -> None:
+        """`id_bytes`: the delivery-id as four big-endian bytes when the caller has them."""
+        blocked = self._blocked  # None unless the peer's window ever closed: no truth test then
         if (
-            message_format == 0 and state is None and not aborted and not self._blocked
-            and self.remote_incoming_window > 0
+            message_format == 0 and state is None and not aborted
+            and (blocked is None or not blocked) and self.remote_incoming_window > 0
         ):  # fmt: skip
             size = len(payload)
             if size <= self.conn.remote_max_frame_size - 230:
@@ -278,9 +287,11 @@ class Session:
                     link.out_middle = transfer_middle(self.channel, link.local_handle, n)
                     link.out_middle_tag_length = n
                 middle = link.out_middle
-                if middle:  # the common transfer: one concatenation, one frame
+                if len(middle) != 0:  # the common transfer: one concatenation, one frame
                     out = self.conn.output_buffer()
-                    out.append(transfer_frame(middle, delivery_id, tag, settled, more, size))
+                    if len(id_bytes) == 0:  # (a truth test of bytes is a generic call)
+                        id_bytes = delivery_id.to_bytes(4, "big")
+                    out.append(transfer_frame_id(middle, id_bytes, tag, settled, more, size))
                     out.append(payload)
                     self.remote_incoming_window -= 1
                     self.next_outgoing_id = (self.next_outgoing_id + 1) & 0xFFFFFFFF
@@ -351,6 +362,9 @@ class Session:
             else:
                 self.conn.write_bytes(data)
             blocked.popleft()
+        # Drained: dropped, so that the hot path's test is `is None` (a deque's truth is a
+        # generic call) and an idle session holds no empty deque.
+        self._blocked = None
 
     def _purge_link(self, link: Link | None) -> None:
         blocked = self._blocked
@@ -364,6 +378,8 @@ class Session:
             self._release_link(link)
 
     def _release_link(self, link: Link) -> None:
+        self._in_handle = -1
+        self._in_link = None
         if link.local_handle is not None:
             self.links_by_local.pop(link.local_handle, None)
         if link.remote_handle is not None:
@@ -425,6 +441,8 @@ class Session:
         link.remote_handle = handle
         link.remote_attach = attach
         self.links_by_remote[handle] = link
+        self._in_handle = -1
+        self._in_link = None
         if role is RECEIVER:  # the sender's initial-delivery-count starts our count
             link.delivery_count = attach.initial_delivery_count or 0
         self.conn.emit(RemoteAttach(link=link, attach=attach))
@@ -433,6 +451,8 @@ class Session:
         link = self._remote_link(detach.handle, "detach")
         link.state.remote_input(Input.CLOSE, "detach", E.NOT_ALLOWED)
         del self.links_by_remote[detach.handle]
+        self._in_handle = -1
+        self._in_link = None
         link.remote_handle = None
         link.remote_closed = detach.closed
         link.remote_error = detach.error
@@ -500,9 +520,15 @@ class Session:
     def on_transfer(self, buf: bytes, fields: TransferFields, frame_end: int) -> None:
         (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, state,
          _resume, aborted, payload_start) = fields  # fmt: skip
-        link = self.links_by_remote.get(handle)
-        if link is None:
-            link = self._remote_link(handle, "transfer")  # raises unattached-handle
+        if handle == self._in_handle and self._in_link is not None:
+            link = self._in_link
+        else:
+            found = self.links_by_remote.get(handle)
+            if found is None:
+                found = self._remote_link(handle, "transfer")  # raises unattached-handle
+            link = found
+            self._in_handle = handle
+            self._in_link = link
         # transport §2.5.6: each transfer frame uses one slot of our incoming window
         if self.incoming_window <= 0:
             raise E.ProtocolError(
@@ -554,11 +580,12 @@ class Session:
         link.in_delivery = delivery_id if more and not aborted else -1
         # Large payloads are views of the read (no copy until the output join); small ones are
         # copied, which costs no more than making a view and pins nothing.
-        if frame_end - payload_start > ZERO_COPY_MIN:
+        payload_size = frame_end - payload_start
+        if payload_size > ZERO_COPY_MIN:
             payload: bytes | memoryview = memoryview(buf)[payload_start:frame_end]
         else:
             payload = buf[payload_start:frame_end]
-        link.in_bytes += len(payload)
+        link.in_bytes += payload_size  # (len() of a bytes | memoryview is a generic call)
         limit = link.max_message_size
         if limit and link.in_bytes > limit and link.detach_on_oversize:
             link.in_delivery = -1

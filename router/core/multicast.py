@@ -62,7 +62,10 @@ class Multicast(Sending):
                 else:
                     out.pending.append(copy)
         if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
-            fwd.frames = None  # every copy is out (or failed): the bytes are not needed again
+            # Every copy is out (or failed): the bytes are not needed again, nor the routing
+            # view (one object less per delivery in flight for the garbage collector to walk).
+            fwd.frames = None
+            fwd.view = None
 
     def _send_copy(self, copy: Copy) -> None:
         fwd, out = copy.forward, copy.out
@@ -71,10 +74,9 @@ class Multicast(Sending):
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
-        tag = out.next_tag()
         last = len(frames) - 1
         for i, frame in enumerate(frames):
-            copy.out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
+            copy.out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
                                              message_format=fwd.message_format)  # fmt: skip
         copy.sent_frames = len(frames)
         if out.neighbour is None:

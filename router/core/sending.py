@@ -72,12 +72,13 @@ class Sending(Settlement):
             if not consumers and not entry.remote:
                 self.unroutable(fwd)  # released: no consumer here wants it
                 return
-        if entry.remote and (fwd.meta is not None or fwd.view is not None):
-            self._anycast_mesh(fwd, consumers)
-            return
-        if entry.remote and not consumers:  # only other routers, but its first frame
-            self.unroutable(fwd)  # says too little to route it by (or to annotate)
-            return
+        if entry.remote:  # (a frozenset: its truth is a generic call, made once)
+            if fwd.meta is not None or fwd.view is not None:
+                self._anycast_mesh(fwd, consumers)
+                return
+            if not consumers:  # only other routers, but its first frame
+                self.unroutable(fwd)  # says too little to route it by (or to annotate)
+                return
         out = self._pick(consumers, entry.rr, entry.distribution == "balanced")
         if out is None:
             self._wait(fwd)
@@ -206,11 +207,10 @@ class Sending(Settlement):
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
-        tag = out.next_tag()
         last = len(frames) - 1
         out_id = -1
         for i, frame in enumerate(frames):
-            out_id = link.send_transfer(tag, frame, settled=settled, more=i < last or not fwd.complete,
+            out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
                                         message_format=fwd.message_format)  # fmt: skip
         fwd.out, fwd.out_id = out, out_id
         fwd.frames = fwd.fields = None

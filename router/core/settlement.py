@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Final
 from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
-from ..amqp.serial import serial_ids_in
+from ..amqp.serial import SERIAL_MASK, serial_count, serial_ids_in
 from .credit import ProducerCredit
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
+from .deliverymap import DeliveryMap
 from .links import LinkCounts, OutLink, alive
 from .table import AddressEntry
 
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 
 
 DELIVERY_FAILED: Final = Modified(delivery_failed=True)
+# A disposition's range walked natively (iterating the range serial_ids_in returns boxes every
+# delivery-id, an allocation each above 256).
+_MASK: Final = SERIAL_MASK
 # multicast: the strongest outcome of all copies wins (the anchors' rule)
 # The outcome classes as module constants: mypyc keeps them in C statics, where the imported
 # names would be looked up in the module's dict on every delivery.
@@ -53,18 +57,22 @@ class Settlement(ProducerCredit):
             return
         if maps.routed is not None:  # a session with link-routed links (router.core.linkrelay)
             self.relay.on_disposition(event, maps.routed)
+        first, last = event.first, event.last
         if event.role is RECEIVER:  # a consumer's outcome or state for deliveries we sent it
             outbound = maps.outbound
             if outbound.empty:
                 return
             state = event.state
+            count = serial_count(first, last)
             if event.settled:  # the consumer is done with them: so are we
-                for delivery_id in serial_ids_in(event.first, event.last, outbound):
-                    record = outbound.pop(delivery_id)
-                    if record is not None:
-                        self.consumer_outcome(record, state)
+                if count <= 2 * len(outbound) + 64:  # (serial_ids_in's rule) no boxed ids
+                    for i in range(count):
+                        self._consumer_settled(outbound, (first + i) & _MASK, state)
+                else:
+                    for delivery_id in serial_ids_in(first, last, outbound):
+                        self._consumer_settled(outbound, delivery_id, state)
             else:  # still unsettled there: an outcome the producer settles, or a state update
-                for delivery_id in serial_ids_in(event.first, event.last, outbound):
+                for delivery_id in serial_ids_in(first, last, outbound):
                     record = outbound.get(delivery_id)
                     if record is None:
                         continue
@@ -77,10 +85,22 @@ class Settlement(ProducerCredit):
                         self.consumer_update(record, delivery_id, state)
         elif event.settled:  # the producer settles deliveries it sent us
             inbound = maps.inbound
-            for delivery_id in serial_ids_in(event.first, event.last, inbound):
-                fwd = inbound.pop(delivery_id)
-                if fwd is not None:
-                    self._producer_settled(fwd)
+            if serial_count(first, last) <= 2 * len(inbound) + 64:  # (serial_ids_in's rule)
+                for i in range(serial_count(first, last)):
+                    fwd = inbound.pop((first + i) & _MASK)
+                    if fwd is not None:
+                        self._producer_settled(fwd)
+            else:
+                for delivery_id in serial_ids_in(first, last, inbound):
+                    fwd = inbound.pop(delivery_id)
+                    if fwd is not None:
+                        self._producer_settled(fwd)
+
+    def _consumer_settled(self, outbound: DeliveryMap, delivery_id: int, state: Any) -> None:
+        """The consumer settled `delivery_id` (one of a disposition's range)."""
+        record = outbound.pop(delivery_id)
+        if record is not None:
+            self.consumer_outcome(record, state)
 
     def consumer_outcome(self, record: Forward | Copy, state: Any) -> None:
         """The consumer settled `record` (with `state`, or with none after an earlier outcome)."""
