@@ -109,7 +109,7 @@ class TimerCore:
         self.ticked = trio.Event()
         self.deadline_on_handle: float | None = None
 
-    def accept(self, engine: Connection, listener: Listener) -> None:
+    def accept(self, engine: Connection, listener: Listener, *, host: str, tls: Any) -> None:
         pass
 
     def handle(self, engine: Connection, events: list[ev.Event], now: float) -> None:

@@ -13,12 +13,13 @@ Must not touch: engine state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .performatives import Attach, Begin, Error, Open
 
 if TYPE_CHECKING:
     from .link import Link
+    from .messaging import DeliveryState
     from .session import Session
 
 
@@ -140,7 +141,7 @@ class TransferReceived:
         more: bool,
         aborted: bool,
         message_format: int,
-        state: Any,
+        state: DeliveryState | None,
         rcv_settle_mode: int | None,
         first: bool,
         payload: bytes | memoryview,
@@ -173,7 +174,7 @@ class DispositionReceived:
     __slots__ = ("session", "role", "first", "last", "settled", "state")
 
     def __init__(
-        self, session: Session, role: bool, first: int, last: int, settled: bool, state: Any
+        self, session: Session, role: bool, first: int, last: int, settled: bool, state: DeliveryState | None
     ) -> None:
         self.session = session
         self.role = role

@@ -12,13 +12,16 @@ Must not touch: connection/session/link state (the engine calls these functions)
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .decode import decode_at
 from .encode import encode_value
 from .errors import DecodeError
 from .messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
 from .performatives import Disposition, Flow, Transfer
+
+if TYPE_CHECKING:
+    from .messaging import DeliveryState
 
 _pack_header: Final = struct.Struct(">IBBH").pack
 _pack_I: Final = struct.Struct(">I").pack
@@ -140,7 +143,7 @@ def transfer_performative(
     settled: bool,
     more: bool,
     aborted: bool = False,
-    state: Any = None,
+    state: DeliveryState | None = None,
 ) -> bytes:
     """The encoded transfer performative (transport §2.7.5), without frame header or payload."""
     if len(tag) < 256:
@@ -252,7 +255,7 @@ def flow_performative(
 
 
 def disposition_performative(
-    role: bool, first: int, last: int | None, settled: bool, state: Any
+    role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
 ) -> bytes:
     """The encoded disposition performative (transport §2.7.6); common outcomes precompiled."""
     if state is None:

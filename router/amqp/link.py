@@ -29,6 +29,7 @@ from .performatives import (
 from .serial import serial_add, serial_lt
 
 if TYPE_CHECKING:
+    from .messaging import DeliveryState
     from .session import Session
 
 
@@ -252,7 +253,7 @@ class Link:
         settled: bool = False,
         more: bool = False,
         message_format: int = 0,
-        state: Any = None,
+        state: DeliveryState | None = None,
     ) -> int:
         """Send (part of) a delivery and return its delivery-id.
 
@@ -308,7 +309,7 @@ class Link:
         )
 
     def dispose(
-        self, first: int, last: int | None = None, *, state: Any = None, settled: bool = True
+        self, first: int, last: int | None = None, *, state: DeliveryState | None = None, settled: bool = True
     ) -> None:
         """Send a disposition for deliveries first..last of this link's session."""
         self.session.disposition(self.role, first, last, state=state, settled=settled)

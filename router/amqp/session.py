@@ -11,7 +11,7 @@ Must not touch: bytes on the socket (the connection writes), routing decisions.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
@@ -40,6 +40,7 @@ from .serial import serial_add, serial_diff, serial_lt
 
 if TYPE_CHECKING:
     from .connection import Connection
+    from .messaging import AnyOutcome, DeliveryState
 
 ZERO_COPY_MIN: Final = 2048  # payloads larger than this are handed on as memoryviews of the read
 DEFAULT_WINDOW: Final = 0x7FFFFFFF  # "no session-level limit": link credit is what bounds traffic
@@ -61,7 +62,7 @@ def wire_error(condition: str, description: str) -> Error:
     return Error(condition=condition, description=description)
 
 
-def fitting_state(state: Any) -> Any:
+def fitting_state(state: DeliveryState | None) -> DeliveryState | None:
     """`state` without what may make a disposition larger than the peer's max-frame-size: a
     rejection's error cut as wire_error cuts it, a modification's annotations dropped. Outcomes
     often carry what another peer wrote (the router passes them on), in frames of any size."""
@@ -71,7 +72,9 @@ def fitting_state(state: Any) -> Any:
     if type(state) is Modified:
         return Modified(delivery_failed=state.delivery_failed, undeliverable_here=state.undeliverable_here)
     if type(state) is TransactionalState:
-        return TransactionalState(txn_id=state.txn_id, outcome=fitting_state(state.outcome))
+        # An outcome stays an outcome (fitting_state keeps each state's type).
+        outcome = cast("AnyOutcome | None", fitting_state(state.outcome))
+        return TransactionalState(txn_id=state.txn_id, outcome=outcome)
     return state
 
 
@@ -204,7 +207,7 @@ class Session:
         return link
 
     def disposition(
-        self, role: bool, first: int, last: int | None = None, *, state: Any, settled: bool
+        self, role: bool, first: int, last: int | None = None, *, state: DeliveryState | None, settled: bool
     ) -> None:
         """Send a disposition for deliveries first..last (transport §2.7.6) in `role`."""
         if self.state.local is not ACTIVE:
@@ -268,7 +271,7 @@ class Session:
         settled: bool,
         more: bool,
         message_format: int,
-        state: Any,
+        state: DeliveryState | None,
         first: bool,
         aborted: bool = False,
         id_bytes: bytes = b"",

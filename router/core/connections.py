@@ -223,8 +223,8 @@ class ConnState:
         self.stuck = False
         self.opened = False
         self.closed = False
-        # For management: when the peer's open arrived (the core's `now`), the peer's address (set by
-        # the network layer after accept) and the SASL mechanism it authenticated with.
+        # For management: when the peer's open arrived (the core's `now`), the peer's address (given by
+        # the network layer to accept/connect) and the SASL mechanism it authenticated with.
         self.opened_at: float | None = None
         self.host = ""
         self.sasl_mechanism: str | None = None
@@ -237,7 +237,7 @@ class ConnState:
         strip = listener.strip_annotations if isinstance(listener, Listener) else "both"
         self.strip_in = strip in ("in", "both")
         self.strip_out = strip in ("out", "both")
-        # The TLS session (protocol, cipher: router.net.tls.TlsInfo), set by the network layer; None if plain.
+        # The TLS session (protocol, cipher: router.net.tls.TlsInfo), given by the network layer; None if plain.
         self.tls: Any = None
         # What policy granted this client connection at its open (router.core.policy.Grant);
         # None when policy is off, and on connections between routers.

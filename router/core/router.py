@@ -3,6 +3,7 @@
     core = RouterCore(config)
     state = core.accept(engine, listener)       # a new connection's engine (router.core.connections)
     state = core.connect(engine, connector, now) # an engine from new_outgoing_engine: we open it
+                                                 # (both take the peer's `host` and `tls` session too)
     core.handle(engine, engine.events(), now)    # now = monotonic seconds (the server's clock)
     for engine in core.take_touched(): wake its writer
     core.tick(now) at core.next_deadline()
@@ -119,18 +120,22 @@ class RouterCore:
 
     # --- the surface the network layer uses -----------------------------------------------------
 
-    def accept(self, engine: Connection, listener: Listener) -> ConnState:
-        """Register a freshly accepted connection's engine."""
+    def accept(self, engine: Connection, listener: Listener, *, host: str = "", tls: Any = None) -> ConnState:
+        """Register a freshly accepted connection's engine. `host`: the peer's address, `tls`:
+        its TLS session (router.net.tls.TlsInfo; None if plain), both for management."""
         state = ConnState(engine, listener)
+        state.host, state.tls = host, tls
         engine.context = state
         self.connections[engine] = state
         throttle_logins(state, self.logins)
         return state
 
-    def connect(self, engine: Connection, connector: Connector, now: float) -> ConnState:
+    def connect(self, engine: Connection, connector: Connector, now: float, *, host: str = "", tls: Any = None) -> ConnState:
         """Register the engine of a connection we open to another router (from
-        connections.new_outgoing_engine) and send our open; the network layer flushes it."""
+        connections.new_outgoing_engine) and send our open; the network layer flushes it.
+        `host` and `tls` as for accept()."""
         state = ConnState(engine, connector)
+        state.host, state.tls = host, tls
         engine.context = state
         self.connections[engine] = state
         if self.mesh.enabled:

@@ -1,6 +1,6 @@
-"""Runs one sans-IO AMQP connection engine over a trio stream: TCP, TLS (a TlsStream: the
-driver encrypts and decrypts through its session around the same direct socket I/O as plain
-TCP), or any other stream through its receive_some/send_all.
+"""Runs one sans-IO AMQP connection engine over a trio stream: TCP, TLS (a TlsStream: encrypted
+and decrypted through its session around the same direct socket I/O as plain TCP), or any other
+stream through its receive_some/send_all. The reads and writes themselves are stream.py's.
 
 Owns: the reader task (bytes in, timers, event dispatch), the writer task (one write per batch
 of frames), backpressure at the socket, and closing the stream when the engine is finished.
@@ -21,13 +21,12 @@ The open deadline (optional, used by the router's server for its handshake time-
 whose open has not come by then is dropped (after a call to `on_open_timeout`). It is one more
 deadline of the reader's, not a task of its own: an idle connection holds as little as it can
 (see bench/README.md, "Idle connections").
-Must not touch: protocol decisions, routing.
+Must not touch: protocol decisions, routing, the descriptor and the TLS session (stream.py).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -35,7 +34,8 @@ import trio
 from ..amqp.connection import Connection
 from ..amqp.endpoints import CLOSED
 from ..amqp.events import Event
-from .tlssession import TlsSession, TlsStream
+from .stream import SealedStream, open_stream
+from .tlssession import TlsSession
 
 EventHandler = Callable[[list[Event]], None]
 PausePredicate = Callable[[], bool]
@@ -51,8 +51,6 @@ CLOSE_GRACE_S = 2.0  # after our close, how long we wait for the peer's before d
 # for a silent peer, whose idle time-out it delays by at most this much.
 PAUSED_TIMER_READ_S = 0.1
 
-_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-
 
 class ConnectionDriver:
     """Pumps bytes between `stream` and `engine`, handing events to `on_events`.
@@ -63,12 +61,12 @@ class ConnectionDriver:
 
     # No instance dict: every connection has a driver (the dict was ~1.6 KiB of each idle one).
     __slots__ = (
-        "stream", "engine", "on_events", "read_size", "pause_reading", "write_high_water",
+        "engine", "on_events", "pause_reading", "write_high_water",
         "on_output_blocked", "on_open_timeout", "_initial", "_wakeup", "_wake_pending",
         "_writer_running", "_resume", "_closed",
-        "_closed_event", "_open_deadline", "_written_bytes", "_outq", "_unsent", "_sending",
+        "_closed_event", "_open_deadline", "_outq", "_unsent", "_sending",
         "_output_blocked", "_reading_paused", "_paused_when_due", "_grace_deadline",
-        "_last_read_full", "_nursery", "_aborted", "_tls", "_tls_ended", "_io", "_fd", "_receive",
+        "_nursery", "_aborted", "_stream",
     )  # fmt: skip
 
     def __init__(
@@ -89,11 +87,9 @@ class ConnectionDriver:
         listener looked at to tell TLS from plain AMQP); the engine gets them first.
         `open_deadline` (trio's clock): the connection is dropped if the peer's open has not
         come by then: `on_open_timeout` is called, then run() closes the stream and returns."""
-        self.stream = stream
         self._initial = initial
         self.engine = engine
         self.on_events = on_events
-        self.read_size = read_size
         self.pause_reading = pause_reading
         self.write_high_water = write_high_water
         self.on_output_blocked = on_output_blocked
@@ -109,7 +105,6 @@ class ConnectionDriver:
         self._closed_event: trio.Event | None = None
         self._open_deadline = open_deadline  # math.inf once the peer's open has come
         self.on_open_timeout = on_open_timeout
-        self._written_bytes = 0
         self._outq: list[bytes] = []  # taken from the engine, not yet handed to the stream
         self._unsent = 0  # bytes in _outq plus those of the write in progress
         self._sending = False
@@ -117,24 +112,36 @@ class ConnectionDriver:
         self._reading_paused = False
         self._paused_when_due = False  # the reader was paused when its deadline fell due
         self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
-        self._last_read_full = False
         self._nursery: trio.Nursery | None = None  # while run() runs (abort() cancels it)
         self._aborted = False
-        # Under TLS (a TlsStream) every byte taken from the engine is encrypted by the session
-        # before it goes anywhere (flush, _take_output), and the engine gets only what the
-        # session decrypted (_receive): _io, _outq and the direct writes carry ciphertext only.
-        self._tls: TlsSession | None = None
-        self._tls_ended = False
-        io = stream
-        if isinstance(stream, TlsStream):
-            self._tls, io = stream.session, stream.transport_stream
-        self._io = io  # what bytes are read from and written to
-        # A TCP stream's socket (plain or under TLS), written directly by flush() when it can
-        # take the bytes at once: that saves a task switch per forwarding hop. -1 for other
-        # streams (trio.SSLStream, test streams), used through receive_some/send_all.
-        self._fd = io.socket.fileno() if isinstance(io, trio.SocketStream) else -1
-        # The peer's next bytes: chosen once, so that plain TCP pays no TLS test per read.
-        self._receive: Callable[[], Awaitable[bytes]] = self._receive_raw if self._tls is None else self._receive_tls
+        # The peer's bytes in and ours out (stream.py). A TCP stream's socket (plain or under
+        # TLS) is written directly by flush() when it takes the bytes at once: that saves a task
+        # switch per forwarding hop. Under TLS every byte taken from the engine is sealed
+        # (encrypted) before it goes anywhere (flush, _take_output): _outq carries wire bytes.
+        self._stream = open_stream(stream, read_size, self._tls_output)
+
+    @property
+    def stream(self) -> trio.abc.Stream:
+        """The trio stream the connection runs over."""
+        return self._stream.stream
+
+    # What tests look at inside (the descriptor, the TLS session, the next read): the Stream's.
+    @property
+    def _fd(self) -> int:
+        return self._stream.fd
+
+    @_fd.setter
+    def _fd(self, fd: int) -> None:
+        self._stream.fd = fd
+
+    @property
+    def _tls(self) -> TlsSession | None:
+        stream = self._stream
+        return stream.session if isinstance(stream, SealedStream) else None
+
+    @property
+    def _receive(self) -> Callable[[], Awaitable[bytes]]:
+        return self._stream.receive
 
     @property
     def closed(self) -> bool:
@@ -189,24 +196,20 @@ class ConnectionDriver:
         """Write what the engine has queued now, from the calling task, if the socket accepts it
         without blocking; the rest goes to the writer task. Nothing is interleaved: this only
         writes while no write is in progress and nothing is waiting for the writer."""
-        if self._fd < 0 or self._sending or self._outq or self.engine.finished:
+        stream = self._stream
+        if stream.fd < 0 or self._sending or self._outq or self.engine.finished:
             self.wake()
             return
         data = self.engine.data_to_send()
         if not data:
             return
-        if self._tls is not None:
-            data = self._tls.encrypt(data)
-        try:
-            written = os.write(self._fd, data)
-        except BlockingIOError:
-            written = 0
-        except OSError:  # the writer meets the same error and tears the connection down
-            written = 0
-        self._written_bytes += written
-        if written < len(data):
-            self._outq.append(data[written:])
-            self._unsent += len(data) - written
+        if stream.sealing:
+            data = stream.seal(data)
+        # On an error nothing is written: the writer meets the same error and tears down.
+        rest = stream.write_now(data)
+        if rest:
+            self._outq.append(rest)
+            self._unsent += len(rest)
             high = self.write_high_water
             if high is not None and not self._output_blocked and self._unsent > high:
                 self._set_output_blocked(True)
@@ -227,9 +230,15 @@ class ConnectionDriver:
         data = self.engine.data_to_send()
         if not data:
             return
-        if self._tls is not None:
-            data = self._tls.encrypt(data)
+        stream = self._stream
+        if stream.sealing:
+            data = stream.seal(data)
         self._queue(data)
+
+    def _tls_output(self, data: bytes) -> None:
+        """What the TLS layer itself must send (stream.py): after what is queued."""
+        self._queue(data)
+        self._kick_writer()
 
     def _queue(self, data: bytes) -> None:
         self._outq.append(data)
@@ -294,6 +303,7 @@ class ConnectionDriver:
         cost as much), so it may fire before the engine's timer: the tick is then a no-op and
         the next scope takes the later deadline."""
         engine = self.engine
+        stream = self._stream
         if self._initial:
             engine.receive_data(self._initial, trio.current_time())
             self._initial = b""
@@ -332,7 +342,7 @@ class ConnectionDriver:
                             self._resume = None
                         self._paused_when_due = False
                         continue  # look at the predicate again
-                    data = await self._receive()
+                    data = await stream.receive()
                     engine.receive_data(data, trio.current_time())
                     self._dispatch()
                     if not data:
@@ -360,7 +370,7 @@ class ConnectionDriver:
             # (heartbeats included) wait unread in the socket. Read once, then tick.
             data = None
             with trio.move_on_after(PAUSED_TIMER_READ_S):
-                data = await self._receive()
+                data = await self._stream.receive()
             if data is not None:
                 engine.receive_data(data, now)
                 if not data:
@@ -370,68 +380,9 @@ class ConnectionDriver:
         self._dispatch()
         return False
 
-    async def _receive_tls(self) -> bytes:
-        """The next bytes from the peer, decrypted; b"" at the end of the stream, of the TLS
-        session, or on an error."""
-        tls = self._tls
-        assert tls is not None
-        while not self._tls_ended:
-            raw = await self._receive_raw()
-            if not raw:
-                return b""
-            plaintext, self._tls_ended = tls.decrypt(raw)
-            pending = tls.take_pending()  # the TLS layer's own answer (a key update)
-            if pending:
-                self._queue(pending)
-                self._kick_writer()
-            if plaintext:
-                return plaintext
-        return b""
-
-    async def _receive_raw(self) -> bytes:
-        """The next bytes from the socket (the peer's under plain TCP); b"" at the end of the
-        stream or on an error.
-
-        A TCP socket is read directly (os.read on its descriptor, after waiting until it is
-        readable): trio's receive_some tries the read first and, the socket being empty after
-        the previous read most of the time, pays a failed system call and its own bookkeeping
-        per read. After a read that filled the buffer more is likely waiting: a plain
-        checkpoint then lets the other connections run first. Either way the wait comes before
-        the read, so a cancellation never loses bytes."""
-        fd = self._fd
-        if fd < 0:  # not a TCP socket (or closed: receive_some then says so)
-            try:
-                return bytes(await self._io.receive_some(self.read_size))
-            except _STREAM_ERRORS:
-                return b""
-        try:
-            if self._last_read_full:
-                await trio.lowlevel.checkpoint()
-            else:
-                await trio.lowlevel.wait_readable(fd)
-            while True:
-                # Closed by the writer while we waited, the descriptor's number may already
-                # belong to another connection: never read it then.
-                if self._fd != fd:
-                    return b""
-                try:
-                    data = os.read(fd, self.read_size)
-                except BlockingIOError:
-                    await trio.lowlevel.wait_readable(fd)
-                    continue
-                self._last_read_full = len(data) == self.read_size
-                return data
-        except _STREAM_ERRORS:
-            return b""
-
     async def _close_stream(self) -> None:
-        fd, self._fd = self._fd, -1  # no direct read or write from now on (see _receive and flush)
-        if self._tls is not None and fd >= 0 and not self._outq and not self._sending:
-            try:  # close_notify, best effort: AMQP's own close has said goodbye already
-                os.write(fd, self._tls.close_notify())
-            except OSError:
-                pass
-        await trio.aclose_forcefully(self.stream)
+        # A TLS close_notify only when nothing is left unwritten (it must come last).
+        await self._stream.aclose(goodbye=not self._outq and not self._sending)
 
     async def _writer(self) -> None:
         try:
@@ -442,6 +393,7 @@ class ConnectionDriver:
 
     async def _write_while_woken(self) -> None:
         engine = self.engine
+        stream = self._stream
         while True:
             self._wake_pending = False
             self._take_output()
@@ -450,14 +402,18 @@ class ConnectionDriver:
                 # previous write included).
                 data = self._outq[0] if len(self._outq) == 1 else b"".join(self._outq)
                 self._outq = []
-                if not await self._write(data):
+                self._sending = True
+                try:
+                    sent = await stream.send_all(data)
+                finally:
+                    self._sending = False
+                if not sent:
                     self._outq, self._unsent = [], 0
                     engine.receive_data(b"", trio.current_time())
                     self._dispatch()
                     self._set_closed()
                     await self._close_stream()
                     return
-                self._written_bytes += len(data)
                 self._unsent -= len(data)
                 high = self.write_high_water
                 if self._output_blocked and high is not None and self._unsent < high // 2:
@@ -466,22 +422,10 @@ class ConnectionDriver:
                 break
             if self._wake_pending:
                 continue
-            if self._fd >= 0:
+            if stream.fd >= 0:
                 return  # all written: the next write that would block starts a writer again
             self._wakeup = wakeup = trio.Event()
             await wakeup.wait()
             self._wakeup = None
         self._set_closed()
         await self._close_stream()
-
-    async def _write(self, data: bytes) -> bool:
-        self._sending = True
-        try:
-            # Not shielded: a peer that stops reading must not hang our shutdown, and a
-            # cancelled write only ever happens when the connection is being torn down.
-            await self._io.send_all(data)
-            return True
-        except _STREAM_ERRORS:
-            return False
-        finally:
-            self._sending = False

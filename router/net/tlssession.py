@@ -8,7 +8,7 @@ BIOs), and TlsStream, the trio stream that carries it over a TCP socket.
     plaintext, ended = session.decrypt(raw)      # what it reads from the socket itself
 
 Why not trio.SSLStream: the driver reads and writes a TCP socket's descriptor directly (a task
-switch and trio's bookkeeping less per forwarding hop, see driver.py). trio.SSLStream can only be
+switch and trio's bookkeeping less per forwarding hop, see driver.py and stream.py). trio.SSLStream can only be
 used through its own receive_some/send_all, which put that cost back and a retry loop of its own
 on top: scenario 1 over it cost 5.2 µs of router CPU per message against 1.35 in plain TCP
 (bench/README.md, "TLS"). Here the driver keeps its direct socket I/O and every byte still goes

@@ -1,0 +1,165 @@
+"""Bytes to and from one connection's peer, for its ConnectionDriver: the raw reads and writes.
+
+    stream = open_stream(trio_stream, read_size, on_tls_output)   # a Stream, or a SealedStream under TLS
+    data = await stream.receive()          # the peer's next bytes (decrypted); b"" at the end or on an error
+    wire = stream.seal(data) if stream.sealing else data   # the engine's bytes as they go on the wire
+    rest = stream.write_now(wire)          # a TCP socket takes what it can at once; the rest is returned
+    ok = await stream.send_all(rest)       # the rest, waiting as long as it takes; False: the stream broke
+    await stream.aclose(goodbye=True)      # closed; under TLS a close_notify first when `goodbye`
+
+Owns: reading and writing a TCP socket's descriptor directly (`fd`; -1 for other streams, which
+go through their receive_some/send_all, and once closing began), never touching a descriptor
+after closing began (its number may belong to another connection by then), the read size and
+the checkpoint after a full read, and under TLS (a tlssession.TlsStream) the session's
+encryption and decryption around the same direct I/O, and the TLS layer's own output
+(`on_tls_output`: a key update's answer, which the driver queues like any other bytes).
+Must not touch: when to read or write, queues, backpressure, the engine (the driver's).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import ClassVar
+
+import trio
+
+from .tlssession import TlsSession, TlsStream
+
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class Stream:
+    """Plain bytes over `stream` (a trio stream)."""
+
+    # No instance dict: every connection has one (bench/idlemem.py).
+    __slots__ = ("stream", "io", "fd", "read_size", "_last_read_full")
+
+    sealing: ClassVar[bool] = False  # whether the engine's bytes go through seal() (TLS)
+
+    def __init__(self, stream: trio.abc.Stream, read_size: int, io: trio.abc.Stream | None = None) -> None:
+        """`io`: what bytes are read from and written to, when not `stream` itself (the TCP
+        stream under TLS); `stream` is what is closed at the end."""
+        self.stream = stream
+        self.io = io = stream if io is None else io
+        # A TCP stream's socket, read and written directly: trio's receive_some tries the read
+        # first and, the socket being empty after the previous read most of the time, pays a
+        # failed system call and its own bookkeeping per read; a direct write saves the driver
+        # a task switch per forwarding hop.
+        self.fd = io.socket.fileno() if isinstance(io, trio.SocketStream) else -1
+        self.read_size = read_size
+        self._last_read_full = False
+
+    def seal(self, data: bytes) -> bytes:
+        """The engine's bytes as they go on the wire (the same, unless under TLS)."""
+        return data
+
+    def write_now(self, wire: bytes) -> bytes:
+        """Write what the socket takes at once (a direct socket only: `fd` >= 0); return the
+        rest (b"" when all was taken). An error writes nothing: the next send_all meets it."""
+        try:
+            written = os.write(self.fd, wire)
+        except OSError:  # BlockingIOError among them
+            return wire
+        return b"" if written == len(wire) else wire[written:]
+
+    async def send_all(self, wire: bytes) -> bool:
+        """Write all of `wire`; False if the stream broke (or was closed)."""
+        try:
+            # Not shielded: a peer that stops reading must not hang a shutdown, and a cancelled
+            # write only ever happens when the connection is being torn down.
+            await self.io.send_all(wire)
+            return True
+        except _STREAM_ERRORS:
+            return False
+
+    async def receive(self) -> bytes:
+        """The next bytes from the peer; b"" at the end of the stream or on an error.
+
+        A TCP socket is read directly, after waiting until it is readable. After a read that
+        filled the buffer more is likely waiting: a plain checkpoint then lets the other
+        connections run first. Either way the wait comes before the read, so a cancellation
+        never loses bytes."""
+        fd = self.fd
+        if fd < 0:  # not a TCP socket (or closing: receive_some then says so)
+            try:
+                return bytes(await self.io.receive_some(self.read_size))
+            except _STREAM_ERRORS:
+                return b""
+        try:
+            if self._last_read_full:
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.lowlevel.wait_readable(fd)
+            while True:
+                # Closed while we waited, the descriptor's number may already belong to another
+                # connection: never read it then.
+                if self.fd != fd:
+                    return b""
+                try:
+                    data = os.read(fd, self.read_size)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(fd)
+                    continue
+                self._last_read_full = len(data) == self.read_size
+                return data
+        except _STREAM_ERRORS:
+            return b""
+
+    async def aclose(self, goodbye: bool = False) -> None:
+        """Close the stream; no direct read or write from now on. `goodbye`: nothing is left
+        unwritten, a TLS close_notify may go first."""
+        self.fd = -1
+        await trio.aclose_forcefully(self.stream)
+
+
+class SealedStream(Stream):
+    """TLS (a tlssession.TlsStream): every byte taken from the engine is encrypted by the session
+    before it goes anywhere, and the engine gets only what the session decrypted; the direct
+    reads and writes carry ciphertext only."""
+
+    __slots__ = ("session", "on_tls_output", "_ended")
+
+    sealing: ClassVar[bool] = True
+
+    def __init__(self, stream: TlsStream, read_size: int, on_tls_output: Callable[[bytes], None]) -> None:
+        super().__init__(stream, read_size, stream.transport_stream)
+        self.session: TlsSession = stream.session
+        self.on_tls_output = on_tls_output
+        self._ended = False
+
+    def seal(self, data: bytes) -> bytes:
+        return self.session.encrypt(data)
+
+    async def receive(self) -> bytes:
+        """The next bytes from the peer, decrypted; b"" at the end of the stream, of the TLS
+        session, or on an error."""
+        session = self.session
+        while not self._ended:
+            raw = await Stream.receive(self)
+            if not raw:
+                return b""
+            plaintext, self._ended = session.decrypt(raw)
+            pending = session.take_pending()  # the TLS layer's own answer (a key update)
+            if pending:
+                self.on_tls_output(pending)
+            if plaintext:
+                return plaintext
+        return b""
+
+    async def aclose(self, goodbye: bool = False) -> None:
+        fd, self.fd = self.fd, -1
+        if goodbye and fd >= 0:
+            try:  # close_notify, best effort: AMQP's own close has said goodbye already
+                os.write(fd, self.session.close_notify())
+            except OSError:
+                pass
+        await trio.aclose_forcefully(self.stream)
+
+
+def open_stream(stream: trio.abc.Stream, read_size: int, on_tls_output: Callable[[bytes], None]) -> Stream:
+    """The Stream for `stream`: sealed under TLS (`on_tls_output` then gets what the TLS layer
+    itself must send, to be written after what is queued)."""
+    if isinstance(stream, TlsStream):
+        return SealedStream(stream, read_size, on_tls_output)
+    return Stream(stream, read_size)
