@@ -94,7 +94,11 @@ class Mesh(MeshReadApi):
         self.node: TopologyNode | None = None
         self.routes: Routes = compute_routes({}, self.me)
         self.peers: dict[str, Peer] = {}  # neighbour id -> its active connection
-        self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it
+        self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it (default priority)
+        # neighbour id -> our data links to it, one per priority band (remote.on_band): only
+        # with more than one band (router.priority_bands)
+        self.bands: dict[str, list[OutLink]] = {}
+        self.priority_bands = config.router.priority_bands
         # Path choices under these routes and links (remote.py): cleared when links change.
         self.paths = Paths()
         self.dirty = False  # an input since the last service(): tick the node at once
@@ -216,14 +220,17 @@ class Mesh(MeshReadApi):
                 return
             del self.peers[peer_id]
             self.links.pop(peer_id, None)
+            self.bands.pop(peer_id, None)
             self.paths.clear()
             self.closer.close_connection(existing.conn, error, now)
         peer = Peer(peer_id, state, cost)
         state.peer = peer
         self.peers[peer_id] = peer
-        attach_links(self.me, peer, now)
+        attach_links(self.me, peer, now, self.priority_bands)
         assert peer.data_out is not None
         self.links[peer_id] = peer.data_out
+        if peer.bands is not None:
+            self.bands[peer_id] = peer.bands
         self.paths.clear()
         node.neighbour_up(peer_id, cost, now=now)
         self.dirty = True
@@ -239,6 +246,7 @@ class Mesh(MeshReadApi):
         elif self.peers.get(peer.id) is peer:
             del self.peers[peer.id]
             self.links.pop(peer.id, None)
+            self.bands.pop(peer.id, None)
             self.paths.clear()
             if self.node is not None:
                 self.node.neighbour_down(peer.id, now=now)

@@ -1,6 +1,8 @@
-"""The path choices the mesh remembers (`Paths`), made by remote.py.
+"""The path choices the mesh remembers (`Paths`), made by remote.py, and the priority bands
+of the data links to a neighbour (`band_of`: docs/mesh.md, "Priorities").
 
-Owns: the cache and its key types. Must not touch: how choices are made (remote.py).
+Owns: the cache and its key types; the mapping of message priorities onto bands. Must not
+touch: how choices are made (remote.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,19 @@ Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data lin
 # neighbour), or None for a delivery that entered the mesh here.
 Key = tuple[frozenset[str], object]
 PATHS_MAX: Final = 1024  # choices remembered per kind (then it starts afresh)
+PRIORITY_DEFAULT: Final = 4  # a message without a header priority (messaging 3.2.1)
+PRIORITY_TOP: Final = 9  # the anchors' ten levels: a header's 10-255 count as 9
+
+
+def band_of(priority: int, bands: int) -> int:
+    """The band (0 = lowest) of a message of `priority` when a neighbour has `bands` data
+    links (1-10): the ten levels spread evenly, so the bands are monotone in the priority,
+    every band gets some level, and ten bands are the anchors' one link per level."""
+    if priority > PRIORITY_TOP:
+        priority = PRIORITY_TOP
+    elif priority < 0:
+        priority = 0
+    return priority * bands // (PRIORITY_TOP + 1)
 
 
 class Paths:
