@@ -216,30 +216,35 @@ def header_priority(payload: Buffer) -> int | None:
     4), or None when the message starts with no header or the header gives no priority. Reads
     only the first bytes, bounds-checked: anything that is not a well-formed header list with
     a ubyte (or null) priority answers None (the caller's default)."""
-    end = len(payload)
+    # (indexed as bytes: compiled code indexes a memoryview through the generic protocol)
+    head: bytes = payload if type(payload) is bytes else bytes(payload[:_HEADER_PRIORITY_END])
+    end = len(head)
     # described list: 0x00 0x53 0x70 (smallulong descriptor of the header), then the list
-    if end < 5 or payload[0] != 0x00 or payload[1] != 0x53 or payload[2] != _HEADER:
+    if end < 5 or head[0] != 0x00 or head[1] != 0x53 or head[2] != _HEADER:
         return None
-    code = payload[3]
+    code = head[3]
     if code == 0xC0:  # list8: size, count
         if end < 6:
             return None
-        count, pos = payload[5], 6
+        count, pos = head[5], 6
     elif code == 0xD0:  # list32: size, count (4 bytes each)
         if end < 12:
             return None
-        count, pos = int.from_bytes(payload[8:12], "big"), 12
+        count, pos = u32(head, 8), 12
     else:  # list0 (no fields) or not a list
         return None
     if count < 2 or pos >= end:
         return None
-    durable = payload[pos]  # field 0: a boolean
+    durable = head[pos]  # field 0: a boolean
     if durable == 0x40 or durable == 0x41 or durable == 0x42:
         pos += 1
     elif durable == 0x56:
         pos += 2
     else:
         return None
-    if pos + 2 > end or payload[pos] != 0x50:  # field 1: ubyte (null or anything else: default)
+    if pos + 2 > end or head[pos] != 0x50:  # field 1: ubyte (null or anything else: default)
         return None
-    return int(payload[pos + 1])
+    return head[pos + 1]
+
+
+_HEADER_PRIORITY_END: Final = 16  # the header's priority lies within a message's first 16 bytes
