@@ -176,3 +176,20 @@ def test_a_router_with_one_data_link_and_one_with_bands_work_together() -> None:
         assert all(isinstance(producer.outcomes[d], Accepted) for d in sent)
     assert {name for name, _ in at_b if name.startswith("A>")} == {"A>B/data"}
     assert {name for name, _ in at_a} == {_band_name("B", "A", b) for b in range(PRIORITY_BANDS_DEFAULT)}
+
+
+def test_management_creates_an_address_priority_and_shows_it_on_the_address() -> None:
+    from .support.mgmt import MgmtHarness
+
+    m = MgmtHarness()
+    consumers = m.h.connect("consumers")
+    status, _, rule = m.op("CREATE", {"prefix": "alerts", "priority": 8}, type="address", name="alerts")
+    assert status == 201 and rule["priority"] == 8
+    for address in ("alerts.disk", "orders"):
+        consumers.receiver(address)
+    m.h.pump()
+    assert m.op("READ", type="router.address", name="alerts.disk")[2]["priority"] == 8
+    assert m.op("READ", type="router.address", name="orders")[2]["priority"] == -1  # the header's
+    assert m.op("CREATE", {"prefix": "bad", "priority": 10}, type="address", name="bad")[0] == 400
+    assert m.op("DELETE", type="address", name="alerts")[0] == 204
+    assert m.op("READ", type="router.address", name="alerts.disk")[2]["priority"] == -1
