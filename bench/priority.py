@@ -29,7 +29,10 @@ from pathlib import Path
 
 import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent
+# The checkout (or build/compiled) first; not this directory, whose topology.py would hide the
+# topology package.
+sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 from router.amqp.message import Message  # noqa: E402
 from router.amqp.messaging import Header  # noqa: E402

@@ -95,12 +95,10 @@ class Mesh(MeshReadApi):
         self.routes: Routes = compute_routes({}, self.me)
         self.peers: dict[str, Peer] = {}  # neighbour id -> its active connection
         self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it (default priority)
-        # neighbour id -> our data links to it, one per priority band (remote.on_band): only
-        # with more than one band (router.priority_bands)
-        self.bands: dict[str, list[OutLink]] = {}
+        # (our data links to a neighbour by priority band: paths.bands, read by remote.on_band)
         self.priority_bands = config.router.priority_bands
         # Path choices under these routes and links (remote.py): cleared when links change.
-        self.paths = Paths()
+        self.paths = Paths(table)
         self.dirty = False  # an input since the last service(): tick the node at once
         self.deadline = math.inf
         # Counters (management, tests).
@@ -219,8 +217,7 @@ class Mesh(MeshReadApi):
                 self.closer.close_connection(state, error, now)
                 return
             del self.peers[peer_id]
-            self.links.pop(peer_id, None)
-            self.bands.pop(peer_id, None)
+            self._forget_links(existing)
             self.paths.clear()
             self.closer.close_connection(existing.conn, error, now)
         peer = Peer(peer_id, state, cost)
@@ -230,7 +227,7 @@ class Mesh(MeshReadApi):
         assert peer.data_out is not None
         self.links[peer_id] = peer.data_out
         if peer.bands is not None:
-            self.bands[peer_id] = peer.bands
+            self.paths.bands[peer.data_out] = peer.bands
         self.paths.clear()
         node.neighbour_up(peer_id, cost, now=now)
         self.dirty = True
@@ -245,12 +242,16 @@ class Mesh(MeshReadApi):
             self.edges.gone(peer, now)
         elif self.peers.get(peer.id) is peer:
             del self.peers[peer.id]
-            self.links.pop(peer.id, None)
-            self.bands.pop(peer.id, None)
+            self._forget_links(peer)
             self.paths.clear()
             if self.node is not None:
                 self.node.neighbour_down(peer.id, now=now)
                 self.dirty = True
+
+    def _forget_links(self, peer: Peer) -> None:
+        self.links.pop(peer.id, None)
+        if peer.data_out is not None:
+            self.paths.bands.pop(peer.data_out, None)
 
     def peer_attach(self, state: ConnState, link: Link, now: float) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from .links import OutLink
+from .table import AddressTable
 
 Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data link to its next hop)
 # (destination routers, where the delivery comes from): the record of its router annotations
@@ -39,9 +40,15 @@ class Paths:
     (checked here) or data links (the mesh calls clear) change; a data link that is gone since
     is noticed where a choice is used, and the choice made again."""
 
-    __slots__ = ("routes", "anycast", "multicast", "local")
+    __slots__ = ("routes", "anycast", "multicast", "local", "bands", "table")
 
-    def __init__(self) -> None:
+    def __init__(self, table: AddressTable) -> None:
+        # A neighbour's default data link -> its data links by priority band, lowest first
+        # (only neighbours with more than one band; kept by the mesh, not cleared with the
+        # choices), and the address table (its configured priorities): here, where the compiled
+        # choice code reads them natively, rather than on the mesh.
+        self.bands: dict[OutLink, list[OutLink]] = {}
+        self.table = table
         # the topology.routes.Routes they were made under (only its identity is compared: the
         # compiled build of this module does not see the topology package's types)
         self.routes: object = None

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .connections import ConnState
     from .links import InLink, OutLink
     from .paths import Paths
-    from .table import AddressEntry, AddressTable
+    from .table import AddressEntry
 
 
 class ConnectionCloser(Protocol):
@@ -61,6 +61,4 @@ class MeshPaths(Protocol):
     edge: bool
     routes: Routes
     links: dict[str, OutLink]
-    bands: dict[str, list[OutLink]]  # a neighbour's data links by priority band (more than one band)
     paths: Paths
-    table: AddressTable  # (an address's configured priority)

@@ -41,12 +41,13 @@ def usable(out: OutLink) -> bool:
     return out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.gone
 
 
-def priority(mesh: MeshPaths, fwd: Forward) -> int:
+def priority(paths: Paths, fwd: Forward) -> int:
     """The delivery's effective priority: its address's configured priority, else its header's
     (messaging 3.2.1), else the default 4 (reference 2.5, as the anchors)."""
     entry = fwd.entry
-    if mesh.table.priority_rules and entry.key[0] == "M":
-        configured = mesh.table.priority_for(entry.address)
+    table = paths.table
+    if table.priority_rules and entry.key[0] == "M":
+        configured = table.priority_for(entry.address)
         if configured is not None:
             return configured
     frames = fwd.frames
@@ -57,14 +58,14 @@ def priority(mesh: MeshPaths, fwd: Forward) -> int:
     return PRIORITY_DEFAULT
 
 
-def on_band(mesh: MeshPaths, out: OutLink, fwd: Forward) -> OutLink:
+def on_band(paths: Paths, out: OutLink, fwd: Forward) -> OutLink:
     """The data link to `out`'s neighbour (`out`: its default one) for `fwd`'s priority band;
     `out` itself when the neighbour has one band, or the band's link is gone or the peer has
     not answered its attach (yet, or ever: a peer may refuse it)."""
-    bands = mesh.bands.get(out.neighbour) if mesh.bands and out.neighbour is not None else None
+    bands = paths.bands.get(out)
     if bands is None:
         return out
-    link = bands[band_of(priority(mesh, fwd), len(bands))]
+    link = bands[band_of(priority(paths, fwd), len(bands))]
     if link is out or link.gone or link.link.state.remote is not ACTIVE:
         return out
     return link
@@ -140,8 +141,8 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool) -> Choice | None:
     if not balanced:
         cost, _, out = best[entry.rr % len(best)]
         entry.rr += 1
-        if mesh.bands:
-            out = on_band(mesh, out, fwd)
+        if paths.bands:
+            out = on_band(paths, out, fwd)
         return out, cost, usable(out)
     counts = entry.remote_out
     choice: Choice | None = None
@@ -149,8 +150,8 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool) -> Choice | None:
         if out.gone:  # a data link went since the choice was made: make it again
             del paths.anycast[key]
             return anycast(mesh, fwd, balanced)
-        if mesh.bands:
-            out = on_band(mesh, out, fwd)
+        if paths.bands:
+            out = on_band(paths, out, fwd)
         value = cost + counts.get(out, 0)
         ok = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
@@ -169,7 +170,7 @@ def multicast(mesh: MeshPaths, fwd: Forward) -> list[OutLink]:
             if out.gone:
                 break
         else:
-            return _banded(mesh, known, fwd) if mesh.bands else known
+            return _banded(paths, known, fwd) if paths.bands else known
     routes, links = mesh.routes, mesh.links
     ingress, came_from, trace = _origin(meta)
     hops: set[str] = set()
@@ -184,13 +185,12 @@ def multicast(mesh: MeshPaths, fwd: Forward) -> list[OutLink]:
     if len(paths.multicast) >= PATHS_MAX:
         paths.multicast.clear()
     paths.multicast[key] = chosen
-    return _banded(mesh, chosen, fwd) if mesh.bands else chosen
+    return _banded(paths, chosen, fwd) if paths.bands else chosen
 
 
-def _banded(mesh: MeshPaths, chosen: list[OutLink], fwd: Forward) -> list[OutLink]:
-    """`chosen` (default data links) on `fwd`'s priority band: a new list when any differs."""
-    banded = [on_band(mesh, out, fwd) for out in chosen]
-    return chosen if banded == chosen else banded
+def _banded(paths: Paths, chosen: list[OutLink], fwd: Forward) -> list[OutLink]:
+    """`chosen` (default data links) on `fwd`'s priority band (a new list)."""
+    return [on_band(paths, out, fwd) for out in chosen]
 
 
 def local_ok(mesh: MeshPaths, meta: Meta | None) -> bool:
