@@ -193,3 +193,26 @@ def test_management_creates_an_address_priority_and_shows_it_on_the_address() ->
     assert m.op("CREATE", {"prefix": "bad", "priority": 10}, type="address", name="bad")[0] == 400
     assert m.op("DELETE", type="address", name="alerts")[0] == 204
     assert m.op("READ", type="router.address", name="alerts.disk")[2]["priority"] == -1
+
+
+def test_a_peer_attaching_more_data_links_than_levels_is_refused_beyond_them() -> None:
+    from router.amqp.events import RemoteDetach
+    from router.amqp.messaging import Source, Target
+    from router.core.interrouter import DATA_CAPABILITY, DATA_LINKS_IN_MAX
+
+    h = _line("A", "B")
+    wire = h.wire_between("A", "B")
+    a_side = wire.a if wire.a_core is h.cores["A"] else wire.b
+    b_engine = wire.b if a_side is wire.a else wire.a
+    assert len(h.cores["A"].mesh.peers["B"].conn.in_links) == PRIORITY_BANDS_DEFAULT
+    session = b_engine.begin_session()
+    extra = [session.attach_sender(f"B>A/extra.{i}", source=Source(address=None),
+                                   target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
+             for i in range(DATA_LINKS_IN_MAX)]  # fmt: skip
+    seen: list[Any] = []
+    h.tap("B", lambda events: seen.extend(e for e in events if isinstance(e, RemoteDetach)))
+    h.pump()
+    refused = {e.link.name: e.error.condition for e in seen if e.error is not None}
+    allowed = DATA_LINKS_IN_MAX - PRIORITY_BANDS_DEFAULT
+    # (links B's core did not make: what B then does with them is beside the point here)
+    assert refused == {link.name: "amqp:resource-limit-exceeded" for link in extra[allowed:]}
