@@ -216,3 +216,30 @@ def test_a_peer_attaching_more_data_links_than_levels_is_refused_beyond_them() -
     allowed = DATA_LINKS_IN_MAX - PRIORITY_BANDS_DEFAULT
     # (links B's core did not make: what B then does with them is beside the point here)
     assert refused == {link.name: "amqp:resource-limit-exceeded" for link in extra[allowed:]}
+
+
+def test_multicast_copies_go_on_their_band_links() -> None:
+    h = MeshHarness()
+    rule = AddressConfig(prefix="news", distribution="multicast")
+    for i, rid in enumerate("ABC"):
+        h.router(rid, instance=i + 1, addresses=(rule,))
+    h.link("A", "B")
+    h.link("B", "C")
+    h.converge()
+    at_b, at_c = _arrivals(h, "B"), _arrivals(h, "C")
+    producer = h.client("A", "p")
+    consumers = [h.client(rid, f"c{rid}") for rid in "BC"]
+    receivers = [c.receiver("news") for c in consumers]
+    h.advance(0.5)
+    for rx in receivers:
+        rx.flow(100)
+    tx = producer.sender("news")
+    h.pump()
+    for priority in (0, 9, 4):
+        producer.send(tx, _message(priority, priority))
+    h.pump()
+    for consumer, rx in zip(consumers, receivers):
+        assert consumer.bodies(rx) == [0, 9, 4]
+    bands = [band_of(p, PRIORITY_BANDS_DEFAULT) for p in (0, 9, 4)]
+    assert [name for name, _ in at_b] == [_band_name("A", "B", band) for band in bands]
+    assert [name for name, _ in at_c] == [_band_name("B", "C", band) for band in bands]
