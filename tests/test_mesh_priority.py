@@ -243,3 +243,22 @@ def test_multicast_copies_go_on_their_band_links() -> None:
     bands = [band_of(p, PRIORITY_BANDS_DEFAULT) for p in (0, 9, 4)]
     assert [name for name, _ in at_b] == [_band_name("A", "B", band) for band in bands]
     assert [name for name, _ in at_c] == [_band_name("B", "C", band) for band in bands]
+
+
+def test_band_links_a_peer_refuses_fall_back_to_the_default_data_link(monkeypatch: Any) -> None:
+    from router.core import interrouter
+
+    monkeypatch.setattr(interrouter, "DATA_LINKS_IN_MAX", 2)  # each router takes /data and one band
+    h = _line("A", "B")
+    peer = h.cores["A"].mesh.peers["B"]
+    assert peer.bands is not None and peer.data_out is not None and not peer.data_out.gone
+    gone = [out for out in peer.bands if out.gone]
+    assert len(gone) == PRIORITY_BANDS_DEFAULT - 2
+    at_b = _arrivals(h, "B")
+    producer, consumer, tx, rx = _clients(h, "A", "B", "orders")
+    sent = [producer.send(tx["orders"], _message(p, p)) for p in range(10)]
+    h.pump()
+    assert consumer.bodies(rx["orders"]) == list(range(10))
+    assert all(isinstance(producer.outcomes[d], Accepted) for d in sent)
+    live = {out.link.name for out in peer.bands if not out.gone}
+    assert {name for name, _ in at_b} <= live and "A>B/data" in live

@@ -20,7 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
-from ..amqp.endpoints import ACTIVE
+from ..amqp.endpoints import ACTIVE, CLOSED
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
@@ -144,8 +144,8 @@ def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None
     control.context = ControlOut(peer)
     peer.control_out = control
     default = band_of(PRIORITY_DEFAULT, bands)
-    links: list[OutLink] = []
-    for band in range(bands):
+    links: dict[int, OutLink] = {}
+    for band in [default, *(b for b in range(bands) if b != default)]:  # /data first: a peer keeps it
         name = f"{router_id}>{peer.id}/data" if band == default else f"{router_id}>{peer.id}/data.{band}"
         data = (session if band == default else conn.engine.begin_session()).attach_sender(
             name, source=Source(address=None), target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
@@ -154,9 +154,24 @@ def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None
         out.zero_credit_since = now  # no credit until the peer gives some
         data.context = out
         conn.out_links.add(out)
-        links.append(out)
+        links[band] = out
     peer.data_out = links[default]
-    peer.bands = links if bands > 1 else None
+    peer.bands = [links[band] for band in range(bands)] if bands > 1 else None
+
+
+def detach_breaks(peer: object, link: Link) -> bool:
+    """Whether the peer detaching `link` on an inter-router connection breaks the connection:
+    yes for the control link and the default data link; not for the answer to a detach of ours
+    (an attach we refused), nor for a band link of ours (docs/mesh.md, "Priorities": its band
+    falls back to the default data link)."""
+    if link.state.local is CLOSED:
+        return False
+    if isinstance(peer, Peer) and peer.bands is not None:
+        ctx = link.context
+        for out in peer.bands:
+            if out is ctx:
+                return out is peer.data_out
+    return True
 
 
 def _capabilities(terminus: Any) -> tuple[str, ...]:
