@@ -216,8 +216,9 @@ def header_priority(payload: Buffer) -> int | None:
     4), or None when the message starts with no header or the header gives no priority. Reads
     only the first bytes, bounds-checked: anything that is not a well-formed header list with
     a ubyte (or null) priority answers None (the caller's default)."""
-    # (indexed as bytes: compiled code indexes a memoryview through the generic protocol)
-    head: bytes = payload if type(payload) is bytes else bytes(payload[:_HEADER_PRIORITY_END])
+    # (indexed as bytes: compiled code indexes a memoryview through the generic protocol; the
+    # priority lies within a message's first 16 bytes)
+    head: bytes = payload if type(payload) is bytes else bytes(payload[:16])
     end = len(head)
     # described list: 0x00 0x53 0x70 (smallulong descriptor of the header), then the list
     if end < 5 or head[0] != 0x00 or head[1] != 0x53 or head[2] != _HEADER:
@@ -246,5 +247,3 @@ def header_priority(payload: Buffer) -> int | None:
         return None
     return head[pos + 1]
 
-
-_HEADER_PRIORITY_END: Final = 16  # the header's priority lies within a message's first 16 bytes
