@@ -10,7 +10,7 @@ from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.events import RemoteClose
 from router.amqp.message import Message
 from router.amqp.sasl import SaslServerConfig
-from router.config.models import Connector, Listener, RouterConfig, RouterSection
+from router.config.models import PRIORITY_BANDS_DEFAULT, Connector, Listener, RouterConfig, RouterSection
 from router.core.connections import new_engine, new_outgoing_engine
 from router.core.interrouter import COST_PROPERTY, ROLE_PROPERTY, VERSION_PROPERTY, ControlIn, ControlOut
 from router.core.links import InLink, OutLink
@@ -51,12 +51,18 @@ def test_each_router_attaches_a_control_and_a_data_link_and_answers_the_peers() 
         assert peer.control_out is not None and peer.control_out.active
         assert isinstance(peer.control_out.context, ControlOut)
         state = peer.conn
-        (data_out,) = state.out_links
-        (data_in,) = state.in_links
-        assert isinstance(data_out, OutLink) and data_out.neighbour == other and data_out.link.active
-        assert isinstance(data_in, InLink) and data_in.peer == other and data_in.entry is None
-        # the receiving side grants a generous window at once, whatever the destinations
-        assert data_out.link.credit >= 1000
+        # one data link per priority band each way (docs/mesh.md, "Priorities"): the default
+        # priority's shares the control link's session, every other band has a session of its own
+        assert len(state.out_links) == len(state.in_links) == PRIORITY_BANDS_DEFAULT
+        assert peer.bands is not None and set(peer.bands) == state.out_links and peer.data_out in peer.bands
+        assert peer.data_out.link.session is peer.control_out.session
+        assert len({out.link.session for out in peer.bands}) == PRIORITY_BANDS_DEFAULT
+        for data_out in state.out_links:
+            assert isinstance(data_out, OutLink) and data_out.neighbour == other and data_out.link.active
+            # the receiving side grants a generous window at once, whatever the destinations
+            assert data_out.link.credit >= 1000
+        for data_in in state.in_links:
+            assert isinstance(data_in, InLink) and data_in.peer == other and data_in.entry is None
         receivers = [l for s in state.engine.sessions for l in s.links if isinstance(l.context, ControlIn)]
         assert len(receivers) == 1 and receivers[0].active
 

@@ -179,7 +179,9 @@ def test_deliveries_sent_to_another_router_hold_the_producers_window_until_settl
     assert tx.credit == 0  # all ten unsettled beyond A: no room in the window
     (inl,) = [inl for state in h.cores["A"].connections.values() for inl in state.in_links if inl.peer is None]
     assert (inl.inflight, inl.held) == (10, 10)
-    (data,) = [inl for state in h.cores["B"].connections.values() for inl in state.in_links if inl.peer == "A"]
+    # (default priority: the default band's data link, named .../data)
+    (data,) = [inl for state in h.cores["B"].connections.values() for inl in state.in_links
+               if inl.peer == "A" and inl.link.name.endswith("/data")]  # fmt: skip
     assert (data.inflight, data.held) == (10, 0)
     for received in consumer.received[rx]:
         rx.dispose(received.delivery_id, state=ACCEPTED, settled=True)

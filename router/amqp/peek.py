@@ -209,3 +209,41 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
     if not whole:
         raise DecodeError("no section after the annotations within the prefix")  # peek reads on
     return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
+
+
+def header_priority(payload: Buffer) -> int | None:
+    """The priority field of the message's header section (messaging §3.2.1: a ubyte, default
+    4), or None when the message starts with no header or the header gives no priority. Reads
+    only the first bytes, bounds-checked: anything that is not a well-formed header list with
+    a ubyte (or null) priority answers None (the caller's default)."""
+    # (indexed as bytes: compiled code indexes a memoryview through the generic protocol; the
+    # priority lies within a message's first 16 bytes)
+    head: bytes = payload if type(payload) is bytes else bytes(payload[:16])
+    end = len(head)
+    # described list: 0x00 0x53 0x70 (smallulong descriptor of the header), then the list
+    if end < 5 or head[0] != 0x00 or head[1] != 0x53 or head[2] != _HEADER:
+        return None
+    code = head[3]
+    if code == 0xC0:  # list8: size, count
+        if end < 6:
+            return None
+        count, pos = head[5], 6
+    elif code == 0xD0:  # list32: size, count (4 bytes each)
+        if end < 12:
+            return None
+        count, pos = u32(head, 8), 12
+    else:  # list0 (no fields) or not a list
+        return None
+    if count < 2 or pos >= end:
+        return None
+    durable = head[pos]  # field 0: a boolean
+    if durable == 0x40 or durable == 0x41 or durable == 0x42:
+        pos += 1
+    elif durable == 0x56:
+        pos += 2
+    else:
+        return None
+    if pos + 2 > end or head[pos] != 0x50:  # field 1: ubyte (null or anything else: default)
+        return None
+    return head[pos + 1]
+

@@ -44,6 +44,10 @@ def _default_router_id() -> str:
     return re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname()) or "router"
 
 
+PRIORITY_LEVELS = 10  # message priorities 0-9 (messaging 3.2.1; a header's higher values count as 9)
+PRIORITY_BANDS_DEFAULT = 4
+
+
 class RouterSection(Model):
     id: Name = Field(default_factory=_default_router_id, description="unique in the network; defaults to the host name")
     mode: Literal["standalone", "interior", "edge"] = Field(
@@ -52,6 +56,11 @@ class RouterSection(Model):
     )
     hello_interval_s: float = Field(default=1.0, gt=0, description="HELLO to each neighbour this often")
     dead_interval_s: float = Field(default=3.0, gt=0, description="a neighbour silent this long is lost")
+    priority_bands: int = Field(
+        default=PRIORITY_BANDS_DEFAULT, ge=1, le=PRIORITY_LEVELS,
+        description="data links this router sends on to each neighbour, one per band of message priorities "
+        "(0-9 mapped evenly onto the bands, docs/mesh.md 'Priorities'); 1: one data link for everything",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _id_has_no_slash(self) -> RouterSection:
@@ -315,6 +324,11 @@ class AddressConfig(Model):
     prefix: str | None = Field(default=None, min_length=1)
     pattern: str | None = Field(default=None, min_length=1)
     distribution: Distribution = "balanced"
+    priority: int | None = Field(
+        default=None, ge=0, le=PRIORITY_LEVELS - 1,
+        description="the priority of every message to the address on links between routers, whatever its header "
+        "says (None: the header's, default 4)",
+    )  # fmt: skip
     waypoint: bool = Field(
         default=False,
         description="a broker queue sits in the middle (auto-links): producers send on phase 0, which the out "

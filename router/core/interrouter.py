@@ -5,9 +5,12 @@ Owns: the connection properties a router puts in its open (`mesh.role`, `mesh.ve
 (a router on a client listener, a client on a router listener, a bad or duplicate router id, a
 bad cost: each refused with a clear condition), and the links each router attaches on an
 inter-router connection: one control link (`qd.router` capability; HELLO, RA, ... as AMQP
-messages) and one data link (`qd.router-data`, anonymous target: every routed delivery) per
-direction. Each router attaches its own sending links in a session of its own and answers the
-peer's: the setup is symmetric, so it does not matter which side connected.
+messages) and data links (`qd.router-data`, anonymous target: every routed delivery) per
+direction: one per priority band (docs/mesh.md, "Priorities"), the default priority's in the
+control link's session, every other band in a session of its own. Each router attaches its own
+sending links and answers the peer's: the setup is symmetric, so it does not matter which side
+connected, and the number of bands is the sender's choice (the receiver takes any data link,
+up to one per priority level).
 Must not touch: the topology protocol (router.core.mesh drives it), routing decisions.
 """
 
@@ -17,14 +20,15 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
-from ..amqp.endpoints import ACTIVE
+from ..amqp.endpoints import ACTIVE, CLOSED
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
-from ..config.models import COST_MAX
+from ..config.models import COST_MAX, PRIORITY_LEVELS
 from .annotate import Seen
 from .connections import ConnState
 from .links import InLink, OutLink
+from .paths import PRIORITY_DEFAULT, band_of
 from .table import AddressEntry
 
 if TYPE_CHECKING:
@@ -38,19 +42,24 @@ CONTROL_CAPABILITY = "qd.router"
 DATA_CAPABILITY = "qd.router-data"
 CONTROL_CREDIT = 256  # control messages in flight per direction (topped up at half)
 DATA_WINDOW_MIN = 1000  # the data link's credit window: max(this, 4 x link capacity)
+DATA_LINKS_IN_MAX = PRIORITY_LEVELS  # data links a peer may attach on one connection (one per level)
 
 
 class Peer:
     """The router at the other end of one inter-router connection."""
 
-    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "queue", "partial", "dropped", "edge")
+    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "bands", "data_in", "queue", "partial", "dropped",
+                 "edge")  # fmt: skip
 
     def __init__(self, router_id: str, conn: ConnState, cost: int) -> None:
         self.id = router_id
         self.conn = conn
         self.cost = cost  # max(mine, theirs)
         self.control_out: Link | None = None
-        self.data_out: OutLink | None = None
+        self.data_out: OutLink | None = None  # the default priority's data link (the only one of an edge)
+        # Our data link of each priority band, lowest first (data_out among them); None: one band.
+        self.bands: list[OutLink] | None = None
+        self.data_in = 0  # data links the peer attached (bounded: DATA_LINKS_IN_MAX)
         self.queue: deque[bytes] = deque()  # encoded control messages waiting for credit
         self.partial: list[bytes] = []  # a multi-frame control message arriving
         self.dropped = 0  # control messages dropped because the queue was full
@@ -124,22 +133,45 @@ def check_open(state: ConnState, router_id: str, mode: str) -> tuple[Error | Non
     return None, max(int(cost), state.cost)
 
 
-def attach_links(router_id: str, peer: Peer, now: float) -> None:
-    """Attach our sending links to `peer`: control and data, in a session of our own."""
+def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None:
+    """Attach our sending links to `peer`: control and the default priority's data link in a
+    session of our own, and with `bands` > 1 the data link of every other band in a session
+    of its own (their deliveries never queue behind each other's)."""
     conn = peer.conn
     session = conn.engine.begin_session()
     control = session.attach_sender(f"{router_id}>{peer.id}/control", source=Source(address=None),
                                     target=Target(address=None, capabilities=(CONTROL_CAPABILITY,)))  # fmt: skip
     control.context = ControlOut(peer)
     peer.control_out = control
-    data = session.attach_sender(f"{router_id}>{peer.id}/data", source=Source(address=None),
-                                 target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
-    private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
-    out = OutLink(data, conn, private, neighbour=peer.id)
-    out.zero_credit_since = now  # no credit until the peer gives some
-    data.context = out
-    conn.out_links.add(out)
-    peer.data_out = out
+    default = band_of(PRIORITY_DEFAULT, bands)
+    links: dict[int, OutLink] = {}
+    for band in [default, *(b for b in range(bands) if b != default)]:  # /data first: a peer keeps it
+        name = f"{router_id}>{peer.id}/data" if band == default else f"{router_id}>{peer.id}/data.{band}"
+        data = (session if band == default else conn.engine.begin_session()).attach_sender(
+            name, source=Source(address=None), target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
+        private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
+        out = OutLink(data, conn, private, neighbour=peer.id)
+        out.zero_credit_since = now  # no credit until the peer gives some
+        data.context = out
+        conn.out_links.add(out)
+        links[band] = out
+    peer.data_out = links[default]
+    peer.bands = [links[band] for band in range(bands)] if bands > 1 else None
+
+
+def detach_breaks(peer: object, link: Link) -> bool:
+    """Whether the peer detaching `link` on an inter-router connection breaks the connection:
+    yes for the control link and the default data link; not for the answer to a detach of ours
+    (an attach we refused), nor for a band link of ours (docs/mesh.md, "Priorities": its band
+    falls back to the default data link)."""
+    if link.state.local is CLOSED:
+        return False
+    if isinstance(peer, Peer) and peer.bands is not None:
+        ctx = link.context
+        for out in peer.bands:
+            if out is ctx:
+                return out is peer.data_out
+    return True
 
 
 def _capabilities(terminus: Any) -> tuple[str, ...]:
@@ -170,6 +202,11 @@ def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *,
         link.context = ControlIn(peer)
         link.flow(CONTROL_CREDIT)
     elif DATA_CAPABILITY in caps:
+        if peer.data_in >= DATA_LINKS_IN_MAX:
+            link.reject(_refusal(f"at most {DATA_LINKS_IN_MAX} data links per inter-router connection",
+                                 E.RESOURCE_LIMIT_EXCEEDED))  # fmt: skip
+            return
+        peer.data_in += 1
         link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
         if not link.answer(source=link.remote_source, target=link.remote_target,
                            max_message_size=max_message_size):  # fmt: skip

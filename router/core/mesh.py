@@ -94,9 +94,11 @@ class Mesh(MeshReadApi):
         self.node: TopologyNode | None = None
         self.routes: Routes = compute_routes({}, self.me)
         self.peers: dict[str, Peer] = {}  # neighbour id -> its active connection
-        self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it
+        self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it (default priority)
+        # (our data links to a neighbour by priority band: paths.bands, read by remote.on_band)
+        self.priority_bands = config.router.priority_bands
         # Path choices under these routes and links (remote.py): cleared when links change.
-        self.paths = Paths()
+        self.paths = Paths(table)
         self.dirty = False  # an input since the last service(): tick the node at once
         self.deadline = math.inf
         # Counters (management, tests).
@@ -215,15 +217,17 @@ class Mesh(MeshReadApi):
                 self.closer.close_connection(state, error, now)
                 return
             del self.peers[peer_id]
-            self.links.pop(peer_id, None)
+            self._forget_links(existing)
             self.paths.clear()
             self.closer.close_connection(existing.conn, error, now)
         peer = Peer(peer_id, state, cost)
         state.peer = peer
         self.peers[peer_id] = peer
-        attach_links(self.me, peer, now)
+        attach_links(self.me, peer, now, self.priority_bands)
         assert peer.data_out is not None
         self.links[peer_id] = peer.data_out
+        if peer.bands is not None:
+            self.paths.bands[peer.data_out] = peer.bands
         self.paths.clear()
         node.neighbour_up(peer_id, cost, now=now)
         self.dirty = True
@@ -238,11 +242,16 @@ class Mesh(MeshReadApi):
             self.edges.gone(peer, now)
         elif self.peers.get(peer.id) is peer:
             del self.peers[peer.id]
-            self.links.pop(peer.id, None)
+            self._forget_links(peer)
             self.paths.clear()
             if self.node is not None:
                 self.node.neighbour_down(peer.id, now=now)
                 self.dirty = True
+
+    def _forget_links(self, peer: Peer) -> None:
+        self.links.pop(peer.id, None)
+        if peer.data_out is not None:
+            self.paths.bands.pop(peer.data_out, None)
 
     def peer_attach(self, state: ConnState, link: Link, now: float) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None

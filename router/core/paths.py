@@ -1,6 +1,8 @@
-"""The path choices the mesh remembers (`Paths`), made by remote.py.
+"""The path choices the mesh remembers (`Paths`), made by remote.py, and the priority bands
+of the data links to a neighbour (`band_of`: docs/mesh.md, "Priorities").
 
-Owns: the cache and its key types. Must not touch: how choices are made (remote.py).
+Owns: the cache and its key types; the mapping of message priorities onto bands. Must not
+touch: how choices are made (remote.py).
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from .links import OutLink
+from .table import AddressTable
 
 Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data link to its next hop)
 # (destination routers, where the delivery comes from): the record of its router annotations
@@ -15,6 +18,19 @@ Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data lin
 # neighbour), or None for a delivery that entered the mesh here.
 Key = tuple[frozenset[str], object]
 PATHS_MAX: Final = 1024  # choices remembered per kind (then it starts afresh)
+PRIORITY_DEFAULT: Final = 4  # a message without a header priority (messaging 3.2.1)
+PRIORITY_TOP: Final = 9  # the anchors' ten levels: a header's 10-255 count as 9
+
+
+def band_of(priority: int, bands: int) -> int:
+    """The band (0 = lowest) of a message of `priority` when a neighbour has `bands` data
+    links (1-10): the ten levels spread evenly, so the bands are monotone in the priority,
+    every band gets some level, and ten bands are the anchors' one link per level."""
+    if priority > PRIORITY_TOP:
+        priority = PRIORITY_TOP
+    elif priority < 0:
+        priority = 0
+    return priority * bands // (PRIORITY_TOP + 1)
 
 
 class Paths:
@@ -24,9 +40,15 @@ class Paths:
     (checked here) or data links (the mesh calls clear) change; a data link that is gone since
     is noticed where a choice is used, and the choice made again."""
 
-    __slots__ = ("routes", "anycast", "multicast", "local")
+    __slots__ = ("routes", "anycast", "multicast", "local", "bands", "table")
 
-    def __init__(self) -> None:
+    def __init__(self, table: AddressTable) -> None:
+        # A neighbour's default data link -> its data links by priority band, lowest first
+        # (only neighbours with more than one band; kept by the mesh, not cleared with the
+        # choices), and the address table (its configured priorities): here, where the compiled
+        # choice code reads them natively, rather than on the mesh.
+        self.bands: dict[OutLink, list[OutLink]] = {}
+        self.table = table
         # the topology.routes.Routes they were made under (only its identity is compared: the
         # compiled build of this module does not see the topology package's types)
         self.routes: object = None

@@ -12,7 +12,11 @@ annotations and the inter-router data links:
   redundant meshes; local delivery of a multicast copy is checked the same way;
 - remembering the choices (`Paths`, paths.py): by destination routers and annotation record,
   under the routes and data links they were made with, so a kind of delivery consults the
-  routes once.
+  routes once;
+- the priority band: a choice names a neighbour's default data link; the delivery goes on the
+  link of its band instead (`on_band`: its effective priority is the address's configured one,
+  else its header's, else 4; docs/mesh.md, "Priorities"), unless that link is gone or not yet
+  answered by the peer (then on the default link, as to a router with one data link).
 It reads the mesh as a ports.MeshPaths (its routes, data links and remembered paths).
 Must not touch: sending (sending.py, multicast.py), message bytes, the protocol.
 """
@@ -21,9 +25,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..amqp.endpoints import ACTIVE
+from ..amqp.peek import header_priority
 from .delivery import Forward, Meta
 from .links import OutLink
-from .paths import PATHS_MAX, Candidate, Key, Paths
+from .paths import PATHS_MAX, PRIORITY_DEFAULT, Candidate, Key, Paths, band_of
 
 if TYPE_CHECKING:
     from .ports import MeshPaths
@@ -33,6 +39,36 @@ Choice = tuple[OutLink, int, bool]  # (data link, value, it can take a delivery 
 
 def usable(out: OutLink) -> bool:
     return out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.gone
+
+
+def priority(paths: Paths, fwd: Forward) -> int:
+    """The delivery's effective priority: its address's configured priority, else its header's
+    (messaging 3.2.1), else the default 4 (reference 2.5, as the anchors)."""
+    entry = fwd.entry
+    table = paths.table
+    if table.priority_rules and entry.key[0] == "M":
+        configured = table.priority_for(entry.address)
+        if configured is not None:
+            return configured
+    frames = fwd.frames
+    if frames:
+        found = header_priority(frames[0])
+        if found is not None:
+            return found
+    return PRIORITY_DEFAULT
+
+
+def on_band(paths: Paths, out: OutLink, fwd: Forward) -> OutLink:
+    """The data link to `out`'s neighbour (`out`: its default one) for `fwd`'s priority band;
+    `out` itself when the neighbour has one band, or the band's link is gone or the peer has
+    not answered its attach (yet, or ever: a peer may refuse it)."""
+    bands = paths.bands.get(out)
+    if bands is None:
+        return out
+    link = bands[band_of(priority(paths, fwd), len(bands))]
+    if link is out or link.gone or link.link.state.remote is not ACTIVE:
+        return out
+    return link
 
 
 def _origin(meta: Meta | None) -> tuple[str | None, str | None, tuple[str, ...]]:
@@ -105,6 +141,8 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool) -> Choice | None:
     if not balanced:
         cost, _, out = best[entry.rr % len(best)]
         entry.rr += 1
+        if paths.bands:
+            out = on_band(paths, out, fwd)
         return out, cost, usable(out)
     counts = entry.remote_out
     choice: Choice | None = None
@@ -112,6 +150,8 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool) -> Choice | None:
         if out.gone:  # a data link went since the choice was made: make it again
             del paths.anycast[key]
             return anycast(mesh, fwd, balanced)
+        if paths.bands:
+            out = on_band(paths, out, fwd)
         value = cost + counts.get(out, 0)
         ok = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
@@ -130,7 +170,7 @@ def multicast(mesh: MeshPaths, fwd: Forward) -> list[OutLink]:
             if out.gone:
                 break
         else:
-            return known
+            return _banded(paths, known, fwd) if paths.bands else known
     routes, links = mesh.routes, mesh.links
     ingress, came_from, trace = _origin(meta)
     hops: set[str] = set()
@@ -145,7 +185,12 @@ def multicast(mesh: MeshPaths, fwd: Forward) -> list[OutLink]:
     if len(paths.multicast) >= PATHS_MAX:
         paths.multicast.clear()
     paths.multicast[key] = chosen
-    return chosen
+    return _banded(paths, chosen, fwd) if paths.bands else chosen
+
+
+def _banded(paths: Paths, chosen: list[OutLink], fwd: Forward) -> list[OutLink]:
+    """`chosen` (default data links) on `fwd`'s priority band (a new list)."""
+    return [on_band(paths, out, fwd) for out in chosen]
 
 
 def local_ok(mesh: MeshPaths, meta: Meta | None) -> bool:

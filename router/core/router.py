@@ -50,7 +50,7 @@ from .connections import ConnState, login_throttle, peer_host, throttle_logins
 from .coreread import CoreReadApi
 from .forwarding import Forwarder
 from .identity import check_router_identity, mesh_link_refusal, warn_open_router_listeners
-from .interrouter import check_open, open_properties
+from .interrouter import check_open, detach_breaks, open_properties
 from .links import InLink
 from .linkrelay import RoutedLink
 from .linkroute import LinkRoutes
@@ -370,7 +370,8 @@ class RouterCore:
                 self.links.attach_link(state, event.link, now)
                 if state.role == "route-container":  # perhaps the answer to an auto-link's attach
                     self.autolinks.link_attached(event.link, now)
-            case ev.RemoteDetach() if state.peer is not None and engine.state.local is ACTIVE:
+            case ev.RemoteDetach() if (state.peer is not None and engine.state.local is ACTIVE
+                                       and detach_breaks(state.peer, event.link)):  # fmt: skip
                 self._broken(state, "a link between routers was detached", now)
             case ev.RemoteEnd() if state.peer is not None and engine.state.local is ACTIVE:
                 self._broken(state, "a session between routers was ended", now)

@@ -129,6 +129,7 @@ class AddressTable:
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
         self.unavailable_rules = 0  # rules with distribution unavailable (none: nothing to look up)
         self.waypoint_rules = 0  # rules with waypoint: true (none: nothing to look up)
+        self.priority_rules = 0  # rules with a priority (none: nothing to look up)
         # Keys of in-process endpoints that also serve every address below them (`$management`
         # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
         self.subtrees: set[str] = set()
@@ -155,6 +156,8 @@ class AddressTable:
             self.unavailable_rules += 1
         if rule.waypoint:
             self.waypoint_rules += 1
+        if rule.priority is not None:
+            self.priority_rules += 1
 
     def remove_rule(self, rule: AddressConfig) -> None:
         """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
@@ -163,6 +166,8 @@ class AddressTable:
             self.unavailable_rules -= 1
         if rule.waypoint:
             self.waypoint_rules -= 1
+        if rule.priority is not None:
+            self.priority_rules -= 1
 
     def unavailable(self, address: str) -> bool:
         """Whether `address` is refused: its entry's distribution is `unavailable` (an entry
@@ -249,6 +254,13 @@ class AddressTable:
         if key is None or key[0][0] != "M" or not self.is_waypoint(key[1]):
             return address
         return PHASE1 + key[1]
+
+    def priority_for(self, address: str) -> int | None:
+        """The priority an address rule gives `address`'s messages (None: the header's)."""
+        if not self.priority_rules:
+            return None
+        rule = self.matcher.lookup(address)
+        return rule.priority if rule is not None else None
 
     def distribution_for(self, address: str) -> str:
         rule = self.matcher.lookup(address)

@@ -226,6 +226,8 @@ class RouterAddressType(EntityType):
         Attribute("key", "string", "Its key: M0<address> mobile, L<address> local, R<router> a router (mesh), T<x> topo"),
         Attribute("address", "string", "The address"),
         Attribute("distribution", "string", "closest, balanced, multicast or unavailable"),
+        Attribute("priority", "integer", "The priority an address rule gives its messages on links between routers "
+                  "(0-9); -1: each message's header priority, default 4 (as the anchors)"),
         Attribute("remoteHostRouters", "list", "Routers with consumers of the address"),
     ) + _counters(
         "inProcess: In-process destinations (e.g. the management node)",
@@ -246,17 +248,19 @@ class RouterAddressType(EntityType):
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         for snapshot in agent.core.read.addresses(now):
-            yield self._entity(snapshot)
+            yield self._entity(snapshot, agent)
 
     def find(self, agent: ManagementAgent, key: str, now: float, by: str = "any") -> dict[str, Any] | None:
         # A plain address as the name too, unless asked by identity.
         snapshot = agent.core.read.address(table_key(key), None if by == "identity" else key, now)
-        return self._entity(snapshot) if snapshot is not None else None
+        return self._entity(snapshot, agent) if snapshot is not None else None
 
-    def _entity(self, e: AddressSnapshot) -> dict[str, Any]:
+    def _entity(self, e: AddressSnapshot, agent: ManagementAgent) -> dict[str, Any]:
         key = address_key(e.table_key)
+        priority = agent.core.table.priority_for(e.address) if e.table_key[0] == "M" else None
         return self.entity(
-            key, key, key=key, address=e.address, distribution=e.distribution, remoteHostRouters=list(e.remote_routers),
+            key, key, key=key, address=e.address, distribution=e.distribution,
+            priority=priority if priority is not None else -1, remoteHostRouters=list(e.remote_routers),
             inProcess=int(e.in_process), subscriberCount=e.consumers, remoteCount=len(e.remote_routers),
             containerCount=0, producerCount=e.producers, undeliveredCount=e.undelivered,
             unsettledCount=e.unsettled, creditAvailable=e.credit, zeroCreditSeconds=e.zero_credit_s,
