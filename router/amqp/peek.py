@@ -93,7 +93,11 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
     more we need: most messages never reach field 8.
     """
     count, pos = _list_items(payload, pos, stop)
-    to = expiry = created = None
+    # Any, not `str | None`: compiled, a non-string `to` would raise TypeError where the check
+    # below raises DecodeError (a client's bad message must be refused, not crash the core).
+    to: Any = None
+    expiry: Any = None
+    created: Any = None
     last = 2 if count <= 8 else 9
     for index in range(min(count, last + 1)):
         if index == 2 and need_to and pos + 2 <= stop and payload[pos] == 0xA1:
