@@ -262,3 +262,15 @@ def test_proton_reads_what_the_router_wrote(had_annotations: bool) -> None:
     back.decode(bytes(annotate.strip(routed, parsed)))
     assert back.annotations == ({"x-opt-app": "v"} if had_annotations else None)
     assert bytes(back.body) == b"\x00" * 1000
+
+
+def test_a_first_frame_seen_through_a_memoryview_is_rewritten_like_bytes() -> None:
+    for header in (None, Header(durable=True)):
+        payload = encode_message(Message.value("b" * 3000, header=header, message_annotations={"x-opt-a": 1}))
+        view = peek(payload)
+        meta = annotate.for_client_delivery(view, "q", True)
+        routed = annotate.for_router(payload, meta, "R1")
+        assert annotate.for_router(memoryview(payload), annotate.for_client_delivery(view, "q", True), "R1") == routed
+        parsed = annotate.parse(routed, peek(routed), "R1")
+        again = annotate.parse(routed, peek(routed), "R1")
+        assert bytes(annotate.strip(memoryview(routed), parsed)) == bytes(annotate.strip(routed, again)) == payload

@@ -271,6 +271,15 @@ def _entering(me: str, to: str | None) -> bytes:
     return _routed([], Meta(to, to is not None, None, (), None, 0, False), me)
 
 
+def _splice(payload: Payload, start: int, stop: int, middle: bytes) -> bytes:
+    """The first frame with the bytes between `start` and `stop` replaced by `middle`. Most
+    messages have no header, so their annotations come first: one concatenation then, where a
+    join builds a tuple of three pieces."""
+    if start == 0:
+        return middle + payload[stop:]
+    return b"".join((payload[:start], middle, payload[stop:]))
+
+
 def for_router(payload: Payload, meta: Meta, me: str) -> bytes:
     """The first frame to send to the next router: the client's own annotations kept (their
     bytes copied), the router annotations set (this router appended to the trace)."""
@@ -287,7 +296,7 @@ def for_router(payload: Payload, meta: Meta, me: str) -> bytes:
     else:
         section = _routed(_kept_of(payload, meta), meta, me)
     start, stop = span if span is not None else (meta.insert_at, meta.insert_at)
-    return b"".join((payload[:start], section, payload[stop:]))
+    return _splice(payload, start, stop, section)
 
 
 def strip(payload: Payload, meta: Meta) -> Payload:
@@ -308,7 +317,7 @@ def strip(payload: Payload, meta: Meta) -> Payload:
         middle = annotations_section(kept, len(kept)) if kept else b""
     meta.span = (start, start + len(middle)) if kept else None
     meta.insert_at = start
-    return b"".join((payload[:start], middle, payload[stop:]))
+    return _splice(payload, start, stop, middle)
 
 
 def strip_client(payload: Payload, view: RoutingView) -> tuple[Payload, RoutingView]:
