@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.amqp.decode import decode, skip_value
+from router.amqp.decode import decode
+from router.amqp.sections import skip_value
 from router.amqp.encode import encode
 from router.amqp.types import (
     Array,

@@ -1,9 +1,9 @@
-"""Message sections (messaging §3.2): Message encode/decode, the router's span scan, lazy section
-access and message-annotation rewriting, checked against our codec and against Proton."""
+"""Message sections (messaging §3.2): Message encode/decode, the span scan and lazy section
+access, checked against our codec and against Proton. (What the router reads and rewrites in a
+message, router.amqp.sections and peek: tests/test_message_layer.py.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from typing import Any
 
@@ -20,7 +20,6 @@ from router.amqp.message import (
     MessageLayout,
     decode_message,
     encode_message,
-    rewrite_message_annotations,
     scan_sections,
 )
 from router.amqp.messaging import (
@@ -34,6 +33,7 @@ from router.amqp.messaging import (
     MessageAnnotations,
     Properties,
 )
+from router.amqp.peek import peek
 from router.amqp.types import Described, Symbol, Timestamp, UInt, ULong
 
 SECTIONS = (
@@ -104,10 +104,6 @@ def section_objects(message: Message) -> dict[str, Any]:
         if value is not None:
             out[name] = wrap[name](value=value) if name in wrap else value
     return out
-
-
-def join(pieces: list[bytes | memoryview]) -> bytes:
-    return b"".join(pieces)
 
 
 # --- Message objects ----------------------------------------------------------------------------
@@ -217,7 +213,7 @@ def test_proton_to_ours(message_id: Any, body: Any, inferred: bool, expected_bod
     assert message.application_properties == {"p": 3, "s": "v"}
     assert message.body == expected_body
     layout = scan_sections(payload)
-    assert layout.to_address(payload) == "q/1"
+    assert peek(payload).to == "q/1"
     assert layout.header(payload) == message.header
     assert layout.properties(payload) == props
     assert layout.message_annotations(payload) == message.message_annotations
@@ -308,7 +304,7 @@ def test_spans_decode_to_exactly_the_sections_present(message: Message) -> None:
     assert layout.properties(payload) == message.properties
     assert layout.message_annotations(payload) == message.message_annotations
     expected_to = None if message.properties is None else message.properties.to
-    assert layout.to_address(payload) == expected_to
+    assert peek(payload).to == expected_to
 
 
 def test_to_address_without_properties_or_without_to() -> None:
@@ -319,20 +315,20 @@ def test_to_address_without_properties_or_without_to() -> None:
         Message.value(1, properties=Properties(subject="only-later-fields")),
     ):
         payload = encode_message(message)
-        assert scan_sections(payload).to_address(payload) is None
+        assert peek(payload).to is None
 
 
 def test_to_address_in_a_list32_properties() -> None:
     props = Properties(message_id="m" * 300, to="far/away", subject="s")
     payload = encode_message(Message.value(1, properties=props))
     assert payload[3] == 0xD0
-    assert scan_sections(payload).to_address(payload) == "far/away"
+    assert peek(payload).to == "far/away"
 
 
 def test_to_address_must_be_a_string() -> None:
     payload = encode_message(Message.value(1, properties=Properties(to=5)))
     with pytest.raises(DecodeError, match="must be a string"):
-        scan_sections(payload).to_address(payload)
+        peek(payload)
 
 
 def test_symbolic_and_wide_descriptors_are_understood() -> None:
@@ -340,7 +336,8 @@ def test_symbolic_and_wide_descriptors_are_understood() -> None:
     body = b"\x00\x80" + (0x77).to_bytes(8, "big") + encode("v")  # ulong, not smallulong
     payload = encode(Header(durable=True)) + props + body
     layout = scan_sections(payload)
-    assert layout.to_address(payload) == "sym/addr"
+    assert peek(payload).to == "sym/addr"
+    assert layout.properties(payload) == Properties(to="sym/addr")
     assert decode_message(payload) == Message.value(
         "v", header=Header(durable=True), properties=Properties(to="sym/addr")
     )
@@ -393,11 +390,13 @@ def _exercise(payload: bytes) -> None:
     """Everything the router and clients may call on untrusted bytes."""
     try:
         layout = scan_sections(payload)
-        layout.to_address(payload)
         layout.header(payload)
         layout.properties(payload)
         layout.message_annotations(payload)
-        join(rewrite_message_annotations(payload, layout, {"x-opt-qd.ingress": "R9"}))
+    except DecodeError:
+        pass
+    try:
+        peek(payload)
     except DecodeError:
         pass
     try:
@@ -431,80 +430,3 @@ def test_garbage_raises_decode_error_only(garbage: bytes) -> None:
     _exercise(garbage)
     _exercise(b"\x00\x53\x73" + garbage)
     _exercise(b"\x00\x53\x73\xc0" + garbage)
-
-
-# --- rewrite_message_annotations ----------------------------------------------------------------
-
-ROUTER_ANNOTATIONS = st.none() | st.dictionaries(
-    st.sampled_from(["x-opt-qd.ingress", "x-opt-qd.trace", "x-opt-qd.to", "x-opt-other"]),
-    st.text(max_size=10) | st.lists(st.text(max_size=4), max_size=3),
-    max_size=4,
-)
-
-
-@given(messages, ROUTER_ANNOTATIONS)
-def test_rewrite_replaces_only_message_annotations(message: Message, new: Any) -> None:
-    payload = encode_message(message)
-    layout = scan_sections(payload)
-    pieces = rewrite_message_annotations(payload, layout, new)
-    for piece in pieces:
-        if isinstance(piece, memoryview):
-            assert piece.obj is payload  # passed through, not copied
-    result = join(pieces)
-    assert decode_message(result) == dataclasses.replace(message, message_annotations=new or None)
-    new_layout = scan_sections(result)
-    # everything from the properties on (bare message and footer) is byte-identical
-    bare = [s for s in (layout.properties_span, layout.application_properties_span,
-                        layout.body_span, layout.footer_span) if s is not None]  # fmt: skip
-    if bare:
-        start, new_start = bare[0][0], len(result) - (len(payload) - bare[0][0])
-        assert result[new_start:] == payload[start:]
-    if layout.body_span is not None:
-        assert new_layout.body_span is not None
-        (s, e), (ns, ne) = layout.body_span, new_layout.body_span
-        assert result[ns:ne] == payload[s:e]
-    if layout.header_span is not None:
-        assert new_layout.header_span == layout.header_span
-
-
-@pytest.mark.interop
-@pytest.mark.parametrize("had_annotations", [False, True])
-@pytest.mark.parametrize("new", [None, {}, {"x-opt-qd.ingress": "R1", "x-opt-qd.trace": ["R0"]}])
-def test_rewrite_decodes_with_proton(had_annotations: bool, new: Any) -> None:
-    pm = proton.Message(
-        body=b"\x00" * 1000, inferred=True, address="q", durable=True, instructions={"x-d": 1},
-        annotations={"x-opt-qd.to": "elsewhere"} if had_annotations else None,
-        properties={"k": "v"},
-    )  # fmt: skip
-    payload = pm.encode()
-    layout = scan_sections(payload)
-    if not had_annotations:
-        assert layout.message_annotations_span is None
-    out = proton.Message()
-    out.decode(join(rewrite_message_annotations(payload, layout, new)))
-    assert out.annotations == (new or None)
-    assert (out.address, out.durable, out.instructions, out.properties) == (
-        "q", True, {"x-d": 1}, {"k": "v"}
-    )
-    assert bytes(out.body) == b"\x00" * 1000 and out.inferred
-
-
-def test_rewrite_inserts_in_position() -> None:
-    da = encode(DeliveryAnnotations(value={Symbol("d"): 1}))
-    new = encode(MessageAnnotations(value={Symbol("x-opt-qd.ingress"): "R1"}))
-    for before, after in [(b"", b""), (H, b""), (H + da, P + V), (da, D + F), (b"", V), (H, F)]:
-        payload = before + after
-        layout = scan_sections(payload)
-        pieces = rewrite_message_annotations(payload, layout, {"x-opt-qd.ingress": "R1"})
-        assert join(pieces) == before + new + after
-
-
-def test_rewrite_replaces_and_removes() -> None:
-    payload = H + MA + P + V
-    layout = scan_sections(payload)
-    replaced = join(rewrite_message_annotations(payload, layout, {"x-opt-qd.trace": ["R1"]}))
-    new = encode(MessageAnnotations(value={Symbol("x-opt-qd.trace"): ["R1"]}))
-    assert replaced == H + new + P + V
-    assert join(rewrite_message_annotations(payload, layout, None)) == H + P + V
-    assert join(rewrite_message_annotations(payload, layout, {})) == H + P + V
-    assert rewrite_message_annotations(MA, scan_sections(MA), None) == []

@@ -74,3 +74,22 @@ def test_a_large_payload_seen_through_a_memoryview_is_peeked_like_bytes() -> Non
         via_view = peek(memoryview(payload))
         assert via_view.to == "far/away" == peek(payload).to
         assert via_view.annotations_span == peek(payload).annotations_span
+
+
+def test_a_to_that_is_no_string_is_a_decode_error() -> None:
+    """Compiled, `to` was typed `str | None` and any other value raised TypeError out of peek
+    (out of the core) instead of the DecodeError that refuses the message."""
+    from router.amqp.encode import encode
+    from router.amqp.types import Described, ULong
+
+    body = encode_message(Message.value(1))
+    for to in (5, b"bin", ["q"], {"q": 1}, True, 1.5):
+        for fields in ([None, None, to], [None, None, to] + [None] * 7):
+            payload = encode(Described(ULong(0x73), fields)) + body
+            for need_to in (True, False):
+                try:
+                    view = peek(payload, need_to)
+                except DecodeError as exc:
+                    assert "must be a string" in exc.description
+                else:
+                    assert not need_to and view.to is None  # not read when routed by its link

@@ -1,7 +1,8 @@
 """AMQP 1.0 decoder for every primitive type (types §1.6) and described values.
 
-Owns: turning bytes into values, and `skip_value` which finds where an encoded value ends without
-building it (used to split message sections and to keep a body as an opaque span).
+Owns: turning bytes into values, and the header checks of arrays (`array_header`,
+`check_array_count`, `array_element_ok`) that the skipper of router/amqp/sections.py shares.
+Finding where an encoded value ends without building it is sections.py's `skip_value`.
 Decoders never trust lengths: every read is bounds-checked against `end`, sizes and counts are
 checked for consistency, nesting depth is capped, and all failures raise DecodeError
 (`amqp:decode-error`), never IndexError or struct.error.
@@ -221,7 +222,7 @@ def _map(wide: bool) -> BodyDecoder:
 
 def _array(wide: bool) -> BodyDecoder:
     def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        count, pos, stop = _array_header(buf, pos, end, wide)
+        count, pos, stop = array_header(buf, pos, end, wide)
         if depth >= MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
         descriptor = None
@@ -235,7 +236,7 @@ def _array(wide: bool) -> BodyDecoder:
         if element is None or element_type is None:
             raise DecodeError(f"invalid array element constructor {code:#04x}")
         pos += 1
-        _check_array_count(code, count, stop - pos)
+        check_array_count(code, count, stop - pos)
         if _ZERO_WIDTH[code]:
             _zero_width_left[0] -= count
             if _zero_width_left[0] < 0:
@@ -251,7 +252,7 @@ def _array(wide: bool) -> BodyDecoder:
     return body
 
 
-def _check_array_count(code: int, count: int, room: int) -> None:
+def check_array_count(code: int, count: int, room: int) -> None:
     """Refuse an array count its element constructor and remaining bytes cannot hold."""
     if _ZERO_WIDTH[code]:
         if count > MAX_ZERO_WIDTH_COUNT:
@@ -260,7 +261,7 @@ def _check_array_count(code: int, count: int, room: int) -> None:
         raise DecodeError(f"array count {count} cannot fit in {room} bytes")
 
 
-def _array_header(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
+def array_header(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
     if wide:
         _need(pos, 8, end)
         size, count = _II(buf, pos)
@@ -344,6 +345,11 @@ _define(0xF0, "array", _array(True))
 _BODIES[0x00] = _described
 
 
+def array_element_ok(code: int) -> bool:
+    """Whether `code` may construct an array's elements (types §1.6.26-27: a primitive)."""
+    return _BODIES[code] is not None and code in _TYPE_NAMES
+
+
 def decode_at(buf: Buffer, pos: int, end: int, depth: int = 0) -> tuple[Any, int]:
     """Decode one value starting at `pos`, not reading at or past `end`: (value, next offset)."""
     if depth == 0:
@@ -362,80 +368,3 @@ def decode(data: bytes) -> Any:
     if pos != len(data):
         raise DecodeError(f"{len(data) - pos} trailing bytes after the value")
     return value
-
-
-# ---------------------------------------------------------------------------------------------
-# Skipping: where does the value at `pos` end? No objects are built.
-
-_FIXED_WIDTHS: dict[int, int] = {
-    code: width
-    for width, codes in (
-        (0, (0x40, 0x41, 0x42, 0x43, 0x44, 0x45)),
-        (1, (0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x56)),
-        (2, (0x60, 0x61)),
-        (4, (0x70, 0x71, 0x72, 0x73, 0x74)),
-        (8, (0x80, 0x81, 0x82, 0x83, 0x84)),
-        (16, (0x94, 0x98)),
-    )
-    for code in codes
-}
-
-
-def skip_value(buf: Buffer, pos: int, end: int, depth: int = 0) -> int:
-    """The offset just past the encoded value starting at `pos` (bounds-checked, no decoding).
-
-    The headers of lists, maps and arrays are checked as decode_at checks them (size against
-    count, map parity, array element constructor); their items and the contents of strings,
-    symbols, booleans and chars are not read, so those errors surface only when decoding.
-    """
-    if pos >= end:
-        raise DecodeError(f"truncated: expected a value at offset {pos}")
-    code = buf[pos]
-    pos += 1
-    width = _FIXED_WIDTHS.get(code)
-    if width is not None:
-        _need(pos, width, end)
-        return pos + width
-    if code == 0x00:
-        if depth >= MAX_DEPTH:
-            raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
-        pos = skip_value(buf, pos, end, depth + 1)
-        return skip_value(buf, pos, end, depth + 1)
-    high = code & 0xF0
-    if high in (0xA0, 0xC0, 0xE0) and code & 0x0F <= 3:
-        _need(pos, 1, end)
-        stop = pos + 1 + buf[pos]
-    elif high in (0xB0, 0xD0, 0xF0) and code & 0x0F <= 3:
-        _need(pos, 4, end)
-        stop = pos + 4 + _I(buf, pos)[0]
-    else:
-        raise DecodeError(f"invalid constructor {code:#04x} at offset {pos - 1}")
-    if _BODIES[code] is None:
-        raise DecodeError(f"invalid constructor {code:#04x} at offset {pos - 1}")
-    if stop > end:
-        raise DecodeError(f"value of {stop - pos} bytes overruns its container")
-    if high >= 0xC0:
-        _check_compound(buf, pos, stop, code, depth)
-    return stop
-
-
-def _check_compound(buf: Buffer, pos: int, stop: int, code: int, depth: int) -> None:
-    """The header checks decode_at makes on a list, map or array, without reading its items:
-    size against count, map parity, the array element constructor and count."""
-    wide = bool(code & 0x10)  # list32, map32, array32
-    if code in (0xE0, 0xF0):
-        count, pos, stop = _array_header(buf, pos, stop, wide)
-        _need(pos, 1, stop)
-        if buf[pos] == 0x00:
-            if depth >= MAX_DEPTH:
-                raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
-            pos = skip_value(buf, pos + 1, stop, depth + 1)
-            _need(pos, 1, stop)
-        element_code = buf[pos]
-        if _BODIES[element_code] is None or element_code not in _TYPE_NAMES:
-            raise DecodeError(f"invalid array element constructor {element_code:#04x}")
-        _check_array_count(element_code, count, stop - pos - 1)
-        return
-    count, pos, stop = _compound_header(buf, pos, stop, wide)
-    if code & 0x0F == 1 and count % 2:
-        raise DecodeError(f"map has an odd number of items ({count})")

@@ -1,9 +1,9 @@
 """The byte layout of an AMQP 1.0 message: its sections, in order (messaging §3.2).
 
-Owns: `Message` (the client's view) with `encode_message` / `decode_message`, and the router's
-hot path, which never decodes a body: `scan_sections` finds each section's byte span with
-`skip_value` only, `MessageLayout` decodes single sections on demand, and
-`rewrite_message_annotations` swaps the message-annotations, passing other sections as slices.
+Owns: `Message` (the client's view) with `encode_message` / `decode_message`: `scan_sections`
+finds each section's byte span with the skipper of sections.py (which, with peek.py, is also
+what the router reads and rewrites in a message without decoding it), and `MessageLayout`
+decodes single sections on demand.
 Must not touch: the sections' fields (messaging.py), the codec, framing and links.
 
 Choices where peers and the spec differ:
@@ -21,20 +21,20 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
-from .decode import Buffer, decode_at, skip_value
-from .encode import encode, encode_value
+from .decode import decode_at
+from .encode import encode_value
 from .errors import DecodeError, EncodeError
 from .messaging import (
     SECTION_ORDER, AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations,
     Footer, Header, MessageAnnotations, Properties,
 )  # fmt: skip
+from .sections import section_descriptor, skip_value
 from .types import Symbol, ULong
 
 Span = tuple[int, int]
 _S = TypeVar("_S")
 Body = AmqpValue | Sequence[Data] | Sequence[AmqpSequence] | None  # messaging §3.2, the body
 
-_CODE_BY_NAME: Final = {getattr(c, "DESCRIPTOR_NAME"): c.DESCRIPTOR_CODE for c in SECTION_ORDER}
 _VALUE: Final = AmqpValue.DESCRIPTOR_CODE
 _BODY: Final = 5  # rank of the body sections; ranks give the order of messaging §3.2
 _RANK: Final = {0x70: 0, 0x71: 1, 0x72: 2, 0x73: 3, 0x74: 4, 0x75: 5, 0x76: 5, 0x77: 5, 0x78: 6}
@@ -207,46 +207,6 @@ class MessageLayout(NamedTuple):
     def properties(self, payload: bytes) -> Properties | None:
         return cast(Properties | None, _section(payload, self.properties_span))
 
-    def to_address(self, payload: bytes) -> str | None:
-        """properties.to (messaging §3.2.4, third field); DecodeError if it is not a string.
-
-        The fields before it are skipped, the ones after it not even looked at.
-        """
-        if self.properties_span is None:
-            return None
-        start, stop = self.properties_span
-        pos = skip_value(payload, start + 1, stop)  # past the 0x00 and the descriptor
-        code = payload[pos]  # a list constructor, checked by scan_sections
-        if code == 0xC0:  # list8: size, count (types §1.6.22)
-            if pos + 3 > stop or payload[pos + 1] < 1:
-                raise DecodeError("properties list8 header is truncated")
-            count, pos = payload[pos + 2], pos + 3
-        elif code == 0xD0:  # list32: size, count
-            if pos + 9 > stop or int.from_bytes(payload[pos + 1 : pos + 5], "big") < 4:
-                raise DecodeError("properties list32 header is truncated")
-            count, pos = int.from_bytes(payload[pos + 5 : pos + 9], "big"), pos + 9
-        else:  # list0
-            return None
-        if count < 3:
-            return None
-        pos = skip_value(payload, skip_value(payload, pos, stop), stop)  # message-id, user-id
-        to, _ = decode_at(payload, pos, stop)
-        if to is None or isinstance(to, str):
-            return None if to is None else str(to)
-        raise DecodeError(f"properties.to must be a string, got {type(to).__name__}")
-
-
-def section_descriptor(payload: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """(descriptor code, offset past it) of a section; symbolic descriptors are mapped to codes."""
-    if pos + 2 <= end and payload[pos] == 0x53:  # smallulong: the usual encoding
-        return payload[pos + 1], pos + 2
-    descriptor, pos = decode_at(payload, pos, end)
-    if type(descriptor) is ULong:
-        return int(descriptor), pos
-    if type(descriptor) is Symbol and descriptor in _CODE_BY_NAME:
-        return _CODE_BY_NAME[descriptor], pos
-    raise DecodeError(f"descriptor {descriptor!r} is not a message section")
-
 
 def scan_sections(payload: bytes) -> MessageLayout:
     """Find each section's span, checking the order of messaging §3.2 without decoding values.
@@ -254,6 +214,8 @@ def scan_sections(payload: bytes) -> MessageLayout:
     DecodeError for anything but described sections, unknown descriptors, sections out of order
     or repeated, a body mixing kinds or holding more than one amqp-value, and bad lengths.
     """
+    if type(payload) is not bytes:  # the skipper reads bytes (compiled: typed); a client may hold a view
+        payload = bytes(payload)
     spans: list[Span | None] = [None] * 7
     end, pos, last, body_code = len(payload), 0, -1, 0
     while pos < end:
@@ -279,22 +241,3 @@ def scan_sections(payload: bytes) -> MessageLayout:
             body_code = code
         last = rank
     return MessageLayout._make((*spans, body_code))
-
-
-def rewrite_message_annotations(
-    payload: bytes, layout: MessageLayout, annotations: dict[Any, Any] | None
-) -> list[bytes | memoryview]:
-    """The pieces of `payload` with its message-annotations replaced by `annotations` (removed
-    when None or empty, inserted in §3.2 order when absent). Other sections are slices of
-    `payload`: the bare message must keep its exact encoding (messaging §3.2)."""
-    view, end = memoryview(payload), len(payload)
-    if layout.message_annotations_span is not None:
-        cut, resume = layout.message_annotations_span
-    else:  # insert before the first section that follows message-annotations
-        later = (layout.properties_span, layout.application_properties_span,
-                 layout.body_span, layout.footer_span)  # fmt: skip
-        cut = resume = next((span[0] for span in later if span is not None), end)
-    pieces: list[bytes | memoryview] = [view[:cut]] if cut > 0 else []
-    if annotations:
-        pieces.append(encode(MessageAnnotations(value=_annotations(annotations))))
-    return pieces + [view[resume:]] if resume < end else pieces

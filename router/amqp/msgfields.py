@@ -1,7 +1,7 @@
 """The fields of a message a filter reads, read lazily and never from the body (messaging §3.2).
 
 Owns: `MessageFields(payload)`: finds the spans of the header, message-annotations, properties
-and application-properties sections with the codec's length-checked skipper (`skip_value`),
+and application-properties sections with the one bounds-checked skipper (sections.py),
 stopping at the first body section, and decodes a section only when a filter first asks for
 one of its fields; `selector_value(name)`, the JMS selector's identifiers (apache-filters.xml:
 the JMS header names and their `amqp.` forms, the rest application-properties) with the type
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .decode import Buffer, decode_at, skip_value
+from .decode import Buffer, decode_at
 from .errors import DecodeError
-from .message import section_descriptor
 from .messaging import ApplicationProperties, Header, MessageAnnotations, Properties
+from .sections import section_descriptor, skip_value
 from .types import Char, Decimal32, Decimal64, Decimal128, Symbol
 
 _HEADER, _ANNOTATIONS, _PROPERTIES, _APPLICATION = 0x70, 0x72, 0x73, 0x74
@@ -62,21 +62,22 @@ class MessageFields:
         self.spans: dict[int, tuple[int, int]] = {}
         self.unreadable = False
         self._decoded: dict[int, Any] = {}
-        pos, end = 0, len(payload)
+        data = payload if type(payload) is bytes else bytes(payload)  # the skipper reads bytes
+        pos, end = 0, len(data)
         try:
             while pos < end:
-                if payload[pos] != 0x00:
+                if data[pos] != 0x00:
                     raise DecodeError(f"expected a message section at offset {pos}")
-                code, value_pos = section_descriptor(payload, pos + 1, end)
+                code, value_pos = section_descriptor(data, pos + 1, end)
                 if code > _APPLICATION:  # the body (or footer): never read
                     break
-                stop = skip_value(payload, value_pos, end)
+                stop = skip_value(data, value_pos, end)
                 if code in _WANTED:
                     self.spans[code] = (pos, stop)
                 pos = stop
         except (DecodeError, IndexError):
             self.unreadable = True
-        self.payload: bytes = payload if type(payload) is bytes else bytes(payload[:pos])
+        self.payload: bytes = data if data is payload else data[:pos]
 
     def _section(self, code: int) -> Any:
         if code in self._decoded:

@@ -4,7 +4,8 @@ Owns: `peek(payload)`, which walks the sections from the start and stops at the 
 after the properties: application-properties, the body and the footer are never read. It
 returns the header's ttl, the message-annotations span (for rewriting), and from the
 properties only `to`, `absolute-expiry-time` and `creation-time`, skipping the other fields
-without decoding them.
+without decoding them (with sections.py's skipper, the bounds rule's one home; what is read and
+rewritten in the annotations is sections.py's too).
 Must not touch: the body, anything about routing decisions.
 """
 
@@ -12,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .decode import Buffer, decode_at, skip_value
+from .decode import Buffer, decode_at
 from .errors import DecodeError
-from .fastpath import u32
-from .message import section_descriptor
 from .messaging import Header
+from .sections import section_descriptor, skip_value
 
 _HEADER: Final = 0x70
 _DELIVERY_ANNOTATIONS: Final = 0x71
@@ -72,18 +72,8 @@ def _list_items(payload: bytes, pos: int, stop: int) -> tuple[int, int]:
     if code == 0xC0 and pos + 3 <= stop:
         return payload[pos + 2], pos + 3
     if code == 0xD0 and pos + 9 <= stop:
-        return u32(payload, pos + 5), pos + 9
+        return (payload[pos + 5] << 24) | (payload[pos + 6] << 16) | (payload[pos + 7] << 8) | payload[pos + 8], pos + 9
     raise DecodeError("section value must be a list")
-
-
-# Encodings of message-id/user-id/subject/reply-to... skipped inline, by constructor byte: their
-# width in bytes after the constructor, _VARIABLE (one length byte follows) or _OTHER (skip_value
-# decides). A tuple indexed by the byte: a dict lookup would box the key.
-_VARIABLE: Final = -2
-_OTHER: Final = -1
-_WIDTHS: Final = {0x40: 0, 0x44: 0, 0x43: 0, 0x53: 1, 0x52: 1, 0x98: 16, 0x80: 8, 0x70: 4,
-                  0xA0: _VARIABLE, 0xA1: _VARIABLE, 0xA3: _VARIABLE}  # fmt: skip
-_SKIP_WIDTH: Final[tuple[int, ...]] = tuple(_WIDTHS.get(code, _OTHER) for code in range(256))
 
 
 def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
@@ -93,14 +83,21 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
     more we need: most messages never reach field 8.
     """
     count, pos = _list_items(payload, pos, stop)
-    to = expiry = created = None
+    # Any, not `str | None`: compiled, a non-string `to` would raise TypeError where the check
+    # below raises DecodeError (a client's bad message must be refused, not crash the core).
+    to: Any = None
+    expiry: Any = None
+    created: Any = None
     last = 2 if count <= 8 else 9
     for index in range(min(count, last + 1)):
-        if index == 2 and need_to and pos + 2 <= stop and payload[pos] == 0xA1:
-            # str8, the usual encoding of `to`: read inline (anything odd goes to decode_at,
-            # which raises the error it always raised)
+        if index == 2 and pos + 2 <= stop and payload[pos] == 0xA1:
+            # str8, the usual encoding of `to`: read inline, or passed when not needed (anything
+            # odd goes to decode_at or the skipper, which raise the errors they always raised)
             value_end = pos + 2 + payload[pos + 1]
             if value_end <= stop:
+                if not need_to:
+                    pos = value_end
+                    continue
                 try:
                     to = payload[pos + 2 : value_end].decode("utf-8")
                     pos = value_end
@@ -116,11 +113,8 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
             else:
                 created = value
             continue
-        width = _SKIP_WIDTH[payload[pos]] if pos < stop else _OTHER
-        if width >= 0:
-            pos += 1 + width
-        elif width == _VARIABLE:
-            pos += 2 + payload[pos + 1]
+        if pos < stop and payload[pos] == 0x40:  # null, the usual message-id and user-id: no call
+            pos += 1
         else:
             pos = skip_value(payload, pos, stop)
     if pos > stop:
@@ -134,18 +128,6 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
 
 
 _MAPS: Final = (0xC1, 0xD1)  # map8, map32
-
-
-def _skip_map8(payload: bytes, pos: int, end: int) -> int:
-    """The end of a well-formed map8 at `pos` (message annotations between routers always are
-    one), checked as skip_value checks it; -1 for anything else (skip_value then decides)."""
-    if pos + 3 > end or payload[pos] != 0xC1:
-        return -1
-    size, count = payload[pos + 1], payload[pos + 2]
-    stop = pos + 2 + size
-    if size < 1 or stop > end or count > size - 1 or count % 2:
-        return -1
-    return stop
 
 
 def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
@@ -186,13 +168,11 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
         if code == _PROPERTIES:  # the last section we read: no need to find its end first
             to, expiry, created = _properties(payload, value_pos, end, need_to)
             return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
-        stop = _skip_map8(payload, value_pos, end) if code == _MESSAGE_ANNOTATIONS else -1
-        if stop < 0:
-            if (code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS) and payload[value_pos] not in _MAPS:
-                # annotations are maps (messaging §3.2.2-§3.2.3): the router reads and rewrites
-                # message annotations, so any other value is refused here, not deep in the core
-                raise DecodeError(f"section {code:#04x} must be a map")
-            stop = skip_value(payload, value_pos, end)
+        if (code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS) and payload[value_pos] not in _MAPS:
+            # annotations are maps (messaging §3.2.2-§3.2.3): the router reads and rewrites
+            # message annotations, so any other value is refused here, not deep in the core
+            raise DecodeError(f"section {code:#04x} must be a map")
+        stop = skip_value(payload, value_pos, end)
         if code == _HEADER:
             header, _ = decode_at(payload, start, stop)
             if type(header) is not Header:

@@ -10,8 +10,9 @@ them (`strip`) from what clients send and from what consumers receive, unless th
 listener keeps them (strip_annotations: `kept_from_client` takes a router-aware client's
 ingress and trace as a router's; a consumer that keeps them gets them as the next router would).
 Only the message-annotations section is rewritten, and without the general codec
-(annotation_bytes.py scans and writes it); the other sections are sliced around it, so the bare
-message keeps its exact bytes (messaging §3.2) and the body is never decoded.
+(router/amqp/sections.py scans and writes it: this module gives only what the router's own keys
+mean); the other sections are sliced around it, so the bare message keeps its exact bytes
+(messaging §3.2) and the body is never decoded.
 Between two routers consecutive deliveries nearly always carry the same section: each
 inter-router link remembers what the sections it saw said (`Seen`, a `Record` per distinct
 section), so a section is read, and the next router's and the consumer's sections are built,
@@ -23,18 +24,54 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from ..amqp.errors import DecodeError
 from ..amqp.peek import RoutingView
-from .annotation_bytes import (
-    INGRESS, K_CLIENT_TRACE, K_FLOW_TRACE, K_INGRESS, K_TO, K_TRACE, KEY_FLOW_TRACE, KEY_INGRESS, KEY_TO, KEY_TRACE,
-    OTHER, PREFIX, TO, TRACE, TRACE_MAX, entries, head, read_string, read_strings, section, write_string, write_strings,
+from ..amqp.sections import (
+    OTHER, Entry, annotation_entries, annotations_section, read_string, read_strings, symbol_bytes, write_string,
+    write_strings,
 )  # fmt: skip
+from ..amqp.sections import head as _head
 from .delivery import Meta, Payload
 
 __all__ = ["PREFIX", "TO", "INGRESS", "TRACE", "TRACE_MAX", "Record", "Seen", "SEEN_MAX", "parse",
            "for_client_delivery", "for_router", "client_trace", "kept_from_client", "strip", "strip_client"]  # fmt: skip
+
+
+# The router's own keys (the anchors' names, reference §2.7), and the kinds they sort into.
+PREFIX = "x-opt-qd."
+TO = "x-opt-qd.to"
+INGRESS = "x-opt-qd.ingress"
+TRACE = "x-opt-qd.trace"
+FLOW_TRACE = "x-opt-qd.flow-trace"  # the trace id of a delivery's hop records (docs/flow-records.md)
+CLIENT_TRACE = "x-opt-router-trace"  # a client's flag: hop records for this message (not a router key)
+TRACE_MAX = 1024  # a longer trace is malformed (the radius check drops far shorter ones)
+# Kinds of entries (sections.OTHER: any other key). Final: constants in the compiled build.
+KEY_TO: Final = 1
+KEY_INGRESS: Final = 2
+KEY_TRACE: Final = 3
+KEY_ROUTER: Final = 4
+KEY_FLOW_TRACE: Final = 5
+_KINDS: Final = {TO.encode(): KEY_TO, INGRESS.encode(): KEY_INGRESS, TRACE.encode(): KEY_TRACE,
+                 FLOW_TRACE.encode(): KEY_FLOW_TRACE}  # fmt: skip
+_PREFIX_BYTES: Final = PREFIX.encode()
+# Their encoded forms (Final: C statics in the compiled build, not a dict lookup per use).
+K_TO: Final = symbol_bytes(TO)
+K_INGRESS: Final = symbol_bytes(INGRESS)
+K_TRACE: Final = symbol_bytes(TRACE)
+K_FLOW_TRACE: Final = symbol_bytes(FLOW_TRACE)
+K_CLIENT_TRACE: Final = symbol_bytes(CLIENT_TRACE)
+
+
+def entries(data: bytes, span: tuple[int, int]) -> list[Entry]:
+    """The entries of the message-annotations section at `span`, router keys sorted by kind."""
+    return annotation_entries(data, span, _PREFIX_BYTES, _KINDS, KEY_ROUTER)
+
+
+def head(payload: Payload, span: tuple[int, int]) -> bytes:
+    """The first frame's bytes up to the end of its annotations (it may be a memoryview)."""
+    return _head(payload, span[1])
 
 
 def _kept_of(payload: Payload, meta: Meta) -> list[bytes]:
@@ -106,7 +143,7 @@ def _record(payload: Payload, span: tuple[int, int] | None, came_from: str, ente
                 elif kind == KEY_INGRESS:
                     ingress = read_string(data, value_at, end)
                 elif kind == KEY_TRACE:
-                    trace = read_strings(data, value_at, end)
+                    trace = read_strings(data, value_at, end, TRACE_MAX)
                 elif kind == KEY_FLOW_TRACE:
                     flow_trace = read_string(data, value_at, end)
         except UnicodeDecodeError:
@@ -225,13 +262,22 @@ def _routed(kept: list[bytes], meta: Meta, me: str) -> bytes:
     if meta.flow_trace is not None:
         pieces.append(K_FLOW_TRACE + write_string(meta.flow_trace))
         pairs += 1
-    return section(pieces, pairs)
+    return annotations_section(pieces, pairs)
 
 
 @lru_cache(maxsize=4096)
 def _entering(me: str, to: str | None) -> bytes:
     """The section of a message that enters the mesh here with no annotations of its own."""
     return _routed([], Meta(to, to is not None, None, (), None, 0, False), me)
+
+
+def _splice(payload: Payload, start: int, stop: int, middle: bytes) -> bytes:
+    """The first frame with the bytes between `start` and `stop` replaced by `middle`. Most
+    messages have no header, so their annotations come first: one concatenation then, where a
+    join builds a tuple of three pieces."""
+    if start == 0:
+        return middle + payload[stop:]
+    return b"".join((payload[:start], middle, payload[stop:]))
 
 
 def for_router(payload: Payload, meta: Meta, me: str) -> bytes:
@@ -250,7 +296,7 @@ def for_router(payload: Payload, meta: Meta, me: str) -> bytes:
     else:
         section = _routed(_kept_of(payload, meta), meta, me)
     start, stop = span if span is not None else (meta.insert_at, meta.insert_at)
-    return b"".join((payload[:start], section, payload[stop:]))
+    return _splice(payload, start, stop, section)
 
 
 def strip(payload: Payload, meta: Meta) -> Payload:
@@ -266,12 +312,12 @@ def strip(payload: Payload, meta: Meta) -> Payload:
     if record is not None:  # from another router: built once per distinct section
         middle = record.stripped
         if middle is None:
-            middle = record.stripped = section(kept, len(kept)) if kept else b""
+            middle = record.stripped = annotations_section(kept, len(kept)) if kept else b""
     else:
-        middle = section(kept, len(kept)) if kept else b""
+        middle = annotations_section(kept, len(kept)) if kept else b""
     meta.span = (start, start + len(middle)) if kept else None
     meta.insert_at = start
-    return b"".join((payload[:start], middle, payload[stop:]))
+    return _splice(payload, start, stop, middle)
 
 
 def strip_client(payload: Payload, view: RoutingView) -> tuple[Payload, RoutingView]:

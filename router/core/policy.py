@@ -27,11 +27,11 @@ from collections import Counter
 from typing import Any
 
 from ..amqp import errors as E
-from ..amqp.decode import decode_at, skip_value
+from ..amqp.decode import decode_at
 from ..amqp.errors import DecodeError
-from ..amqp.message import section_descriptor
 from ..amqp.messaging import Properties, Source, Target
 from ..amqp.performatives import Error
+from ..amqp.sections import section_descriptor, skip_value
 from ..config.models import Policy, PolicyGroup, Vhost
 
 DEFAULT_GROUP = "$default"

@@ -21,8 +21,8 @@ from ..amqp import errors as E
 from ..amqp import events as ev
 from ..amqp.connection import Connection, ConnectionConfig
 from ..amqp.link import Link
-from ..amqp.message import scan_sections
 from ..amqp.messaging import ACCEPTED, RELEASED, Modified, Rejected, Source, is_terminal
+from ..amqp.peek import peek
 from ..amqp.performatives import RECEIVER, SENDER, Error
 from ..amqp.sasl import SaslServerConfig
 from ..net.driver import ConnectionDriver
@@ -168,7 +168,7 @@ class QueuePeer:
         self.stats.received += 1
         address = link.context
         if address is None:  # anonymous relay: route by properties.to
-            address = scan_sections(payload).to_address(payload)
+            address = peek(payload).to
         state = self._outcome(address or "")
         if state is ACCEPTED:
             self.queues.setdefault(address or "", deque()).append((payload, event.settled))
