@@ -2,7 +2,7 @@
 
 Owns: `peek(payload)`, which walks the sections from the start and stops at the first section
 after the properties: application-properties, the body and the footer are never read. It
-returns the header's ttl, the message-annotations span (for rewriting), and from the
+returns the header's ttl and priority, the message-annotations span (for rewriting), and from the
 properties only `to`, `absolute-expiry-time` and `creation-time`, skipping the other fields
 without decoding them (with sections.py's skipper, the bounds rule's one home; what is read and
 rewritten in the annotations is sections.py's too).
@@ -25,12 +25,12 @@ _PROPERTIES: Final = 0x73
 
 
 class RoutingView:
-    """What routing reads from a message: the header's ttl, the message-annotations section's
+    """What routing reads from a message: the header's ttl and priority, the message-annotations section's
     span (for rewriting), `to`, the expiry and creation times from the properties, and where a
     message-annotations section would go if there is none. (A plain class: mypyc builds it
     natively, where a NamedTuple's constructor is a Python call.)"""
 
-    __slots__ = ("ttl_ms", "annotations_span", "to", "absolute_expiry_ms", "creation_time_ms", "insert_at")
+    __slots__ = ("ttl_ms", "annotations_span", "to", "absolute_expiry_ms", "creation_time_ms", "insert_at", "priority")
 
     def __init__(
         self,
@@ -40,6 +40,7 @@ class RoutingView:
         absolute_expiry_ms: int | None,
         creation_time_ms: int | None,
         insert_at: int,
+        priority: int | None = None,
     ) -> None:
         self.ttl_ms = ttl_ms
         self.annotations_span = annotations_span  # the whole message-annotations section
@@ -47,16 +48,18 @@ class RoutingView:
         self.absolute_expiry_ms = absolute_expiry_ms
         self.creation_time_ms = creation_time_ms
         self.insert_at = insert_at  # where a message-annotations section would go if there is none
+        self.priority = priority  # the header's (messaging 3.2.1: a ubyte), None without one
 
     def with_annotations(self, span: tuple[int, int] | None, insert_at: int) -> RoutingView:
         """This view of a message whose annotations section was rewritten."""
         return RoutingView(self.ttl_ms, span, self.to, self.absolute_expiry_ms,
-                           self.creation_time_ms, insert_at)  # fmt: skip
+                           self.creation_time_ms, insert_at, self.priority)  # fmt: skip
 
     def __repr__(self) -> str:
         return (f"RoutingView(ttl_ms={self.ttl_ms}, annotations_span={self.annotations_span}, "
                 f"to={self.to!r}, absolute_expiry_ms={self.absolute_expiry_ms}, "
-                f"creation_time_ms={self.creation_time_ms}, insert_at={self.insert_at})")  # fmt: skip
+                f"creation_time_ms={self.creation_time_ms}, insert_at={self.insert_at}, "
+                f"priority={self.priority})")  # fmt: skip
 
 
 # A view of a large payload (a memoryview) is peeked through a copy of its first bytes; the whole
@@ -151,7 +154,7 @@ def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
 
 
 def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
-    ttl = to = expiry = created = None
+    ttl = to = expiry = created = priority = None
     annotations: tuple[int, int] | None = None
     pos, end = 0, len(payload)
     insert_at = 0
@@ -164,10 +167,10 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
         else:
             code, value_pos = section_descriptor(payload, pos + 1, end)
         if code > _PROPERTIES:
-            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
+            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0], priority)
         if code == _PROPERTIES:  # the last section we read: no need to find its end first
             to, expiry, created = _properties(payload, value_pos, end, need_to)
-            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
+            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0], priority)
         if (code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS) and payload[value_pos] not in _MAPS:
             # annotations are maps (messaging §3.2.2-§3.2.3): the router reads and rewrites
             # message annotations, so any other value is refused here, not deep in the core
@@ -178,6 +181,7 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
             if type(header) is not Header:
                 raise DecodeError("malformed header section")
             ttl = header.ttl
+            priority = header.priority
             insert_at = stop
         elif code == _DELIVERY_ANNOTATIONS:
             insert_at = stop
@@ -188,42 +192,4 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
         pos = stop
     if not whole:
         raise DecodeError("no section after the annotations within the prefix")  # peek reads on
-    return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0])
-
-
-def header_priority(payload: Buffer) -> int | None:
-    """The priority field of the message's header section (messaging §3.2.1: a ubyte, default
-    4), or None when the message starts with no header or the header gives no priority. Reads
-    only the first bytes, bounds-checked: anything that is not a well-formed header list with
-    a ubyte (or null) priority answers None (the caller's default)."""
-    # (indexed as bytes: compiled code indexes a memoryview through the generic protocol; the
-    # priority lies within a message's first 16 bytes)
-    head: bytes = payload if type(payload) is bytes else bytes(payload[:16])
-    end = len(head)
-    # described list: 0x00 0x53 0x70 (smallulong descriptor of the header), then the list
-    if end < 5 or head[0] != 0x00 or head[1] != 0x53 or head[2] != _HEADER:
-        return None
-    code = head[3]
-    if code == 0xC0:  # list8: size, count
-        if end < 6:
-            return None
-        count, pos = head[5], 6
-    elif code == 0xD0:  # list32: size, count (4 bytes each)
-        if end < 12:
-            return None
-        count, pos = u32(head, 8), 12
-    else:  # list0 (no fields) or not a list
-        return None
-    if count < 2 or pos >= end:
-        return None
-    durable = head[pos]  # field 0: a boolean
-    if durable == 0x40 or durable == 0x41 or durable == 0x42:
-        pos += 1
-    elif durable == 0x56:
-        pos += 2
-    else:
-        return None
-    if pos + 2 > end or head[pos] != 0x50:  # field 1: ubyte (null or anything else: default)
-        return None
-    return head[pos + 1]
-
+    return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0], priority)

@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..amqp.endpoints import ACTIVE
-from ..amqp.peek import header_priority
 from .delivery import Forward, Meta
 from .links import OutLink
 from .paths import PATHS_MAX, PRIORITY_DEFAULT, Candidate, Key, Paths, band_of
@@ -50,11 +49,9 @@ def priority(paths: Paths, fwd: Forward) -> int:
         configured = table.priority_for(entry.address)
         if configured is not None:
             return configured
-    frames = fwd.frames
-    if frames:
-        found = header_priority(frames[0])
-        if found is not None:
-            return found
+    view = fwd.view  # peek read the header (None: a first frame cut inside the properties)
+    if view is not None and view.priority is not None:
+        return view.priority
     return PRIORITY_DEFAULT
 
 
