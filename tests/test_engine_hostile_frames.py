@@ -343,10 +343,13 @@ def test_a_reused_delivery_id_ends_the_session_and_the_router_carries_on() -> No
 
 
 def test_a_disposition_batch_with_a_delivery_twice_keeps_its_latest_state() -> None:
+    from router.amqp.connection import Connection, ConnectionConfig
     from router.amqp.messaging import Released
+    from router.amqp.session import Session
     from router.core.dispositions import DispositionBatch
 
-    batch = DispositionBatch(None, RECEIVER, True)  # type: ignore[arg-type]
+    # (a real Session: the compiled build checks the argument's type)
+    batch = DispositionBatch(Session(Connection(ConnectionConfig(container_id="test")), None), RECEIVER, True)
     for delivery_id, state in [(3, Accepted()), (1, Accepted()), (3, Released()), (2, Accepted())]:
         batch.add(delivery_id, state)
     assert batch.ranges() == [(1, 2, Accepted()), (3, 3, Released())]
@@ -371,6 +374,37 @@ def test_annotations_that_are_no_map_reject_the_delivery(section: bytes) -> None
     harness.pump()
     rejected = client.outcomes[bad]
     assert type(rejected).__name__ == "Rejected" and rejected.error.condition == E.DECODE_ERROR
+    assert isinstance(client.outcomes[good], Accepted) and client.bodies(receiver) == ["fine"]
+
+
+@pytest.mark.parametrize("section", [
+    b"\x00\x53\x72\xc1\x03\x02\xff\x40",  # a key with no valid constructor
+    b"\x00\x53\x72\xc1\x05\x02\xa3\x01x\xff",  # a value with no valid constructor
+    b"\x00\x53\x72\xc1\x04\x02\xa3\x05x\x40",  # a key running past the map
+    b"\x00\x53\x72\xc1\x02\x01\x40",  # an odd count
+])
+@pytest.mark.parametrize("settled", [False, True])
+def test_annotations_with_malformed_entries_reject_the_delivery(section: bytes, settled: bool) -> None:
+    # peek checks the annotations section's bounds and skips it by its size; its entries are
+    # read when the router strips a client's annotations, and a malformed one used to raise
+    # DecodeError out of the core (after the delivery was counted in flight). Now the delivery
+    # is rejected (dropped and counted if presettled), and the link goes on.
+    from router.testing.routerharness import RouterHarness
+
+    harness = RouterHarness()
+    client = harness.connect("producer")
+    receiver = client.receiver("q")
+    harness.pump()
+    receiver.flow(5)
+    sender = client.sender("q")
+    harness.pump()
+    bad = client.send(sender, section + b"\x00\x53\x77\xa1\x01x", settled=settled)
+    good = client.send(sender, Message.value("fine"))
+    harness.pump()
+    if not settled:
+        rejected = client.outcomes[bad]
+        assert type(rejected).__name__ == "Rejected" and rejected.error.condition == E.DECODE_ERROR
+        assert rejected.error.description.startswith("malformed")
     assert isinstance(client.outcomes[good], Accepted) and client.bodies(receiver) == ["fine"]
 
 

@@ -165,14 +165,20 @@ class Forwarder(Waiting):
                     return
                 fwd.expiry = expiry
             if view.annotations_span is not None and inl.peer is None:
-                if self.flow_on and fwd.hop is None:  # a client may ask for hop records (x-opt-router-trace)
-                    fwd.hop = annotate.client_trace(payload, view, self.new_trace_id)
-                if not inl.conn.strip_in:  # a router-aware client's annotations are the router's
-                    address = inl.address
-                    meta = fwd.meta = annotate.kept_from_client(payload, view, address or view.to, address is not None)
-                if meta is None:
-                    stripped, view = annotate.strip_client(payload, view)
-                    fwd.frames = [stripped]
+                try:  # peek checked the section's bounds; its entries are read only here
+                    if self.flow_on and fwd.hop is None:  # a client may ask for hop records (x-opt-router-trace)
+                        fwd.hop = annotate.client_trace(payload, view, self.new_trace_id)
+                    if not inl.conn.strip_in:  # a router-aware client's annotations are the router's
+                        address = inl.address
+                        meta = fwd.meta = annotate.kept_from_client(payload, view, address or view.to, address is not None)
+                    if meta is None:
+                        stripped, view = annotate.strip_client(payload, view)
+                        fwd.frames = [stripped]
+                except DecodeError as exc:  # a malformed entry: the delivery is rejected, nothing else
+                    inl.rejected += 1
+                    self.unroutable(fwd, Rejected(error=Error(
+                        condition=E.DECODE_ERROR, description=f"malformed message annotations: {exc.description}")))
+                    return
             fwd.view = view
             if meta is None and entry.remote:  # it may leave this router: the address travels
                 address = inl.address
