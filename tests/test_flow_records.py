@@ -1,6 +1,6 @@
 """Flow records, sans-IO: the log2 histogram buckets (hypothesis), numbering and the bounded
 buffer (hop and interval records dropped first, snapshots last, every drop counted), JSON lines
-in and out (hostile lines refused), and the table rule that makes the records' address multicast."""
+in and out (hostile lines refused), and the table rule that makes the records' address balanced anycast."""
 
 from __future__ import annotations
 
@@ -100,10 +100,12 @@ def test_json_lines_round_trip_and_hostile_lines_are_refused() -> None:
         decode_lines(data * 3, max_records=2)
 
 
-def test_the_records_address_is_multicast_unless_a_rule_says_otherwise() -> None:
+def test_the_records_address_is_balanced_anycast_unless_a_rule_says_otherwise() -> None:
     table = AddressTable(RouterConfig())
-    assert table.distribution_for("_flow/records") == "multicast"
+    assert table.distribution_for("_flow/records") == "balanced"
     assert table.distribution_for("orders") == "balanced"
+    assert AddressTable(RouterConfig(addresses=(AddressConfig(prefix="_flow", distribution="multicast"),))) \
+        .distribution_for("_flow/records") == "multicast"  # fmt: skip
     mine = RouterConfig(flow=Flow(mesh_address="ops/flows"), addresses=(AddressConfig(prefix="ops", distribution="closest"),))
     assert AddressTable(mine).distribution_for("ops/flows") == "closest"
     assert AddressTable(RouterConfig(flow=Flow(mesh_address=None))).distribution_for("_flow/records") == "balanced"

@@ -137,12 +137,13 @@ class AddressTable:
         self.keep_gone: list[AddressEntry] | None = None
         for rule in config.addresses:
             self.add_rule(rule)
-        # The flow records' address (docs/flow-records.md) is multicast on every router, flow
-        # records on or off, so that the mesh forwards them the same way everywhere (unless a
-        # rule of the file already covers it).
+        # The flow records' address (docs/flow-records.md) is balanced anycast on every router,
+        # flow records on or off, so that the mesh forwards them the same way everywhere (unless
+        # a rule of the file already covers it): each batch goes to one collector, whose outcome
+        # alone decides whether the router keeps it for another try.
         flow_address = config.flow.mesh_address
         if flow_address is not None and self.matcher.lookup(flow_address) is None:
-            self.add_rule(AddressConfig(prefix=flow_address, distribution="multicast"))
+            self.add_rule(AddressConfig(prefix=flow_address, distribution="balanced"))
 
     def add_rule(self, rule: AddressConfig) -> None:
         """Configure address semantics at run time (management). Only addresses looked up from
