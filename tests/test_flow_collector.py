@@ -136,6 +136,51 @@ def test_the_collector_writes_partitions_and_survives_restarts_without_loss_or_d
     assert list(out.glob("date=*/hour=*/router=flow-r1/part-*.json.gz"))
 
 
+def _unsettled_to_collectors(port: int) -> int:
+    done = _run("stat", "links", "-b", f"127.0.0.1:{port}", "--json")
+    assert done.returncode == 0, done.stderr
+    links = json.loads(done.stdout)
+    rows = links if isinstance(links, list) else links.get("rows", links.get("links", []))
+    return sum(int(row.get("unsettledCount") or 0) for row in rows
+               if row.get("address") == "_flow/records" and row.get("linkDir") == "out")  # fmt: skip
+
+
+def test_a_collector_killed_before_it_writes_loses_no_record_and_doubles_none(tmp_path: Path) -> None:
+    port = _free_port()
+    out = tmp_path / "flows"
+    (tmp_path / "r").mkdir()
+    config_path = tmp_path / "r" / "router.yaml"
+    config_path.write_text(yaml.safe_dump(_config(port)))
+    router = RouterProcess(config_path, listeners=1)
+    router.start()
+    first = Collector(port, out)
+    second: Collector | None = None
+    try:
+        _wait_for(lambda: _read_all(out), what="the first records")
+        first.proc.send_signal(signal.SIGSTOP)  # between two batches: it will receive, and never write
+        _traffic(port, 10)
+        _wait_for(lambda: _unsettled_to_collectors(port) > 0, what="a batch in flight to the stopped collector")
+        before = {r["seq"] for r in _read_all(out)}
+        first.proc.kill()  # SIGKILL with the batch unsettled
+        first.proc.communicate(timeout=10)
+        second = Collector(port, out)  # the same files: the batch comes again, after the router's backoff
+        _traffic(port, 5)
+        _wait_for(lambda: sum(1 for r in _read_all(out) if r["type"] == "hop") >= 15, what="every hop record")
+    finally:
+        assert router.stop() == 0
+    ((emitted, _, unsent, boot),) = EMITTED.findall("\n".join(router.stderr))
+    try:
+        _wait_for(lambda: len(_read_all(out)) >= int(emitted), timeout=5, what="the last records")
+    finally:
+        err = second.stop() if second is not None else ""
+    records = _read_all(out)
+    assert {r["boot"] for r in records} == {boot} and int(unsent) == 0
+    assert sorted(r["seq"] for r in records) == list(range(1, int(emitted) + 1)), err  # none lost, none doubled
+    assert before and len([r for r in records if r["type"] == "hop"]) == 15
+    again = re.search(r"(\d+) batch\(es\) accepted, (\d+) sent again", "\n".join(router.stderr))
+    assert again is not None and int(again[2]) >= 1  # the killed collector's batch went again
+
+
 def test_duplicates_are_written_once_across_writer_restarts(tmp_path: Path) -> None:
     records = [{"type": "hop", "router": "a/b", "boot": "b1", "seq": i, "ts": 1_700_000_000.5 + i} for i in range(1, 6)]
     writer = PartitionWriter(tmp_path)
