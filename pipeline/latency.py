@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 QUANTILES = ((0.5, "p50_us"), (0.95, "p95_us"), (0.99, "p99_us"))
+HIST_BUCKETS = 32  # (pipeline.schema: a histogram is 32 counts; a longer one's extra buckets are not read)
 
 
 def bucket_bounds(bucket: Column) -> tuple[Column, Column]:
@@ -42,12 +43,15 @@ def bucket_bounds(bucket: Column) -> tuple[Column, Column]:
 def histogram_percentiles(records: DataFrame, keys: Sequence[str], hist: str) -> DataFrame:
     """keys..., samples, p50_us, p95_us, p99_us: the merged histogram `hist` of each key."""
     keys = list(keys)
-    buckets = (
+    # Bucket by bucket sums per key first (one row per key, combined before the shuffle), and
+    # only then a row per bucket: exploding every record's histogram would make 32 rows of each.
+    sums = (
         records.where(F.col(hist).isNotNull())
-        .select(*keys, F.posexplode(hist).alias("bucket", "n"))
-        .groupBy(*keys, "bucket")
-        .agg(F.sum(F.coalesce("n", F.lit(0))).alias("n"))
+        .groupBy(*keys)
+        .agg(*(F.sum(F.coalesce(F.get(F.col(hist), i), F.lit(0))).alias(f"b{i}") for i in range(HIST_BUCKETS)))
     )
+    merged = F.array(*(F.coalesce(F.col(f"b{i}"), F.lit(0)).cast("long") for i in range(HIST_BUCKETS)))
+    buckets = sums.select(*keys, F.posexplode(merged).alias("bucket", "n"))
     upto = Window.partitionBy(*keys).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     buckets = buckets.withColumn("cum", F.sum("n").over(upto)).withColumn("total", F.sum("n").over(Window.partitionBy(*keys)))
     lo, hi = bucket_bounds(F.col("bucket"))
@@ -86,17 +90,22 @@ def latency_table(records: DataFrame) -> DataFrame:
     return parts[0].unionByName(parts[1])
 
 
-def _exact_percentiles(column: str, prefix: str) -> list[Column]:
-    # exact, interpolated between the two nearest samples (Spark's `percentile`)
-    return [F.percentile(F.col(column), F.lit(q)).alias(f"{prefix}_{name}") for q, name in QUANTILES]
+def _exact_percentiles(column: str, prefix: str) -> Column:
+    # exact, interpolated between the two nearest samples (Spark's `percentile`): the three in
+    # one aggregate, which holds the group's values once
+    return F.percentile(F.col(column), F.array(*(F.lit(q) for q, _ in QUANTILES))).alias(prefix)
 
 
 def hop_latency(records: DataFrame) -> DataFrame:
     """router, samples, residence_p50_us.., settle_p50_us..: sampled hop records per router."""
     hops = records.where(F.col("type") == "hop")
-    return hops.groupBy("router").agg(
-        F.count(F.lit(1)).alias("samples"), *_exact_percentiles("residence_us", "residence"),
-        *_exact_percentiles("settle_us", "settle"),
+    grouped = hops.groupBy("router").agg(
+        F.count(F.lit(1)).alias("samples"), _exact_percentiles("residence_us", "residence"),
+        _exact_percentiles("settle_us", "settle"),
+    )  # fmt: skip
+    return grouped.select(
+        "router", "samples",
+        *(F.col(prefix)[i].alias(f"{prefix}_{name}") for prefix in ("residence", "settle") for i, (_, name) in enumerate(QUANTILES)),
     )  # fmt: skip
 
 

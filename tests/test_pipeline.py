@@ -186,6 +186,26 @@ def test_the_routers_own_traffic_is_not_the_users(spark: Any) -> None:
     assert use["1"]["deliveries"] == 40 and use["1"]["records_deliveries"] == 0  # the link's whole use
 
 
+def test_a_curated_store_written_before_the_records_columns_still_aggregates(spark: Any, tmp_path: Path) -> None:
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from pipeline.job import write_aggregates
+    from pipeline.schema import RECORD
+    from pipeline.synthetic import Emitter
+
+    record = Emitter("A").link_interval(T0 + 10, "2", role="inter-router", peer="B", direction="out", address=None,
+                                        deliveries=5, bytes=50)  # fmt: skip
+    old = StructType([f for f in RECORD.fields if not f.name.startswith("records_")])
+    frame = spark.read.schema(old).json(spark.sparkContext.parallelize([json.dumps(record)]))
+    frame.withColumn("date", F.to_date(F.timestamp_seconds("ts"))).write.partitionBy("date").parquet(str(tmp_path / "curated"))
+    assert write_aggregates(spark, tmp_path)["pair_throughput"] == 1
+    (pair,) = _table(spark, tmp_path, "pair_throughput").collect()
+    assert (pair["deliveries"], pair["bytes"], pair["records_deliveries"], pair["records_bytes"]) == (5, 50, 0, 0)
+
+
 def test_outcome_rates(spark: Any, flow_job: Any) -> None:
     from pyspark.testing import assertDataFrameEqual
 
