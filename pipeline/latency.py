@@ -40,17 +40,26 @@ def bucket_bounds(bucket: Column) -> tuple[Column, Column]:
     return lo, hi
 
 
+def bucket_sums(records: DataFrame, keys: Sequence[str], hists: Sequence[str]) -> DataFrame:
+    """keys..., <hist>_b0 .. <hist>_b31 for each of `hists`: the histograms merged per key, in one
+    pass (one row per key, combined before the shuffle). Summing first and making a row per
+    bucket afterwards spares the 32 rows per record that exploding every histogram would make.
+    A null histogram, or a missing bucket, counts 0."""
+    return records.groupBy(*keys).agg(*(
+        F.sum(F.coalesce(F.get(F.col(hist), i), F.lit(0))).alias(f"{hist}_b{i}") for hist in hists for i in range(HIST_BUCKETS)
+    ))  # fmt: skip
+
+
 def histogram_percentiles(records: DataFrame, keys: Sequence[str], hist: str) -> DataFrame:
     """keys..., samples, p50_us, p95_us, p99_us: the merged histogram `hist` of each key."""
+    return percentiles_of_sums(bucket_sums(records, keys, [hist]), keys, hist)
+
+
+def percentiles_of_sums(sums: DataFrame, keys: Sequence[str], hist: str) -> DataFrame:
+    """keys..., samples, p50_us, p95_us, p99_us from bucket_sums' columns of `hist` (keys with no
+    sample are left out)."""
     keys = list(keys)
-    # Bucket by bucket sums per key first (one row per key, combined before the shuffle), and
-    # only then a row per bucket: exploding every record's histogram would make 32 rows of each.
-    sums = (
-        records.where(F.col(hist).isNotNull())
-        .groupBy(*keys)
-        .agg(*(F.sum(F.coalesce(F.get(F.col(hist), i), F.lit(0))).alias(f"b{i}") for i in range(HIST_BUCKETS)))
-    )
-    merged = F.array(*(F.coalesce(F.col(f"b{i}"), F.lit(0)).cast("long") for i in range(HIST_BUCKETS)))
+    merged = F.array(*(F.coalesce(F.col(f"{hist}_b{i}"), F.lit(0)).cast("long") for i in range(HIST_BUCKETS)))
     buckets = sums.select(*keys, F.posexplode(merged).alias("bucket", "n"))
     upto = Window.partitionBy(*keys).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     buckets = buckets.withColumn("cum", F.sum("n").over(upto)).withColumn("total", F.sum("n").over(Window.partitionBy(*keys)))
@@ -81,11 +90,13 @@ def latency_table(records: DataFrame) -> DataFrame:
         (F.col("type") == "link_interval") & (F.col("role") == "inter-router") & (F.col("direction") == "out")
     ).select(F.lit("link").alias("kind"), F.concat_ws("->", "router", "peer").alias("key"), "residence_hist", "settle_hist")
     both = addresses.unionByName(links)
+    hists = (("residence_hist", "residence"), ("settle_hist", "settle"))
+    sums = bucket_sums(both, ["kind", "key"], [hist for hist, _ in hists])  # (both metrics in one pass)
     parts = [
-        histogram_percentiles(both, ["kind", "key"], hist).select(
+        percentiles_of_sums(sums, ["kind", "key"], hist).select(
             "kind", "key", F.lit(metric).alias("metric"), "samples", *(name for _, name in QUANTILES)
         )
-        for hist, metric in (("residence_hist", "residence"), ("settle_hist", "settle"))
+        for hist, metric in hists
     ]
     return parts[0].unionByName(parts[1])
 
