@@ -173,3 +173,22 @@ def test_no_collector_for_a_long_time_the_buffer_stays_within_its_bound() -> Non
     assert len(emitter) == flow.buffer_records  # full, of the records that wait
     dropped = core.read.totals(h.now).flow_records_dropped
     assert dropped >= 1200 * 40 - flow.buffer_records  # every record that did not fit, counted
+
+
+def test_an_edge_routers_records_reach_a_collector_on_its_interior_and_are_acknowledged() -> None:
+    h = MeshHarness()
+    h.router("I", instance=1, flow=FLOW)
+    h.router("E", instance=2, mode="edge", flow=FLOW)
+    h.uplink("E", "I")
+    h.converge()
+    client, rx = _collector(h, "I", "collector")
+    emitter = Emitter("E", FLOW.buffer_records, boot="boot-e")
+    for _ in range(5):
+        emitter.emit("hop", 1_700_000_000.0, {})
+    publisher = Publisher(emitter, "_flow/records", FLOW.batch_records)
+    assert publisher.send(h.cores["E"], h.now)
+    h.pump()
+    assert _seqs(client, rx) == [[1, 2, 3]]
+    rx.dispose(client.received[rx][0].delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert publisher.accepted == 1 and emitter.emitted == 3 and emitter.held == 0
