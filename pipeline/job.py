@@ -88,29 +88,37 @@ def session(master: str | None = None, *, app_name: str = "flow-records", conf: 
 def _curate(spark: SparkSession, batch: DataFrame, curated: Path) -> int:
     """Append the batch's records not in the curated store yet, each once; how many.
 
-    Duplicates are rare (a file or a batch written twice), so they are looked for by their keys
-    alone (a shuffle of three columns, combined before it) and whole rows are shuffled to drop
-    them only when there are some; likewise the curated store's keys are joined with whole rows
-    only when some of them are in the batch."""
+    Duplicates are rare (a file or a batch written twice), so a first pass reads the keys alone
+    (the JSON reader then skips every other field, and only three columns are shuffled,
+    combined before the shuffle): how many distinct records, whether a key comes twice, which
+    dates. Whole rows are shuffled to drop duplicates only when there are some, and joined with
+    the curated store's keys only when some of those are in the batch; in the usual case the
+    batch is read once more and written, never cached (a batch of millions of records would not
+    fit in memory)."""
     key = list(DEDUPE_KEY)
-    parsed = (
-        batch.where(F.col("router").isNotNull() & F.col("boot").isNotNull() & F.col("seq").isNotNull())
-        .withColumn("date", F.to_date(F.timestamp_seconds(F.col("ts"))))
-        .persist()
+    records = batch.where(F.col("router").isNotNull() & F.col("boot").isNotNull() & F.col("seq").isNotNull()).withColumn(
+        "date", F.to_date(F.timestamp_seconds(F.col("ts")))
     )
-    cached = [parsed]
+    per_key = records.groupBy(*key).agg(F.count(F.lit(1)).alias("n"), F.collect_set("date").alias("dates"))
+    summary = per_key.agg(
+        F.count(F.lit(1)).alias("keys"), F.max("n").alias("most"),
+        F.array_distinct(F.flatten(F.collect_set("dates"))).alias("dates"),
+    ).first()  # fmt: skip
+    if summary is None or not summary["keys"]:
+        return 0
+    new: int = summary["keys"]
+    fresh, cached = records, []
     try:
-        fresh = parsed
-        if parsed.groupBy(*key).count().where(F.col("count") > 1).take(1):  # (reads the batch into the cache)
-            fresh = parsed.dropDuplicates(key).persist()
+        if summary["most"] > 1:
+            fresh = records.dropDuplicates(key).persist()
             cached.append(fresh)
-        if (curated / "_SUCCESS").exists() or any(curated.glob("date=*")):
-            dates = [row["date"] for row in fresh.select("date").distinct().collect()]
+        dates = list(summary["dates"])
+        if dates and ((curated / "_SUCCESS").exists() or any(curated.glob("date=*"))):
             seen = spark.read.parquet(str(curated)).where(F.col("date").isin(dates)).select(*key)
-            if dates and fresh.select(*key).join(seen, key, "left_semi").take(1):
+            if records.select(*key).join(seen, key, "left_semi").take(1):
                 fresh = fresh.join(seen, key, "left_anti").persist()
                 cached.append(fresh)
-        new = fresh.count()
+                new = fresh.count()
         if new:
             fresh.write.mode("append").partitionBy("date").parquet(str(curated))
         return new
