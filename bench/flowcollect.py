@@ -6,9 +6,11 @@
    and written by PartitionWriter (gzip member, fsync of every part file, the dedupe state
    replaced), as `router collect` does for each message: records per second;
 2. end to end: a `router run` process, `router collect` as a process subscribed through it, and
-   a publisher sending the same batches to the flow address as routers do (presettled): records
-   per second as the collector reports them (from its first record to the stop), and the wall
-   time until the last record is on disk.
+   a publisher sending the same batches to the flow address, presettled (all at once, as a
+   router with files sends them), then one at a time, each unsettled until the collector
+   accepted it (as a router sends its own without files): records per second as the collector
+   reports them (from its first record to the stop), and the wall time until the last record
+   is on disk.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def end_to_end(batches: list[list[dict]]) -> tuple[float, float, str]:
+def end_to_end(batches: list[list[dict]], acknowledged: bool = False) -> tuple[float, float, str]:
     total = sum(len(b) for b in batches)
     env = {"PYTHONPATH": str(_HERE.parent), "PATH": "/usr/bin:/bin"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,7 +101,11 @@ def end_to_end(batches: list[list[dict]]) -> tuple[float, float, str]:
             async with connect("127.0.0.1", port) as client:
                 sender = await client.open_sender("_flow/records")
                 for payload in payloads:
-                    await sender.start_send(payload, presettled=True)
+                    if acknowledged:  # as a router sends its own: the next once the collector accepted
+                        tracker = await sender.start_send(payload)
+                        await tracker.wait()
+                    else:
+                        await sender.start_send(payload, presettled=True)
 
         started = time.perf_counter()
         trio.run(publish)
@@ -109,7 +115,8 @@ def end_to_end(batches: list[list[dict]]) -> tuple[float, float, str]:
             state = out / "_collector" / "seen.json"
             if state.exists():
                 try:
-                    seen = sum(json.loads(state.read_text()).values())
+                    data = json.loads(state.read_text())
+                    seen = sum((data["seen"] if "seen" in data else data).values())
                 except ValueError:
                     pass
         wall = time.perf_counter() - started
@@ -127,9 +134,11 @@ def main(argv: list[str]) -> None:
     batches = synthetic(count)
     print(f"{count:,} records in {len(batches)} batches of up to 1000")
     print(f"writer alone (decode, gzip, fsync, dedupe state): {writer_rate(batches):,.0f} records/s")
-    rate, wall, summary = end_to_end(batches)
-    print(f"end to end through a router process: {rate:,.0f} records/s ({wall:.1f} s until all were on disk)")
-    print(f"collector: {summary}")
+    for acknowledged in (False, True):
+        rate, wall, summary = end_to_end(batches, acknowledged)
+        how = "one batch at a time, each acknowledged" if acknowledged else "presettled"
+        print(f"end to end through a router process, {how}: {rate:,.0f} records/s ({wall:.1f} s until all were on disk)")
+        print(f"collector: {summary}")
 
 
 if __name__ == "__main__":

@@ -26,12 +26,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StructField, StructType
 
 from . import aggregates, latency
 from .costs import CostRule, current_costs, suggest_costs
 from .schema import AGGREGATES, CHECKPOINT, CURATED, DEDUPE_KEY, RECORD, TABLES
 
 DEFAULT_WINDOW_S = 60.0
+CURATED_SCHEMA = StructType([*RECORD.fields, StructField("date", DateType(), True)])  # (partitioned by date)
 
 
 class JobError(Exception):
@@ -69,6 +71,11 @@ def session(master: str | None = None, *, app_name: str = "flow-records", conf: 
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master("local[*]")  # not under spark-submit (which sets the master): embedded
+        master = "local[*]"
+    if master and master.startswith("local"):
+        # Spark's 200 shuffle partitions are sized for clusters: on one machine every shuffle
+        # would run 200 tiny tasks (a few per core are enough; a conf given below still wins).
+        builder = builder.config("spark.sql.shuffle.partitions", str(4 * (os.cpu_count() or 1)))
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     try:
@@ -79,24 +86,45 @@ def session(master: str | None = None, *, app_name: str = "flow-records", conf: 
 
 
 def _curate(spark: SparkSession, batch: DataFrame, curated: Path) -> int:
-    fresh = batch.where(F.col("router").isNotNull() & F.col("boot").isNotNull() & F.col("seq").isNotNull())
-    cached = fresh.dropDuplicates(list(DEDUPE_KEY)).withColumn("date", F.to_date(F.timestamp_seconds(F.col("ts")))).persist()
-    fresh = cached
+    """Append the batch's records not in the curated store yet, each once; how many.
+
+    Duplicates are rare (a file or a batch written twice), so a first pass reads the keys alone
+    (the JSON reader then skips every other field, and only three columns are shuffled,
+    combined before the shuffle): how many distinct records, whether a key comes twice, which
+    dates. Whole rows are shuffled to drop duplicates only when there are some, and joined with
+    the curated store's keys only when some of those are in the batch; in the usual case the
+    batch is read once more and written, never cached (a batch of millions of records would not
+    fit in memory)."""
+    key = list(DEDUPE_KEY)
+    records = batch.where(F.col("router").isNotNull() & F.col("boot").isNotNull() & F.col("seq").isNotNull()).withColumn(
+        "date", F.to_date(F.timestamp_seconds(F.col("ts")))
+    )
+    per_key = records.groupBy(*key).agg(F.count(F.lit(1)).alias("n"), F.collect_set("date").alias("dates"))
+    summary = per_key.agg(
+        F.count(F.lit(1)).alias("keys"), F.max("n").alias("most"),
+        F.array_distinct(F.flatten(F.collect_set("dates"))).alias("dates"),
+    ).first()  # fmt: skip
+    if summary is None or not summary["keys"]:
+        return 0
+    new: int = summary["keys"]
+    fresh, cached = records, []
     try:
-        dates = [row["date"] for row in fresh.select("date").distinct().collect()]
-        if not dates:
-            return 0
-        if (curated / "_SUCCESS").exists() or any(curated.glob("date=*")):
-            seen = spark.read.parquet(str(curated)).where(F.col("date").isin(dates)).select(*DEDUPE_KEY)
-            fresh = fresh.join(seen, list(DEDUPE_KEY), "left_anti").persist()
-        new = fresh.count()
+        if summary["most"] > 1:
+            fresh = records.dropDuplicates(key).persist()
+            cached.append(fresh)
+        dates = list(summary["dates"])
+        if dates and ((curated / "_SUCCESS").exists() or any(curated.glob("date=*"))):
+            seen = spark.read.parquet(str(curated)).where(F.col("date").isin(dates)).select(*key)
+            if records.select(*key).join(seen, key, "left_semi").take(1):
+                fresh = fresh.join(seen, key, "left_anti").persist()
+                cached.append(fresh)
+                new = fresh.count()
         if new:
             fresh.write.mode("append").partitionBy("date").parquet(str(curated))
-        if fresh is not cached:
-            fresh.unpersist()
         return new
     finally:
-        cached.unpersist()
+        for frame in cached:
+            frame.unpersist()
 
 
 def ingest(spark: SparkSession, records: Path, out: Path, options: Options = Options()) -> int:
@@ -142,9 +170,15 @@ def tables(records: DataFrame, options: Options = Options()) -> dict[str, DataFr
     }
 
 
+def read_curated(spark: SparkSession, out: Path) -> DataFrame:
+    """The curated store, in the record schema: a column that files written before it existed
+    lack (e.g. records_deliveries) reads as null there."""
+    return spark.read.schema(CURATED_SCHEMA).parquet(str(out / CURATED))
+
+
 def write_aggregates(spark: SparkSession, out: Path, options: Options = Options()) -> dict[str, int]:
     """Rewrite every aggregate table from the curated store; rows per table."""
-    curated = spark.read.parquet(str(out / CURATED)).persist()
+    curated = read_curated(spark, out).persist()
     try:
         counts = {}
         for name, frame in tables(curated, options).items():

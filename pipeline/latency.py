@@ -31,6 +31,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 QUANTILES = ((0.5, "p50_us"), (0.95, "p95_us"), (0.99, "p99_us"))
+HIST_BUCKETS = 32  # (pipeline.schema: a histogram is 32 counts; a longer one's extra buckets are not read)
 
 
 def bucket_bounds(bucket: Column) -> tuple[Column, Column]:
@@ -39,15 +40,27 @@ def bucket_bounds(bucket: Column) -> tuple[Column, Column]:
     return lo, hi
 
 
+def bucket_sums(records: DataFrame, keys: Sequence[str], hists: Sequence[str]) -> DataFrame:
+    """keys..., <hist>_b0 .. <hist>_b31 for each of `hists`: the histograms merged per key, in one
+    pass (one row per key, combined before the shuffle). Summing first and making a row per
+    bucket afterwards spares the 32 rows per record that exploding every histogram would make.
+    A null histogram, or a missing bucket, counts 0."""
+    return records.groupBy(*keys).agg(*(
+        F.sum(F.coalesce(F.get(F.col(hist), i), F.lit(0))).alias(f"{hist}_b{i}") for hist in hists for i in range(HIST_BUCKETS)
+    ))  # fmt: skip
+
+
 def histogram_percentiles(records: DataFrame, keys: Sequence[str], hist: str) -> DataFrame:
     """keys..., samples, p50_us, p95_us, p99_us: the merged histogram `hist` of each key."""
+    return percentiles_of_sums(bucket_sums(records, keys, [hist]), keys, hist)
+
+
+def percentiles_of_sums(sums: DataFrame, keys: Sequence[str], hist: str) -> DataFrame:
+    """keys..., samples, p50_us, p95_us, p99_us from bucket_sums' columns of `hist` (keys with no
+    sample are left out)."""
     keys = list(keys)
-    buckets = (
-        records.where(F.col(hist).isNotNull())
-        .select(*keys, F.posexplode(hist).alias("bucket", "n"))
-        .groupBy(*keys, "bucket")
-        .agg(F.sum(F.coalesce("n", F.lit(0))).alias("n"))
-    )
+    merged = F.array(*(F.coalesce(F.col(f"{hist}_b{i}"), F.lit(0)).cast("long") for i in range(HIST_BUCKETS)))
+    buckets = sums.select(*keys, F.posexplode(merged).alias("bucket", "n"))
     upto = Window.partitionBy(*keys).orderBy("bucket").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     buckets = buckets.withColumn("cum", F.sum("n").over(upto)).withColumn("total", F.sum("n").over(Window.partitionBy(*keys)))
     lo, hi = bucket_bounds(F.col("bucket"))
@@ -77,26 +90,33 @@ def latency_table(records: DataFrame) -> DataFrame:
         (F.col("type") == "link_interval") & (F.col("role") == "inter-router") & (F.col("direction") == "out")
     ).select(F.lit("link").alias("kind"), F.concat_ws("->", "router", "peer").alias("key"), "residence_hist", "settle_hist")
     both = addresses.unionByName(links)
+    hists = (("residence_hist", "residence"), ("settle_hist", "settle"))
+    sums = bucket_sums(both, ["kind", "key"], [hist for hist, _ in hists])  # (both metrics in one pass)
     parts = [
-        histogram_percentiles(both, ["kind", "key"], hist).select(
+        percentiles_of_sums(sums, ["kind", "key"], hist).select(
             "kind", "key", F.lit(metric).alias("metric"), "samples", *(name for _, name in QUANTILES)
         )
-        for hist, metric in (("residence_hist", "residence"), ("settle_hist", "settle"))
+        for hist, metric in hists
     ]
     return parts[0].unionByName(parts[1])
 
 
-def _exact_percentiles(column: str, prefix: str) -> list[Column]:
-    # exact, interpolated between the two nearest samples (Spark's `percentile`)
-    return [F.percentile(F.col(column), F.lit(q)).alias(f"{prefix}_{name}") for q, name in QUANTILES]
+def _exact_percentiles(column: str, prefix: str) -> Column:
+    # exact, interpolated between the two nearest samples (Spark's `percentile`): the three in
+    # one aggregate, which holds the group's values once
+    return F.percentile(F.col(column), F.array(*(F.lit(q) for q, _ in QUANTILES))).alias(prefix)
 
 
 def hop_latency(records: DataFrame) -> DataFrame:
     """router, samples, residence_p50_us.., settle_p50_us..: sampled hop records per router."""
     hops = records.where(F.col("type") == "hop")
-    return hops.groupBy("router").agg(
-        F.count(F.lit(1)).alias("samples"), *_exact_percentiles("residence_us", "residence"),
-        *_exact_percentiles("settle_us", "settle"),
+    grouped = hops.groupBy("router").agg(
+        F.count(F.lit(1)).alias("samples"), _exact_percentiles("residence_us", "residence"),
+        _exact_percentiles("settle_us", "settle"),
+    )  # fmt: skip
+    return grouped.select(
+        "router", "samples",
+        *(F.col(prefix)[i].alias(f"{prefix}_{name}") for prefix in ("residence", "settle") for i, (_, name) in enumerate(QUANTILES)),
     )  # fmt: skip
 
 

@@ -54,6 +54,9 @@ RECORD = StructType(
         # link_interval and address_interval
         _d("interval_s"), _l("deliveries"), _l("bytes"), _l("accepted"), _l("rejected"), _l("released"),
         _l("modified"), _l("dropped"), _d("credit_starved_s"), _hist("residence_hist"), _hist("settle_hist"),
+        # link_interval: of deliveries and bytes, the flow records' own messages (null from routers
+        # that did not count them apart)
+        _l("records_deliveries"), _l("records_bytes"),
         # hop
         _s("trace_id"), _s("ingress"), _s("prev"), _s("next"), _l("residence_us"), _l("settle_us"), _s("outcome"),
     ]
@@ -65,7 +68,7 @@ CHECKPOINT = "_checkpoint"  # the streaming source's record of the files already
 AGGREGATES = "aggregates"  # one Parquet directory per table below, rewritten on every run
 TABLES = (
     "address_throughput",  # address, window_start, deliveries, bytes, deliveries_per_s, bytes_per_s
-    "pair_throughput",  # router, peer, window_start, deliveries, bytes, deliveries_per_s, bytes_per_s
+    "pair_throughput",  # router, peer, window_start, deliveries, bytes, deliveries_per_s, bytes_per_s, records_*
     "outcomes",  # address, deliveries, accepted..dropped, *_rate
     "latency",  # kind (address|link), key, metric (residence|settle), samples, p50_us, p95_us, p99_us
     "hop_latency",  # router, samples, residence p50/p95/p99, settle p50/p95/p99 (from hop records)

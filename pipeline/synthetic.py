@@ -50,22 +50,24 @@ class Emitter:
                            neighbours=[{"router": r, "cost": c} for r, c in sorted(neighbours.items())])  # fmt: skip
 
     def link(self, ts: float, link_id: str, *, role: str, peer: str, direction: str, address: str | None,
-             state: str = "open") -> dict[str, Any]:  # fmt: skip
+             state: str = "open", name: str | None = None) -> dict[str, Any]:  # fmt: skip
         return self.record("link", ts, link_id=link_id, connection_id=f"c-{link_id}", role=role, peer=peer,
-                           direction=direction, address=address, name=link_id, state=state)  # fmt: skip
+                           direction=direction, address=address, name=name or link_id, state=state)  # fmt: skip
 
     def link_interval(self, ts: float, link_id: str, *, role: str, peer: str, direction: str, address: str | None,
                       deliveries: int, bytes: int, interval_s: float = 10.0, accepted: int | None = None,
                       rejected: int = 0, released: int = 0, modified: int = 0, dropped: int = 0,
                       credit_starved_s: float = 0.0, residence_us: Iterable[float] = (),
-                      settle_us: Iterable[float] = ()) -> dict[str, Any]:  # fmt: skip
+                      settle_us: Iterable[float] = (), records_deliveries: int = 0,
+                      records_bytes: int = 0) -> dict[str, Any]:  # fmt: skip
         if accepted is None:
             accepted = deliveries - rejected - released - modified - dropped
         return self.record("link_interval", ts, link_id=link_id, peer=peer, role=role, direction=direction,
                            address=address, interval_s=interval_s, deliveries=deliveries, bytes=bytes,
                            accepted=accepted, rejected=rejected, released=released, modified=modified,
                            dropped=dropped, credit_starved_s=credit_starved_s,
-                           residence_hist=histogram(residence_us), settle_hist=histogram(settle_us))  # fmt: skip
+                           residence_hist=histogram(residence_us), settle_hist=histogram(settle_us),
+                           records_deliveries=records_deliveries, records_bytes=records_bytes)  # fmt: skip
 
     def address_interval(self, ts: float, address: str, *, deliveries: int, bytes: int, interval_s: float = 10.0,
                          rejected: int = 0, released: int = 0, residence_us: Iterable[float] = (),

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _read_all(root: Path) -> list[dict[str, Any]]:
+def _read_all(root: Path, complete: bool = False) -> list[dict[str, Any]]:
+    """The records in the collector's files: complete ones (`complete`), or in progress too,
+    where a member it is still writing is skipped (the next poll reads it whole)."""
     records = []
-    for path in sorted(root.glob("date=*/hour=*/router=*/part-*.json.gz")):
-        with gzip.open(path, "rt") as f:
-            records += [json.loads(line) for line in f]
+    pattern = "part-*.json.gz" if complete else "*part-*.json.gz*"
+    for path in sorted(root.glob(f"date=*/hour=*/router=*/{pattern}")):
+        try:
+            with gzip.open(path, "rt") as f:
+                lines = f.read().splitlines()
+        except (EOFError, OSError, zlib.error):
+            continue
+        records += [json.loads(line) for line in lines]
     return records
 
 
@@ -120,7 +128,7 @@ def test_the_collector_writes_partitions_and_survives_restarts_without_loss_or_d
                   what="the second boot's last records")  # fmt: skip
     finally:
         collector.stop()
-    records = _read_all(out)
+    records = _read_all(out, complete=True)  # every file completed at the stop
     by_boot: dict[str, list[int]] = defaultdict(list)
     for r in records:
         by_boot[r["boot"]].append(r["seq"])
@@ -136,6 +144,51 @@ def test_the_collector_writes_partitions_and_survives_restarts_without_loss_or_d
     assert list(out.glob("date=*/hour=*/router=flow-r1/part-*.json.gz"))
 
 
+def _unsettled_to_collectors(port: int) -> int:
+    done = _run("stat", "links", "-b", f"127.0.0.1:{port}", "--json")
+    assert done.returncode == 0, done.stderr
+    links = json.loads(done.stdout)
+    rows = links if isinstance(links, list) else links.get("rows", links.get("links", []))
+    return sum(int(row.get("unsettledCount") or 0) for row in rows
+               if row.get("address") == "_flow/records" and row.get("linkDir") == "out")  # fmt: skip
+
+
+def test_a_collector_killed_before_it_writes_loses_no_record_and_doubles_none(tmp_path: Path) -> None:
+    port = _free_port()
+    out = tmp_path / "flows"
+    (tmp_path / "r").mkdir()
+    config_path = tmp_path / "r" / "router.yaml"
+    config_path.write_text(yaml.safe_dump(_config(port)))
+    router = RouterProcess(config_path, listeners=1)
+    router.start()
+    first = Collector(port, out)
+    second: Collector | None = None
+    try:
+        _wait_for(lambda: _read_all(out), what="the first records")
+        first.proc.send_signal(signal.SIGSTOP)  # between two batches: it will receive, and never write
+        _traffic(port, 10)
+        _wait_for(lambda: _unsettled_to_collectors(port) > 0, what="a batch in flight to the stopped collector")
+        before = {r["seq"] for r in _read_all(out)}
+        first.proc.kill()  # SIGKILL with the batch unsettled
+        first.proc.communicate(timeout=10)
+        second = Collector(port, out)  # the same files: the batch comes again, after the router's backoff
+        _traffic(port, 5)
+        _wait_for(lambda: sum(1 for r in _read_all(out) if r["type"] == "hop") >= 15, what="every hop record")
+    finally:
+        assert router.stop() == 0
+    ((emitted, _, unsent, boot),) = EMITTED.findall("\n".join(router.stderr))
+    try:
+        _wait_for(lambda: len(_read_all(out)) >= int(emitted), timeout=5, what="the last records")
+    finally:
+        err = second.stop() if second is not None else ""
+    records = _read_all(out, complete=True)  # the killed one's file in progress too, recovered
+    assert {r["boot"] for r in records} == {boot} and int(unsent) == 0
+    assert sorted(r["seq"] for r in records) == list(range(1, int(emitted) + 1)), err  # none lost, none doubled
+    assert before and len([r for r in records if r["type"] == "hop"]) == 15
+    again = re.search(r"(\d+) batch\(es\) accepted, (\d+) sent again", "\n".join(router.stderr))
+    assert again is not None and int(again[2]) >= 1  # the killed collector's batch went again
+
+
 def test_duplicates_are_written_once_across_writer_restarts(tmp_path: Path) -> None:
     records = [{"type": "hop", "router": "a/b", "boot": "b1", "seq": i, "ts": 1_700_000_000.5 + i} for i in range(1, 6)]
     writer = PartitionWriter(tmp_path)
@@ -144,10 +197,38 @@ def test_duplicates_are_written_once_across_writer_restarts(tmp_path: Path) -> N
     again = PartitionWriter(tmp_path)  # a restart: the state says what was written
     assert again.write(records) == 2 and again.duplicates == 3
     again.close()
-    assert sorted(r["seq"] for r in _read_all(tmp_path)) == [1, 2, 3, 4, 5]
+    assert sorted(r["seq"] for r in _read_all(tmp_path, complete=True)) == [1, 2, 3, 4, 5]
     (directory,) = {p.parent for p in tmp_path.glob("date=*/hour=*/router=*/part-*.json.gz")}
     assert directory.name == "router=a%2Fb" and directory.parent.name == "hour=22"
     assert len(list(directory.iterdir())) == 2  # the second run started a part of its own
+
+
+def test_files_in_progress_are_hidden_until_complete_and_recovered_after_a_crash(tmp_path: Path) -> None:
+    records = [{"type": "hop", "router": "R", "boot": "b1", "seq": i, "ts": 1_700_000_000.5 + i} for i in range(1, 10)]
+    now = [0.0]
+    writer = PartitionWriter(tmp_path, finish_after_s=60, clock=lambda: now[0])
+    assert writer.write(records[:3]) == 3
+    (path,) = tmp_path.glob("date=*/hour=*/router=R/*")
+    assert path.name == ".part-00000.json.gz.inprogress"  # hidden from readers (Spark skips dot files)
+    assert not _read_all(tmp_path, complete=True) and len(_read_all(tmp_path)) == 3
+    now[0] = 61.0
+    assert writer.write(records[3:5]) == 2  # the file is old enough: complete after this write
+    assert [p.name for p in path.parent.iterdir()] == ["part-00000.json.gz"]
+    assert writer.write(records[5:7]) == 2  # a new file in progress
+    acknowledged = sorted(r["seq"] for r in _read_all(tmp_path))
+    # The collector dies: a member written but not in the state yet, then one cut short.
+    (progress,) = path.parent.glob(".part-*")
+    with open(progress, "ab") as f:
+        f.write(gzip.compress(b'{"type":"hop","router":"R","boot":"b1","seq":8,"ts":1700000008.5}\n'))
+        f.write(gzip.compress(b'{"type":"hop","router":"R","boot":"b1","seq":9,"ts":1700000009.5}\n')[:20])
+    again = PartitionWriter(tmp_path)
+    assert again.recovered == 1 and acknowledged == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["part-00000.json.gz", "part-00001.json.gz"]
+    assert sorted(r["seq"] for r in _read_all(tmp_path, complete=True)) == acknowledged  # cut back to what was acknowledged
+    assert again.write(records[5:]) == 2 and again.duplicates == 2  # 8 and 9 come again: written once
+    again.close()
+    assert sorted(r["seq"] for r in _read_all(tmp_path, complete=True)) == list(range(1, 10))
+    assert not list(tmp_path.glob("date=*/hour=*/router=*/.part-*"))
 
 
 def test_bad_arguments_and_an_unreachable_router_are_one_line_errors(tmp_path: Path) -> None:

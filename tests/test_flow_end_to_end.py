@@ -111,10 +111,10 @@ def _stop_collector(proc: subprocess.Popen[str]) -> str:
 
 
 def _read_records(root: Path) -> list[dict[str, Any]]:
-    """Every record the collector has written so far; a member it is still writing is skipped
-    (the next poll reads it whole)."""
+    """Every record the collector has written so far, in its files in progress too; a member it
+    is still writing is skipped (the next poll reads it whole)."""
     records: list[dict[str, Any]] = []
-    for path in sorted(root.glob("date=*/hour=*/router=*/part-*.json.gz")):
+    for path in sorted(root.glob("date=*/hour=*/router=*/*part-*.json.gz*")):
         try:
             with gzip.open(path, "rt") as f:
                 lines = f.read().splitlines()

@@ -226,3 +226,33 @@ def test_with_no_subscriber_records_wait_in_the_bounded_buffer() -> None:
         recorder.emitter.emit("hop", 1.0, {})
     totals = core.read.totals(h.now)
     assert len(recorder.emitter) == 10 and totals.flow_records_dropped > 0
+
+
+def test_links_between_routers_count_the_records_own_traffic_apart() -> None:
+    flow = Flow(enabled=True, sample_one_in=0)
+    h, recorders = _chain(flow, "A", "B", "C")
+    collector = h.client("C", "collector")
+    rx = collector.receiver("_flow/records")
+    h.advance(0.5)
+    rx.flow(100)
+    h.pump()
+    _records(h, recorders)  # the counts so far: the next intervals start here
+    _traffic(h, [ACCEPTED] * 4)
+    for rid in ("A", "B"):  # A's batch crosses A -> B -> C, B's B -> C
+        recorders[rid].emitter.emit("hop", 1.0, {})
+        assert publish(recorders[rid], h.cores[rid], h.now)
+        h.pump()
+    assert len(collector.received[rx]) == 2
+    records = _records(h, recorders)
+    out = {r["router"]: r for r in records
+           if r["type"] == "link_interval" and r["role"] == "inter-router" and r["direction"] == "out" and r["deliveries"]}  # fmt: skip
+    assert out["A"]["peer"] == "B" and out["B"]["peer"] == "C"
+    assert out["A"]["records_deliveries"] == 1 and out["B"]["records_deliveries"] == 2
+    assert out["A"]["records_bytes"] > 0 and out["B"]["records_bytes"] > out["A"]["records_bytes"]
+    for r in out.values():  # what is left is the users' traffic: the 4 deliveries A -> C
+        assert r["deliveries"] - r["records_deliveries"] == 4
+    into_c = [r for r in records if r["router"] == "C" and r["type"] == "link_interval" and r["role"] == "inter-router"
+              and r["direction"] == "in" and r["deliveries"]]  # fmt: skip
+    assert [r["deliveries"] - r["records_deliveries"] for r in into_c] == [4]
+    ingress = [r for r in records if r["type"] == "link_interval" and r["role"] != "inter-router"]
+    assert all(r["records_deliveries"] == 0 for r in ingress)

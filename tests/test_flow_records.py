@@ -1,6 +1,6 @@
 """Flow records, sans-IO: the log2 histogram buckets (hypothesis), numbering and the bounded
 buffer (hop and interval records dropped first, snapshots last, every drop counted), JSON lines
-in and out (hostile lines refused), and the table rule that makes the records' address multicast."""
+in and out (hostile lines refused), and the table rule that makes the records' address balanced anycast."""
 
 from __future__ import annotations
 
@@ -100,10 +100,12 @@ def test_json_lines_round_trip_and_hostile_lines_are_refused() -> None:
         decode_lines(data * 3, max_records=2)
 
 
-def test_the_records_address_is_multicast_unless_a_rule_says_otherwise() -> None:
+def test_the_records_address_is_balanced_anycast_unless_a_rule_says_otherwise() -> None:
     table = AddressTable(RouterConfig())
-    assert table.distribution_for("_flow/records") == "multicast"
+    assert table.distribution_for("_flow/records") == "balanced"
     assert table.distribution_for("orders") == "balanced"
+    assert AddressTable(RouterConfig(addresses=(AddressConfig(prefix="_flow", distribution="multicast"),))) \
+        .distribution_for("_flow/records") == "multicast"  # fmt: skip
     mine = RouterConfig(flow=Flow(mesh_address="ops/flows"), addresses=(AddressConfig(prefix="ops", distribution="closest"),))
     assert AddressTable(mine).distribution_for("ops/flows") == "closest"
     assert AddressTable(RouterConfig(flow=Flow(mesh_address=None))).distribution_for("_flow/records") == "balanced"
@@ -138,3 +140,34 @@ def test_the_buffer_never_grows_past_its_bound_and_accounts_for_every_record(cap
         assert len(e) <= capacity
         assert e.emitted + e.dropped + len(e) == made  # nothing lost without being counted
     assert taken == sorted(taken) and len(set(taken)) == len(taken)
+
+
+@given(
+    st.integers(min_value=1, max_value=8),
+    st.lists(st.one_of(st.sampled_from(["router", "link", "hop", "address_interval", "confirm", "release", "refuse"]),
+                       st.integers(min_value=1, max_value=5)), max_size=80),
+)  # fmt: skip
+def test_records_in_flight_stay_within_the_bound_and_every_record_is_accounted_for(capacity: int, steps: list[Any]) -> None:
+    e = Emitter("R", capacity=capacity, boot="b")
+    made = 0
+    in_flight: list[dict[str, Any]] | None = None
+    handed: list[int] = []
+    for step in steps:
+        if isinstance(step, int):
+            if in_flight is None:  # one batch in flight at a time, as the publisher sends them
+                in_flight = e.take(step, hold=True) or None
+        elif step in ("confirm", "release", "refuse"):
+            if in_flight is not None:
+                getattr(e, step)(in_flight)
+                if step == "confirm":
+                    handed += [r["seq"] for r in in_flight]
+                in_flight = None
+        else:
+            e.emit(step, 1.0, {})
+            made += 1
+        assert len(e) + e.held <= capacity
+        assert e.held == (len(in_flight) if in_flight is not None else 0)
+        assert e.emitted + e.dropped + len(e) + e.held == made  # nothing lost without being counted
+        waiting = [r["seq"] for r in sorted([*e.optional, *e.snapshots], key=lambda r: r["seq"])]
+        assert all(s < w for s in handed for w in waiting)  # a released batch goes back before newer records
+    assert handed == sorted(handed) and len(set(handed)) == len(handed)

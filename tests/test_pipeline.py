@@ -131,6 +131,81 @@ def test_throughput_per_address_and_pair(spark: Any, flow_job: Any) -> None:
     assertDataFrameEqual(pairs, expected_pairs)
 
 
+def test_the_routers_own_traffic_is_not_the_users(spark: Any) -> None:
+    """Per address and per pair, only the users' traffic: management and the flow records'
+    own address are left out of the addresses, the control link and the records' messages out
+    of the pairs (reported beside)."""
+    import json
+
+    from pyspark.testing import assertDataFrameEqual
+
+    from pipeline.aggregates import address_throughput, link_utilisation, pair_throughput
+    from pipeline.schema import RECORD
+    from pipeline.synthetic import Emitter
+
+    a = Emitter("A")
+    records = [
+        a.link(T0, "1", role="inter-router", peer="B", direction="out", address=None, name="A>B/control"),
+        a.link(T0, "2", role="inter-router", peer="B", direction="out", address=None, name="A>B/data"),
+        # 40 HELLOs and the like on the control link; 107 on the data link, 7 of them the
+        # records' own batches (21,000 of its 33,000 bytes)
+        a.link_interval(T0 + 10, "1", role="inter-router", peer="B", direction="out", address=None,
+                        deliveries=40, bytes=4_000),
+        a.link_interval(T0 + 10, "2", role="inter-router", peer="B", direction="out", address=None,
+                        deliveries=107, bytes=33_000, records_deliveries=7, records_bytes=21_000),
+        a.link_interval(T0 + 20, "2", role="inter-router", peer="B", direction="out", address=None,
+                        deliveries=3, bytes=3_000, records_deliveries=3, records_bytes=3_000),
+        # into A: the users' orders, management requests (local and through the mesh), records
+        a.link_interval(T0 + 10, "3", role="normal", peer="p", direction="in", address="orders",
+                        deliveries=100, bytes=12_000),
+        a.link_interval(T0 + 10, "4", role="normal", peer="m", direction="in", address="$management",
+                        deliveries=5, bytes=500),
+        a.link_interval(T0 + 10, "5", role="normal", peer="m", direction="in", address="_topo/0/B/$management",
+                        deliveries=2, bytes=200),
+        a.link_interval(T0 + 10, "6", role="normal", peer="x", direction="in", address="_flow/records",
+                        deliveries=9, bytes=900),
+        a.link_interval(T0 + 10, "7", role="normal", peer="q", direction="in", address="$managementx",
+                        deliveries=1, bytes=10),  # not management: a user's name
+    ]
+    lines = spark.sparkContext.parallelize([json.dumps(r) for r in records])
+    frame = spark.read.schema(RECORD).json(lines)
+    expected = spark.createDataFrame(
+        [("orders", WINDOW0, 100, 12_000), ("$managementx", WINDOW0, 1, 10)],
+        "address string, window_start timestamp, deliveries long, bytes long",
+    )
+    assertDataFrameEqual(address_throughput(frame, 60.0).select("address", "window_start", "deliveries", "bytes"), expected)
+    expected_pairs = spark.createDataFrame(
+        [("A", "B", WINDOW0, 100, 12_000, 10, 24_000)],
+        "router string, peer string, window_start timestamp, deliveries long, bytes long, records_deliveries long, "
+        "records_bytes long",
+    )
+    got = pair_throughput(frame, 60.0).select(*expected_pairs.columns)
+    assertDataFrameEqual(got, expected_pairs)
+    use = {r["link_id"]: r for r in link_utilisation(frame, 60.0).where("router = 'A'").collect()}
+    assert (use["2"]["deliveries"], use["2"]["records_deliveries"], use["2"]["records_bytes"]) == (110, 10, 24_000)
+    assert use["1"]["deliveries"] == 40 and use["1"]["records_deliveries"] == 0  # the link's whole use
+
+
+def test_a_curated_store_written_before_the_records_columns_still_aggregates(spark: Any, tmp_path: Path) -> None:
+    import json
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from pipeline.job import write_aggregates
+    from pipeline.schema import RECORD
+    from pipeline.synthetic import Emitter
+
+    record = Emitter("A").link_interval(T0 + 10, "2", role="inter-router", peer="B", direction="out", address=None,
+                                        deliveries=5, bytes=50)  # fmt: skip
+    old = StructType([f for f in RECORD.fields if not f.name.startswith("records_")])
+    frame = spark.read.schema(old).json(spark.sparkContext.parallelize([json.dumps(record)]))
+    frame.withColumn("date", F.to_date(F.timestamp_seconds("ts"))).write.partitionBy("date").parquet(str(tmp_path / "curated"))
+    assert write_aggregates(spark, tmp_path)["pair_throughput"] == 1
+    (pair,) = _table(spark, tmp_path, "pair_throughput").collect()
+    assert (pair["deliveries"], pair["bytes"], pair["records_deliveries"], pair["records_bytes"]) == (5, 50, 0, 0)
+
+
 def test_outcome_rates(spark: Any, flow_job: Any) -> None:
     from pyspark.testing import assertDataFrameEqual
 

@@ -6,7 +6,8 @@ Owns: the collector's connection (login options as the other commands; a first c
 fails is a one-line error, a connection lost later is made again, 0.5 s doubling to 5 s),
 reading each message's records (JSON lines, checked: a message that is not records is rejected
 and counted, never written), and settling each message only after its records are on disk
-(collect_files.PartitionWriter: written, synced, deduplicated on (router, boot, seq)).
+(collect_files.PartitionWriter: written, synced, deduplicated on (router, boot, seq)); part
+files old enough are completed (renamed for readers) every few seconds when no message comes.
 Must not touch: the router's internals; the files' layout is collect_files.py's.
 """
 
@@ -32,6 +33,7 @@ from .login import Login, current, with_login
 log = logging.getLogger("router.collect")
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 5.0
+FINISH_POLL_S = 5.0  # how often part files old enough are completed between messages
 MAX_RECORDS_PER_MESSAGE = 1_000_000
 
 
@@ -61,7 +63,12 @@ async def _collect(host: str, port: int, address: str, writer: PartitionWriter, 
                         stderr.print(f"connected to {target} again", markup=False)
                     connected, delay = True, RETRY_FIRST_S
                     while True:
-                        delivery = await receiver.receive()
+                        delivery = None
+                        with trio.move_on_after(FINISH_POLL_S):  # (a channel's receive loses nothing when cancelled)
+                            delivery = await receiver.receive()
+                        if delivery is None:  # a quiet mesh: old part files are completed all the same
+                            await trio.to_thread.run_sync(writer.finish_old)
+                            continue
                         try:
                             records = _records(delivery.payload)
                         except ValueError as exc:

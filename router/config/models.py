@@ -490,7 +490,8 @@ class Flow(Model):
     file_rotate_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, description="start a new file past this many uncompressed bytes")
     mesh_address: str | None = Field(
         default="_flow/records", min_length=1,
-        description="send the records (batched, once a second) to this multicast address; null: files only",
+        description="send the records (batched, each kept until a collector accepts it) to this address, balanced "
+        "anycast unless a rule says otherwise; null: files only",
     )
     buffer_records: int = Field(
         default=100_000, ge=10, le=10_000_000,

@@ -118,6 +118,9 @@ class LinkSnapshot:
     bytes: int = 0
     residence_hist: tuple[int, ...] = ()
     settle_hist: tuple[int, ...] = ()
+    # Of `delivered` and `bytes`: the flow records' own messages (counted while records are on).
+    records: int = 0
+    records_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,7 @@ class CoreReadApi:
             accepted=link.accepted, rejected=link.rejected, released=link.released, modified=link.modified,
             credit=link.link.credit, zero_credit_s=zero_credit_seconds(link, now), stuck=stuck,
             stuck_count=stuck_count, size_hint=size_hint, peer_router=peer_router, bytes=link.bytes,
+            records=link.records, records_bytes=link.records_bytes,
             residence_hist=tuple(link.residence), settle_hist=tuple(link.settle),
         )  # fmt: skip
 

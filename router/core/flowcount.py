@@ -92,7 +92,11 @@ class FlowCounting:
         """A delivery's first frame arrived (`trace`: a trace id it carries, or None)."""
         fwd.arrived_at = now
         inl.bytes += size
-        fwd.entry.bytes += size
+        entry = fwd.entry
+        entry.bytes += size
+        if entry.flow_records:  # the records' own traffic, counted apart too
+            inl.records += 1
+            inl.records_bytes += size
         if trace is not None:
             fwd.hop = trace
         elif self.sample_one_in and inl.peer is None:
@@ -106,11 +110,16 @@ class FlowCounting:
     def flow_more_bytes(self, inl: InLink, fwd: Forward, size: int) -> None:
         inl.bytes += size
         fwd.entry.bytes += size
+        if fwd.entry.flow_records:
+            inl.records_bytes += size
 
     def flow_sent(self, fwd: Forward, out: OutLink, now: float) -> None:
         """`fwd` went to `out` (anycast)."""
         fwd.sent_at = now
         out.bytes += fwd.arrived
+        if fwd.entry.flow_records:
+            out.records += 1
+            out.records_bytes += fwd.arrived
         if fwd.arrived_at:  # (not a message of the router's own)
             index = _bucket(now - fwd.arrived_at)
             out.residence[index] += 1
@@ -126,6 +135,9 @@ class FlowCounting:
         fwd = copy.forward
         copy.sent_at = now
         out.bytes += fwd.arrived
+        if fwd.entry.flow_records:
+            out.records += 1
+            out.records_bytes += fwd.arrived
         if fwd.arrived_at:
             index = _bucket(now - fwd.arrived_at)
             out.residence[index] += 1

@@ -39,7 +39,10 @@ class LinkCounts:
     """The delivery and outcome counters every producer and consumer link keeps (management).
     One base class, so that code counting on either kind compiles to plain attribute access."""
 
-    __slots__ = ("delivered", "accepted", "rejected", "released", "modified", "presettled", "bytes", "residence", "settle")
+    __slots__ = (
+        "delivered", "accepted", "rejected", "released", "modified", "presettled", "bytes", "residence", "settle",
+        "records", "records_bytes",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
@@ -50,6 +53,8 @@ class LinkCounts:
         self.bytes = 0
         self.residence: list[int] = [0] * 32
         self.settle: list[int] = [0] * 32
+        # Of `delivered` and `bytes`: the flow records' own messages (AddressEntry.flow_records).
+        self.records = self.records_bytes = 0
 
 
 class InLink(LinkCounts):

@@ -34,6 +34,7 @@ Must not touch: sockets, tasks, clocks (time comes in as `now`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Final
 
 from ..amqp import errors as E
@@ -259,10 +260,12 @@ class RouterCore:
             self.forwarder.credit_dirty(producer)
         self.forwarder.flush()
 
-    def send(self, to: str, payload: bytes, now: float) -> bool:
-        """Send a message from the router itself (presettled); False if `to` has no destination."""
+    def send(self, to: str, payload: bytes, now: float, on_outcome: Callable[[Any], None] | None = None) -> bool:
+        """Send a message from the router itself: presettled, or unsettled when `on_outcome` is
+        given (called once with its final outcome, from within the core: Waiting.send_from_router);
+        False if `to` has no destination."""
         self.forwarder.now = now
-        sent = self.forwarder.send_from_router(to, payload)
+        sent = self.forwarder.send_from_router(to, payload, on_outcome)
         self.forwarder.flush()
         return sent
 

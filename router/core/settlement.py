@@ -14,6 +14,7 @@ Must not touch: choosing destinations or sending transfers (sending.py, multicas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.events import DispositionReceived
@@ -50,6 +51,9 @@ class Settlement(ProducerCredit):
     # The relay of link-routed pairs (router.core.linkrelay), set by RouterCore: their transfers,
     # flows and dispositions arrive here with everyone else's.
     relay: Relay
+    # Unsettled messages of the router's own (Waiting.send_from_router with `on_outcome`, e.g.
+    # flow records' batches): who is told each one's final outcome.
+    router_outcomes: dict[Forward, Callable[[Any], None]]
 
     def on_disposition(self, event: DispositionReceived) -> None:
         maps = event.session.context
@@ -216,6 +220,10 @@ class Settlement(ProducerCredit):
         fwd.frames = None
         inl = fwd.in_link
         if inl is None or inl.gone:
+            if inl is None and self.router_outcomes:  # a message of the router's own
+                told = self.router_outcomes.pop(fwd, None)
+                if told is not None:
+                    told(state)
             return False
         _count(inl, state, fwd.entry)
         if self.flow_on:

@@ -46,7 +46,7 @@ class AddressEntry:
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
         "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
-        "bytes", "residence", "settle", "released_told",
+        "bytes", "residence", "settle", "released_told", "flow_records",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -77,6 +77,9 @@ class AddressEntry:
         self.residence: list[int] = [0] * 32
         self.settle: list[int] = [0] * 32
         self.released_told = 0  # producers told released, by the router or by a consumer
+        # The flow records' own address (config flow.mesh_address): its deliveries are counted
+        # apart on every link while flow records are on (they are not the users' traffic).
+        self.flow_records = False
         # Other routers with consumers (mobile), the target router (R), every router (T).
         self.remote: frozenset[str] = frozenset()
         # Balanced anycast: unsettled deliveries of this address per inter-router link.
@@ -138,12 +141,13 @@ class AddressTable:
         self.keep_gone: list[AddressEntry] | None = None
         for rule in config.addresses:
             self.add_rule(rule)
-        # The flow records' address (docs/flow-records.md) is multicast on every router, flow
-        # records on or off, so that the mesh forwards them the same way everywhere (unless a
-        # rule of the file already covers it).
-        flow_address = config.flow.mesh_address
+        # The flow records' address (docs/flow-records.md) is balanced anycast on every router,
+        # flow records on or off, so that the mesh forwards them the same way everywhere (unless
+        # a rule of the file already covers it): each batch goes to one collector, whose outcome
+        # alone decides whether the router keeps it for another try.
+        flow_address = self.flow_address = config.flow.mesh_address
         if flow_address is not None and self.matcher.lookup(flow_address) is None:
-            self.add_rule(AddressConfig(prefix=flow_address, distribution="multicast"))
+            self.add_rule(AddressConfig(prefix=flow_address, distribution="balanced"))
 
     def add_rule(self, rule: AddressConfig) -> None:
         """Configure address semantics at run time (management). Only addresses looked up from
@@ -280,6 +284,7 @@ class AddressTable:
             # R: one destination router (closest); T: a copy for every router (multicast).
             distribution = {"R": "closest", "T": "multicast"}.get(kind) or self.distribution_for(key[1])
             entry = AddressEntry(key[0], address, distribution)
+            entry.flow_records = address == self.flow_address
             if kind != "L":
                 entry.remote = self.remote_for(key[0])
             self.entries[key[0]] = entry

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
@@ -49,6 +50,7 @@ class Waiting(Multicast):
         # The connection (ConnState) whose delivery an in-process endpoint is handling, while it
         # does: management reads the authenticated user from it. None for the router's own.
         self.local_sender: Any = None
+        self.router_outcomes = {}
 
     def _aborted(self, fwd: Forward) -> None:
         """The producer aborted `fwd` (forwarding.py)."""
@@ -77,20 +79,25 @@ class Waiting(Multicast):
         for to, body in replies:
             self.send_from_router(to, body)
 
-    def send_from_router(self, to: str, payload: bytes) -> bool:
-        """Route a message the router itself originates (presettled), e.g. a management reply.
-        False when `to` has no destination (the message is dropped and counted)."""
+    def send_from_router(self, to: str, payload: bytes, on_outcome: Callable[[Any], None] | None = None) -> bool:
+        """Route a message the router itself originates, e.g. a management reply: presettled,
+        or unsettled when `on_outcome` is given, which is then called with its final outcome
+        (accepted, rejected, released, modified: settlement.relay_outcome), once, from within
+        the core's handling of an event (it must not call into the core). False when `to` has
+        no destination (the message is dropped and counted; `on_outcome` is not called)."""
         entry = self.table.lookup(to)
         if entry is None or not entry.has_destination:
             self.router_dropped += 1
             return False
-        fwd = Forward(None, -1, True, [payload], True, entry, 0)
+        fwd = Forward(None, -1, on_outcome is None, [payload], True, entry, 0)
         if entry.remote:
             try:
                 fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
             except DecodeError:
                 self.router_dropped += 1  # an in-process endpoint's bug: nothing to route by
                 return False
+        if on_outcome is not None:
+            self.router_outcomes[fwd] = on_outcome
         entry.deliveries_ingress += 1
         self.router_sent += 1
         self._route(fwd)

@@ -177,6 +177,8 @@ class FlowRecorder:
             "link_id": r["link_id"], "peer": r["peer"], "role": r["role"], "direction": r["direction"],
             "address": r["address"], "interval_s": self._interval_s(now), "deliveries": deliveries,
             "bytes": snap.bytes - (before.bytes if before is not None else 0), **counts, "dropped": dropped,
+            "records_deliveries": snap.records - (before.records if before is not None else 0),
+            "records_bytes": snap.records_bytes - (before.records_bytes if before is not None else 0),
             "credit_starved_s": round(starved, 6),
             "residence_hist": difference(list(snap.residence_hist), list(before.residence_hist) if before is not None else None),
             "settle_hist": difference(list(snap.settle_hist), list(before.settle_hist) if before is not None else None),

@@ -1,7 +1,9 @@
 """Flow records as the router emits them: numbering, the bounded buffer, and batches.
 
 Owns: `Emitter` (gives every record its `router`, `boot`, strictly increasing `seq` and `ts`,
-and holds them in a bounded buffer until they are taken in batches), the order in which a full
+and holds them in a bounded buffer until they are taken in batches; a batch taken to be held
+(in flight, waiting for a collector's outcome) still counts against the bound until it is
+confirmed, refused or released back to the front of the buffer), the order in which a full
 buffer drops records (hop and interval records first, snapshots last; every drop counted), and
 the encoding of a batch (JSON lines, UTF-8). The record fields are fixed by docs/flow-records.md.
 Must not touch: the routing core (router.flow.recorder reads it), I/O (router.net.flowtask).
@@ -31,24 +33,29 @@ class Emitter:
         # Two queues, each in seq order: what is dropped first, and snapshots.
         self.optional: deque[Record] = deque()
         self.snapshots: deque[Record] = deque()
-        self.emitted = 0  # records handed on by take() (sent or written)
-        self.dropped = 0  # records dropped because the buffer was full
+        self.emitted = 0  # records handed on (sent or written; held ones once confirmed)
+        self.dropped = 0  # records dropped because the buffer was full (or a collector refused them)
+        self.held = 0  # records taken with hold=True, in flight: they still count against the bound
 
     def __len__(self) -> int:
+        """Records waiting in the buffer (the held ones aside)."""
         return len(self.optional) + len(self.snapshots)
 
     def emit(self, kind: str, ts: float, fields: dict[str, Any]) -> Record | None:
         """Make a record of type `kind` at wall time `ts`; None when it was dropped at once (the
-        buffer is full of records at least as important)."""
+        buffer is full of records at least as important, or of records in flight)."""
         snapshot = kind in SNAPSHOTS
-        if len(self) >= self.capacity:
+        if len(self) + self.held >= self.capacity:
             if self.optional:
                 if not snapshot:
                     self.dropped += 1  # the newest optional record goes: the older ones are queued
                     return None
                 self.optional.popleft()  # a snapshot displaces the oldest optional record
-            else:
+            elif self.snapshots:
                 self.snapshots.popleft()  # only snapshots: the oldest goes
+            else:  # the buffer is all in flight: nothing waiting can make room
+                self.dropped += 1
+                return None
             self.dropped += 1
         self.seq += 1
         record: Record = {"type": kind, "router": self.router_id, "boot": self.boot, "seq": self.seq, "ts": ts}
@@ -56,8 +63,9 @@ class Emitter:
         (self.snapshots if snapshot else self.optional).append(record)
         return record
 
-    def take(self, limit: int) -> list[Record]:
-        """Up to `limit` records, oldest (lowest seq) first, removed from the buffer."""
+    def take(self, limit: int, hold: bool = False) -> list[Record]:
+        """Up to `limit` records, oldest (lowest seq) first, removed from the buffer. Held
+        (`hold`): in flight, still within the bound, until `confirm`, `refuse` or `release`."""
         out: list[Record] = []
         optional, snapshots = self.optional, self.snapshots
         while len(out) < limit and (optional or snapshots):
@@ -65,8 +73,28 @@ class Emitter:
                 out.append(optional.popleft())
             else:
                 out.append(snapshots.popleft())
-        self.emitted += len(out)
+        if hold:
+            self.held += len(out)
+        else:
+            self.emitted += len(out)
         return out
+
+    def confirm(self, records: list[Record]) -> None:
+        """Held records a collector has: handed on."""
+        self.held -= len(records)
+        self.emitted += len(records)
+
+    def refuse(self, records: list[Record]) -> None:
+        """Held records a collector refused: dropped (sending them again would be refused again)."""
+        self.held -= len(records)
+        self.dropped += len(records)
+
+    def release(self, records: list[Record]) -> None:
+        """Held records no collector took: back at the front of the buffer, in their place.
+        They were counted against the bound all along, so they fit."""
+        self.held -= len(records)
+        for record in reversed(records):
+            (self.snapshots if record["type"] in SNAPSHOTS else self.optional).appendleft(record)
 
     def put_back(self, records: list[Record]) -> None:
         """Records taken but not handed on after all (no destination yet): back at the front,

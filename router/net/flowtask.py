@@ -1,10 +1,12 @@
 """Flow records at run time: the flush once a second and the local files.
 
 Owns: `FlowTask`, which a RouterServer runs when `flow.enabled`: once a second it polls the
-recorder (router.flow.recorder: snapshots, hop samples, interval records when due), sends the
-batches to the mesh address (router.flow.publish) and appends them to the files; a last flush
-when the router stops (after the deliveries in flight are drained, before the connections
-close, so that a subscriber gets the records up to the stop). `FlowFiles`: gzip JSON lines in
+recorder (router.flow.recorder: snapshots, hop samples, interval records when due) and sends
+the records to the mesh address (router.flow.publish: without files, one batch at a time,
+unsettled, the next as soon as a collector accepted the last; with files, every batch
+presettled beside the files) and appends them to the files; a last flush when the router stops
+(after the deliveries in flight are drained, before the connections close, so that a subscriber
+gets the records up to the stop). `FlowFiles`: gzip JSON lines in
 `file_dir`, `flow-<router>-<boot>-<n>.json.gz`, one gzip member per flush (a file cut short by
 a crash loses at most its last member), a new file past `file_rotate_bytes` of records. The
 writes are small and once a second, so they run on the router's thread; a failing write is
@@ -26,7 +28,7 @@ from typing import Any, Final
 import trio
 
 from ..config.models import Flow
-from ..flow.publish import publish
+from ..flow.publish import Publisher, publish
 from ..flow.recorder import FlowRecorder
 from ..flow.records import Record, encode_lines
 
@@ -88,11 +90,23 @@ class FlowTask:
         self.recorder = FlowRecorder(core, flow, version=version, compiled=_compiled(core))
         emitter = self.recorder.emitter
         self.files = FlowFiles(flow.file_dir, core.router_id, emitter.boot, flow.file_rotate_bytes) if flow.file_dir else None
+        # Records on the mesh only: kept until a collector accepts them (files keep them otherwise).
+        self.publisher: Publisher | None = None
+        if flow.mesh_address is not None and self.files is None:
+            self.publisher = Publisher(emitter, flow.mesh_address, flow.batch_records)
+            self.publisher.woken = self._woken
+        self._wake = trio.Event()
         log.info("flow records: boot %s, every %s s to %s%s", emitter.boot, flow.interval_s,
                  flow.mesh_address or "no address", f" and files in {flow.file_dir}" if flow.file_dir else "")  # fmt: skip
 
+    def _woken(self) -> None:
+        self._wake.set()  # an outcome: the next batch may go without waiting for the second
+
     def flush(self, now: float) -> None:
         self.recorder.poll(now)
+        if self.publisher is not None:
+            self.publisher.send(self.core, now)
+            return
         batches = publish(self.recorder, self.core, now, keep_unsent=self.files is None)
         if self.files is not None:
             lost = self.files.write(batches)
@@ -105,16 +119,40 @@ class FlowTask:
         """The last flush, when the router stops: the interval so far is reported too."""
         self.recorder.poll(now)
         self.recorder.interval(now)
-        self.flush(now)
+        publisher = self.publisher
+        if publisher is not None:
+            # Nothing could send a batch again after the stop: the one in flight goes again
+            # with the rest (a collector that has it already drops it as a duplicate).
+            publisher.recall()
+            self.publisher = None
+        try:
+            self.flush(now)
+        finally:
+            self.publisher = publisher
         emitter = self.recorder.emitter
         log.info("flow records: %d emitted, %d dropped, %d left unsent (boot %s)", emitter.emitted,
                  emitter.dropped + self.core.forwarder.hops_dropped, len(emitter), emitter.boot)  # fmt: skip
+        if publisher is not None and (publisher.retried or publisher.rejected):
+            log.info("flow records: %d batch(es) accepted, %d sent again, %d refused by a collector",
+                     publisher.accepted, publisher.retried, publisher.rejected)  # fmt: skip
+
+    def send_more(self, now: float) -> None:
+        """After an outcome: the next batch, if the records are waiting for one."""
+        if self.publisher is not None:
+            self.publisher.send(self.core, now)
 
     async def run(self, after_core: Callable[[], None]) -> None:
+        next_flush = trio.current_time() + FLUSH_S
         while True:
-            await trio.sleep(FLUSH_S)
+            with trio.move_on_at(next_flush):
+                await self._wake.wait()
+            self._wake = trio.Event()  # before the work: an outcome during it wakes the next wait
             try:
-                self.flush(self.clock())
+                if trio.current_time() >= next_flush:
+                    next_flush = trio.current_time() + FLUSH_S
+                    self.flush(self.clock())
+                else:
+                    self.send_more(self.clock())
                 after_core()
             except Exception:  # records are not worth the router: log and go on
                 log.exception("flow records: the flush failed")

@@ -69,13 +69,16 @@ def grand_total(rows: list[Row]) -> Row:
 
 
 def pair_totals(agg: Aggregates) -> list[Row]:
-    """Per router pair (sender -> receiver): deliveries, bytes, peak deliveries/s and bytes/s."""
+    """Per router pair (sender -> receiver): deliveries, bytes, peak deliveries/s and bytes/s (the
+    users' traffic), and the flow records' own messages (records_deliveries)."""
     pairs: dict[tuple[str, str], Row] = {}
     for row in agg.table("pair_throughput"):
         key = (row["router"], row["peer"])
         total = pairs.setdefault(key, {"router": key[0], "peer": key[1], "deliveries": 0, "bytes": 0,
-                                       "peak_deliveries_per_s": 0.0, "peak_bytes_per_s": 0.0})  # fmt: skip
+                                       "peak_deliveries_per_s": 0.0, "peak_bytes_per_s": 0.0,
+                                       "records_deliveries": 0})  # fmt: skip
         total["deliveries"] += int(row["deliveries"] or 0)
+        total["records_deliveries"] += int(row.get("records_deliveries") or 0)  # (absent from older aggregates)
         total["bytes"] += int(row["bytes"] or 0)
         total["peak_deliveries_per_s"] = max(total["peak_deliveries_per_s"], float(row["deliveries_per_s"] or 0.0))
         total["peak_bytes_per_s"] = max(total["peak_bytes_per_s"], float(row["bytes_per_s"] or 0.0))

@@ -58,10 +58,10 @@ def flows(agg: Aggregates) -> list[Table]:
         ("address", "deliveries", "bytes", *OUTCOMES, "rejected", "released", "peak/s"), rows,
     )  # fmt: skip
     pairs = _table(
-        "Between routers (sender -> receiver)",
-        ("link", "deliveries", "bytes", "peak deliveries/s", "peak bytes/s"),
+        "Between routers (sender -> receiver; the flow records' own messages apart)",
+        ("link", "deliveries", "bytes", "peak deliveries/s", "peak bytes/s", "records' msgs"),
         ([f"{p['router']} -> {p['peer']}", _n(p["deliveries"]), _n(p["bytes"]), _f(p["peak_deliveries_per_s"]),
-          _f(p["peak_bytes_per_s"])] for p in pair_totals(agg)),
+          _f(p["peak_bytes_per_s"]), _n(p["records_deliveries"])] for p in pair_totals(agg)),
     )  # fmt: skip
     return [by_address, pairs]
 
