@@ -142,6 +142,29 @@ def test_a_link_that_goes_reports_what_it_carried_after_the_last_poll() -> None:
     assert [r["peer"] for r in closed] == ["p"]
 
 
+def test_an_outcome_that_comes_after_its_delivery_was_reported_is_reported_when_the_link_goes() -> None:
+    # A delivery counted in one interval record whose outcome came later, on a link that then
+    # closed: its last interval record carried no new delivery and was skipped as "no
+    # activity", so the outcome was never reported (the ingress links' outcomes fell short of
+    # their deliveries by one, now and then, end to end).
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
+    _traffic(h, [ACCEPTED])
+    producer, consumer, tx, rx = _PAIRS[h]
+    done = len(consumer.received[rx])
+    last = producer.send(tx, Message.value("late"))
+    h.pump()
+    records = _records(h, recorders)  # the delivery is counted; its outcome is not known yet
+    for received in consumer.received[rx][done:]:
+        rx.dispose(received.delivery_id, state=RELEASED, settled=True)
+    h.pump()
+    assert type(producer.outcomes[last]).__name__ == "Released"
+    _cut_client(h, "p")
+    records += _records(h, recorders, interval=False)
+    mine = [r for r in records if r["type"] == "link_interval" and r["router"] == "A" and r.get("peer") == "p"]
+    assert sum(r["deliveries"] for r in mine) == 2
+    assert (sum(r["accepted"] for r in mine), sum(r["released"] for r in mine)) == (1, 1)
+
+
 def test_a_producer_opened_and_gone_between_two_polls_is_counted() -> None:
     h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
     _traffic(h, [ACCEPTED])

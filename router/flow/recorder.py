@@ -167,10 +167,12 @@ class FlowRecorder:
         before = seen.at_interval
         seen.at_interval = snap
         deliveries = snap.delivered - (before.delivered if before is not None else 0)
-        if deliveries <= 0 and not seen.starved_s:
-            return  # no activity
         counts = {name: getattr(snap, name) - (getattr(before, name) if before is not None else 0) for name in OUTCOMES}
         dropped = snap.dropped_presettled - (before.dropped_presettled if before is not None else 0)
+        if deliveries <= 0 and not seen.starved_s and not dropped and not any(counts.values()):
+            # No activity. (Outcomes count as activity: a delivery counted in one interval
+            # may learn its outcome in the next, and its link may close before a third.)
+            return
         starved, seen.starved_s = seen.starved_s, 0.0
         r = seen.record
         self._emit("link_interval", now, {
