@@ -487,11 +487,14 @@ def test_disposition_range_running_backwards() -> None:
     prove_still_working(server)
 
 
-def test_first_transfer_without_delivery_id_or_tag() -> None:
+@pytest.mark.parametrize("delivery_id, tag", [(None, None), (None, b"t"), (None, b""), (0, None)])
+def test_first_transfer_without_delivery_id_or_tag(delivery_id: int | None, tag: bytes | None) -> None:
+    # (None, tag) on the session's first delivery used to pass as delivery -1, which the router
+    # then failed to dispose (found by the engine fuzz test)
     server = Server()
     server.begin(0)
     server.attach_sender(0, 0)
-    server.send(0, transfer(0, None, None))
+    server.send(0, transfer(0, delivery_id, tag))
     assert_ended_with(server, E.INVALID_FIELD, 0)
     prove_still_working(server)
 

@@ -109,8 +109,10 @@ class Session:
         self.links_by_name: dict[tuple[str, bool], Link] = {}
         self._next_delivery_id = 0
         # the delivery-id the peer's next delivery must have (its session-scoped sequence,
-        # transport §2.6); -1 until its first delivery sets where the sequence starts
-        self._next_incoming_delivery = -1
+        # transport §2.6); -2 until its first delivery sets where the sequence starts: never
+        # equal to a parsed delivery-id (-1 when absent), so that the first delivery always
+        # takes _check_first_transfer
+        self._next_incoming_delivery = -2
         # Frames that must wait for the peer's incoming window, in order (transport §2.5.6);
         # None until the first one (an empty deque is 600 bytes, on every idle session).
         self._blocked: deque[tuple[int, Any, Link | None, bool]] | None = None
