@@ -29,7 +29,7 @@ _CODES: Final = {0x0000468C_00000000: DIRECT, 0x0000468C_00000001: TOPIC, 0x0000
 _NAMES: Final = frozenset(_CODES.values())
 
 # The connection capabilities of the open (apache-filters.xml), for what the router honours.
-CAPABILITIES: Final = ("APACHE.ORG:LEGACY_AMQP_EXCHANGE_FILTERS", "APACHE.ORG:NO_LOCAL", "APACHE.ORG:SELECTOR")
+CAPABILITIES: Final[tuple[str, str, str]] = ("APACHE.ORG:LEGACY_AMQP_EXCHANGE_FILTERS", "APACHE.ORG:NO_LOCAL", "APACHE.ORG:SELECTOR")
 
 MAX_FILTERS: Final = 8  # filters in one filter-set
 MAX_HEADERS: Final = 64  # entries of one headers binding
