@@ -109,6 +109,19 @@ async def test_the_pump_calls_the_core_with_its_clock_and_flushes_only_the_touch
     assert (driver_a.flushed, driver_b.flushed) == (1, 0)
 
 
+async def test_a_core_failing_on_one_connections_events_still_flushes_the_others() -> None:
+    core = StandInCore()
+    pump = CorePump(core, trio.current_time)
+    a, b = engine(), engine()
+    driver_a, driver_b = StandInDriver(), StandInDriver()
+    pump.drivers.update({a: driver_a, b: driver_b})
+    core.touched = {b}  # queued for b before the core failed on a's events
+    core.fail_on = "handle"
+    with pytest.raises(RuntimeError, match="handle failed"):
+        pump.handle(a, [])
+    assert (driver_a.flushed, driver_b.flushed) == (0, 1)
+
+
 async def test_a_failing_flush_ends_that_connection_only(caplog: pytest.LogCaptureFixture) -> None:
     core = StandInCore()
     pump = CorePump(core, trio.current_time)

@@ -79,9 +79,13 @@ class CorePump:
         self.drained = trio.Event()
 
     def handle(self, engine: Connection, events: list[Event]) -> None:
-        """A driver's batch of events (all of one read) into the core, and what follows."""
-        self.core.handle(engine, events, self.clock())
-        self.after_core()
+        """A driver's batch of events (all of one read) into the core, and what follows. If the
+        core fails on them, the failure is this connection's (it propagates to its driver), but
+        what the core queued for the others before it failed still goes out now."""
+        try:
+            self.core.handle(engine, events, self.clock())
+        finally:
+            self.after_core()
 
     def set_output_blocked(self, engine: Connection, blocked: bool) -> None:
         self.core.set_output_blocked(engine, blocked, self.clock())
