@@ -13,9 +13,11 @@ import re
 import socket
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ..amqp.scram import StoredCredentials
+from .base import Model as Model  # (re-exported: importers take every model from here)
+from .policy import Policy as Policy, PolicyGroup as PolicyGroup, Vhost as Vhost
 
 # unavailable: attaches are refused (amqp:not-found) and anonymous sends rejected, as the anchors do
 Distribution = Literal["closest", "balanced", "multicast", "unavailable"]
@@ -34,10 +36,6 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(bare).is_loopback
     except ValueError:
         return False
-
-class Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
-
 
 def _default_router_id() -> str:
     # Router ids are words in `_topo/0/<id>/...` addresses: keep them free of '/'.
@@ -506,107 +504,6 @@ _LEVEL = r"(trace|debug|info|notice|warning|error|critical)\+?"
 # syntax, as the management `log` entity takes it (docs/management.md).
 LogModule = Annotated[str, Field(pattern=r"^(DEFAULT|router(\.[A-Za-z0-9_]+)+)$")]
 LogEnable = Annotated[str, Field(pattern=rf"^(none|default|{_LEVEL}(\s*,\s*{_LEVEL})*)$")]
-
-
-PolicyLimit = Annotated[int, Field(ge=0)]
-AddressPatterns = tuple[Annotated[str, Field(min_length=1, max_length=1000)], ...]
-
-
-class PolicyGroup(Model):
-    """What the users of one group of a vhost may do (docs/security.md, "Policy"). A limit that
-    is not set (None) is the vhost's, or none; 0 forbids."""
-
-    users: tuple[Annotated[str, Field(min_length=1, max_length=255)], ...] = Field(
-        default=(), description="the authenticated users in the group (the vhost's $default group takes the others)"
-    )
-    remote_hosts: tuple[Annotated[str, Field(min_length=1, max_length=100)], ...] = Field(
-        default=("*",), description="addresses the users may connect from: IP addresses, networks (10.0.0.0/8) or *"
-    )
-    max_connections_per_user: PolicyLimit | None = Field(default=None, description="connections of one user of the group")
-    max_connections_per_host: PolicyLimit | None = Field(default=None, description="connections from one host")
-    max_sessions: PolicyLimit | None = Field(default=None, description="sessions per connection")
-    max_senders: PolicyLimit | None = Field(default=None, description="links on which a connection sends, at once")
-    max_receivers: PolicyLimit | None = Field(default=None, description="links on which a connection receives, at once")
-    max_frame_size: int | None = Field(
-        default=None, ge=512, le=0xFFFFFFFF, description="bytes; caps the frame size the router's open offers"
-    )
-    max_message_size: int | None = Field(
-        default=None, ge=1, description="bytes; a larger message detaches its link with amqp:link:message-size-exceeded"
-    )
-    sources: AddressPatterns = Field(
-        default=("*",), description="addresses the users may receive from: exact, or with * (any rest) and ${user}"
-    )
-    targets: AddressPatterns = Field(
-        default=("*",), description="addresses the users may send to (anonymous senders: each message's to)"
-    )
-    allow_anonymous_sender: bool = Field(default=True, description="links with no target address (the anonymous relay)")
-    allow_dynamic_source: bool = Field(default=True, description="receivers of a dynamic source (temporary reply addresses)")
-    allow_user_id_proxy: bool = Field(
-        default=False, description="a message's user-id may name another user (else it must be the authenticated user)"
-    )
-
-    @model_validator(mode="after")
-    def _hosts(self) -> PolicyGroup:
-        for pattern in self.remote_hosts:
-            if pattern == "*":
-                continue
-            try:
-                if "-" in pattern:
-                    low, high = (ipaddress.ip_address(p.strip()) for p in pattern.split("-", 1))
-                    if low.version != high.version or low > high:  # type: ignore[operator]
-                        raise ValueError
-                else:
-                    ipaddress.ip_network(pattern, strict=False)
-            except ValueError:
-                raise ValueError(f"remote_hosts: {pattern!r} is not *, an IP address, a network (10.0.0.0/8) "
-                                 "or a range (a-b)") from None
-        return self
-
-
-class Vhost(Model):
-    """The policy of the connections whose open names `hostname` (docs/security.md, "Policy")."""
-
-    hostname: Annotated[str, Field(min_length=1, max_length=255)]
-    max_connections: PolicyLimit | None = Field(default=None, description="connections to the vhost, in all")
-    max_connections_per_user: PolicyLimit | None = Field(default=None, description="connections of one user")
-    max_connections_per_host: PolicyLimit | None = Field(default=None, description="connections from one host")
-    allow_unknown_user: bool = Field(
-        default=False,
-        description="users in no group (and anonymous connections) get the $default group; otherwise they are refused",
-    )
-    groups: dict[Annotated[str, Field(min_length=1, max_length=255)], PolicyGroup] = Field(
-        default_factory=dict, description="group name -> what its users may do"
-    )
-
-    @model_validator(mode="after")
-    def _one_group_per_user(self) -> Vhost:
-        seen: dict[str, str] = {}
-        for name, group in self.groups.items():
-            for user in group.users:
-                if user in seen:
-                    raise ValueError(f"vhost {self.hostname!r}: user {user!r} is in groups {seen[user]!r} and {name!r}")
-                seen[user] = name
-        return self
-
-
-class Policy(Model):
-    """Vhosts keyed by the open's hostname, with groups of users inside (docs/security.md,
-    "Policy"). Applies to client connections (role normal), never to those between routers."""
-
-    enabled: bool = Field(default=False, description="apply the vhosts to client connections")
-    default_vhost: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
-        default="$default",
-        description="the vhost of opens whose hostname names none (and of opens without one); None: those are refused",
-    )
-    vhosts: tuple[Vhost, ...] = Field(default=(), description="one per hostname")
-
-    @model_validator(mode="after")
-    def _unique(self) -> Policy:
-        names = [v.hostname.lower() for v in self.vhosts]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"vhost hostnames must be unique: {', '.join(duplicates)}")
-        return self
 
 
 class RouterConfig(Model):
