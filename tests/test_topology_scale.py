@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import random
 
-from router.testing.topology_scale import converge, failing_link, preload, ring_of_rings, warm_network
-from router.testing.topology_sim import Network
+from router.testing.topology_scale import build_network, converge, failing_link, preload, ring_of_rings, warm_network
 from topology.config import TopologyConfig
 from topology.messages import LinkStateUpdate
 from topology.mobile import EMPTY_DIGEST
@@ -49,13 +48,7 @@ def test_preload_leaves_what_the_lsus_of_a_cold_start_leave() -> None:
     states = ring_of_rings(30)
     config = TopologyConfig(ra_interval_s=600.0, remote_ls_max_age_s=1200.0)
     by_preload = warm_network(states, config)
-    by_lsu = Network(config, codec=False)
-    for name in sorted(states):
-        by_lsu.add(name)
-    for x, state in sorted(states.items()):
-        for y, cost in state.peers.items():
-            if x < y:
-                by_lsu.link(x, y, cost)
+    by_lsu = build_network(states, config)
     by_lsu.run_for(config.flux_period_s + 2 * config.ra_interval_flux_s)
     truth = by_lsu.truth()
     for name, node in sorted(by_lsu.nodes.items()):

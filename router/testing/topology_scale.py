@@ -117,11 +117,9 @@ def preload(net: Network) -> None:
             gc.enable()
 
 
-def warm_network(states: dict[str, LinkState], config: TopologyConfig, *, delay: float = SIM_DELAY_S) -> Network:
-    """A network whose routers already hold every link state, as after a cold start: HELLOs
-    only until every link is two-way and the start-up adverts are over, then `preload`, then
-    one second for every router to compute its routes. Control messages are encoded from then
-    on."""
+def build_network(states: dict[str, LinkState], config: TopologyConfig, *, delay: float = SIM_DELAY_S) -> Network:
+    """A router per link state and a link per two-way pair, at the first router's cost; nothing
+    has run yet. Messages travel as objects (`codec=False`)."""
     net = Network(config, delay=delay, codec=False)
     for name in sorted(states):
         net.add(name)
@@ -129,6 +127,15 @@ def warm_network(states: dict[str, LinkState], config: TopologyConfig, *, delay:
         for b, cost in state.peers.items():
             if a < b:
                 net.link(a, b, cost)
+    return net
+
+
+def warm_network(states: dict[str, LinkState], config: TopologyConfig, *, delay: float = SIM_DELAY_S) -> Network:
+    """A network whose routers already hold every link state, as after a cold start: HELLOs
+    only until every link is two-way and the start-up adverts are over, then `preload`, then
+    one second for every router to compute its routes. Control messages are encoded from then
+    on."""
+    net = build_network(states, config, delay=delay)
     for link in net.links.values():
         link.drop = lambda sender, receiver, message: not isinstance(message, Hello)
     net.run_for(config.flux_period_s + 2 * config.ra_interval_flux_s)
