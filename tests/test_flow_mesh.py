@@ -216,14 +216,20 @@ def test_a_client_may_name_the_trace_id_and_sampling_picks_one_in_n() -> None:
     assert len(traces) == 3 and all(n == 3 for n in traces.values())  # 2 of the 8 sampled, each on 3 routers
 
 
-def test_records_travel_to_a_subscriber_on_another_router() -> None:
-    flow = Flow(enabled=True, sample_one_in=0)
-    h, recorders = _chain(flow, "A", "B", "C")
-    collector = h.client("C", "collector")
+def _collector(h: MeshHarness, rid: str) -> tuple[Any, Any]:
+    """A subscriber of the records' address on router `rid`, with credit."""
+    collector = h.client(rid, "collector")
     rx = collector.receiver("_flow/records")
     h.advance(0.5)
     rx.flow(100)
     h.pump()
+    return collector, rx
+
+
+def test_records_travel_to_a_subscriber_on_another_router() -> None:
+    flow = Flow(enabled=True, sample_one_in=0)
+    h, recorders = _chain(flow, "A", "B", "C")
+    collector, rx = _collector(h, "C")
     _traffic(h, [ACCEPTED] * 3)
     for rid, recorder in recorders.items():
         recorder.poll(h.now)
@@ -254,11 +260,7 @@ def test_with_no_subscriber_records_wait_in_the_bounded_buffer() -> None:
 def test_links_between_routers_count_the_records_own_traffic_apart() -> None:
     flow = Flow(enabled=True, sample_one_in=0)
     h, recorders = _chain(flow, "A", "B", "C")
-    collector = h.client("C", "collector")
-    rx = collector.receiver("_flow/records")
-    h.advance(0.5)
-    rx.flow(100)
-    h.pump()
+    collector, rx = _collector(h, "C")
     _records(h, recorders)  # the counts so far: the next intervals start here
     _traffic(h, [ACCEPTED] * 4)
     for rid in ("A", "B"):  # A's batch crosses A -> B -> C, B's B -> C
