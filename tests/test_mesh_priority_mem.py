@@ -40,15 +40,20 @@ def data_links_in(router: MemRouter, sender: str) -> dict[str, int]:
             if str(link["name"]).startswith(f"{sender}>") and "/data" in str(link["name"])}  # fmt: skip
 
 
+async def remote_known(router: MemRouter, address: str) -> None:
+    """Until `router` knows a consumer of `address` on another router (the mesh's advert)."""
+    with trio.fail_after(30):
+        while not router.core.table.find(address) or not router.core.table.find(address).remote:
+            await trio.sleep(0.1)  # on the autojump clock: the advert arrives within the wait
+
+
 async def test_every_level_crosses_routers_with_different_band_counts(
     autojump_clock: trio.testing.MockClock, mem_network: MemNetwork
 ) -> None:
     a, b, c = await chain(mem_network, (4, 10, 1))
     async with c.connect() as consumer, a.connect() as producer:
         receiver = await consumer.open_receiver("levels", credit=100)
-        with trio.fail_after(30):
-            while not a.core.table.find("levels") or not a.core.table.find("levels").remote:
-                await trio.sleep(0.1)
+        await remote_known(a, "levels")
         sender = await producer.open_sender("levels")
         with trio.fail_after(30):
             trackers = [await sender.start_send(Message.value(p, header=Header(priority=p))) for p in range(10)]
@@ -72,9 +77,7 @@ async def test_a_stopped_neighbour_leaves_no_delivery_on_any_band_without_an_out
     a, b, c = await chain(mem_network, (4, 4, 4))
     async with c.connect() as consumer, a.connect() as producer:
         receiver = await consumer.open_receiver("held", credit=100)
-        with trio.fail_after(30):
-            while not a.core.table.find("held") or not a.core.table.find("held").remote:
-                await trio.sleep(0.1)
+        await remote_known(a, "held")
         sender = await producer.open_sender("held")
         with trio.fail_after(30):
             trackers = [await sender.start_send(Message.value(i, header=Header(priority=i % 10))) for i in range(20)]
