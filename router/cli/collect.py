@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import trio
 import typer
 
+from ..amqp.errors import LocalUsageError
 from ..amqp.message import decode_message
 from ..flow.records import decode_lines
 from ..net.client import connect
@@ -79,7 +80,9 @@ async def _collect(host: str, port: int, address: str, writer: PartitionWriter, 
                         # fsync must not hold the connection's heartbeats).
                         await trio.to_thread.run_sync(writer.write, records)
                         receiver.accept(delivery)
-            except (OSError, ClientError, trio.TooSlowError) as exc:
+            # LocalUsageError: the connection closed while a batch was being written, so it cannot
+            # be accepted; the router sends it again (the dedupe drops what was written twice)
+            except (OSError, ClientError, LocalUsageError, trio.TooSlowError) as exc:
                 line, _ = describe(exc, target)
                 if not connected:
                     raise  # never connected: the one-line error of the other commands
