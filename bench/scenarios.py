@@ -40,13 +40,14 @@ TICK = os.sysconf("SC_CLK_TCK")
 class Router:
     """A `router run` process for a benchmark; its CPU time and memory are read from /proc."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], prefix: tuple[str, ...] = ()) -> None:
+        """`prefix`: a command the router runs under (bench/lone.py: valgrind)."""
         self._dir = tempfile.TemporaryDirectory()
         path = Path(self._dir.name) / "router.yaml"
         path.write_text(yaml.safe_dump(config))
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "router.cli.main", "run", "-c", str(path), "--log-level", "warning"],
+            [*prefix, sys.executable, "-m", "router.cli.main", "run", "-c", str(path), "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
         )  # fmt: skip
         assert self.proc.stdout is not None
@@ -71,11 +72,11 @@ class Router:
                 return int(line.split()[1]) * 1024
         return 0
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 10) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(wait_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self._dir.cleanup()

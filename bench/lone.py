@@ -1,0 +1,93 @@
+"""Instructions per lone message: a `router run` process under valgrind's callgrind while Proton C
+clients outside it (`loadgen echo` and `loadgen pingpong`, bench/loadgen) exchange requests and
+replies one at a time, so that every message is read, routed and written on its own: what a
+router at low load (or many independent flows at a low rate each, bench/pairs.py) pays per
+message, reads, writes, wake-ups and trio's scheduler included. bench/instructions.py counts the
+batched relay without sockets, where those costs are shared by many messages.
+
+Two rounds of ping-pong through the same router (SMALL, then LARGE round trips), each counted
+apart (callgrind_control dumps); per message = (LARGE's - SMALL's) / (LARGE - SMALL) / 2, as a
+round trip carries two messages (the request and the reply, each unsettled, each accepted). The
+router's start-up runs uninstrumented.
+
+    python bench/lone.py [--top N] [--small 50] [--large 250]
+
+Needs valgrind (Debian: apt-get install -y valgrind) and the load generator's build dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0]).resolve() == HERE:
+    sys.path[0] = str(HERE.parent)  # bench/topology.py would hide the topology package
+
+from bench.instructions import _exclusive  # noqa: E402
+from bench.loadgen.build import build  # noqa: E402
+from bench.scenarios import BUILD, Router, _finish, _loadgen  # noqa: E402
+
+
+def _callgrind(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], check=True, capture_output=True)
+
+
+def _pingpong(binary: Path, port: int, count: int) -> None:
+    common = ["--host", "127.0.0.1", "--port", str(port)]
+    echo = _loadgen(binary, "echo", *common, "--address", "ping", "--count", str(count), timeout_s=600)
+    time.sleep(1.0)  # the echo's link attached first (the router is slow under valgrind)
+    pp = _loadgen(binary, "pingpong", *common, "--address", "ping", "--reply-address", "pong",
+                  "--count", str(count), "--size", "100", timeout_s=600)  # fmt: skip
+    _finish("pingpong", pp, timeout_s=900)
+    _finish("echo", echo, timeout_s=60)
+
+
+def _total(path: Path) -> int:
+    text = subprocess.run(["callgrind_annotate", str(path)], capture_output=True, text=True, check=True).stdout
+    return next(int(line.split()[0].replace(",", "")) for line in text.splitlines() if "PROGRAM TOTALS" in line)
+
+
+def measure(small: int, large: int, top: int) -> None:
+    binary = build(BUILD)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg.out"
+        prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
+        config = {"router": {"id": "lone"}, "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}]}
+        r = Router(config, prefix=prefix)
+        try:
+            pid = r.proc.pid
+            _pingpong(binary, r.port, 10)  # first links and first messages: uncounted
+            _callgrind(pid, "-i", "on")
+            _callgrind(pid, "-z")
+            _pingpong(binary, r.port, small)
+            _callgrind(pid, "-d")
+            _pingpong(binary, r.port, large)
+            _callgrind(pid, "-d")
+        finally:
+            r.stop(wait_s=120)
+        dumps = sorted(Path(tmp).glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+        first, second = dumps[0], dumps[1]
+        per = (_total(second) - _total(first)) / (large - small) / 2
+        fs, fl = _exclusive(first), _exclusive(second)
+    print(f"instructions per lone message (router process, request or reply): {per:,.0f}")
+    diffs = sorted(((fl.get(k, 0) - fs.get(k, 0)) / (large - small) / 2, k) for k in set(fs) | set(fl))
+    for value, name in reversed(diffs[-top:]):
+        print(f"{value:12,.0f}  {name}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--small", type=int, default=50)
+    parser.add_argument("--large", type=int, default=250)
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    measure(args.small, args.large, args.top)
+
+
+if __name__ == "__main__":
+    main()
