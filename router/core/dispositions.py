@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..amqp.endpoints import ACTIVE
 from ..amqp.session import Session
 
 
@@ -70,8 +71,13 @@ class DispositionBatch:
         it or its connection: nothing may follow our close, transport §2.4.3)."""
         session = self.session
         conn = session.conn
-        if session.state.local.name != "ACTIVE" or conn.state.local.name != "ACTIVE" or conn.finished:
+        # By identity: an enum's .name is a Python-level property (~1,500 instructions each).
+        if session.state.local is not ACTIVE or conn.state.local is not ACTIVE or conn.finished:
             return False
+        if not self.firsts:  # one run (a lone outcome, or consecutive ones): no list to build
+            if self.run_last >= 0:
+                session.disposition(self.role, self.run_first, self.run_last, state=self.run_state, settled=self.settled)
+            return True
         for first, last, state in self.ranges():
             session.disposition(self.role, first, last, state=state, settled=self.settled)
         return True

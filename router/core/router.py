@@ -159,7 +159,8 @@ class RouterCore:
         forwarder = self.forwarder
         forwarder.now = now
         mesh = self.mesh
-        if mesh.enabled and mesh.node is None:
+        meshed = mesh.enabled  # (the mesh is interpreted: each attribute costs a dict lookup)
+        if meshed and mesh.node is None:
             mesh.start(now)
         for event in events:
             t = type(event)
@@ -172,7 +173,7 @@ class RouterCore:
                 forwarder.on_flow(event, now)  # type: ignore[arg-type]
             else:
                 self._lifecycle(state, event, now)
-        if mesh.dirty or now >= mesh.deadline:
+        if meshed and (mesh.dirty or now >= mesh.deadline):
             mesh.service(now)
         forwarder.flush()
 
