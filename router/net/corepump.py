@@ -190,9 +190,10 @@ class CorePump:
             deadline = self.core.next_deadline()
             self._timer_at = math.inf if deadline is None else deadline
             self._timer_wake = trio.Event()
-            with trio.move_on_after(max(0.0, self._timer_at - self.clock())):
+            with trio.move_on_after(max(0.0, self._timer_at - self.clock())) as sleep:
                 await self._timer_wake.wait()
-                continue  # re-read the deadline
+            if not sleep.cancelled_caught:
+                continue  # woken: re-read the deadline
             try:
                 self.core.tick(self.clock())
                 self.after_core()
