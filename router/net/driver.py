@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 import trio
 
@@ -36,6 +37,8 @@ from ..amqp.endpoints import CLOSED
 from ..amqp.events import Event
 from .stream import SealedStream, open_stream
 from .tlssession import TlsSession
+
+_current_time: Final = trio.current_time  # bound once: read on every read (compiled: no lookup)
 
 EventHandler = Callable[[list[Event]], None]
 PausePredicate = Callable[[], bool]
@@ -305,7 +308,7 @@ class ConnectionDriver:
         engine = self.engine
         stream = self._stream
         if self._initial:
-            engine.receive_data(self._initial, trio.current_time())
+            engine.receive_data(self._initial, _current_time())
             self._initial = b""
             self._dispatch()
         while True:
@@ -318,7 +321,7 @@ class ConnectionDriver:
                 while True:
                     if engine.finished:
                         if self._grace_deadline == math.inf:
-                            self._grace_deadline = trio.current_time() + CLOSE_GRACE_S
+                            self._grace_deadline = _current_time() + CLOSE_GRACE_S
                         deadline = self._grace_deadline
                     else:
                         next_deadline = engine.next_deadline()
@@ -343,7 +346,7 @@ class ConnectionDriver:
                         self._paused_when_due = False
                         continue  # look at the predicate again
                     data = await stream.receive()
-                    engine.receive_data(data, trio.current_time())
+                    engine.receive_data(data, _current_time())
                     self._dispatch()
                     if not data:
                         return  # the stream ended
@@ -353,7 +356,7 @@ class ConnectionDriver:
     async def _at_deadline(self) -> bool:
         """A deadline of the reader's fell due: act on it. True: the reader is done."""
         engine = self.engine
-        now = trio.current_time()
+        now = _current_time()
         if now >= self._open_deadline and engine.remote_open is None and not engine.finished:
             if self.on_open_timeout is not None:
                 self.on_open_timeout()
@@ -409,7 +412,7 @@ class ConnectionDriver:
                     self._sending = False
                 if not sent:
                     self._outq, self._unsent = [], 0
-                    engine.receive_data(b"", trio.current_time())
+                    engine.receive_data(b"", _current_time())
                     self._dispatch()
                     self._set_closed()
                     await self._close_stream()

@@ -20,11 +20,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import trio
 
 from .tlssession import TlsSession, TlsStream
+
+# Bound once: compiled, a module attribute (trio.lowlevel.wait_readable, os.read) is looked up
+# by name on every use, and these are used on every read and write.
+_wait_readable: Final = trio.lowlevel.wait_readable
+_read: Final = os.read
+_write: Final = os.write
 
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -58,7 +64,7 @@ class Stream:
         """Write what the socket takes at once (a direct socket only: `fd` >= 0); return the
         rest (b"" when all was taken). An error writes nothing: the next send_all meets it."""
         try:
-            written = os.write(self.fd, wire)
+            written = _write(self.fd, wire)
         except OSError:  # BlockingIOError among them
             return wire
         return b"" if written == len(wire) else wire[written:]
@@ -90,16 +96,16 @@ class Stream:
             if self._last_read_full:
                 await trio.lowlevel.checkpoint()
             else:
-                await trio.lowlevel.wait_readable(fd)
+                await _wait_readable(fd)
             while True:
                 # Closed while we waited, the descriptor's number may already belong to another
                 # connection: never read it then.
                 if self.fd != fd:
                     return b""
                 try:
-                    data = os.read(fd, self.read_size)
+                    data = _read(fd, self.read_size)
                 except BlockingIOError:
-                    await trio.lowlevel.wait_readable(fd)
+                    await _wait_readable(fd)
                     continue
                 self._last_read_full = len(data) == self.read_size
                 return data
