@@ -10,7 +10,7 @@ apart (callgrind_control dumps); per message = (LARGE's - SMALL's) / (LARGE - SM
 round trip carries two messages (the request and the reply, each unsettled, each accepted). The
 router's start-up runs uninstrumented.
 
-    python bench/lone.py [--top N] [--small 50] [--large 250]
+    python bench/lone.py [--top N] [--small 50] [--large 250] [--keep DIR]
 
 Needs valgrind (Debian: apt-get install -y valgrind) and the load generator's build dependencies.
 """
@@ -52,10 +52,12 @@ def _total(path: Path) -> int:
     return next(int(line.split()[0].replace(",", "")) for line in text.splitlines() if "PROGRAM TOTALS" in line)
 
 
-def measure(small: int, large: int, top: int) -> None:
+def measure(small: int, large: int, top: int, keep: Path | None = None) -> None:
     binary = build(BUILD)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = keep or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        out = tmp / "cg.out"
         prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
         config = {"router": {"id": "lone"}, "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}]}
         r = Router(config, prefix=prefix)
@@ -70,13 +72,13 @@ def measure(small: int, large: int, top: int) -> None:
             _callgrind(pid, "-d")
         finally:
             r.stop(wait_s=120)
-        dumps = sorted(Path(tmp).glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+        dumps = sorted(tmp.glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
         first, second = dumps[0], dumps[1]
         per = (_total(second) - _total(first)) / (large - small) / 2
         fs, fl = _exclusive(first), _exclusive(second)
     print(f"instructions per lone message (router process, request or reply): {per:,.0f}")
     diffs = sorted(((fl.get(k, 0) - fs.get(k, 0)) / (large - small) / 2, k) for k in set(fs) | set(fl))
-    for value, name in reversed(diffs[-top:]):
+    for value, name in reversed(diffs[-top:] if top > 0 else []):
         print(f"{value:12,.0f}  {name}")
 
 
@@ -85,8 +87,9 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=50)
     parser.add_argument("--large", type=int, default=250)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--keep", type=Path, help="keep the callgrind dumps here (cg.out.1: SMALL, cg.out.2: LARGE)")
     args = parser.parse_args()
-    measure(args.small, args.large, args.top)
+    measure(args.small, args.large, args.top, args.keep)
 
 
 if __name__ == "__main__":
