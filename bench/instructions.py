@@ -7,7 +7,11 @@ the cost per message, free of start-up and import costs. The count covers the wh
 router's engines and core, and the producer and consumer engines around it (which share the
 engine code). Functions compiled by mypyc appear as CPyDef_<module>___<function>.
 
-    python bench/instructions.py [--presettled] [--flow] [--routers N] [--multicast N] [--top N] [--callees FUNCTION_SUBSTRING]
+    python bench/instructions.py [--presettled] [--flow] [--routers N] [--multicast N] [--top N] [--callees FUNCTION_SUBSTRING] [--default-gc]
+
+The relay runs with the cyclic collector set as `router run` sets it (tune_gc: start-up objects
+frozen, young collections every 10,000 allocations); --default-gc keeps CPython's defaults
+(young collections every 700), as the figures before 2026-11-28 were counted.
 
 --multicast N counts the relay to a multicast address with N consumers (each gets every message).
 
@@ -35,21 +39,28 @@ from typing import TypeVar
 K = TypeVar("K")
 HERE = Path(__file__).resolve().parent
 SMALL, LARGE = 2000, 12000
-_RUN = "import sys; sys.argv = ['relay']; import runpy; m = runpy.run_path({path!r}); {call}"
+_RUN = "import sys; sys.argv = ['relay']; import runpy; m = runpy.run_path({path!r}); {gc}{call}"
+# The cyclic collector as `router run` sets it (router.cli.run.tune_gc), unless --default-gc: the
+# harness then counts what a running router pays, not CPython's default young collections.
+_ROUTER_GC = "from router.cli.run import tune_gc; tune_gc(); "
+_GC = {"router": _ROUTER_GC, "default": ""}
 _ROW = re.compile(r"\s*([\d,]+) \([^)]*\)\s+([*>]?)\s*(\S+)(?: \((\d+)x\))?")
 
 
-def _record(n: int, presettled: bool, routers: int, out: Path, flow: bool = False, receivers: int = 0) -> None:
+def _record(
+    n: int, presettled: bool, routers: int, out: Path, flow: bool = False, receivers: int = 0, gc: str = "router"
+) -> None:  # fmt: skip
+    fill = {"gc": _GC[gc]}
     if receivers:  # a multicast address with that many consumers
-        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, receivers={receivers})")
+        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, receivers={receivers})", **fill)
     elif flow:
         # The records are flushed once, at the end: the difference of the two runs is the hot path's.
-        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, flow=True, flush_every=0)")
+        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled}, flow=True, flush_every=0)", **fill)
     elif routers:  # a chain in the mesh harness (bench/meshrelay.py)
         call = f"m['run_chain']({routers}, {n}, {presettled})"
-        code = _RUN.format(path=str(HERE / "meshrelay.py"), call=call)
+        code = _RUN.format(path=str(HERE / "meshrelay.py"), call=call, **fill)
     else:
-        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled})")
+        code = _RUN.format(path=str(HERE / "relay.py"), call=f"m['run_relay']({n}, {presettled})", **fill)
     subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", code],
         check=True, capture_output=True, cwd=HERE.parent,
@@ -108,17 +119,19 @@ def main(argv: list[str]) -> int:
     routers = int(argv[argv.index("--routers") + 1]) if "--routers" in argv else 0
     flow = "--flow" in argv
     receivers = int(argv[argv.index("--multicast") + 1]) if "--multicast" in argv else 0
+    gc = "default" if "--default-gc" in argv else "router"
     with tempfile.TemporaryDirectory() as tmp:
         paths = [Path(tmp) / "small.out", Path(tmp) / "large.out"]
         with ThreadPoolExecutor(2) as pool:  # the two runs are independent: one per core
-            runs = [(SMALL, presettled, routers, paths[0], flow, receivers), (LARGE, presettled, routers, paths[1], flow, receivers)]
+            runs = [(n, presettled, routers, path, flow, receivers, gc) for n, path in zip((SMALL, LARGE), paths)]
             list(pool.map(lambda args: _record(*args), runs))
         costs = _per_message(_exclusive(paths[0]), _exclusive(paths[1]))
         kind = "presettled" if presettled else "unsettled"
         what = f"chain of {routers} routers" if routers else "relay with flow records on" if flow else "relay"
         if receivers:
             what = f"multicast relay to {receivers} consumers"
-        print(f"{what}, 100-byte {kind} messages: {sum(costs.values()):,.0f} instructions per message")
+        collector = "CPython's default collector" if gc == "default" else "the router's collector settings"
+        print(f"{what}, 100-byte {kind} messages, {collector}: {sum(costs.values()):,.0f} instructions per message")
         for name, cost in sorted(costs.items(), key=lambda kv: -kv[1])[:top]:
             print(f"{cost:10,.0f}  {name}")
         if pattern:
