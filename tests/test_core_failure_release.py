@@ -290,3 +290,21 @@ async def test_a_half_done_detach_unlists_the_consumer(
         assert entry is None or not entry.consumers
     await still_serves(router, "d")
     assert_quiet(router.core)
+
+
+async def test_a_request_cut_short_at_an_in_process_endpoint_leaves_the_byte_count_alone(
+    autojump_clock: trio.testing.MockClock, router: MemRouter
+) -> None:
+    """A multi-frame request to $management past its size limit is aborted while the endpoint
+    collects it: its bytes were never counted as waiting, so none may be taken off (the router's
+    byte budget once went negative by the first frame of each: bounds then never bound)."""
+    from router.core.forwarding import LOCAL_MESSAGE_LIMIT
+
+    async with router.connect() as client:
+        sender = await client.open_sender("$management")
+        with trio.fail_after(30):
+            outcome = await sender.send(Message.value("x" * (LOCAL_MESSAGE_LIMIT + FRAME)))
+        assert type(outcome).__name__ == "Rejected"
+        assert router.core.bounds.buffered_total == 0 and router.core.bounds.holders == 0
+    await still_serves(router)
+    assert_quiet(router.core)
