@@ -271,7 +271,7 @@ def main() -> int:
                 (args.crashes / f"crash-{len(crashes)}.txt").write_text("".join(traceback.format_exception(exc)))
                 print(f"crash {len(crashes)}: {key}", flush=True)
             crashes[key] = crashes.get(key, 0) + 1
-            core.connections.pop(engine, None)  # keep the run going (and its memory bounded)
+            core.forget(engine, now)  # as the server does: the core releases it (router.core.release)
         if n % GOOD_EVERY == 0:
             now += 1.0
             core.tick(now)

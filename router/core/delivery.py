@@ -31,7 +31,7 @@ class Forward:
         "in_link", "in_id", "in_session", "presettled", "frames", "complete", "size", "entry",
         "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
         "message_format", "state", "arrived", "view", "meta", "rframe", "holds_slot", "fields",
-        "arrived_at", "sent_at", "hop",
+        "arrived_at", "sent_at", "hop", "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +76,11 @@ class Forward:
         self.arrived_at = 0.0
         self.sent_at = 0.0
         self.hop: str | None = None
+        # Its bytes count in the bounds (router.core.bounds): it waits for credit. Set and
+        # cleared only by Waiting._wait_bytes, so that they leave the bounds once, and only if
+        # they were counted (an abort cannot otherwise tell a waiting delivery from one whose
+        # routing never finished, or one an in-process endpoint is collecting).
+        self.waiting = False
 
     def __repr__(self) -> str:
         return f"Forward(in={self.in_id}, out={self.out_id}, done={self.done})"

@@ -235,7 +235,7 @@ class Forwarder(Waiting):
                              f"requests to {fwd.entry.address} are limited to {LOCAL_MESSAGE_LIMIT} bytes")  # fmt: skip
             elif fwd.complete:
                 self._deliver_local(fwd)
-        elif fwd.frames is not None:  # still waiting for a consumer
+        elif fwd.frames is not None and fwd.waiting:  # still waiting for a consumer
             fwd.frames.append(bytes(payload) if type(payload) is memoryview else payload)
             fwd.size += len(payload)
             bounds = self.bounds

@@ -57,6 +57,7 @@ from .linkrelay import RoutedLink
 from .linkroute import LinkRoutes
 from .mesh import Mesh
 from .policy import PolicyUnit
+from .release import ConnectionEnd
 from .table import AddressTable, LocalEndpoint
 from .touched import Touched
 
@@ -118,6 +119,10 @@ class RouterCore:
         self.policy = PolicyUnit(config.policy)
         # Frozen snapshots for management (router.core.coreread; the mesh's half is core.mesh).
         self.read = CoreReadApi(self.connections, self.table, self.links, self.forwarder, self.bounds, self.logins)
+        # A connection's end, however it came (router.core.release): after a failure in the
+        # middle of its input too.
+        self.ending = ConnectionEnd(self.connections, self.links, self.forwarder, self.table, self.bounds, self.mesh,
+                                    self.autolinks, self.link_routes, self.policy, self.touched)  # fmt: skip
 
     # --- the surface the network layer uses -----------------------------------------------------
 
@@ -162,20 +167,34 @@ class RouterCore:
         meshed = mesh.enabled  # (the mesh is interpreted: each attribute costs a dict lookup)
         if meshed and mesh.node is None:
             mesh.start(now)
-        for event in events:
-            t = type(event)
-            if t is ev.TransferReceived:
-                state.last_delivery = now
-                forwarder.on_transfer(event, now)  # type: ignore[arg-type]
-            elif t is ev.DispositionReceived:
-                forwarder.on_disposition(event)  # type: ignore[arg-type]
-            elif t is ev.FlowReceived:
-                forwarder.on_flow(event, now)  # type: ignore[arg-type]
-            else:
-                self._lifecycle(state, event, now)
-        if meshed and (mesh.dirty or now >= mesh.deadline):
-            mesh.service(now)
-        forwarder.flush()
+        try:
+            for event in events:
+                t = type(event)
+                if t is ev.TransferReceived:
+                    state.last_delivery = now
+                    forwarder.on_transfer(event, now)  # type: ignore[arg-type]
+                elif t is ev.DispositionReceived:
+                    forwarder.on_disposition(event)  # type: ignore[arg-type]
+                elif t is ev.FlowReceived:
+                    forwarder.on_flow(event, now)  # type: ignore[arg-type]
+                else:
+                    self._lifecycle(state, event, now)
+            if meshed and (mesh.dirty or now >= mesh.deadline):
+                mesh.service(now)
+            forwarder.flush()
+        except Exception:
+            # A bug (one a hostile peer can reach): the failure is this connection's, and the
+            # network layer ends it. Its release will look for what the batch left half done
+            # (router.core.release); what others were told before the failure goes out now.
+            self._failed(state)
+            raise
+
+    def _failed(self, state: ConnState) -> None:
+        self.ending.failed(state)
+        try:
+            self.forwarder.flush()
+        except Exception:  # the release flushes again
+            pass
 
     def wall_time(self, now: float) -> float:
         """The wall-clock time (seconds since the epoch) at monotonic `now`."""
@@ -189,9 +208,7 @@ class RouterCore:
         if state is None:
             return
         self.forwarder.now = now
-        self._connection_gone(state, now)
-        self.forwarder.flush()
-        self.touched.discard(engine)  # nothing more can be written to it
+        self.ending.release(state, now, reattach=not (self.quiescing or self.shutting_down))  # never raises
 
     def take_touched(self) -> set[Connection]:
         """The engines that may have output since the last call (the caller wakes their writers)."""
@@ -393,8 +410,8 @@ class RouterCore:
                 self._connection_gone(state, now)
                 engine.close()
             case ev.TransportClosed():
-                self._connection_gone(state, now)
                 self.connections.pop(engine, None)
+                self.ending.release(state, now, reattach=not (self.quiescing or self.shutting_down))
             case ev.ProtocolViolation() if event.scope == "connection":
                 self._connection_gone(state, now)
             case _:
@@ -520,12 +537,8 @@ class RouterCore:
         if state.closed:
             return
         state.closed = True
-        if state.policy is not None:
-            self.policy.closed(state.policy)
-        for session in state.engine.sessions:
-            self.links.session_ended(session, now)
-        if state.role == "route-container":
-            self.autolinks.connection_gone(state, now, reattach=not (self.quiescing or self.shutting_down))
-        self.link_routes.connection_gone(state)
-        if state.peer is not None:
-            self.mesh.peer_gone(state, now)
+        # Every step runs even when one fails (router.core.release); the first failure is this
+        # connection's (it ends, and its release sweeps for what was left).
+        error = self.ending.links_gone(state, now, reattach=not (self.quiescing or self.shutting_down))
+        if error is not None:
+            raise error

@@ -117,6 +117,9 @@ class Waiting(Multicast):
             heapq.heappush(self._expiring, (fwd.expiry, next(self._seq), fwd))
 
     def _wait_bytes(self, fwd: Forward, sign: int) -> None:
+        if fwd.waiting is (sign > 0):
+            return  # counted already, or never counted (see Forward.waiting)
+        fwd.waiting = sign > 0
         # By its session, not its link: the link may be gone (or unlinked when the producer
         # settled first) while the delivery still waits, and its bytes still count.
         session = fwd.in_session
