@@ -195,12 +195,17 @@ class Connection:
         if self._stage != _AMQP or self.failed or self.finished:  # no timers after both closes
             # (but a held-back failed login's outcome has one: the AMQP path pays nothing for it)
             return self._held[0] if self._held is not None and self._stage == _HELD else None
-        deadlines = []
-        if self.config.idle_timeout_s and self.remote_open is not None:
-            deadlines.append(self._last_received + self.config.idle_timeout_s)
-        if self.remote_idle_timeout_s and self.state.local is ACTIVE:
-            deadlines.append(self._last_sent + self.remote_idle_timeout_s / 2)
-        return min(deadlines) if deadlines else None
+        # Asked after every read: no list, no min().
+        deadline: float | None = None
+        idle = self.config.idle_timeout_s
+        if idle and self.remote_open is not None:
+            deadline = self._last_received + idle
+        remote = self.remote_idle_timeout_s
+        if remote and self.state.local is ACTIVE:
+            beat = self._last_sent + remote / 2
+            if deadline is None or beat < deadline:
+                deadline = beat
+        return deadline
 
     def tick(self, now: float) -> None:
         """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""

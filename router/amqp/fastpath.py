@@ -114,10 +114,8 @@ def read_fields(buf: bytes, pos: int, end: int) -> tuple[list[Any], int] | None:
 
 
 def _uint(value: int) -> bytes:
-    if value == 0:
-        return b"\x43"
-    if value < 256:
-        return bytes((0x52, value))
+    if 0 <= value < 256:
+        return _SMALL_UINTS[value]
     return b"\x70" + _pack_I(value)
 
 
@@ -128,11 +126,14 @@ def _list(descriptor: bytes, count: int, body: bytes) -> bytes:
 
 
 _TRUE_FALSE: Final[tuple[bytes, ...]] = (b"\x42", b"\x41")
-_TRANSFER_DESCRIPTOR = b"\x00\x53\x14"
-_FLOW_DESCRIPTOR = b"\x00\x53\x13"
-_DISPOSITION_DESCRIPTOR = b"\x00\x53\x15"
-_ACCEPTED = b"\x00\x53\x24\x45"
-_RELEASED = b"\x00\x53\x26\x45"
+# Final: compiled, a plain module constant is a dict lookup on every use.
+_TRANSFER_DESCRIPTOR: Final = b"\x00\x53\x14"
+_FLOW_DESCRIPTOR: Final = b"\x00\x53\x13"
+_DISPOSITION_DESCRIPTOR: Final = b"\x00\x53\x15"
+_ACCEPTED: Final = b"\x00\x53\x24\x45"
+_RELEASED: Final = b"\x00\x53\x26\x45"
+# A uint below 256 as encoded (uint0 for 0, smalluint otherwise): no tuple and bytes per field.
+_SMALL_UINTS: Final[tuple[bytes, ...]] = (b"\x43",) + tuple(bytes((0x52, v)) for v in range(1, 256))
 
 
 def transfer_performative(

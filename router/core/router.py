@@ -229,7 +229,8 @@ class RouterCore:
 
     def next_deadline(self) -> float | None:
         deadline = self.forwarder.next_deadline()
-        mesh = self.mesh.next_deadline()
+        # Asked after every call into the core; the mesh (interpreted) has none when it is off.
+        mesh = self.mesh.next_deadline() if self.mesh.enabled else None
         if mesh is not None and (deadline is None or mesh < deadline):
             deadline = mesh
         if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)
