@@ -17,6 +17,7 @@ from router.amqp.decode import decode_at
 from router.amqp.encode import encode
 from router.amqp.errors import DecodeError
 from router.amqp.fastpath import (
+    _common_disposition,
     parse_disposition,
     parse_flow,
     parse_transfer,
@@ -165,3 +166,16 @@ def test_fast_parsers_agree_on_wrongly_typed_fields(cls: type, data: st.DataObje
     assert not isinstance(fast, DecodeError), (items, fast)
     value, stop = general
     _assert_agree(expected(value, stop), fast)
+
+
+def test_the_disposition_clients_send_is_read_without_the_general_path() -> None:
+    # As Proton C writes it (seen on the wire): role receiver, first 123, last null, settled,
+    # accepted. The common shape is read inline; a rejected outcome goes the general way.
+    body = b"\xc0\x0a\x05\x41\x52\x7b\x40\x41\x00\x53\x24\x45"
+    assert _common_disposition(body, 0, len(body)) == (True, 123, None, True, m.Accepted())
+    assert parse_disposition(body, 0, len(body)) == (True, 123, None, True, m.Accepted())
+    rejected = encode(Described(ULong(p.Disposition.DESCRIPTOR_CODE), [True, UInt(5), None, True, m.Rejected()]))[3:]
+    assert _common_disposition(rejected, 0, len(rejected)) is None
+    assert parse_disposition(rejected, 0, len(rejected))[4] == m.Rejected()
+    for cut in range(1, len(body)):  # truncated: not the inline reader's to refuse
+        assert _common_disposition(body[:cut], 0, cut) is None

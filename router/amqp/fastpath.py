@@ -445,8 +445,91 @@ def parse_flow(buf: bytes, pos: int, end: int) -> FlowFields:
 DispositionFields = tuple[bool, int, "int | None", bool, Any]
 
 
+def _uint_at(buf: bytes, p: int) -> tuple[int, int]:
+    """(value, offset after it) of a uint as peers write it (uint0, smalluint, uint); (-1, p)
+    for any other constructor."""
+    code = buf[p]
+    if code == 0x52:
+        return buf[p + 1], p + 2
+    if code == 0x43:
+        return 0, p + 1
+    if code == 0x70:
+        return u32(buf, p + 1), p + 5
+    return -1, p
+
+
+def _common_disposition(buf: bytes, pos: int, end: int) -> DispositionFields | None:
+    """The disposition every client sends (a list8 of role, first, last or null, settled or
+    null, then null, accepted or released, then a null or boolean batchable), read without a
+    field list; None for any other shape or any inconsistency: the caller then reads it the
+    general way, which also names what is wrong. Never raises."""
+    try:
+        if buf[pos] != 0xC0:
+            return None
+        stop = pos + 2 + buf[pos + 1]
+        count = buf[pos + 2]
+        if stop > end or count < 2 or count > 6:
+            return None
+        p = pos + 3
+        code = buf[p]
+        if code != 0x41 and code != 0x42:
+            return None
+        role = code == 0x41
+        first, p = _uint_at(buf, p + 1)
+        if first < 0:
+            return None
+        last: int | None = None
+        settled = False
+        state: Any = None
+        if count >= 3:
+            if buf[p] == 0x40:
+                p += 1
+            else:
+                value, p = _uint_at(buf, p)
+                if value < 0:
+                    return None
+                last = value
+        if count >= 4:
+            code = buf[p]
+            if code == 0x41:
+                settled = True
+            elif code != 0x42 and code != 0x40:
+                return None
+            p += 1
+        if count >= 5:
+            code = buf[p]
+            if code == 0x00:
+                if buf[p + 1] != 0x53 or buf[p + 3] != 0x45:
+                    return None
+                outcome = buf[p + 2]
+                if outcome == 0x24:
+                    state = ACCEPTED
+                elif outcome == 0x26:
+                    state = RELEASED
+                else:
+                    return None
+                p += 4
+            elif code == 0x40:
+                p += 1
+            else:
+                return None
+        if count == 6:
+            code = buf[p]
+            if code != 0x40 and code != 0x41 and code != 0x42:
+                return None
+            p += 1
+        if p != stop:
+            return None
+        return (role, first, last, settled, state)
+    except IndexError:
+        return None
+
+
 def parse_disposition(buf: bytes, pos: int, end: int) -> DispositionFields:
     """(role, first, last, settled, state) of a disposition (transport §2.7.6)."""
+    common = _common_disposition(buf, pos, end)
+    if common is not None:
+        return common
     parsed = read_fields(buf, pos, end)
     if parsed is None:
         d, _ = _general(buf, pos, end, Disposition)
