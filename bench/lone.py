@@ -10,7 +10,7 @@ apart (callgrind_control dumps); per message = (LARGE's - SMALL's) / (LARGE - SM
 round trip carries two messages (the request and the reply, each unsettled, each accepted). The
 router's start-up runs uninstrumented.
 
-    python bench/lone.py [--top N] [--small 50] [--large 250] [--keep DIR]
+    python bench/lone.py [--top N] [--small 100] [--large 500] [--keep DIR]
 
 Needs valgrind (Debian: apt-get install -y valgrind) and the load generator's build dependencies.
 """
@@ -84,8 +84,8 @@ def measure(small: int, large: int, top: int, keep: Path | None = None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", type=int, default=50)
-    parser.add_argument("--large", type=int, default=250)
+    parser.add_argument("--small", type=int, default=100)
+    parser.add_argument("--large", type=int, default=500)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--keep", type=Path, help="keep the callgrind dumps here (cg.out.1: SMALL, cg.out.2: LARGE)")
     args = parser.parse_args()

@@ -17,19 +17,17 @@ from ..amqp.session import Session
 
 
 class DispositionBatch:
-    """The pending dispositions of one (session, role, settled): finished runs in lists, the
+    """The pending dispositions of one (session, role, settled): finished runs in a list (made
+    when the first run ends: a lone outcome, the common case at low load, allocates none), the
     run being extended in plain attributes (the common add touches nothing else)."""
 
-    __slots__ = ("session", "role", "settled", "firsts", "lasts", "states", "ordered",
-                 "run_first", "run_last", "run_state")  # fmt: skip
+    __slots__ = ("session", "role", "settled", "runs", "ordered", "run_first", "run_last", "run_state")
 
     def __init__(self, session: Session, role: bool, settled: bool) -> None:
         self.session = session
         self.role = role
         self.settled = settled
-        self.firsts: list[int] = []
-        self.lasts: list[int] = []
-        self.states: list[Any] = []
+        self.runs: list[tuple[int, int, Any]] | None = None  # finished (first, last, state) runs
         self.ordered = True  # every run starts after the previous one ends
         self.run_first = -1  # -1: no run yet
         self.run_last = -1
@@ -45,15 +43,16 @@ class DispositionBatch:
         elif delivery_id <= last:
             self.ordered = False
         if last >= 0:
-            self.firsts.append(self.run_first)
-            self.lasts.append(last)
-            self.states.append(self.run_state)
+            runs = self.runs
+            if runs is None:
+                runs = self.runs = []
+            runs.append((self.run_first, last, self.run_state))
         self.run_first = self.run_last = delivery_id
         self.run_state = state
 
     def ranges(self) -> list[tuple[int, int, Any]]:
         """(first, last, state) ranges covering every delivery added, in delivery-id order."""
-        runs = list(zip(self.firsts, self.lasts, self.states))
+        runs = [] if self.runs is None else list(self.runs)
         if self.run_last >= 0:
             runs.append((self.run_first, self.run_last, self.run_state))
         if self.ordered:
@@ -74,7 +73,7 @@ class DispositionBatch:
         # By identity: an enum's .name is a Python-level property (~1,500 instructions each).
         if session.state.local is not ACTIVE or conn.state.local is not ACTIVE or conn.finished:
             return False
-        if not self.firsts:  # one run (a lone outcome, or consecutive ones): no list to build
+        if self.runs is None:  # one run (a lone outcome, or consecutive ones): no list to build
             if self.run_last >= 0:
                 session.disposition(self.role, self.run_first, self.run_last, state=self.run_state, settled=self.settled)
             return True
