@@ -236,7 +236,7 @@ def _drain(h: Harness, peers: list[Peer]) -> None:
     raise AssertionError("deliveries kept coming")
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=100, deadline=None, derandomize=True)
 @given(
     links=st.lists(LINKS, min_size=3, max_size=3),
     steps=st.lists(STEP, min_size=4, max_size=30),

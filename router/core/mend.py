@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..amqp.messaging import RELEASED
 from ..amqp.performatives import RECEIVER
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .links import alive
@@ -68,27 +69,35 @@ class Mend:
     # --- (1) transfers left open --------------------------------------------------------------
 
     def _open_transfers(self, states: list[ConnState]) -> None:
-        """A consumer link whose engine still has a delivery open (more=true written) that no
-        record is sending: abort it, and fail it if it was recorded as sent unsettled."""
+        """A consumer link whose engine still has a delivery open (more=true written) that
+        nothing will finish: no record streams it, or its record's producer will send no more
+        of it (done, complete, or no longer arriving: the producer's end was cut short before
+        it aborted the delivery downstream). Abort it; the delivery, never whole there, is
+        released for its producer (the consumer discards it)."""
         forwarder = self.forwarder
         for state in states:
             for out in list(state.out_links):
                 link = out.link
                 record = out.streaming
-                if link.out_delivery < 0 or (record is not None and not _forward(record).done):
+                if link.out_delivery < 0 and record is None:
                     continue
+                if record is not None:
+                    fwd = _forward(record)
+                    inl = fwd.in_link
+                    if not fwd.done and not fwd.complete and inl is not None and not inl.gone and inl.streaming is fwd:
+                        continue  # the rest is still coming
                 out.streaming = None
                 delivery_id = link.out_delivery
-                if not alive(link):
-                    continue
-                link.abort()
-                self.touched.touch(state.engine)
+                if delivery_id >= 0 and alive(link):
+                    link.abort()
+                    self.touched.touch(state.engine)
                 maps = link.session.context
-                if isinstance(maps, SessionMaps):
+                if delivery_id >= 0 and isinstance(maps, SessionMaps):
                     sent = maps.outbound.pop(delivery_id)
                     if sent is not None:  # (an aborted delivery is settled: §2.7.5)
                         forwarder.unsettled_out(sent, out)
-                        _fail(forwarder, sent)
+                if record is not None:
+                    _released(forwarder, record)
                 forwarder.consumer_ready(out)
 
     # --- (2) deliveries nothing leads to --------------------------------------------------------
@@ -133,6 +142,11 @@ class Mend:
                     forwarder._copy_failed(copy)  # never sent: released
                 else:
                     forwarder._copy_failed(copy, DELIVERY_FAILED)
+            if not fwd.done and all(copy.done for copy in fwd.copies):  # combined, never relayed
+                if fwd.presettled:
+                    forwarder._presettled_sent(fwd)
+                else:
+                    forwarder.relay_outcome(fwd, fwd.state if fwd.best >= 0 else RELEASED)
             return
         out = fwd.out
         if out is None:
@@ -239,6 +253,18 @@ def _fail(forwarder: Forwarder, record: Forward | Copy) -> None:
         forwarder._presettled_sent(record)
     else:
         forwarder.relay_outcome(record, DELIVERY_FAILED)
+
+
+def _released(forwarder: Forwarder, record: Forward | Copy) -> None:
+    """A delivery aborted on its way out: it never reached the consumer whole."""
+    if type(record) is Copy:
+        if not record.done:
+            forwarder._copy_failed(record)
+        return
+    assert isinstance(record, Forward)
+    if not record.done:
+        forwarder._wait_bytes(record, -1)
+        forwarder.unroutable(record)
 
 
 def _tell(forwarder: Forwarder, fwd: Forward) -> None:
