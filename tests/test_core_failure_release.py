@@ -23,7 +23,6 @@ from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Modified, Released
 from router.config.models import Listener, RouterConfig, RouterSection
 from router.core.connections import ConnState
-from router.core.delivery import SessionMaps
 from router.core.router import RouterCore
 from router.net.client import Client
 from router.testing.memrouter import MemNetwork, MemRouter
