@@ -113,6 +113,23 @@ def test_a_stuck_consumer_takes_deliveries_again_once_it_settles() -> None:
     assert _out(consumer, rx).stuck_count == 2
 
 
+def test_a_bound_of_one_delivery_takes_the_next_once_the_first_is_settled() -> None:
+    h = RouterHarness(_config(max_unsettled_per_link=1))
+    producer, consumer = h.connect("p"), h.connect("c")
+    consumer.auto_accept = False
+    rx, tx = consumer.receiver("q"), producer.sender("q")
+    h.pump()
+    rx.flow(10)
+    for n in range(3):
+        producer.send(tx, Message.value(n))
+    h.pump()
+    for n in range(3):
+        assert consumer.bodies(rx) == [n]  # one at a time
+        _settle_all(consumer, rx)
+        h.pump()
+    assert h.core.bounds.stuck_now == 0 and len(producer.outcomes) == 3
+
+
 def test_the_connection_bound_covers_all_its_consumer_links() -> None:
     h = RouterHarness(_config(max_unsettled_per_link=1000, max_unsettled_per_connection=30))
     producer, consumer = h.connect("p"), h.connect("c")

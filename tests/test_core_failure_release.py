@@ -23,10 +23,11 @@ from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Modified, Released
 from router.config.models import Listener, RouterConfig, RouterSection
 from router.core.connections import ConnState
-from router.core.delivery import SessionMaps
 from router.core.router import RouterCore
 from router.net.client import Client
 from router.testing.memrouter import MemNetwork, MemRouter
+
+from .support import release_checks
 
 FRAME = 512  # the router's max-frame-size: a larger message arrives in several transfer frames
 
@@ -92,37 +93,13 @@ async def gone(router: MemRouter, state: ConnState) -> None:
 
 
 def assert_nothing_of(router: MemRouter, state: ConnState) -> None:
-    """Nothing of `state` remains anywhere in the core."""
-    core: RouterCore = router.core
-    assert state.closed and state.engine not in core.connections
-    for entry in core.table.entries.values():
-        assert not [out for out in entry.consumers if out.conn is state], entry
-        assert not [inl for inl in entry.producers if inl.conn is state], entry
-        assert not [f for f in entry.pending if f.in_link is not None and f.in_link.conn is state], entry
-    assert not state.out_links and not state.in_links
-    assert not [inl for inl in core.bounds.starved if inl.conn is state]
-    for other in core.connections.values():
-        for session in other.engine.sessions:
-            maps = session.context
-            if isinstance(maps, SessionMaps):
-                for _, fwd in maps.inbound.items():
-                    assert fwd.done or fwd.out is None or fwd.out.conn is not state, fwd
-    assert state.engine not in core.touched.take()
-    assert not core.ending.failed_conns
-    assert len(router.agent.entities("connection")) == len(core.connections)
+    """Nothing of `state` remains anywhere in the core, nor in management's connection list."""
+    release_checks.assert_nothing_of(router.core, state)
+    assert len(router.agent.entities("connection")) == len(router.core.connections)
 
 
 def assert_quiet(core: RouterCore) -> None:
-    """No delivery in flight, no bytes held, no consumer stuck."""
-    assert core.in_flight() == 0
-    assert core.bounds.buffered_total == 0 and core.bounds.holders == 0
-    assert core.bounds.stuck_now == 0
-    for state in core.connections.values():
-        assert state.buffered_bytes == 0 and state.unsettled_out == 0, state
-        for out in state.out_links:
-            assert out.outstanding == 0 and out.streaming is None, out
-        for inl in state.in_links:
-            assert inl.inflight == 0 and inl.streaming is None, inl
+    release_checks.assert_quiet(core)
 
 
 async def still_serves(router: MemRouter, address: str = "alive") -> None:

@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 
 def resume_below(limit: int) -> int:
     """A stuck link or connection takes deliveries again below this many unsettled: a margin, so
-    that a consumer at its bound gets batches rather than one delivery per settlement."""
-    return limit - max(1, limit // 8)
+    that a consumer at its bound gets batches rather than one delivery per settlement. Never
+    below 1: at a bound of 1 the margin would otherwise be 0, and no count is below 0 (the link
+    stayed stuck after its first delivery for good)."""
+    return max(1, limit - max(1, limit // 8))
 
 
 class Bounds:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .delivery import Forward, SessionMaps
+from .mend import Mend
 from .settlement import DELIVERY_FAILED
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ class ConnectionEnd:
         # docstring).
         self.failed_conns: set[ConnState] = set()
         self.failures = 0  # connections the core failed on, ever (tests read it)
+        self.mend = Mend(forwarder, bounds, table, connections, touched)
 
     # --- the steps ----------------------------------------------------------------------------
 
@@ -129,6 +131,7 @@ class ConnectionEnd:
         if failed or state in self.failed_conns:
             step("a sweep of the address table", self._sweep_table, state, now)
             step("a sweep of the deliveries in flight through it", self._sweep_sent, state)
+            step("what the failure left half done for others", self.mend.run, state)
         step("its starved producers", self._forget_starved, state)
         step("the outcomes for other connections", self.forwarder.flush)
         self.touched.discard(state.engine)  # nothing more can be written to it
@@ -161,6 +164,12 @@ class ConnectionEnd:
                 inl.gone = True
                 state.in_links.discard(inl)
                 forwarder.producer_gone(inl, now)
+            # A consumer's end cut short may have left what waits here unrouted (no consumer
+            # left: released) and its producers' credit as it was: both looked at again.
+            if entry.pending:
+                forwarder.reroute(entry)
+            for inl in entry.producers:
+                forwarder.credit_dirty(inl)
             if not entry.remote:
                 table.discard_if_unused(entry)
 

@@ -238,8 +238,10 @@ class Settlement(ProducerCredit):
             fwd.outcome_sent = True  # settled once the producer has
             self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, False)
             return True
-        forget_inbound(fwd)
+        # Written before it leaves the map: a failure in between leaves it there, done, with no
+        # outcome sent, which the release after a failure reads as untold (router.core.mend).
         self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, True)
+        forget_inbound(fwd)
         return False
 
     def _settle_producer(self, fwd: Forward) -> None:
@@ -250,8 +252,8 @@ class Settlement(ProducerCredit):
         if inl.link.rcv_settle_mode == RCV_SECOND:
             return  # the producer settles first; nothing is left downstream to settle then
         fwd.outcome_sent = False
+        self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)  # (then forgotten: as above)
         forget_inbound(fwd)
-        self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)
 
     def _producer_settled(self, fwd: Forward) -> None:
         inl = fwd.in_link

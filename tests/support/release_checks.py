@@ -1,0 +1,43 @@
+"""What must hold of the core once a connection it failed on is released (router.core.release):
+nothing of the connection left anywhere, and nothing left counted for the others."""
+
+from __future__ import annotations
+
+from router.core.connections import ConnState
+from router.core.delivery import SessionMaps
+from router.core.router import RouterCore
+
+
+def assert_nothing_of(core: RouterCore, state: ConnState) -> None:
+    """Nothing of `state` remains anywhere in the core."""
+    assert state.closed and state.engine not in core.connections
+    for entry in core.table.entries.values():
+        assert not [out for out in entry.consumers if out.conn is state], entry
+        assert not [inl for inl in entry.producers if inl.conn is state], entry
+        assert not [f for f in entry.pending if f.in_link is not None and f.in_link.conn is state], entry
+    assert not state.out_links and not state.in_links
+    assert not [inl for inl in core.bounds.starved if inl.conn is state]
+    for other in core.connections.values():
+        for session in other.engine.sessions:
+            maps = session.context
+            if isinstance(maps, SessionMaps):
+                for _, fwd in maps.inbound.items():
+                    assert fwd.done or fwd.out is None or fwd.out.conn is not state, fwd
+                    for copy in fwd.copies or ():
+                        assert copy.done or copy.out.conn is not state, (fwd, copy)
+    assert state.engine not in core.touched.take()
+    assert not core.ending.failed_conns
+
+
+def assert_quiet(core: RouterCore) -> None:
+    """No delivery in flight, no bytes held, no consumer stuck or half way through a delivery."""
+    assert core.in_flight() == 0
+    assert core.bounds.buffered_total == 0 and core.bounds.holders == 0
+    assert core.bounds.stuck_now == 0
+    for state in core.connections.values():
+        assert state.buffered_bytes == 0 and state.unsettled_out == 0, state
+        for out in state.out_links:
+            assert out.outstanding == 0 and out.streaming is None and not out.pending, out
+            assert out.link.out_delivery < 0, out  # no transfer left with more=true
+        for inl in state.in_links:
+            assert inl.inflight == 0 and inl.held == 0 and inl.streaming is None, inl

@@ -1,0 +1,388 @@
+"""A connection the core fails on, anywhere in random traffic, leaves nothing behind
+(router.core.release), in process (router.testing.routerharness, no sockets).
+
+Several clients attach producers and consumers of anycast and multicast addresses and send
+settled and unsettled messages of one or several frames; consumers give credit and settle with
+any outcome. One client is doomed: from a chosen step on, the `nth` call of one of the core's
+per-message or attach/detach methods raises while the core handles that client's input. The
+harness then does what the network layer does (the connection ends unwritten, the core forgets
+it) and the others carry on. At the end every consumer left gives credit and settles what it
+holds, and then: nothing of the failed connection remains in the core; every unsettled delivery
+the others sent on a link still attached has a settled outcome; every message a consumer got
+is one that was sent, whole; no delivery, unsettled count or byte is left counted; and a new
+producer and consumer still exchange a message, on every address."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from router.amqp import events as ev
+from router.amqp.endpoints import ACTIVE
+from router.amqp.link import Link
+from router.amqp.message import Message, decode_message
+from router.amqp.messaging import ACCEPTED, Accepted, Modified, Rejected, Released
+from router.amqp.performatives import Error
+from router.config.models import AddressConfig, Listener, RouterConfig, RouterSection
+from router.core.connections import ConnState
+from router.core.router import RouterCore
+from router.testing.routerharness import Client, RouterHarness
+
+from .support.release_checks import assert_nothing_of, assert_quiet
+
+FRAME = 512  # a larger message crosses the router in several transfer frames
+ADDRESSES = ["any/a", "any/b", "mc/a"]  # mc: multicast
+SIZES = [10, 700, 1700]  # one, two and four frames
+
+# Where the failure is injected: (unit, method). The per-message path (arriving frames, routing,
+# sending, waiting, credit, settlement both ways, the flush) and the attach/detach path.
+POINTS = [
+    ("forwarder", name)
+    for name in (
+        "on_transfer", "_first_frame", "_next_frame", "_route", "_send", "_send_copy", "_multicast", "_stream",
+        "_stream_done", "_wait", "consumer_ready", "on_flow", "on_disposition", "consumer_outcome",
+        "relay_outcome", "_copy_outcome", "_copy_failed", "handed_over", "_presettled_sent", "unroutable",
+        "fail_sent", "consumer_gone", "producer_gone", "_aborted", "reroute", "credit_dirty", "flush",
+        "dispose", "unsettled_out", "end_stream",
+    )
+] + [
+    ("links", name) for name in ("attach_link", "detach_link", "link_gone", "_add_consumer", "_add_producer")
+] + [("mesh", "consumers_changed")] + [
+    ("bounds", name) for name in ("observe", "hold", "reached", "settled", "gone")
+]  # fmt: skip
+
+
+class InjectedFault(Exception):
+    """A bug in the core, as far as the network layer can tell."""
+
+
+def config(unsettled: int = 4) -> RouterConfig:
+    return RouterConfig(
+        router=RouterSection(id="failing"),
+        # A small unsettled bound: consumers reach it (bounds.reached) in a few messages.
+        listeners=(Listener(name="amqp", port=0, max_frame_size=FRAME, max_unsettled_per_link=unsettled),),
+        addresses=(AddressConfig(prefix="mc", distribution="multicast"),),
+    )
+
+
+class Fault:
+    """`getattr(unit, name)` raises on its `nth` call while the core handles the doomed
+    client's input, once `armed`."""
+
+    def __init__(self, core: RouterCore, unit: str, name: str, nth: int) -> None:
+        self.doomed: Any = None
+        self.armed = False
+        self.calls = 0
+        self.fired = False
+        self._current: Any = None
+        handle, target = core.handle, getattr(core, unit)
+        original = getattr(target, name)
+
+        def tracking_handle(engine: Any, events: list[Any], now: float) -> None:
+            self._current = engine
+            try:
+                handle(engine, events, now)
+            finally:
+                self._current = None
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            if self.armed and not self.fired and self._current is self.doomed:
+                self.calls += 1
+                if self.calls >= nth:
+                    self.fired = True
+                    raise InjectedFault(f"a bug in {unit}.{name}")
+            return original(*args, **kwargs)
+
+        core.handle = tracking_handle  # type: ignore[method-assign]
+        setattr(target, name, failing)
+
+
+class Harness(RouterHarness):
+    """RouterHarness whose pump ends a connection the core raised on, as the network layer does:
+    what the engine had to write is never written, and the core forgets it."""
+
+    def __init__(self, unsettled: int = 4) -> None:
+        super().__init__(config(unsettled))
+        self.lost: list[Client] = []
+
+    def pump(self, rounds: int = 10_000) -> None:
+        for _ in range(rounds):
+            moved = False
+            for client in list(self.clients):
+                out = client.engine.data_to_send()
+                if out:
+                    moved = True
+                    client.router_side.receive_data(out, self.now)
+                events = client.router_side.events()
+                if events:
+                    moved = True
+                    try:
+                        self.core.handle(client.router_side, events, self.now)
+                    except InjectedFault:
+                        self.clients.remove(client)
+                        self.lost.append(client)
+                        self.core.forget(client.router_side, self.now)
+                        continue
+            for client in list(self.clients):
+                back = client.router_side.data_to_send()
+                if back:
+                    moved = True
+                    client.engine.receive_data(back, self.now)
+                events = client.engine.events()
+                if events:
+                    moved = True
+                    client.on_events(events)
+            self.core.take_touched()
+            if not moved:
+                return
+        raise AssertionError("router harness never went quiet")
+
+
+@dataclass
+class Peer:
+    """One client and what the test remembers of its links."""
+
+    client: Client
+    producers: list[Link] = field(default_factory=list)
+    consumers: list[Link] = field(default_factory=list)
+    # Unsettled deliveries sent, by delivery-id: the link they went on.
+    unsettled: dict[int, Link] = field(default_factory=dict)
+    disposed: set[tuple[Link, int]] = field(default_factory=set)
+    sent = 0
+
+
+# Steps: (op, peer, a, b, c) with small integers the op reads as it needs.
+OPS = st.sampled_from(["producer", "consumer", "detach"] + ["send"] * 5 + ["flow"] * 2 + ["settle"] * 2)
+STEP = st.tuples(OPS, st.integers(0, 2), st.integers(0, 7), st.integers(0, 7), st.integers(0, 3))
+# Each client's first links: ("producer" or "consumer", address, the consumer's first credit).
+LINKS = st.lists(st.tuples(st.sampled_from(["producer", "consumer"]), st.integers(0, 2), st.integers(0, 6)),
+                 min_size=1, max_size=3)  # fmt: skip
+OUTCOMES = [ACCEPTED, Rejected(error=Error(condition="test:nope")), Released(), Modified(delivery_failed=True)]
+
+
+def _step(h: Harness, peers: list[Peer], bodies: set[str], step: tuple[str, int, int, int, int]) -> None:
+    op, who, a, b, c = step
+    peer = peers[who]
+    if peer.client not in h.clients:
+        return
+    client = peer.client
+    if op == "producer" and len(peer.producers) < 3:
+        client.tags += 1  # (the link's name)
+        peer.producers.append(client.sender(ADDRESSES[a % len(ADDRESSES)]))
+    elif op == "consumer" and len(peer.consumers) < 3:
+        rx = client.receiver(ADDRESSES[a % len(ADDRESSES)])
+        peer.consumers.append(rx)
+        rx.flow(b)
+    elif op == "send" and peer.producers:
+        tx = peer.producers[a % len(peer.producers)]
+        for _ in range(min(1 + c, tx.credit if tx.state.local is ACTIVE else 0)):
+            body = f"{client.name}-{peer.sent}-" + "x" * SIZES[b % len(SIZES)]
+            peer.sent += 1
+            bodies.add(body)
+            settled = b >= 5
+            delivery_id = client.send(tx, Message.value(body), settled=settled)
+            if not settled:
+                peer.unsettled[delivery_id] = tx
+    elif op == "flow" and peer.consumers:
+        rx = peer.consumers[a % len(peer.consumers)]
+        if rx.state.local is ACTIVE:
+            rx.flow(b + 1)
+    elif op == "settle" and peer.consumers:
+        rx = peer.consumers[a % len(peer.consumers)]
+        _settle(peer, rx, b + 1, OUTCOMES[c])
+    elif op == "detach":
+        links = peer.producers + peer.consumers
+        if links:
+            link = links[a % len(links)]
+            if link.state.local is ACTIVE:
+                link.detach(closed=True)
+    h.pump()
+
+
+def _settle(peer: Peer, rx: Link, n: int, state: Any) -> None:
+    if rx.state.local is not ACTIVE:
+        return
+    for received in peer.client.received.get(rx, []):
+        if n <= 0:
+            return
+        key = (rx, received.delivery_id)
+        if received.settled or key in peer.disposed:
+            continue
+        peer.disposed.add(key)
+        rx.dispose(received.delivery_id, state=state, settled=True)
+        n -= 1
+
+
+def _drain(h: Harness, peers: list[Peer]) -> None:
+    """Every consumer left takes and accepts everything (until nothing moves)."""
+    for _ in range(50):
+        before = sum(len(r) for p in peers for r in p.client.received.values()), len(h.core.connections)
+        for peer in peers:
+            if peer.client not in h.clients:
+                continue
+            for rx in peer.consumers:
+                if rx.state.local is ACTIVE:
+                    if rx.credit < 20:
+                        rx.flow(50)
+                    _settle(peer, rx, 1 << 30, ACCEPTED)
+        h.pump()
+        after = sum(len(r) for p in peers for r in p.client.received.values()), len(h.core.connections)
+        if after == before:
+            return
+    raise AssertionError("deliveries kept coming")
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(
+    links=st.lists(LINKS, min_size=3, max_size=3),
+    steps=st.lists(STEP, min_size=4, max_size=30),
+    point=st.sampled_from(POINTS),
+    nth=st.integers(1, 6),
+    doomed=st.integers(0, 2),
+    arm_at=st.integers(0, 6),
+)
+def test_a_failure_anywhere_leaves_nothing_behind_and_everyone_answered(
+    links: list[list[tuple[str, int, int]]], steps: list[tuple[str, int, int, int, int]], point: tuple[str, str],
+    nth: int, doomed: int, arm_at: int,
+) -> None:  # fmt: skip
+    h = Harness()
+    fault = Fault(h.core, *point, nth)
+    peers = [Peer(h.connect(f"c{i}")) for i in range(3)]
+    for peer in peers:
+        peer.client.auto_accept = False
+    fault.doomed = peers[doomed].client.router_side
+    state = peers[doomed].client.router_side.context
+    assert isinstance(state, ConnState)
+    bodies: set[str] = set()
+    for who, first in enumerate(links):
+        for kind, address, credit in first:
+            _step(h, peers, bodies, (kind, who, address, credit, 0))
+    for i, step in enumerate(steps):
+        fault.armed = i >= arm_at
+        _step(h, peers, bodies, step)
+    fault.armed = True
+    if not fault.fired:  # its links go, one by one (the failure may come on the way)
+        peer = peers[doomed]
+        for link in peer.producers + peer.consumers:
+            if peer.client in h.clients and link.state.local is ACTIVE:
+                link.detach(closed=True)
+                h.pump()
+    event(f"fired: {fault.fired}")
+    if not fault.fired:  # the failure never came: the doomed connection ends the usual way
+        fault.armed = False
+        h.disconnect(peers[doomed].client)
+    survivors = [p for i, p in enumerate(peers) if i != doomed]
+    _drain(h, survivors)
+
+    assert_nothing_of(h.core, state)
+    for peer in survivors:
+        client = peer.client
+        assert client.engine.state.remote is ACTIVE, client.name
+        assert not [e for e in client.events if isinstance(e, ev.ProtocolViolation)], client.name
+        for delivery_id, tx in peer.unsettled.items():  # an outcome for everything still linked
+            if tx.state.local is ACTIVE:
+                assert delivery_id in client.settled, (client.name, delivery_id, point)
+                assert isinstance(client.outcomes[delivery_id], (Accepted, Rejected, Released, Modified))
+        for rx, received in client.received.items():  # whole messages, as they were sent
+            for got in received:
+                assert decode_message(got.payload).body_value in bodies, (client.name, rx.name)
+            assert not client.partial.get(rx), (client.name, rx.name)
+    assert_quiet(h.core)
+
+    # Everyone still serves: a new producer reaches every address, a new pair its own.
+    fresh = h.connect("fresh")
+    rx = fresh.receiver("fresh")
+    rx.flow(1)
+    h.pump()
+    for address in [*ADDRESSES, "fresh"]:
+        fresh.tags += 1
+        tx = fresh.sender(address)
+        h.pump()
+        consumers = h.core.table.find(address)
+        if consumers is None or not consumers.consumers:
+            continue
+        assert tx.credit > 0, address
+        delivery_id = fresh.send(tx, Message.value(f"after-{address}"))
+        _drain(h, [*survivors, Peer(fresh, consumers=[rx])])
+        assert isinstance(fresh.outcomes.get(delivery_id), Accepted), (address, fresh.outcomes.get(delivery_id))
+    assert fresh.bodies(rx) == ["after-fresh"]
+    assert_quiet(h.core)
+
+
+# --- the two leaks the random test was written to reach, each on its own ------------------------
+
+
+def test_a_transfer_written_in_part_is_aborted_and_the_consumer_link_carries_on() -> None:
+    """The core fails inside _send after the first frame of a multi-frame delivery went out on
+    a consumer's link (more=true) and before the delivery was recorded as streaming there: the
+    rest never comes. The consumer is told the delivery is aborted (transport §2.6.12, §2.7.5),
+    and the next delivery on that link arrives whole: without the abort it would have been
+    written as the continuation of the one left open."""
+    h = Harness(unsettled=1)  # its first unsettled delivery puts the consumer at its bound
+    consumer, producer = h.connect("consumer"), h.connect("producer")
+    consumer.auto_accept = False
+    rx = consumer.receiver("q")
+    rx.flow(10)
+    tx = producer.sender("q")
+    h.pump()
+    fault = Fault(h.core, "bounds", "reached", 1)  # (called in _send once the transfer is written)
+    fault.doomed, fault.armed = producer.router_side, True
+    producer.send(tx, Message.value("cut" + "x" * 3 * FRAME))
+    h.pump()
+    assert fault.fired and producer in h.lost
+    assert [e.aborted for e in consumer.events if isinstance(e, ev.TransferReceived)][-1]
+    assert not consumer.partial.get(rx) and not consumer.received[rx]
+    assert_quiet(h.core)
+    other = h.connect("other")
+    tx = other.sender("q")
+    h.pump()
+    delivery_id = other.send(tx, Message.value("whole" + "y" * 2 * FRAME))
+    h.pump()
+    assert consumer.bodies(rx) == ["whole" + "y" * 2 * FRAME]
+    _settle(Peer(consumer), rx, 1, ACCEPTED)
+    h.pump()
+    assert isinstance(other.outcomes[delivery_id], Accepted)
+    assert_quiet(h.core)
+
+
+@pytest.mark.parametrize("presettled", [True, False], ids=["presettled", "unsettled"])
+@pytest.mark.parametrize("doomed", ["producer", "consumer"])
+def test_multicast_copies_cut_short_by_a_failure_are_finished(presettled: bool, doomed: str) -> None:
+    """A failure while a multicast delivery's copies are being sent: the copies neither sent nor
+    queued any more get their outcome (released), so the delivery finishes: its producer's
+    in-flight count comes down (a presettled delivery has no other record that would), and an
+    unsettled one's producer hears the outcome."""
+    h = Harness()
+    producer, first, second = h.connect("producer"), h.connect("first"), h.connect("second")
+    rx1, rx2 = first.receiver("mc/x"), second.receiver("mc/x")
+    rx1.flow(5)
+    tx = producer.sender("mc/x")
+    h.pump()
+    if doomed == "producer":  # its transfer is being copied: the first copy goes, then the failure
+        fault = Fault(h.core, "forwarder", "_send_copy", 2)
+        fault.doomed, fault.armed = producer.router_side, True
+        rx2.flow(5)
+        h.pump()
+        delivery_id = producer.send(tx, Message.value("m"), settled=presettled)
+        h.pump()
+        survivors = [first, second]
+    else:  # its credit takes the copy waiting for it, which fails on the way out
+        delivery_id = producer.send(tx, Message.value("m"), settled=presettled)
+        h.pump()
+        fault = Fault(h.core, "forwarder", "_send_copy", 1)
+        fault.doomed, fault.armed = second.router_side, True
+        rx2.flow(5)
+        h.pump()
+        survivors = [producer, first]
+    assert fault.fired and len(h.lost) == 1
+    assert first.bodies(rx1) == ["m"]
+    for client in survivors:
+        for rx in client.received:
+            assert not client.partial.get(rx)
+    if doomed == "consumer" and not presettled:
+        assert isinstance(producer.outcomes[delivery_id], (Accepted, Released, Modified))
+    assert_quiet(h.core)
