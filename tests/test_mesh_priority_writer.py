@@ -13,6 +13,7 @@ from router.amqp.events import TransferReceived
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Accepted, Header, Modified, Released
 from router.config.models import PRIORITY_BANDS_DEFAULT
+from router.core.connections import ConnState
 from router.core.links import InLink, OutLink
 from router.core.router import RouterCore
 from router.testing.meshharness import MeshHarness
@@ -67,6 +68,18 @@ def _frames_at_b(h: MeshHarness) -> list[tuple[str, bool]]:
     return seen
 
 
+def _holds(out: OutLink) -> bool:
+    return out.held is not None
+
+
+def _idle(out: OutLink) -> bool:
+    return out.streaming is None
+
+
+def _blocked(state: ConnState) -> bool:
+    return state.output_blocked
+
+
 def _message(body: Any, priority: int) -> Message:
     return Message.value(body, header=Header(priority=priority))
 
@@ -85,7 +98,7 @@ def test_a_higher_band_overtakes_a_low_band_stream_held_at_a_blocked_output() ->
     cut = len(big) // 4
     bulk_id = tx["bulk"].send_transfer(b"big", big[:cut], more=True)
     h.pump()
-    assert bands[0].streaming is not None and not bands[0].held
+    assert bands[0].streaming is not None and not _holds(bands[0])
     core.set_output_blocked(engine, True, h.now)  # (as the network layer: past the high-water mark)
     tx["bulk"].send_transfer(b"big", big[cut:])  # the rest of it, while the output is blocked
     h.pump()
@@ -103,7 +116,7 @@ def test_a_higher_band_overtakes_a_low_band_stream_held_at_a_blocked_output() ->
     assert {name for name, _ in after[1:]} == {"A>B/data.0"} and not any(first for _, first in after[1:])
     assert consumer.bodies(rx["urgent"]) == ["urgent"] and consumer.bodies(rx["bulk"]) == [BODY]
     assert isinstance(producer.outcomes[bulk_id], Accepted) and isinstance(producer.outcomes[urgent_id], Accepted)
-    assert bands[0].held is None and bands[0].streaming is None and _producer_conn_bytes(core) == 0
+    assert not _holds(bands[0]) and _idle(bands[0]) and _producer_conn_bytes(core) == 0
 
 
 def test_held_frames_go_out_half_the_high_water_mark_at_a_time_in_order() -> None:
@@ -124,11 +137,11 @@ def test_held_frames_go_out_half_the_high_water_mark_at_a_time_in_order() -> Non
     written = held_before - bands[0].held_bytes
     assert budget <= written < budget + 65536  # at most one frame past half the mark
     # the rest waits for the output to drain again: the connection counts as blocked meanwhile
-    assert state.output_blocked and engine in core.held_output
+    assert _blocked(state) and engine in core.held_output
     h.pump()  # (the harness's wire takes everything at once: it releases until nothing is held)
     assert consumer.bodies(rx["bulk"]) == [BODY]
     assert isinstance(producer.outcomes[bulk_id], Accepted)
-    assert not state.output_blocked and not core.held_output and _producer_conn_bytes(core) == 0
+    assert not _blocked(state) and not core.held_output and _producer_conn_bytes(core) == 0
 
 
 def test_a_large_message_that_waited_is_not_written_all_at_once() -> None:
@@ -143,7 +156,7 @@ def test_a_large_message_that_waited_is_not_written_all_at_once() -> None:
     assert bands[0].pending and not consumer.bodies(rx["bulk"])
     at_b = _frames_at_b(h)
     core.set_output_blocked(engine, False, h.now)
-    assert bands[0].held is not None and state.output_blocked  # a part went, the rest is held
+    assert _holds(bands[0]) and state.output_blocked  # a part went, the rest is held
     h.pump()
     assert at_b[0] == (f"A>B/data.{TOP}", True)
     assert consumer.bodies(rx["bulk"]) == [BODY] and consumer.bodies(rx["urgent"]) == ["urgent"]
@@ -167,11 +180,11 @@ def test_presettled_and_multicast_streams_held_complete() -> None:
     core.set_output_blocked(engine, True, h.now)
     tx.send_transfer(b"mc", big[1000:], settled=True)
     h.pump()
-    assert bands[0].held is not None
+    assert _holds(bands[0])
     core.set_output_blocked(engine, False, h.now)
     h.pump()
     assert consumer.bodies(rx) == [BODY]
-    assert bands[0].held is None and bands[0].streaming is None and _producer_conn_bytes(core) == 0
+    assert not _holds(bands[0]) and _idle(bands[0]) and _producer_conn_bytes(core) == 0
 
 
 def _multicast_rule() -> Any:
@@ -191,12 +204,12 @@ def test_a_neighbour_lost_while_frames_are_held_loses_no_delivery() -> None:
     tx["bulk"].send_transfer(b"big", big[1000:])
     urgent_id = producer.send(tx["urgent"], _message("urgent", 9))
     h.pump()
-    assert bands[0].held is not None
+    assert _holds(bands[0])
     h.cut(h.wire_between("A", "B"))
     # the stream was partly sent: modified; the urgent one never left A: released
     assert isinstance(producer.outcomes[bulk_id], Modified) and bulk_id in producer.settled
     assert isinstance(producer.outcomes[urgent_id], Released) and urgent_id in producer.settled
-    assert bands[0].held is None and _producer_conn_bytes(core) == 0 and core.bounds.buffered_total == 0
+    assert not _holds(bands[0]) and _producer_conn_bytes(core) == 0 and core.bounds.buffered_total == 0
     assert not core.held_output and all(out.streaming is None and not out.outstanding for out in bands)
 
 
@@ -210,10 +223,10 @@ def test_a_producer_aborting_a_held_stream_uncounts_its_bytes() -> None:
     core.set_output_blocked(engine, True, h.now)
     tx["bulk"].send_transfer(b"big", big[1000:200_000], more=True)
     h.pump()
-    assert bands[0].held is not None
+    assert _holds(bands[0])
     tx["bulk"].abort()
     h.pump()
-    assert bands[0].held is None and bands[0].streaming is None and _producer_conn_bytes(core) == 0
+    assert not _holds(bands[0]) and _idle(bands[0]) and _producer_conn_bytes(core) == 0
     core.set_output_blocked(engine, False, h.now)
     urgent_id = producer.send(tx["urgent"], _message("urgent", 9))
     bulk_id = producer.send(tx["bulk"], _message(b"small", 0))
