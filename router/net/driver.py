@@ -433,6 +433,10 @@ class ConnectionDriver:
                 high = self.write_high_water
                 if self._output_blocked and high is not None and self._unsent < high // 2:
                     self._set_output_blocked(False)
+            if self._output_blocked and self._unsent == 0:
+                # Blocked by expect_drain while flush() wrote what this writer was woken for:
+                # nothing is left to drain, and this is the last chance to say so.
+                self._set_output_blocked(False)
             if engine.finished and not engine.pending_output:
                 break
             if self._wake_pending:
