@@ -218,3 +218,27 @@ async def test_a_socket_has_a_writer_task_only_while_a_write_waits(nursery: trio
         assert await a.recv(100) == b"small"
     driver.abort()
     a.close()
+
+
+async def test_expect_drain_reports_the_drain_when_flush_wrote_what_the_writer_was_woken_for(
+    nursery: trio.Nursery,
+) -> None:
+    """expect_drain() with frames queued in the engine wakes the writer; a flush() before the
+    writer runs writes them directly (the socket takes them): the writer then finds nothing to
+    write and must still report the drain, or the output stays blocked for good."""
+    a, b = trio.socket.socketpair()
+    engine = _client()
+    changes: list[bool] = []
+    driver = ConnectionDriver(trio.SocketStream(b), engine, lambda _events: None, write_high_water=65536,
+                              on_output_blocked=changes.append)  # fmt: skip
+    driver.wake()  # (the protocol header)
+    nursery.start_soon(driver.run)
+    with trio.fail_after(5):
+        assert await a.recv(100) == b"AMQP\x00\x01\x00\x00"
+    engine.write_bytes(b"small")
+    assert driver.expect_drain() and changes == [True]  # the writer is woken for it
+    driver.flush()  # ... but the bytes go out now, before it runs
+    with trio.fail_after(5):
+        assert await a.recv(100) == b"small"
+        await trio.testing.wait_all_tasks_blocked()
+    assert changes == [True, False] and not driver.output_blocked and driver.unsent_bytes == 0
