@@ -89,3 +89,48 @@ async def test_a_stopped_neighbour_leaves_no_delivery_on_any_band_without_an_out
         with trio.fail_after(30):
             outcomes = [await tracker.wait() for tracker in trackers]
     assert all(isinstance(outcome, (Released, Modified)) for outcome in outcomes)
+
+
+async def test_large_low_band_streams_and_urgent_messages_all_arrive_through_blocked_outputs(
+    autojump_clock: trio.testing.MockClock, mem_network: MemNetwork
+) -> None:
+    """Inter-router outputs with the smallest write high-water mark block at almost every batch
+    of a large stream: its frames are held and released as the drivers drain (router.core.holding,
+    CorePump, ConnectionDriver.expect_drain), and every message arrives whole with its outcome."""
+    small = {"write_high_water_bytes": 65536}
+
+    def config(name: str, *connectors: Connector) -> RouterConfig:
+        return RouterConfig(
+            router=RouterSection(id=name, mode="interior", priority_bands=4),
+            listeners=(Listener(name="amqp", port=0), Listener(name="ir", port=0, role="inter-router", **small)),
+            connectors=tuple(c.model_copy(update=small) for c in connectors),
+        )
+
+    a = await mem_network.start(config("A"))
+    b = await mem_network.start(config("B", to(a)))
+    c = await mem_network.start(config("C", to(b)))
+    big = bytes(range(256)) * 4096  # 1 MiB, every byte in its place
+    async with c.connect() as consumer, a.connect() as producer:
+        bulk_rx = await consumer.open_receiver("bulk", credit=10)
+        urgent_rx = await consumer.open_receiver("urgent", credit=100)
+        await remote_known(a, "bulk")
+        await remote_known(a, "urgent")
+        bulk_tx = await producer.open_sender("bulk")
+        urgent_tx = await producer.open_sender("urgent")
+        with trio.fail_after(60):
+            trackers = [await bulk_tx.start_send(Message.value(big, header=Header(priority=0))) for _ in range(3)]
+            trackers += [await urgent_tx.start_send(Message.value(i, header=Header(priority=9))) for i in range(20)]
+            urgent = []
+            for _ in range(20):
+                delivery = await urgent_rx.receive()
+                urgent_rx.accept(delivery)
+                urgent.append(delivery.message.body_value)
+            for _ in range(3):
+                delivery = await bulk_rx.receive()
+                bulk_rx.accept(delivery)
+                assert delivery.message.body_value == big
+            outcomes = [await tracker.wait() for tracker in trackers]
+    assert sorted(urgent) == list(range(20))
+    assert all(isinstance(outcome, Accepted) for outcome in outcomes)
+    for router in (a, b):
+        assert not router.core.held_output and router.core.bounds.buffered_total == 0

@@ -148,6 +148,24 @@ async def test_writer_reports_high_water_and_drain(nursery: trio.Nursery) -> Non
     assert first[8:] + second == b"x" * 592 + b"y" * 600  # in order, after the header
 
 
+async def test_expect_drain_blocks_until_what_is_on_its_way_drains(nursery: trio.Nursery) -> None:
+    """The core holds frames until the output drains (router.core.holding): with bytes on their
+    way the driver counts as blocked and calls back once they drain; with nothing on its way it
+    says so, and the caller writes more at once."""
+    ours, theirs = trio.testing.lockstep_stream_pair()
+    engine = _client()
+    changes: list[bool] = []
+    driver = ConnectionDriver(ours, engine, lambda _events: None, write_high_water=1000, on_output_blocked=changes.append)
+    nursery.start_soon(driver.run)
+    await trio.testing.wait_all_tasks_blocked()
+    engine.write_bytes(b"x" * 292)
+    assert driver.expect_drain() and changes == [True]  # 300 bytes on their way, under the mark
+    assert await theirs.receive_some(300) == b"AMQP\x00\x01\x00\x00" + b"x" * 292
+    await trio.testing.wait_all_tasks_blocked()
+    assert changes == [True, False] and not driver.output_blocked and driver.unsent_bytes == 0
+    assert not driver.expect_drain() and changes == [True, False]  # everything written already
+
+
 async def test_a_socket_closed_while_the_reader_waits_is_never_read_again() -> None:
     # The writer closes the stream when a write fails; the descriptor's number may belong to a
     # new connection by the time the reader runs again, so the reader must not read it then.
@@ -200,3 +218,27 @@ async def test_a_socket_has_a_writer_task_only_while_a_write_waits(nursery: trio
         assert await a.recv(100) == b"small"
     driver.abort()
     a.close()
+
+
+async def test_expect_drain_reports_the_drain_when_flush_wrote_what_the_writer_was_woken_for(
+    nursery: trio.Nursery,
+) -> None:
+    """expect_drain() with frames queued in the engine wakes the writer; a flush() before the
+    writer runs writes them directly (the socket takes them): the writer then finds nothing to
+    write and must still report the drain, or the output stays blocked for good."""
+    a, b = trio.socket.socketpair()
+    engine = _client()
+    changes: list[bool] = []
+    driver = ConnectionDriver(trio.SocketStream(b), engine, lambda _events: None, write_high_water=65536,
+                              on_output_blocked=changes.append)  # fmt: skip
+    driver.wake()  # (the protocol header)
+    nursery.start_soon(driver.run)
+    with trio.fail_after(5):
+        assert await a.recv(100) == b"AMQP\x00\x01\x00\x00"
+    engine.write_bytes(b"small")
+    assert driver.expect_drain() and changes == [True]  # the writer is woken for it
+    driver.flush()  # ... but the bytes go out now, before it runs
+    with trio.fail_after(5):
+        assert await a.recv(100) == b"small"
+        await trio.testing.wait_all_tasks_blocked()
+    assert changes == [True, False] and not driver.output_blocked and driver.unsent_bytes == 0

@@ -70,6 +70,9 @@ class RouterSection(Model):
 
 
 COST_MAX = 2**31 - 1
+# The kernel buffers of an inter-router socket by default (socket_buffer_bytes): what a band
+# cannot overtake, about 2.5 ms at 200 MiB/s (bench/README.md, "Priorities").
+INTER_ROUTER_SOCKET_BUFFER = 512 * 1024
 
 
 class ConnectionSettings(Model):
@@ -92,8 +95,31 @@ class ConnectionSettings(Model):
     )
     write_high_water_bytes: int = Field(
         default=4 * 1024 * 1024, ge=65536,
-        description="send no more deliveries to a connection while this many bytes wait to be written",
+        description="send no more deliveries to a connection while this many bytes wait to be written "
+        "(on a connection whose socket buffers are bounded, socket_buffer_bytes, at most twice that bound)",
     )
+    socket_buffer_bytes: int | None = Field(
+        default=None, ge=0,
+        description="the socket's kernel send and receive buffers (SO_SNDBUF, SO_RCVBUF); not set: "
+        f"{INTER_ROUTER_SOCKET_BUFFER // 1024} KiB on inter-router connections (bytes below the router, where no "
+        "priority band can overtake them; docs/mesh.md, 'Priorities'), the kernel's autotuning on others; "
+        "0: the kernel's autotuning (a link with a long round trip needs a buffer of its bandwidth x round trip)",
+    )
+
+    @property
+    def socket_buffer(self) -> int:
+        """The kernel buffers to set on the socket (0: leave them to the kernel)."""
+        if self.socket_buffer_bytes is not None:
+            return self.socket_buffer_bytes
+        return INTER_ROUTER_SOCKET_BUFFER if getattr(self, "role", None) == "inter-router" else 0
+
+    @property
+    def write_high_water(self) -> int:
+        """The write high-water mark in force: `write_high_water_bytes`, at most twice bounded
+        socket buffers (a connection between routers keeps little below the router)."""
+        buffer = self.socket_buffer
+        high = self.write_high_water_bytes
+        return min(high, max(65536, 2 * buffer)) if buffer else high
 
 
 class Listener(ConnectionSettings):

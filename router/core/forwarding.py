@@ -6,6 +6,7 @@ module owning one responsibility:
   credit.py      producer credit windows; the flush at the end of a batch
   settlement.py  outcome relay and settlement both ways
   sending.py     anycast choices, paths to other routers, sending on a consumer link
+  holding.py     band links' frames held while an inter-router connection's output is blocked
   multicast.py   copies of a multicast delivery
   waiting.py     deliveries waiting for credit, in-process endpoints, links going away
   forwarding.py  (this module) arriving frames
@@ -212,9 +213,7 @@ class Forwarder(Waiting):
         if fwd.copies is not None:
             for copy in fwd.copies:
                 if copy.out.streaming is copy and alive(copy.out.link):
-                    self._stream(copy.out, payload, fwd)
-                    if fwd.complete:
-                        self._stream_done(copy.out, copy)
+                    self._stream(copy.out, payload, fwd, copy)
             if fwd.frames is not None:  # kept only while a copy still waits for credit
                 fwd.frames.append(payload)
                 if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
@@ -222,9 +221,7 @@ class Forwarder(Waiting):
         elif fwd.out is not None:
             out = fwd.out
             if alive(out.link):
-                self._stream(out, payload, fwd)
-                if fwd.complete:
-                    self._stream_done(out, fwd)
+                self._stream(out, payload, fwd, fwd)
         elif fwd.entry.local is not None and fwd.frames is not None:  # for an in-process endpoint
             fwd.frames.append(payload)
             if fwd.arrived > LOCAL_MESSAGE_LIMIT:
@@ -245,10 +242,18 @@ class Forwarder(Waiting):
                 self._wait_bytes(fwd, -1)  # (it leaves the queue it waits in lazily: done)
                 self.unroutable(fwd)
 
-    def _stream(self, out: OutLink, payload: Payload, fwd: Forward) -> None:
+    def _stream(self, out: OutLink, payload: Payload, fwd: Forward, record: Forward | Copy) -> None:
+        """The next frame of `record` (`fwd` or a copy of it) on `out`, ending it if the last."""
+        if out.conn.output_blocked and out.band >= 0:
+            # A band link of a blocked connection: held until the output drains, when higher
+            # bands go first (holding.py). (Frames it holds always mean a blocked connection.)
+            self.hold(out, payload, fwd, fwd.complete)
+            return
         out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),
                                more=not fwd.complete, message_format=fwd.message_format)  # fmt: skip
         self.touched.touch(out.conn.engine)
+        if fwd.complete:
+            self._stream_done(out, record)
 
     def _stream_done(self, out: OutLink, record: Forward | Copy) -> None:
         out.streaming = None
@@ -270,6 +275,7 @@ class Forwarder(Waiting):
             out = record.out
             if out is not None and out.streaming is record:
                 out.streaming = None
+                self.drop_held(out)  # (the abort tells the receiver to discard what it has)
                 if alive(out.link):
                     out.link.abort()
                     self.touched.touch(out.conn.engine)

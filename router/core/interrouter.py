@@ -157,6 +157,9 @@ def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None
         links[band] = out
     peer.data_out = links[default]
     peer.bands = [links[band] for band in range(bands)] if bands > 1 else None
+    if bands > 1:
+        for band, out in links.items():
+            out.band = band  # its frames wait for higher bands' while the output is blocked (holding.py)
 
 
 def detach_breaks(peer: object, link: Link) -> bool:

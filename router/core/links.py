@@ -115,7 +115,7 @@ class OutLink(LinkCounts):
     __slots__ = (
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
-        "unsettled_limit", "stuck", "stuck_count", "filter",
+        "unsettled_limit", "stuck", "stuck_count", "filter", "band", "held", "held_bytes", "held_last", "held_by",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -150,6 +150,16 @@ class OutLink(LinkCounts):
         self.stuck_count = 0  # times it reached the bound
         # The source filters in force (router.amqp.filters), None without any.
         self.filter: ConsumerFilter | None = None
+        # Its priority band (0 = lowest) on an inter-router connection with several data links
+        # per direction; -1 otherwise. Only band links hold frames (router.core.holding): the
+        # frames of the delivery streaming on it not written yet (bytes, in order), their size,
+        # whether the last of them ends the delivery, and the connection whose byte bound counts
+        # them (the producer's; None for the router's own messages).
+        self.band = -1
+        self.held: deque[bytes] | None = None
+        self.held_bytes = 0
+        self.held_last = False
+        self.held_by: ConnState | None = None
 
     def next_tag(self) -> bytes:
         self.tags = (self.tags + 1) & 0xFFFFFFFF

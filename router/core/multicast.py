@@ -17,10 +17,10 @@ from ..amqp.messaging import RELEASED
 from . import filtering, remote
 from .delivery import Copy, Forward, maps_of
 from .links import OutLink
-from .sending import Sending
+from .holding import Holding
 
 
-class Multicast(Sending):
+class Multicast(Holding):
     """See the module docstring."""
 
     def _multicast(self, fwd: Forward) -> None:

@@ -87,6 +87,9 @@ class RouterCore:
         # of each pair learns of the forwarder once it is built.
         self.bounds.credit = self.forwarder
         self.mesh.routing = self.forwarder
+        # Engines whose band links hold frames until their output drains (router.core.holding):
+        # the network layer empties it after each call (router.net.corepump).
+        self.held_output = self.forwarder.held_output
         self.links = Links(self.table, self.forwarder, self.bounds, self.mesh, router_id=self.router_id,
                            max_message_size=limits.max_message_size)  # fmt: skip
         # Links the router attaches itself to brokers' queues (router.core.autolinks).
@@ -254,8 +257,8 @@ class RouterCore:
             return
         state.output_blocked = blocked
         if not blocked:
-            for out in state.out_links:
-                self.forwarder.consumer_ready(out, now)
+            # Highest band first, what its band links held included (router.core.holding).
+            self.forwarder.release(state, now)
             self.forwarder.flush()
 
     def read_paused(self, engine: Connection) -> bool:

@@ -5,8 +5,8 @@ outstanding; multicast is multicast.py's), paths to other routers (chosen by rem
 router annotations a delivery gets on its way out (annotate.py: only on deliveries that cross
 routers, stripped for clients), sending a delivery or copy on a consumer link (the unsettled
 bound: bounds.py), presettled and settled-on-send records.
-A layer of the forwarder: credit.py < settlement.py < sending.py < multicast.py < waiting.py <
-forwarding.py, each class deriving from the one before (one object, native calls when compiled).
+A layer of the forwarder: credit.py < settlement.py < sending.py < holding.py < multicast.py <
+waiting.py < forwarding.py, each class deriving from the one before (one object, native calls when compiled).
 Collaborators: the address table, the mesh (paths, loop counters), Bounds, Touched.
 Must not touch: reading frames (forwarding.py), waiting deliveries (waiting.py), outcomes
 (settlement.py).
@@ -53,6 +53,10 @@ class Sending(Settlement):
         raise NotImplementedError
 
     def _multicast(self, fwd: Forward) -> None:
+        raise NotImplementedError
+
+    def send_frames(self, out: OutLink, fwd: Forward, frames: list[Payload], settled: bool) -> int:
+        """Several frames on a band link: some may be held (holding.py)."""
         raise NotImplementedError
 
     # --- choosing and sending -------------------------------------------------------------------
@@ -209,9 +213,12 @@ class Sending(Settlement):
         settled = self._presettled_out(fwd, out)
         last = len(frames) - 1
         out_id = -1
-        for i, frame in enumerate(frames):
-            out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
-                                        message_format=fwd.message_format)  # fmt: skip
+        if last and out.band >= 0:  # (a message that waited) on a band link: not all at once
+            out_id = self.send_frames(out, fwd, frames, settled)
+        else:
+            for i, frame in enumerate(frames):
+                out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
+                                            message_format=fwd.message_format)  # fmt: skip
         fwd.out, fwd.out_id = out, out_id
         fwd.frames = fwd.fields = None
         out.delivered += 1
@@ -238,7 +245,7 @@ class Sending(Settlement):
                 self.bounds.reached(out)  # stuck: nothing more goes to it for now
         else:
             out.presettled += 1
-        if not fwd.complete:
+        if not fwd.complete or out.held is not None:  # (held: it ends once they are written)
             out.streaming = fwd
         elif fwd.presettled:
             self._presettled_sent(fwd)

@@ -177,6 +177,7 @@ class Settlement(ProducerCredit):
         all sent: the rest is not sent, and the delivery ends with an abort (an aborted delivery
         is settled, transport §2.7.5), so that the link can carry the next one."""
         out.streaming = None
+        self.drop_held(out)
         if alive(out.link) and out.link.out_delivery >= 0:
             out.link.abort()
             self.touched.touch(out.conn.engine)
@@ -184,6 +185,10 @@ class Settlement(ProducerCredit):
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
         """`out` may take deliveries again (forwarding.py sends them)."""
+        raise NotImplementedError
+
+    def drop_held(self, out: OutLink) -> None:
+        """Forget the frames `out` holds (holding.py)."""
         raise NotImplementedError
 
     def _settle_consumer(self, out: OutLink, delivery_id: int, state: Any) -> None:

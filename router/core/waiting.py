@@ -235,6 +235,7 @@ class Waiting(Multicast):
         self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
         record = out.streaming
         out.streaming = None
+        self.drop_held(out)  # (never written: the delivery fails as a whole, below)
         if record is not None:  # the rest of that delivery has nowhere to go
             fwd = record.forward if type(record) is Copy else record
             assert isinstance(fwd, Forward)

@@ -11,7 +11,8 @@ Owns: the connections' drivers by engine (`drivers`: the connection registry the
 share), flushing the writers of the engines the core touched, the readers paused by the core's
 backpressure (asked again after every call, since only a call can free them), the core's timer
 (woken only when a call moves its deadline earlier), the one monotonic clock every `now` given
-to the core comes from, and noticing when the deliveries in flight are gone while a graceful
+to the core comes from, asking a driver to call back when its output drains while the core
+holds frames for it (router.core.holding), and noticing when the deliveries in flight are gone while a graceful
 stop waits for them (`drain_in_flight`).
 Must not touch: sockets and streams (the drivers'), what a connection is (router.net.connections),
 routing decisions (router.core).
@@ -58,6 +59,7 @@ class PumpedDriver(Protocol):
     """What the pump does with a connection's driver (router.net.driver.ConnectionDriver)."""
 
     def flush(self) -> None: ...
+    def expect_drain(self) -> bool: ...
     def abort(self) -> None: ...
     def resume_reading(self) -> None: ...
 
@@ -77,6 +79,10 @@ class CorePump:
         # and the event that ends the wait (none left, or the wait was given up).
         self._in_flight: Callable[[], int] | None = None
         self.drained = trio.Event()
+        # The engines whose frames the core holds (router.core.holding) until their output
+        # drains: filled by the core, emptied here after each call (a stand-in core has none).
+        self._held: set[Connection] | None = getattr(core, "held_output", None)
+        self._releasing = False
 
     def handle(self, engine: Connection, events: list[Event]) -> None:
         """A driver's batch of events (all of one read) into the core, and what follows. If the
@@ -112,6 +118,8 @@ class CorePump:
                     # that connection's, not the one whose call got here: end that one.
                     log.exception("a connection failed while flushing its output")
                     driver.abort()
+        if self._held and not self._releasing:
+            self._release_held()
         # The core's buffered bytes change only inside its calls, and every call ends here:
         # a paused reader is therefore always asked again after the change that may free it.
         if self.paused:
@@ -123,6 +131,25 @@ class CorePump:
             self._timer_wake.set()
         if self._in_flight is not None and not self.drained.is_set() and not self._in_flight():
             self.drained.set()
+
+    def _release_held(self) -> None:
+        """The core holds frames for these engines until their output drains: each driver with
+        bytes on their way calls back when they drain (set_output_blocked(False)); one that has
+        written everything already gets the next frames now. One loop, not recursion: the core
+        may hold frames again after each release."""
+        held = self._held
+        assert held is not None
+        self._releasing = True
+        try:
+            while held:
+                engine = held.pop()
+                driver = self.drivers.get(engine)
+                if driver is None or driver.expect_drain():
+                    continue  # (gone: the core drops what it held when it forgets the connection)
+                self.core.set_output_blocked(engine, False, self.clock())
+                self.after_core()
+        finally:
+            self._releasing = False
 
     def unregister(self, engine: Connection) -> None:
         driver = self.drivers.pop(engine)

@@ -250,6 +250,21 @@ class ConnectionDriver:
         if high is not None and not self._output_blocked and self._unsent > high:
             self._set_output_blocked(True)
 
+    def expect_drain(self) -> bool:
+        """The caller has more to write once what is queued drains (the core holds frames of
+        lower priority bands, router.core.holding): True when bytes are on their way to the
+        stream, the output then counts as blocked until they drain below half the high-water
+        mark (`on_output_blocked(False)` follows, as after any block); False when everything is
+        written already, the caller may write more now."""
+        if self._output_blocked:
+            return True
+        if self.engine.pending_output:
+            self.wake()  # (whatever the core queued since the last flush: taken or the writer woken)
+        if self.write_high_water is None or not (self._unsent or self._wake_pending or self._sending):
+            return False
+        self._set_output_blocked(True)
+        return True
+
     def _set_output_blocked(self, blocked: bool) -> None:
         self._output_blocked = blocked
         if self.on_output_blocked is not None:
@@ -421,6 +436,10 @@ class ConnectionDriver:
                 high = self.write_high_water
                 if self._output_blocked and high is not None and self._unsent < high // 2:
                     self._set_output_blocked(False)
+            if self._output_blocked and self._unsent == 0:
+                # Blocked by expect_drain while flush() wrote what this writer was woken for:
+                # nothing is left to drain, and this is the last chance to say so.
+                self._set_output_blocked(False)
             if engine.finished and not engine.pending_output:
                 break
             if self._wake_pending:

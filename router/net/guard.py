@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import socket as stdsocket
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..config.models import ConnectionSettings
 from .corepump import CorePump
 from .listeners import ListenerCounters
 from .serverdriver import ServerDriver
+from .tls import transport_of
 
 log = logging.getLogger("router.net.server")  # the server's log, as before its parts had modules
 
@@ -102,9 +104,13 @@ class ConnectionGuard:
         deadline: float | None = None,
     ) -> ServerDriver:
         """The driver of a connection, registered (run() runs it and unregisters it)."""
-        # No socket options to set: trio's SocketStream turns TCP_NODELAY on for every TCP
-        # stream (checked by the server tests). With Nagle on, a small disposition or flow
-        # would wait for the peer's delayed ACK, costing ~40 ms per round trip.
+        # trio's SocketStream turns TCP_NODELAY on for every TCP stream (checked by the server
+        # tests): with Nagle on, a small disposition or flow would wait for the peer's delayed
+        # ACK, costing ~40 ms per round trip. The kernel buffers are bounded where asked
+        # (socket_buffer_bytes; inter-router connections by default): bytes queued there are
+        # out of reach of the router's priority bands (docs/mesh.md, "Priorities").
+        if settings.socket_buffer:
+            bound_socket_buffers(stream, settings.socket_buffer)
 
         # The handshake time-out: the peer must have finished the protocol header, SASL and its
         # open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
@@ -119,6 +125,20 @@ class ConnectionGuard:
         driver = ServerDriver(self.pump, stream, engine, settings, conn_id, counters, initial, deadline)
         self.pump.drivers[engine] = driver
         return driver
+
+
+def bound_socket_buffers(stream: trio.abc.Stream, nbytes: int) -> None:
+    """SO_SNDBUF and SO_RCVBUF of `stream`'s TCP socket (under TLS too) to `nbytes` (the kernel
+    doubles them for its bookkeeping); nothing for a stream without one (memory, WebSocket)."""
+    transport = transport_of(stream)
+    if not isinstance(transport, trio.SocketStream):
+        return
+    sock = transport.socket
+    for option in (stdsocket.SO_SNDBUF, stdsocket.SO_RCVBUF):
+        try:
+            sock.setsockopt(stdsocket.SOL_SOCKET, option, nbytes)
+        except OSError as exc:  # (a socket already reset: the connection fails on its own)
+            log.debug("socket buffer not set: %s", exc)
 
 
 def _close_reason(engine: Connection) -> str:

@@ -43,7 +43,7 @@ class ServerDriver(ConnectionDriver):
             engine,
             self._core_events,
             pause_reading=self._core_pauses_reading,
-            write_high_water=settings.write_high_water_bytes,
+            write_high_water=settings.write_high_water,
             on_output_blocked=self._core_output_blocked,
             initial=initial,
             open_deadline=open_deadline,

@@ -180,6 +180,14 @@ class MeshHarness:
                             dst_client.on_events(events)
             for core in self.cores.values():
                 core.take_touched()
+                held = core.held_output
+                if held and id(core) not in self.frozen:
+                    # The wire takes every byte at once: as a network layer whose socket took
+                    # all, release the next frames the core holds (router.core.holding).
+                    for engine in list(held):
+                        held.discard(engine)
+                        core.set_output_blocked(engine, False, self.now)
+                    moved = True
             if not moved:
                 return
         raise AssertionError("mesh harness never went quiet")

@@ -1,0 +1,161 @@
+"""Priority bands at the writer: frames held in the router while an inter-router connection's
+output is blocked, so that a higher band's delivery is written before them (docs/mesh.md,
+"Priorities").
+
+A band link lets a small urgent delivery start while a large one streams on a lower band, but
+what is written is written: bytes already queued below the router (the connection's output, the
+kernel's socket buffers) go out first, in order. So on a connection with band links
+(OutLink.band >= 0):
+- while its output is blocked, the frames of the deliveries streaming on its band links are
+  held here (`hold`), in order, counted against the producer connection's byte bound
+  (bounds.py: past it that connection is no longer read); new deliveries wait as on any blocked
+  connection (bounded by credit);
+- a delivery of several frames sent on a band link at once (it waited for credit) writes at most
+  half the write high-water mark and holds the rest (`send_frames`);
+- when the output drains (`release`), the bands are served highest first: each band's held
+  frames, then the deliveries waiting for it, within half the high-water mark; what does not
+  fit stays held and the connection counts as blocked again (the network layer asks the driver
+  to call back when that drains: `held_output`).
+A delivery's completion (its outcome relay for presettled ones, the link taking the next one)
+follows its last frame's writing: a link's frames are never reordered, nothing held is written
+after the delivery was aborted or its link or connection went away (`drop_held`: the bytes are
+uncounted, the outcome is the caller's, as for any delivery in flight).
+A layer of the forwarder (see forwarding.py).
+Must not touch: choosing links (sending.py, remote.py), reading frames (forwarding.py).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..amqp.connection import Connection
+from .delivery import Copy, Forward, Payload
+from .links import OutLink, alive
+from .sending import Sending
+
+if TYPE_CHECKING:
+    from .bounds import Bounds
+    from .connections import ConnState
+    from .mesh import Mesh
+    from .table import AddressTable
+    from .touched import Touched
+
+
+class Holding(Sending):
+    """See the module docstring."""
+
+    def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, router_id: str) -> None:
+        super().__init__(table, bounds, mesh, touched, router_id)
+        # Connections whose band links hold frames while the network layer does not know their
+        # output is blocked: it asks their drivers to call back when the output drains
+        # (router.net.corepump), or releases more at once when everything is written.
+        self.held_output: set[Connection] = set()
+
+    def _stream_done(self, out: OutLink, record: Forward | Copy) -> None:
+        """The last frame of `record` is written on `out` (forwarding.py)."""
+        raise NotImplementedError
+
+    # --- holding --------------------------------------------------------------------------------
+
+    def hold(self, out: OutLink, payload: Payload, fwd: Forward, last: bool) -> None:
+        """Keep a frame of the delivery streaming on band link `out` (`last`: it ends it)."""
+        held = out.held
+        if held is None:
+            held = out.held = deque()
+            session = fwd.in_session
+            out.held_by = session.conn.context if session is not None else None
+        data = payload if type(payload) is bytes else bytes(payload)  # (no read stays pinned)
+        held.append(data)
+        out.held_last = last
+        out.held_bytes += len(data)
+        if out.held_by is not None:
+            self.bounds.hold(out.held_by, len(data))
+
+    def send_frames(self, out: OutLink, fwd: Forward, frames: list[Payload], settled: bool) -> int:
+        """Send a delivery of several frames on band link `out`: at most half the write
+        high-water mark now (its first frame always), the rest held. Its delivery-id."""
+        conn = out.conn
+        budget = conn.listener.write_high_water // 2
+        link = out.link
+        last = len(frames) - 1
+        out_id = -1
+        for i, frame in enumerate(frames):
+            if i and budget <= 0:
+                self.hold(out, frame, fwd, i == last and fwd.complete)
+                continue
+            budget -= len(frame)
+            out_id = link.send_transfer(None, frame, settled=settled,
+                                        more=i < last or not fwd.complete, message_format=fwd.message_format)  # fmt: skip
+        if out.held is not None:
+            self._blocked_by_held(conn)
+        return out_id
+
+    def _blocked_by_held(self, conn: ConnState) -> None:
+        """`conn`'s band links hold frames: it counts as blocked until its output drains."""
+        conn.output_blocked = True
+        self.held_output.add(conn.engine)
+
+    def drop_held(self, out: OutLink) -> None:
+        """Forget the frames `out` holds (their delivery was aborted or will never be sent on)."""
+        if out.held is None:
+            return
+        if out.held_by is not None:
+            self.bounds.hold(out.held_by, -out.held_bytes)
+        out.held = out.held_by = None
+        out.held_bytes = 0
+        out.held_last = False
+
+    # --- releasing ------------------------------------------------------------------------------
+
+    def release(self, conn: ConnState, now: float) -> None:
+        """`conn`'s output drained (it is no longer blocked): its band links, highest band first,
+        write what they hold and take waiting deliveries, within half the write high-water mark;
+        then its other links take deliveries. Stops, blocked again, where the budget ends."""
+        peer = conn.peer
+        bands: list[OutLink] | None = peer.bands if peer is not None else None
+        if bands is not None:
+            budget = conn.listener.write_high_water // 2
+            for out in reversed(bands):
+                if out.held is not None:
+                    budget = self._release_link(out, budget)
+                    if out.held is not None:  # no room left: lower bands wait for the next drain
+                        self._blocked_by_held(conn)
+                        return
+                self.consumer_ready(out, now)
+                if conn.output_blocked:  # (it sent a delivery of several frames and holds some)
+                    return
+        for out in list(conn.out_links):
+            if out.band < 0:
+                self.consumer_ready(out, now)
+
+    def _release_link(self, out: OutLink, budget: int) -> int:
+        """Write `out`'s held frames while `budget` lasts; what is left of it."""
+        held = out.held
+        record = out.streaming
+        assert held is not None and record is not None
+        fwd = record.forward if type(record) is Copy else record
+        assert isinstance(fwd, Forward)
+        link = out.link
+        if not alive(link):  # going away: nothing more can be written (its end fails the delivery)
+            self.drop_held(out)
+            return budget
+        settled = self._presettled_out(fwd, out)
+        by = out.held_by
+        while held and budget > 0:
+            frame = held.popleft()
+            size = len(frame)
+            budget -= size
+            out.held_bytes -= size
+            if by is not None:
+                self.bounds.hold(by, -size)
+            link.send_transfer(b"", frame, settled=settled, more=bool(held) or not out.held_last,
+                               message_format=fwd.message_format)  # fmt: skip
+        self.touched.touch(out.conn.engine)
+        if not held:
+            ends = out.held_last
+            out.held = out.held_by = None
+            out.held_last = False
+            if ends:
+                self._stream_done(out, record)
+        return budget

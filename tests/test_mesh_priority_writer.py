@@ -1,0 +1,235 @@
+"""Priority bands at the writer, sans-IO (docs/mesh.md, "Priorities"; router.core.holding): while
+an inter-router connection's output is blocked its band links' stream frames are held in the
+router, counted against the producer's byte bound; when it drains the highest band goes first,
+within half the write high-water mark at a time; a link's frames stay in order, every delivery
+completes with its outcome, and a neighbour lost while frames are held loses nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.amqp.connection import Connection
+from router.amqp.events import TransferReceived
+from router.amqp.message import Message, encode_message
+from router.amqp.messaging import Accepted, Header, Modified, Released
+from router.config.models import PRIORITY_BANDS_DEFAULT
+from router.core.connections import ConnState
+from router.core.links import InLink, OutLink
+from router.core.router import RouterCore
+from router.testing.meshharness import MeshHarness
+from router.testing.routerharness import Client
+
+TOP = PRIORITY_BANDS_DEFAULT - 1
+# A body whose every byte says where it belongs: frames out of order would change it.
+BODY = bytes(range(251)) * 12_000  # ~3 MB, about 46 frames of 64 KiB
+
+
+def _line() -> MeshHarness:
+    h = MeshHarness()
+    for i, rid in enumerate("ABC"):
+        h.router(rid, instance=i + 1)
+    h.link("A", "B")
+    h.link("B", "C")
+    h.converge()
+    return h
+
+
+def _clients(h: MeshHarness) -> tuple[Client, Client, dict[str, Any], dict[str, Any]]:
+    producer, consumer = h.client("A", "p"), h.client("C", "c")
+    rx = {a: consumer.receiver(a) for a in ("bulk", "urgent")}
+    h.advance(0.5)
+    for link in rx.values():
+        link.flow(100)
+    tx = {a: producer.sender(a) for a in ("bulk", "urgent")}
+    h.pump()
+    return producer, consumer, tx, rx
+
+
+def _to_b(h: MeshHarness) -> tuple[RouterCore, Connection, list[OutLink]]:
+    """A's core, its engine of the connection to B, and its band links to B (lowest first)."""
+    core = h.cores["A"]
+    peer = core.mesh.peers["B"]
+    assert peer.bands is not None and len(peer.bands) == PRIORITY_BANDS_DEFAULT
+    return core, peer.conn.engine, peer.bands
+
+
+def _frames_at_b(h: MeshHarness) -> list[tuple[str, bool]]:
+    """(data link name, first frame of a delivery?) of every transfer B reads from A."""
+    seen: list[tuple[str, bool]] = []
+
+    def observe(events: list[object]) -> None:
+        for event in events:
+            if isinstance(event, TransferReceived):
+                ctx = event.link.context
+                if isinstance(ctx, InLink) and ctx.peer == "A":
+                    seen.append((event.link.name, event.first))
+
+    h.tap("B", observe)
+    return seen
+
+
+def _holds(out: OutLink) -> bool:
+    return out.held is not None
+
+
+def _idle(out: OutLink) -> bool:
+    return out.streaming is None
+
+
+def _blocked(state: ConnState) -> bool:
+    return state.output_blocked
+
+
+def _message(body: Any, priority: int) -> Message:
+    return Message.value(body, header=Header(priority=priority))
+
+
+def _producer_conn_bytes(core: RouterCore) -> int:
+    """Bytes A holds for its client connections (the producer's byte bound)."""
+    return sum(state.buffered_bytes for state in core.connections.values() if state.role == "normal")
+
+
+def test_a_higher_band_overtakes_a_low_band_stream_held_at_a_blocked_output() -> None:
+    h = _line()
+    producer, consumer, tx, rx = _clients(h)
+    core, engine, bands = _to_b(h)
+    at_b = _frames_at_b(h)
+    big = encode_message(_message(BODY, 0))
+    cut = len(big) // 4
+    bulk_id = tx["bulk"].send_transfer(b"big", big[:cut], more=True)
+    h.pump()
+    assert bands[0].streaming is not None and not _holds(bands[0])
+    core.set_output_blocked(engine, True, h.now)  # (as the network layer: past the high-water mark)
+    tx["bulk"].send_transfer(b"big", big[cut:])  # the rest of it, while the output is blocked
+    h.pump()
+    held = bands[0].held
+    assert held is not None and sum(map(len, held)) == bands[0].held_bytes > 0
+    assert _producer_conn_bytes(core) == bands[0].held_bytes  # counted against the producer's bound
+    urgent_id = producer.send(tx["urgent"], _message("urgent", 9))
+    h.pump()
+    assert not consumer.bodies(rx["urgent"])  # it waits too: nothing new goes to a blocked output
+    before = len(at_b)
+    core.set_output_blocked(engine, False, h.now)  # drained below half the mark
+    h.pump()
+    after = at_b[before:]
+    assert after[0] == (f"A>B/data.{TOP}", True)  # the urgent one first, then the rest of the stream
+    assert {name for name, _ in after[1:]} == {"A>B/data.0"} and not any(first for _, first in after[1:])
+    assert consumer.bodies(rx["urgent"]) == ["urgent"] and consumer.bodies(rx["bulk"]) == [BODY]
+    assert isinstance(producer.outcomes[bulk_id], Accepted) and isinstance(producer.outcomes[urgent_id], Accepted)
+    assert not _holds(bands[0]) and _idle(bands[0]) and _producer_conn_bytes(core) == 0
+
+
+def test_held_frames_go_out_half_the_high_water_mark_at_a_time_in_order() -> None:
+    h = _line()
+    producer, consumer, tx, rx = _clients(h)
+    core, engine, bands = _to_b(h)
+    state = core.connections[engine]
+    big = encode_message(_message(BODY, 0))
+    bulk_id = tx["bulk"].send_transfer(b"big", big[:1000], more=True)
+    h.pump()
+    core.set_output_blocked(engine, True, h.now)
+    tx["bulk"].send_transfer(b"big", big[1000:])
+    h.pump()
+    held_before = bands[0].held_bytes
+    budget = state.listener.write_high_water // 2
+    assert held_before > 2 * budget  # (the default for an inter-router connection bounds it)
+    core.set_output_blocked(engine, False, h.now)
+    written = held_before - bands[0].held_bytes
+    assert budget <= written < budget + 65536  # at most one frame past half the mark
+    # the rest waits for the output to drain again: the connection counts as blocked meanwhile
+    assert _blocked(state) and engine in core.held_output
+    h.pump()  # (the harness's wire takes everything at once: it releases until nothing is held)
+    assert consumer.bodies(rx["bulk"]) == [BODY]
+    assert isinstance(producer.outcomes[bulk_id], Accepted)
+    assert not _blocked(state) and not core.held_output and _producer_conn_bytes(core) == 0
+
+
+def test_a_large_message_that_waited_is_not_written_all_at_once() -> None:
+    h = _line()
+    producer, consumer, tx, rx = _clients(h)
+    core, engine, bands = _to_b(h)
+    state = core.connections[engine]
+    core.set_output_blocked(engine, True, h.now)
+    bulk_id = producer.send(tx["bulk"], _message(BODY, 0))  # all of it waits at A
+    urgent_id = producer.send(tx["urgent"], _message("urgent", 9))
+    h.pump()
+    assert bands[0].pending and not consumer.bodies(rx["bulk"])
+    at_b = _frames_at_b(h)
+    core.set_output_blocked(engine, False, h.now)
+    assert _holds(bands[0]) and state.output_blocked  # a part went, the rest is held
+    h.pump()
+    assert at_b[0] == (f"A>B/data.{TOP}", True)
+    assert consumer.bodies(rx["bulk"]) == [BODY] and consumer.bodies(rx["urgent"]) == ["urgent"]
+    assert isinstance(producer.outcomes[bulk_id], Accepted) and isinstance(producer.outcomes[urgent_id], Accepted)
+
+
+def test_presettled_and_multicast_streams_held_complete() -> None:
+    h = _line()
+    for core in h.cores.values():
+        core.table.add_rule(_multicast_rule())
+    producer, consumer = h.client("A", "p"), h.client("C", "c")
+    rx = consumer.receiver("mc/news")
+    h.advance(0.5)
+    rx.flow(10)
+    tx = producer.sender("mc/news")
+    h.pump()
+    core, engine, bands = _to_b(h)
+    big = encode_message(_message(BODY, 0))
+    tx.send_transfer(b"mc", big[:1000], more=True, settled=True)
+    h.pump()
+    core.set_output_blocked(engine, True, h.now)
+    tx.send_transfer(b"mc", big[1000:], settled=True)
+    h.pump()
+    assert _holds(bands[0])
+    core.set_output_blocked(engine, False, h.now)
+    h.pump()
+    assert consumer.bodies(rx) == [BODY]
+    assert not _holds(bands[0]) and _idle(bands[0]) and _producer_conn_bytes(core) == 0
+
+
+def _multicast_rule() -> Any:
+    from router.config.models import AddressConfig
+
+    return AddressConfig(prefix="mc", distribution="multicast")
+
+
+def test_a_neighbour_lost_while_frames_are_held_loses_no_delivery() -> None:
+    h = _line()
+    producer, consumer, tx, rx = _clients(h)
+    core, engine, bands = _to_b(h)
+    big = encode_message(_message(BODY, 0))
+    bulk_id = tx["bulk"].send_transfer(b"big", big[:1000], more=True)
+    h.pump()
+    core.set_output_blocked(engine, True, h.now)
+    tx["bulk"].send_transfer(b"big", big[1000:])
+    urgent_id = producer.send(tx["urgent"], _message("urgent", 9))
+    h.pump()
+    assert _holds(bands[0])
+    h.cut(h.wire_between("A", "B"))
+    # the stream was partly sent: modified; the urgent one never left A: released
+    assert isinstance(producer.outcomes[bulk_id], Modified) and bulk_id in producer.settled
+    assert isinstance(producer.outcomes[urgent_id], Released) and urgent_id in producer.settled
+    assert not _holds(bands[0]) and _producer_conn_bytes(core) == 0 and core.bounds.buffered_total == 0
+    assert not core.held_output and all(out.streaming is None and not out.outstanding for out in bands)
+
+
+def test_a_producer_aborting_a_held_stream_uncounts_its_bytes() -> None:
+    h = _line()
+    producer, consumer, tx, rx = _clients(h)
+    core, engine, bands = _to_b(h)
+    big = encode_message(_message(BODY, 0))
+    tx["bulk"].send_transfer(b"big", big[:1000], more=True)
+    h.pump()
+    core.set_output_blocked(engine, True, h.now)
+    tx["bulk"].send_transfer(b"big", big[1000:200_000], more=True)
+    h.pump()
+    assert _holds(bands[0])
+    tx["bulk"].abort()
+    h.pump()
+    assert not _holds(bands[0]) and _idle(bands[0]) and _producer_conn_bytes(core) == 0
+    core.set_output_blocked(engine, False, h.now)
+    urgent_id = producer.send(tx["urgent"], _message("urgent", 9))
+    bulk_id = producer.send(tx["bulk"], _message(b"small", 0))
+    h.pump()
+    assert consumer.bodies(rx["bulk"]) == [b"small"] and consumer.bodies(rx["urgent"]) == ["urgent"]
+    assert isinstance(producer.outcomes[bulk_id], Accepted) and isinstance(producer.outcomes[urgent_id], Accepted)
