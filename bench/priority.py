@@ -1,7 +1,7 @@
 """Priorities on inter-router links: latency of small urgent messages through a chain of 3
 router processes while large low-priority messages stream on the same path.
 
-    python bench/priority.py [--bands 1,4,10] [--size-mib 10] [--samples 300] [--interval-ms 10]
+    python bench/priority.py [--bands 1,4,10] [--size-mib 10] [--samples 300] [--interval-ms 10] [--socket-buffer N]
 
 For each band count (router.priority_bands on all three routers; 1 = one data link per
 direction, "without priorities") it starts routers A - B - C (router/testing/meshprocs.py),
@@ -105,12 +105,14 @@ async def urgent(port_a: int, port_c: int, samples: int, interval_s: float) -> l
     return latencies
 
 
-def run(bands: int, size: int, samples: int, interval_s: float) -> dict[str, float]:
+def run(bands: int, size: int, samples: int, interval_s: float, socket_buffer: int = 0) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as directory:
         router = {"mode": "interior", "priority_bands": bands}
         extra = {name: {"router": {"id": name, **router, "hello_interval_s": 1.0, "dead_interval_s": 3.0}}
                  for name in "ABC"}  # fmt: skip
-        with MeshProcesses(Path(directory), "A-B B-C", hello_interval_s=1.0, dead_interval_s=3.0, extra=extra) as mesh:
+        inter_router = {"socket_buffer_bytes": socket_buffer} if socket_buffer else {}
+        with MeshProcesses(Path(directory), "A-B B-C", hello_interval_s=1.0, dead_interval_s=3.0, extra=extra,
+                           inter_router=inter_router) as mesh:  # fmt: skip
             trio.run(mesh.wait_converged)
             stop_file = Path(directory) / "stop"
             bulk_process = subprocess.Popen(
@@ -143,12 +145,15 @@ def main() -> None:
     parser.add_argument("--size-mib", type=float, default=10.0)
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--interval-ms", type=float, default=10.0)
+    parser.add_argument("--socket-buffer", type=int, default=512 * 1024,
+                        help="socket_buffer_bytes of the inter-router listeners and connectors (0: the kernel's "
+                        "autotuning, the router's default)")  # fmt: skip
     args = parser.parse_args()
     info = build_info()
-    print(f"build: {info.describe()}")
+    print(f"build: {info.describe()}; inter-router socket buffers: {args.socket_buffer or 'autotuned'}")
     print(f"{'bands':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'bulk MiB/s':>11}")
     for bands in (int(b) for b in args.bands.split(",")):
-        result = run(bands, int(args.size_mib * (1 << 20)), args.samples, args.interval_ms / 1000)
+        result = run(bands, int(args.size_mib * (1 << 20)), args.samples, args.interval_ms / 1000, args.socket_buffer)
         print(f"{result['bands']:>5} {result['p50_ms']:>8} {result['p99_ms']:>8} {result['max_ms']:>8} {result['bulk_mib_s']:>11}",
               flush=True)  # fmt: skip
 

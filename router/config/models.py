@@ -70,9 +70,6 @@ class RouterSection(Model):
 
 
 COST_MAX = 2**31 - 1
-# The kernel buffers of an inter-router socket by default (socket_buffer_bytes): what a band
-# cannot overtake, about 2.5 ms at 200 MiB/s (bench/README.md, "Priorities").
-INTER_ROUTER_SOCKET_BUFFER = 512 * 1024
 
 
 class ConnectionSettings(Model):
@@ -100,18 +97,18 @@ class ConnectionSettings(Model):
     )
     socket_buffer_bytes: int | None = Field(
         default=None, ge=0,
-        description="the socket's kernel send and receive buffers (SO_SNDBUF, SO_RCVBUF); not set: "
-        f"{INTER_ROUTER_SOCKET_BUFFER // 1024} KiB on inter-router connections (bytes below the router, where no "
-        "priority band can overtake them; docs/mesh.md, 'Priorities'), the kernel's autotuning on others; "
-        "0: the kernel's autotuning (a link with a long round trip needs a buffer of its bandwidth x round trip)",
+        description="the socket's kernel send and receive buffers (SO_SNDBUF, SO_RCVBUF); not set or 0: the "
+        "kernel's autotuning. Bounded (e.g. 524288 on the inter-router listeners and connectors of a LAN mesh), "
+        "fewer bytes lie below the router, where no priority band can overtake them (docs/mesh.md, 'Priorities'), "
+        "but a TCP connection moves at most its buffer per round trip: a long link needs its bandwidth x round trip",
     )
 
     @property
     def socket_buffer(self) -> int:
         """The kernel buffers to set on the socket (0: leave them to the kernel)."""
-        if self.socket_buffer_bytes is not None:
-            return self.socket_buffer_bytes
-        return INTER_ROUTER_SOCKET_BUFFER if getattr(self, "role", None) == "inter-router" else 0
+        # Not bounded by default, not even between routers: a bound caps a long link's throughput
+        # (512 KiB at 50 ms: 10 MiB/s), which a site-to-site link must not meet by surprise.
+        return self.socket_buffer_bytes or 0
 
     @property
     def write_high_water(self) -> int:

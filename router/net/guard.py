@@ -107,7 +107,7 @@ class ConnectionGuard:
         # trio's SocketStream turns TCP_NODELAY on for every TCP stream (checked by the server
         # tests): with Nagle on, a small disposition or flow would wait for the peer's delayed
         # ACK, costing ~40 ms per round trip. The kernel buffers are bounded where asked
-        # (socket_buffer_bytes; inter-router connections by default): bytes queued there are
+        # (socket_buffer_bytes; the kernel autotunes them otherwise): bytes queued there are
         # out of reach of the router's priority bands (docs/mesh.md, "Priorities").
         if settings.socket_buffer:
             bound_socket_buffers(stream, settings.socket_buffer)

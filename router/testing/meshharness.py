@@ -68,12 +68,15 @@ class MeshHarness:
         self.cores[router_id] = core
         return core
 
-    def link(self, a: str, b: str, cost: int = 1, b_cost: int | None = None, pump: bool = True) -> Wire:
+    def link(
+        self, a: str, b: str, cost: int = 1, b_cost: int | None = None, pump: bool = True, **settings: Any
+    ) -> Wire:  # fmt: skip
         """An inter-router connection from `a` (connector, cost `cost`) to `b` (listener, cost
-        `b_cost`, default the same)."""
+        `b_cost`, default the same). `settings`: connection settings of both ends (e.g.
+        socket_buffer_bytes)."""
         core_a, core_b = self.cores[a], self.cores[b]
-        connector = Connector(name=f"to-{b}", host="127.0.0.1", port=5673, cost=cost)
-        listener = INTER_ROUTER.model_copy(update={"cost": b_cost if b_cost is not None else cost})
+        connector = Connector(name=f"to-{b}", host="127.0.0.1", port=5673, cost=cost, **settings)
+        listener = INTER_ROUTER.model_copy(update={"cost": b_cost if b_cost is not None else cost, **settings})
         engine_a = new_outgoing_engine(core_a.config, connector)
         engine_b = new_engine(core_b.config, listener)
         core_b.accept(engine_b, listener)

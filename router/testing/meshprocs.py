@@ -43,7 +43,7 @@ def parse_edges(spec: str) -> list[tuple[str, str, int]]:
 
 class MeshProcesses:
     def __init__(self, directory: Path, edges: str, *, hello_interval_s: float = 0.2, dead_interval_s: float = 0.8,
-                 extra: dict[str, dict[str, Any]] | None = None,
+                 extra: dict[str, dict[str, Any]] | None = None, inter_router: dict[str, Any] | None = None,
                  edge_routers: dict[str, list[str]] | None = None) -> None:  # fmt: skip
         self.directory = directory
         self.edges = parse_edges(edges)
@@ -60,6 +60,7 @@ class MeshProcesses:
             self.order.append(name)
         self.timers = {"hello_interval_s": hello_interval_s, "dead_interval_s": dead_interval_s}
         self.extra = extra or {}
+        self.inter_router = inter_router or {}  # settings of every inter-router listener and connector
         self.processes: dict[str, RouterProcess] = {}
         self.ports: dict[str, dict[str, int]] = {}
 
@@ -88,7 +89,8 @@ class MeshProcesses:
         ports = self.ports.get(name, {})
         listeners: list[dict[str, Any]] = [{"name": "amqp", "host": "127.0.0.1", "port": ports.get("amqp", 0)}]
         if dialled_by_later:
-            listeners.append({"name": "inter", "host": "127.0.0.1", "port": ports.get("inter", 0), "role": "inter-router"})
+            listeners.append({"name": "inter", "host": "127.0.0.1", "port": ports.get("inter", 0), "role": "inter-router",
+                              **self.inter_router})  # fmt: skip
         if any(name in interiors for interiors in self.edge_routers.values()):
             listeners.append({"name": "edge", "host": "127.0.0.1", "port": ports.get("edge", 0), "role": "edge"})
         connectors = []
@@ -97,7 +99,7 @@ class MeshProcesses:
                 if me == name and self.order.index(other) < self.order.index(me):
                     connectors.append({
                         "name": f"to-{other}", "host": "127.0.0.1", "port": self.ports[other]["inter"], "cost": cost,
-                        "reconnect_initial_s": 0.1, "reconnect_max_s": 1.0,
+                        "reconnect_initial_s": 0.1, "reconnect_max_s": 1.0, **self.inter_router,
                     })  # fmt: skip
         config: dict[str, Any] = {
             "router": {"id": name, "mode": "interior", **self.timers},
