@@ -32,7 +32,7 @@ from router.core.connections import ConnState
 from router.core.router import RouterCore
 from router.testing.routerharness import Client, RouterHarness
 
-from .support.release_checks import assert_nothing_of, assert_quiet
+from .support.release_checks import Fault, InjectedFault, assert_nothing_of, assert_quiet
 
 FRAME = 512  # a larger message crosses the router in several transfer frames
 ADDRESSES = ["any/a", "any/b", "mc/a"]  # mc: multicast
@@ -56,10 +56,6 @@ POINTS = [
 ]  # fmt: skip
 
 
-class InjectedFault(Exception):
-    """A bug in the core, as far as the network layer can tell."""
-
-
 def config(unsettled: int = 4) -> RouterConfig:
     return RouterConfig(
         router=RouterSection(id="failing"),
@@ -67,38 +63,6 @@ def config(unsettled: int = 4) -> RouterConfig:
         listeners=(Listener(name="amqp", port=0, max_frame_size=FRAME, max_unsettled_per_link=unsettled),),
         addresses=(AddressConfig(prefix="mc", distribution="multicast"),),
     )
-
-
-class Fault:
-    """`getattr(unit, name)` raises on its `nth` call while the core handles the doomed
-    client's input, once `armed`."""
-
-    def __init__(self, core: RouterCore, unit: str, name: str, nth: int) -> None:
-        self.doomed: Any = None
-        self.armed = False
-        self.calls = 0
-        self.fired = False
-        self._current: Any = None
-        handle, target = core.handle, getattr(core, unit)
-        original = getattr(target, name)
-
-        def tracking_handle(engine: Any, events: list[Any], now: float) -> None:
-            self._current = engine
-            try:
-                handle(engine, events, now)
-            finally:
-                self._current = None
-
-        def failing(*args: Any, **kwargs: Any) -> Any:
-            if self.armed and not self.fired and self._current is self.doomed:
-                self.calls += 1
-                if self.calls >= nth:
-                    self.fired = True
-                    raise InjectedFault(f"a bug in {unit}.{name}")
-            return original(*args, **kwargs)
-
-        core.handle = tracking_handle  # type: ignore[method-assign]
-        setattr(target, name, failing)
 
 
 class Harness(RouterHarness):
@@ -109,37 +73,13 @@ class Harness(RouterHarness):
         super().__init__(config(unsettled))
         self.lost: list[Client] = []
 
-    def pump(self, rounds: int = 10_000) -> None:
-        for _ in range(rounds):
-            moved = False
-            for client in list(self.clients):
-                out = client.engine.data_to_send()
-                if out:
-                    moved = True
-                    client.router_side.receive_data(out, self.now)
-                events = client.router_side.events()
-                if events:
-                    moved = True
-                    try:
-                        self.core.handle(client.router_side, events, self.now)
-                    except InjectedFault:
-                        self.clients.remove(client)
-                        self.lost.append(client)
-                        self.core.forget(client.router_side, self.now)
-                        continue
-            for client in list(self.clients):
-                back = client.router_side.data_to_send()
-                if back:
-                    moved = True
-                    client.engine.receive_data(back, self.now)
-                events = client.engine.events()
-                if events:
-                    moved = True
-                    client.on_events(events)
-            self.core.take_touched()
-            if not moved:
-                return
-        raise AssertionError("router harness never went quiet")
+    def handle(self, client: Client, events: list[Any]) -> None:
+        try:
+            super().handle(client, events)
+        except InjectedFault:
+            self.clients.remove(client)
+            self.lost.append(client)
+            self.core.forget(client.router_side, self.now)
 
 
 @dataclass
@@ -250,7 +190,9 @@ def test_a_failure_anywhere_leaves_nothing_behind_and_everyone_answered(
     nth: int, doomed: int, arm_at: int,
 ) -> None:  # fmt: skip
     h = Harness()
-    fault = Fault(h.core, *point, nth)
+    unit, name = point
+    fault = Fault(h.core, getattr(h.core, unit), name, nth)
+    fault.armed = False  # armed at a random step below
     peers = [Peer(h.connect(f"c{i}")) for i in range(3)]
     for peer in peers:
         peer.client.auto_accept = False
@@ -329,7 +271,7 @@ def test_a_transfer_written_in_part_is_aborted_and_the_consumer_link_carries_on(
     rx.flow(10)
     tx = producer.sender("q")
     h.pump()
-    fault = Fault(h.core, "bounds", "reached", 1)  # (called in _send once the transfer is written)
+    fault = Fault(h.core, h.core.bounds, "reached", 1)  # (called in _send once the transfer is written)
     fault.doomed, fault.armed = producer.router_side, True
     producer.send(tx, Message.value("cut" + "x" * 3 * FRAME))
     h.pump()
@@ -363,7 +305,7 @@ def test_multicast_copies_cut_short_by_a_failure_are_finished(presettled: bool, 
     tx = producer.sender("mc/x")
     h.pump()
     if doomed == "producer":  # its transfer is being copied: the first copy goes, then the failure
-        fault = Fault(h.core, "forwarder", "_send_copy", 2)
+        fault = Fault(h.core, h.core.forwarder, "_send_copy", 2)
         fault.doomed, fault.armed = producer.router_side, True
         rx2.flow(5)
         h.pump()
@@ -373,7 +315,7 @@ def test_multicast_copies_cut_short_by_a_failure_are_finished(presettled: bool, 
     else:  # its credit takes the copy waiting for it, which fails on the way out
         delivery_id = producer.send(tx, Message.value("m"), settled=presettled)
         h.pump()
-        fault = Fault(h.core, "forwarder", "_send_copy", 1)
+        fault = Fault(h.core, h.core.forwarder, "_send_copy", 1)
         fault.doomed, fault.armed = second.router_side, True
         rx2.flow(5)
         h.pump()

@@ -28,6 +28,7 @@ from router.net.client import Client
 from router.testing.memrouter import MemNetwork, MemRouter
 
 from .support import release_checks
+from .support.release_checks import Fault
 
 FRAME = 512  # the router's max-frame-size: a larger message arrives in several transfer frames
 
@@ -42,36 +43,6 @@ def config() -> RouterConfig:
 @pytest.fixture
 async def router(mem_network: MemNetwork) -> MemRouter:
     return await mem_network.start(config())
-
-
-class Fault:
-    """Make `getattr(unit, name)` raise on its `nth` call while the core handles the doomed
-    connection's input (once; armed when `doomed` is set)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, core: RouterCore, unit: Any, name: str, nth: int = 1) -> None:
-        self.doomed: Connection | None = None
-        self.calls = 0
-        self.fired = False
-        self._current: Connection | None = None
-        handle, original = core.handle, getattr(unit, name)
-
-        def tracking_handle(engine: Connection, events: list[Any], now: float) -> None:
-            self._current = engine
-            try:
-                handle(engine, events, now)
-            finally:
-                self._current = None
-
-        def failing(*args: Any, **kwargs: Any) -> Any:
-            if not self.fired and self.doomed is not None and self._current is self.doomed:
-                self.calls += 1
-                if self.calls >= nth:
-                    self.fired = True
-                    raise RuntimeError(f"a bug in {name}")
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(core, "handle", tracking_handle)
-        monkeypatch.setattr(unit, name, failing)
 
 
 def unit_of(core: RouterCore, where: str) -> Any:
@@ -127,7 +98,7 @@ async def test_a_producer_failing_mid_delivery_leaves_its_consumer_whole(
     autojump_clock: trio.testing.MockClock, router: MemRouter, monkeypatch: pytest.MonkeyPatch,
     where: str, name: str, nth: int, large: bool,
 ) -> None:  # fmt: skip
-    fault = Fault(monkeypatch, router.core, unit_of(router.core, where), name, nth)
+    fault = Fault(router.core, unit_of(router.core, where), name, nth, patch=monkeypatch.setattr)
     body = "x" * (3 * FRAME if large else 10)
     async with router.connect() as bystander:
         consumer = await bystander.open_receiver("a", credit=20)
@@ -174,7 +145,7 @@ async def test_a_consumer_failing_mid_settlement_leaves_no_producer_unanswered(
     autojump_clock: trio.testing.MockClock, router: MemRouter, monkeypatch: pytest.MonkeyPatch,
     where: str, name: str, nth: int,
 ) -> None:  # fmt: skip
-    fault = Fault(monkeypatch, router.core, unit_of(router.core, where), name, nth)
+    fault = Fault(router.core, unit_of(router.core, where), name, nth, patch=monkeypatch.setattr)
     async with router.connect() as bystander:
         sender = await bystander.open_sender("b")
         async with router.connect() as doomed:
@@ -219,7 +190,7 @@ async def test_a_half_done_attach_is_undone(
     autojump_clock: trio.testing.MockClock, router: MemRouter, monkeypatch: pytest.MonkeyPatch,
     where: str, name: str, nth: int, attach: Callable[[Client], Any],
 ) -> None:  # fmt: skip
-    fault = Fault(monkeypatch, router.core, unit_of(router.core, where), name, nth)
+    fault = Fault(router.core, unit_of(router.core, where), name, nth, patch=monkeypatch.setattr)
     entries = set(router.core.table.entries)
     async with router.connect() as doomed:
         state = state_of(router, doomed)
@@ -242,7 +213,7 @@ async def test_a_half_done_detach_unlists_the_consumer(
 ) -> None:
     """The core failed after marking the consumer gone, before unlisting it at its address: the
     ordinary close skips a link marked gone; the release after the failure finds it."""
-    fault = Fault(monkeypatch, router.core, router.core.forwarder, "consumer_gone")
+    fault = Fault(router.core, router.core.forwarder, "consumer_gone", patch=monkeypatch.setattr)
     async with router.connect() as bystander:
         sender = await bystander.open_sender("d")
         async with router.connect() as doomed:

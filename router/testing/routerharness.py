@@ -139,7 +139,7 @@ class RouterHarness:
                 events = client.router_side.events()
                 if events:
                     moved = True
-                    self.core.handle(client.router_side, events, self.now)
+                    self.handle(client, events)
             for client in list(self.clients):
                 back = client.router_side.data_to_send()
                 if back:
@@ -153,6 +153,11 @@ class RouterHarness:
             if not moved:
                 return
         raise AssertionError("router harness never went quiet")
+
+    def handle(self, client: Client, events: list[Any]) -> None:
+        """The router side's events of `client` into the core (a subclass may end a client the
+        core failed on, as the network layer does)."""
+        self.core.handle(client.router_side, events, self.now)
 
     def disconnect(self, client: Client) -> None:
         """The client's TCP connection drops without a close."""

@@ -3,6 +3,9 @@ nothing of the connection left anywhere, and nothing left counted for the others
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from router.core.connections import ConnState
 from router.core.delivery import SessionMaps
 from router.core.router import RouterCore
@@ -41,3 +44,46 @@ def assert_quiet(core: RouterCore) -> None:
             assert out.link.out_delivery < 0, out  # no transfer left with more=true
         for inl in state.in_links:
             assert inl.inflight == 0 and inl.held == 0 and inl.streaming is None, inl
+
+
+class InjectedFault(Exception):
+    """A bug in the core, as far as the network layer can tell."""
+
+
+def _setattr(target: Any, name: str, value: Any) -> None:
+    setattr(target, name, value)
+
+
+class Fault:
+    """`getattr(unit, name)` raises InjectedFault on its `nth` call while the core handles the
+    `doomed` connection's input (once; while `armed`). `patch` sets an attribute (a test's
+    monkeypatch.setattr to have it undone; plain setattr for a core made per example)."""
+
+    def __init__(
+        self, core: RouterCore, unit: Any, name: str, nth: int = 1,
+        patch: Callable[[Any, str, Any], None] = _setattr,
+    ) -> None:  # fmt: skip
+        self.doomed: Any = None
+        self.armed = True
+        self.calls = 0
+        self.fired = False
+        self._current: Any = None
+        handle, original = core.handle, getattr(unit, name)
+
+        def tracking_handle(engine: Any, events: list[Any], now: float) -> None:
+            self._current = engine
+            try:
+                handle(engine, events, now)
+            finally:
+                self._current = None
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            if self.armed and not self.fired and self.doomed is not None and self._current is self.doomed:
+                self.calls += 1
+                if self.calls >= nth:
+                    self.fired = True
+                    raise InjectedFault(f"a bug in {name}")
+            return original(*args, **kwargs)
+
+        patch(core, "handle", tracking_handle)
+        patch(unit, name, failing)
