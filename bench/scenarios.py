@@ -197,10 +197,18 @@ def chain(length: int) -> Iterator[list[Router]]:
             r.stop()
 
 
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine so far, in clock ticks (/proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def through_chain(binary: Path, *, size: int, count: int, direct_count: int, rounds: int, length: int = 3) -> dict[str, Any]:
     """Send into the first router of a chain, receive from the last; alternate with direct runs.
-    The sender gets credit once the receiver's address has reached the first router."""
-    direct, routed, cpu = [], [], []
+    The sender gets credit once the receiver's address has reached the first router. Also: how
+    busy the whole machine was during the routed runs (whether the chain had CPU to spare)."""
+    direct, routed, cpu, busy = [], [], [], []
     with chain(length) as routers:
         first, last = routers[0], routers[-1]
         for _ in range(rounds):
@@ -210,15 +218,19 @@ def through_chain(binary: Path, *, size: int, count: int, direct_count: int, rou
             receiver = _loadgen(binary, "receive", *common, "--port", str(last.port))
             time.sleep(0.3)
             cpu0 = [r.cpu_seconds() for r in routers]
+            busy0, total0 = machine_jiffies()
             sender = _loadgen(binary, "send", *common, "--port", str(first.port), "--size", str(size))
             _finish("send", sender)
             routed.append(_finish("receive", receiver)["msgs_per_s"])
             cpu.append([(r.cpu_seconds() - c) / count * 1e6 for r, c in zip(routers, cpu0)])
+            busy1, total1 = machine_jiffies()
+            busy.append(100 * (busy1 - busy0) / max(1, total1 - total0))
     direct_rate, router_rate = statistics.median(direct), statistics.median(routed)
     return {
         "routers": length, "size": size, "count": count,
         "direct_msgs_per_s": direct_rate, "router_msgs_per_s": router_rate, "ratio": router_rate / direct_rate,
         "cpu_us_per_msg_each_router": [statistics.median(c[i] for c in cpu) for i in range(length)],
+        "machine_busy_percent": statistics.median(busy),  # of all cores, during the routed runs
         "runs": {"direct": direct, "router": routed},
     }  # fmt: skip
 
