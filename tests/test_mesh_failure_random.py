@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 
@@ -408,3 +409,44 @@ def test_a_failure_anywhere_with_an_edge_router_leaves_nothing_behind(
     doomed: int, pick: int,
 ) -> None:  # fmt: skip
     _run(True, where, links, steps, doomed, pick)
+
+
+# --- what the random test found, on its own --------------------------------------------------
+
+
+@pytest.mark.parametrize("presettled", [False, True], ids=["unsettled", "presettled"])
+def test_a_delivery_whose_last_frame_the_core_failed_on_never_reaches_a_consumer_cut(presettled: bool) -> None:
+    """C's core fails on the last frame of a delivery arriving from B, after marking it whole
+    and before keeping the frame (its consumer has no credit yet: the delivery waits). The
+    delivery is dropped with the connection (aborted, as its producer's end would abort it),
+    and when the consumer gives credit it gets nothing, rather than a message with its end
+    missing; the next delivery, over the connection B dials again, arrives whole."""
+    h = Harness(edge=False)
+    h.converge()
+    producer, consumer = h.add_client("A", "p"), h.add_client("C", "c")
+    rx = consumer.receiver("any/q")
+    h.advance(0.3)
+    tx = producer.sender("any/q")
+    h.pump()
+    core = h.cores["C"]
+    wire = h.wire_between("B", "C")
+    fault = Fault(core, core.bounds, "observe", 1)  # (called for the last frame of a delivery)
+    fault.doomed = wire.b
+    producer.send(tx, Message.value("cut" + "x" * 3 * FRAME), settled=presettled)
+    h.pump()
+    assert fault.fired and wire not in h.wires
+    rx.flow(5)
+    h.advance(0.3)
+    assert not consumer.received[rx] and not consumer.partial.get(rx)
+    for router in h.cores.values():
+        assert_quiet(router)
+    h.dial_again()
+    h.converge()
+    delivery_id = producer.send(tx, Message.value("whole" + "y" * 3 * FRAME))
+    h.pump()
+    assert consumer.bodies(rx) == ["whole" + "y" * 3 * FRAME]
+    _settle(Peer(consumer), rx, 1, ACCEPTED)
+    h.pump()
+    assert isinstance(producer.outcomes[delivery_id], Accepted)
+    for router in h.cores.values():
+        assert_quiet(router)
