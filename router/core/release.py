@@ -36,7 +36,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..amqp.events import TransferReceived
 from .delivery import Forward, SessionMaps
+from .links import InLink
 from .mend import Mend
 from .settlement import DELIVERY_FAILED
 
@@ -119,6 +121,22 @@ class ConnectionEnd:
             self.failed_conns.add(state)
             self.failures += 1
 
+    def cut_short(self, event: TransferReceived) -> None:
+        """The core failed on `event`, a transfer of `state`'s: if it was the last frame of a
+        delivery, the failure may have come after the delivery was marked whole (and no longer
+        arriving) but before this frame was sent on or kept: forwarded as it is, its consumers
+        would get a message with its end missing. Nothing tells it from a whole one, so it is
+        aborted as its producer's end of a half-sent message is (transport §2.6.12): downstream
+        streams end with an abort, a delivery still waiting is dropped. (The producer's
+        connection is ending: it hears no outcome; the delivery is in doubt for it.) A frame
+        with more to come leaves the delivery arriving, and the producer's end aborts it."""
+        inl = event.link.context
+        if type(inl) is not InLink or event.first or event.more or inl.streaming is not None:
+            return
+        fwd = _arriving(self, inl, event.delivery_id)
+        if fwd is not None and not fwd.done:
+            self.forwarder._aborted(fwd)
+
     def release(self, state: ConnState, now: float, *, reattach: bool) -> None:
         """The connection is over and out of the core's table: release what it still holds.
         Never raises (every failure is logged): the network layer's clean-up must finish."""
@@ -188,6 +206,30 @@ class ConnectionEnd:
                     continue
                 for _, fwd in maps.inbound.items():
                     _fail_through(forwarder, fwd, state)
+
+
+def _arriving(end: ConnectionEnd, inl: InLink, delivery_id: int) -> Forward | None:
+    """The delivery `delivery_id` that `inl` brought, wherever it is now: in its session's map
+    (unsettled), or (presettled too) waiting at an address or for a consumer's credit, or
+    being sent to one."""
+    maps = inl.link.session.context
+    if isinstance(maps, SessionMaps):
+        fwd = maps.inbound.get(delivery_id)
+        if isinstance(fwd, Forward) and fwd.in_link is inl:
+            return fwd
+    found: list[Forward] = []
+    for entry in end.table.entries.values():
+        found.extend(entry.pending)
+    for state in end.connections.values():
+        for out in state.out_links:
+            found.extend(i if isinstance(i, Forward) else i.forward for i in out.pending or ())
+            if out.streaming is not None:
+                record = out.streaming
+                found.append(record if isinstance(record, Forward) else record.forward)
+    for fwd in found:
+        if fwd.in_link is inl and fwd.in_id == delivery_id:
+            return fwd
+    return None
 
 
 def _fail_through(forwarder: Forwarder, fwd: Forward, state: ConnState) -> None:

@@ -189,11 +189,17 @@ class RouterCore:
             # A bug (one a hostile peer can reach): the failure is this connection's, and the
             # network layer ends it. Its release will look for what the batch left half done
             # (router.core.release); what others were told before the failure goes out now.
-            self._failed(state)
+            # (`event`: the one being handled, or the last one if the failure came after them)
+            self._failed(state, event if events else None)
             raise
 
-    def _failed(self, state: ConnState) -> None:
+    def _failed(self, state: ConnState, event: ev.Event | None = None) -> None:
         self.ending.failed(state)
+        if type(event) is ev.TransferReceived:
+            try:
+                self.ending.cut_short(event)
+            except Exception:  # (the release sweeps what it can)
+                pass
         try:
             self.forwarder.flush()
         except Exception:  # the release flushes again

@@ -6,6 +6,8 @@ Connector), the other is accepted by `core.accept` on an inter-router Listener. 
 plain engines as in RouterHarness. `pump()` moves bytes and events until everything is quiet;
 `advance(seconds)` moves the virtual clock in steps, ticking every core whose deadline passed;
 `converge()` advances until every router reaches every other and knows the same addresses.
+`handle` is the hook through which every batch of events reaches a core: a harness that ends a
+connection its core failed on overrides it and calls `drop`, as the network layer does.
 
     h = MeshHarness()
     h.router("A"); h.router("B"); h.link("A", "B", cost=1)
@@ -158,6 +160,33 @@ class MeshHarness:
         """The router runs again (SIGCONT): the bytes that waited for it can be read now."""
         self.frozen.discard(id(self.cores[router_id]))
 
+    def handle(self, wire: Wire, core: RouterCore, engine: Connection, events: list[Any]) -> None:
+        """A batch of events of `engine` (an end of `wire`) into its `core` (a subclass may end a
+        connection the core failed on: `drop`)."""
+        core.handle(engine, events, self.now)
+
+    def drop(self, wire: Wire, engine: Connection) -> None:
+        """The network layer ends `engine`'s connection (an end of `wire`) because its core
+        failed on it: what the engine had left to write is never written, the core gets the end
+        of stream and forgets the connection, and the other end sees the connection drop (a
+        client's engine, or another router's: it loses its neighbour)."""
+        self.wires.remove(wire)
+        for _, end, core, client in wire.ends():
+            end.receive_data(b"", self.now)
+            events = end.events()
+            if end is engine:
+                assert core is not None
+                try:  # (the network layer feeds the end of stream; the core may fail on it too)
+                    core.handle(engine, events, self.now)
+                except Exception:
+                    pass
+                core.forget(engine, self.now)
+            elif core is not None:
+                core.handle(end, events, self.now)
+            elif client is not None:
+                client.on_events(events)
+        self.pump()
+
     # --- running ------------------------------------------------------------------------------
 
     def pump(self, rounds: int = 100_000) -> None:
@@ -178,7 +207,9 @@ class MeshHarness:
                         if dst_core is not None:
                             for observer in self.taps.get(id(dst_core), ()):
                                 observer(events)
-                            dst_core.handle(dst, events, self.now)
+                            self.handle(wire, dst_core, dst, events)
+                            if wire not in self.wires:  # (dropped: its core failed on it)
+                                break
                         elif dst_client is not None:
                             dst_client.on_events(events)
             for core in self.cores.values():
