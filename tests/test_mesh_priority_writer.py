@@ -19,13 +19,15 @@ from router.core.router import RouterCore
 from router.testing.meshharness import MeshHarness
 from router.testing.routerharness import Client
 
+from .support.release_checks import Fault, InjectedFault
+
 TOP = PRIORITY_BANDS_DEFAULT - 1
 # A body whose every byte says where it belongs: frames out of order would change it.
 BODY = bytes(range(251)) * 12_000  # ~3 MB, about 46 frames of 64 KiB
 
 
-def _line() -> MeshHarness:
-    h = MeshHarness()
+def _line(harness: type[MeshHarness] = MeshHarness) -> MeshHarness:
+    h = harness()
     for i, rid in enumerate("ABC"):
         h.router(rid, instance=i + 1)
     # Bounded socket buffers (a LAN mesh's setting): the write high-water mark is bounded too.
@@ -234,3 +236,46 @@ def test_a_producer_aborting_a_held_stream_uncounts_its_bytes() -> None:
     h.pump()
     assert consumer.bodies(rx["bulk"]) == [b"small"] and consumer.bodies(rx["urgent"]) == ["urgent"]
     assert isinstance(producer.outcomes[bulk_id], Accepted) and isinstance(producer.outcomes[urgent_id], Accepted)
+
+
+class _EndsFailed(MeshHarness):
+    """Ends a connection its core failed on, as the network layer does."""
+
+    def handle(self, wire: Any, core: RouterCore, engine: Connection, events: list[Any]) -> None:
+        try:
+            super().handle(wire, core, engine, events)
+        except InjectedFault:
+            self.drop(wire, engine)
+
+
+def test_a_stream_held_when_its_producer_fails_in_the_core_is_aborted_and_nothing_held_follows() -> None:
+    # The core fails on the producer's next frame (a bug a hostile peer could reach): its
+    # connection ends, and the mending aborts the delivery on A's band link to B. What that
+    # link still held for it must go too: a frame written after the abort would reach B as a
+    # transfer of no delivery (a protocol violation that would cost B the whole connection).
+    h = _line(_EndsFailed)
+    producer, consumer, tx, rx = _clients(h)
+    core, engine, bands = _to_b(h)
+    big = encode_message(_message(BODY, 0))
+    tx["bulk"].send_transfer(b"big", big[:1000], more=True)
+    h.pump()
+    core.set_output_blocked(engine, True, h.now)
+    tx["bulk"].send_transfer(b"big", big[1000:200_000], more=True)
+    h.pump()
+    assert _holds(bands[0])
+    fault = Fault(core, core.forwarder, "on_transfer")
+    fault.doomed = next(state.engine for state in core.connections.values() if state.peer is None and state.in_links)
+    tx["bulk"].send_transfer(b"big", big[200_000:300_000], more=True)
+    h.pump()
+    assert fault.fired
+    assert not _holds(bands[0]) and _producer_conn_bytes(core) == 0
+    core.set_output_blocked(engine, False, h.now)
+    h.pump()
+    assert "B" in core.mesh.peers and engine in core.connections  # A and B still connected
+    again = h.client("A", "p2")
+    urgent = again.sender("urgent")
+    h.pump()
+    urgent_id = again.send(urgent, _message("urgent", 9))
+    h.pump()
+    assert consumer.bodies(rx["urgent"]) == ["urgent"] and consumer.bodies(rx["bulk"]) == []
+    assert isinstance(again.outcomes[urgent_id], Accepted)

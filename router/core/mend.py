@@ -87,6 +87,7 @@ class Mend:
                     if not fwd.done and not fwd.complete and inl is not None and not inl.gone and inl.streaming is fwd:
                         continue  # the rest is still coming
                 out.streaming = None
+                forwarder.drop_held(out)  # nothing held for it may follow the abort (holding.py)
                 delivery_id = link.out_delivery
                 if delivery_id >= 0 and alive(link):
                     link.abort()
