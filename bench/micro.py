@@ -18,7 +18,8 @@ from typing import Any
 from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.decode import decode_at
 from router.amqp.events import RemoteAttach, RemoteBegin, TransferReceived
-from router.amqp.fastpath import parse_transfer, transfer_performative
+from router.amqp.fastparse import parse_transfer
+from router.amqp.fastpath import transfer_performative
 from router.amqp.message import Message, decode_message, encode_message, scan_sections
 from router.amqp.messaging import Properties, Source, Target
 from router.amqp.peek import peek

@@ -16,14 +16,8 @@ from router.amqp import performatives as p
 from router.amqp.decode import decode_at
 from router.amqp.encode import encode
 from router.amqp.errors import DecodeError
-from router.amqp.fastpath import (
-    _common_disposition,
-    parse_disposition,
-    parse_flow,
-    parse_transfer,
-    transfer_frame,
-    transfer_middle,
-)
+from router.amqp.fastparse import _common_disposition, parse_disposition, parse_flow, parse_transfer
+from router.amqp.fastpath import transfer_frame, transfer_middle
 from router.amqp.framing import frame
 from router.amqp.types import Described, UInt, ULong
 

@@ -36,7 +36,7 @@ from .events import (
     RemoteOpen,
     TransportClosed,
 )
-from .fastpath import parse_disposition, parse_flow, parse_transfer, transfer_fields, u32
+from .fastparse import parse_disposition, parse_flow, parse_transfer, transfer_fields, u32
 from .framing import (
     AMQP_HEADER,
     EMPTY_FRAME,

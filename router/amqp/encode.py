@@ -4,7 +4,7 @@ Owns: turning Python/AMQP values into bytes, choosing the smallest encoding (sma
 list0, str8 ...) and building arrays with one shared constructor. Composite types (performatives,
 sections) register their own encoder here with `register_encoder`.
 This is the general path used for control frames; transfers, flows and dispositions have a
-hand-written path in fastpath.py.
+hand-written path in fastparse.py (reading) and fastpath.py (writing).
 Must not touch: decoding, framing.
 """
 

@@ -135,7 +135,7 @@ class Flow:
 )  # fmt: skip
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Transfer:
-    """transport §2.7.5 (the engine's hot path uses fastpath.py instead of this class)."""
+    """transport §2.7.5 (the engine's hot path uses fastparse.py and fastpath.py instead of this class)."""
 
     DESCRIPTOR_CODE: ClassVar[int]
     handle: int

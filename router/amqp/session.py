@@ -22,10 +22,8 @@ from .events import (
     RemoteDetach,
     TransferReceived,
 )
+from .fastparse import DispositionFields, FlowFields, TransferFields
 from .fastpath import (
-    DispositionFields,
-    FlowFields,
-    TransferFields,
     disposition_performative,
     flow_performative,
     frame_header,
