@@ -14,7 +14,6 @@ producer and consumer still exchange a message, on every address."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -23,37 +22,19 @@ from hypothesis import strategies as st
 
 from router.amqp import events as ev
 from router.amqp.endpoints import ACTIVE
-from router.amqp.link import Link
 from router.amqp.message import Message, decode_message
 from router.amqp.messaging import ACCEPTED, Accepted, Modified, Rejected, Released
-from router.amqp.performatives import Error
 from router.config.models import AddressConfig, Listener, RouterConfig, RouterSection
 from router.core.connections import ConnState
 from router.core.router import RouterCore
 from router.testing.routerharness import Client, RouterHarness
 
+from .support.random_traffic import (
+    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, settle, step_strategy,
+)  # fmt: skip
 from .support.release_checks import Fault, InjectedFault, assert_nothing_of, assert_quiet
 
-FRAME = 512  # a larger message crosses the router in several transfer frames
-ADDRESSES = ["any/a", "any/b", "mc/a"]  # mc: multicast
-SIZES = [10, 700, 1700]  # one, two and four frames
-
-# Where the failure is injected: (unit, method). The per-message path (arriving frames, routing,
-# sending, waiting, credit, settlement both ways, the flush) and the attach/detach path.
-POINTS = [
-    ("forwarder", name)
-    for name in (
-        "on_transfer", "_first_frame", "_next_frame", "_route", "_send", "_send_copy", "_multicast", "_stream",
-        "_stream_done", "_wait", "consumer_ready", "on_flow", "on_disposition", "consumer_outcome",
-        "relay_outcome", "_copy_outcome", "_copy_failed", "handed_over", "_presettled_sent", "unroutable",
-        "fail_sent", "consumer_gone", "producer_gone", "_aborted", "reroute", "credit_dirty", "flush",
-        "dispose", "unsettled_out", "end_stream",
-    )
-] + [
-    ("links", name) for name in ("attach_link", "detach_link", "link_gone", "_add_consumer", "_add_producer")
-] + [("mesh", "consumers_changed")] + [
-    ("bounds", name) for name in ("observe", "hold", "reached", "settled", "gone")
-]  # fmt: skip
+POINTS = CORE_POINTS + [("mesh", "consumers_changed")]
 
 
 def config(unsettled: int = 4) -> RouterConfig:
@@ -82,104 +63,21 @@ class Harness(RouterHarness):
             self.core.forget(client.router_side, self.now)
 
 
-@dataclass
-class Peer:
-    """One client and what the test remembers of its links."""
-
-    client: Client
-    producers: list[Link] = field(default_factory=list)
-    consumers: list[Link] = field(default_factory=list)
-    # Unsettled deliveries sent, by delivery-id: the link they went on.
-    unsettled: dict[int, Link] = field(default_factory=dict)
-    disposed: set[tuple[Link, int]] = field(default_factory=set)
-    sent = 0
-
-
-# Steps: (op, peer, a, b, c) with small integers the op reads as it needs.
-OPS = st.sampled_from(["producer", "consumer", "detach"] + ["send"] * 5 + ["flow"] * 2 + ["settle"] * 2)
-STEP = st.tuples(OPS, st.integers(0, 2), st.integers(0, 7), st.integers(0, 7), st.integers(0, 3))
-# Each client's first links: ("producer" or "consumer", address, the consumer's first credit).
-LINKS = st.lists(st.tuples(st.sampled_from(["producer", "consumer"]), st.integers(0, 2), st.integers(0, 6)),
-                 min_size=1, max_size=3)  # fmt: skip
-OUTCOMES = [ACCEPTED, Rejected(error=Error(condition="test:nope")), Released(), Modified(delivery_failed=True)]
-
-
 def _step(h: Harness, peers: list[Peer], bodies: set[str], step: tuple[str, int, int, int, int]) -> None:
-    op, who, a, b, c = step
-    peer = peers[who]
-    if peer.client not in h.clients:
-        return
-    client = peer.client
-    if op == "producer" and len(peer.producers) < 3:
-        client.tags += 1  # (the link's name)
-        peer.producers.append(client.sender(ADDRESSES[a % len(ADDRESSES)]))
-    elif op == "consumer" and len(peer.consumers) < 3:
-        rx = client.receiver(ADDRESSES[a % len(ADDRESSES)])
-        peer.consumers.append(rx)
-        rx.flow(b)
-    elif op == "send" and peer.producers:
-        tx = peer.producers[a % len(peer.producers)]
-        for _ in range(min(1 + c, tx.credit if tx.state.local is ACTIVE else 0)):
-            body = f"{client.name}-{peer.sent}-" + "x" * SIZES[b % len(SIZES)]
-            peer.sent += 1
-            bodies.add(body)
-            settled = b >= 5
-            delivery_id = client.send(tx, Message.value(body), settled=settled)
-            if not settled:
-                peer.unsettled[delivery_id] = tx
-    elif op == "flow" and peer.consumers:
-        rx = peer.consumers[a % len(peer.consumers)]
-        if rx.state.local is ACTIVE:
-            rx.flow(b + 1)
-    elif op == "settle" and peer.consumers:
-        rx = peer.consumers[a % len(peer.consumers)]
-        _settle(peer, rx, b + 1, OUTCOMES[c])
-    elif op == "detach":
-        links = peer.producers + peer.consumers
-        if links:
-            link = links[a % len(links)]
-            if link.state.local is ACTIVE:
-                link.detach(closed=True)
-    h.pump()
-
-
-def _settle(peer: Peer, rx: Link, n: int, state: Any) -> None:
-    if rx.state.local is not ACTIVE:
-        return
-    for received in peer.client.received.get(rx, []):
-        if n <= 0:
-            return
-        key = (rx, received.delivery_id)
-        if received.settled or key in peer.disposed:
-            continue
-        peer.disposed.add(key)
-        rx.dispose(received.delivery_id, state=state, settled=True)
-        n -= 1
+    peer = peers[step[1]]
+    if peer.client in h.clients:
+        apply_step(peer, bodies, step, most_links=3, settled_from=5)
+        h.pump()
 
 
 def _drain(h: Harness, peers: list[Peer]) -> None:
-    """Every consumer left takes and accepts everything (until nothing moves)."""
-    for _ in range(50):
-        before = sum(len(r) for p in peers for r in p.client.received.values()), len(h.core.connections)
-        for peer in peers:
-            if peer.client not in h.clients:
-                continue
-            for rx in peer.consumers:
-                if rx.state.local is ACTIVE:
-                    if rx.credit < 20:
-                        rx.flow(50)
-                    _settle(peer, rx, 1 << 30, ACCEPTED)
-        h.pump()
-        after = sum(len(r) for p in peers for r in p.client.received.values()), len(h.core.connections)
-        if after == before:
-            return
-    raise AssertionError("deliveries kept coming")
+    drain(h.clients, peers, h.pump, also=lambda: len(h.core.connections))
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(
-    links=st.lists(LINKS, min_size=3, max_size=3),
-    steps=st.lists(STEP, min_size=4, max_size=30),
+    links=st.lists(first_links(3), min_size=3, max_size=3),
+    steps=st.lists(step_strategy(5), min_size=4, max_size=30),
     point=st.sampled_from(POINTS),
     nth=st.integers(1, 6),
     doomed=st.integers(0, 2),
@@ -285,7 +183,7 @@ def test_a_transfer_written_in_part_is_aborted_and_the_consumer_link_carries_on(
     delivery_id = other.send(tx, Message.value("whole" + "y" * 2 * FRAME))
     h.pump()
     assert consumer.bodies(rx) == ["whole" + "y" * 2 * FRAME]
-    _settle(Peer(consumer), rx, 1, ACCEPTED)
+    settle(Peer(consumer), rx, 1, ACCEPTED)
     h.pump()
     assert isinstance(other.outcomes[delivery_id], Accepted)
     assert_quiet(h.core)

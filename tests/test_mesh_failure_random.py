@@ -27,21 +27,19 @@ from hypothesis import strategies as st
 from router.amqp import events as ev
 from router.amqp.connection import Connection
 from router.amqp.endpoints import ACTIVE
-from router.amqp.link import Link
 from router.amqp.message import Message, decode_message
-from router.amqp.messaging import ACCEPTED, Accepted, Header, Modified, Rejected, Released
-from router.amqp.performatives import Error
+from router.amqp.messaging import ACCEPTED, Accepted, Modified, Rejected, Released
 from router.config.models import AddressConfig
 from router.core.connections import ConnState
 from router.core.router import RouterCore
 from router.testing.meshharness import CLIENTS, EDGE, INTER_ROUTER, MeshHarness, Wire
 from router.testing.routerharness import Client
 
-from .support.release_checks import Fault, InjectedFault, assert_nothing_of, assert_quiet
+from .support.random_traffic import (
+    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, settle, step_strategy,
+)  # fmt: skip
+from .support.release_checks import Fault, InjectedFault, Watch, assert_nothing_of, assert_quiet
 
-FRAME = 512  # a larger message crosses each hop in several transfer frames
-ADDRESSES = ["any/a", "any/b", "mc/a"]  # mc: multicast
-SIZES = [10, 700, 1700]  # one, two and four frames
 INTERIORS = ["A", "B", "C"]
 CLIENT_LISTENER = CLIENTS.model_copy(update={"max_frame_size": FRAME, "max_unsettled_per_link": 4})
 LISTENERS = (
@@ -52,22 +50,11 @@ LISTENERS = (
 
 # Where the failure is injected: (unit, method), on the doomed connection's router. The
 # per-message path, the attach/detach path, the mesh's control messages and links, the bounds.
-POINTS = [
-    ("forwarder", name)
-    for name in (
-        "on_transfer", "_first_frame", "_next_frame", "_route", "_send", "_send_copy", "_multicast", "_stream",
-        "_stream_done", "_wait", "consumer_ready", "on_flow", "on_disposition", "consumer_outcome",
-        "relay_outcome", "_copy_outcome", "_copy_failed", "handed_over", "_presettled_sent", "unroutable",
-        "fail_sent", "consumer_gone", "producer_gone", "_aborted", "reroute", "credit_dirty", "flush",
-        "dispose", "unsettled_out", "end_stream",
-    )
-] + [
-    ("links", name) for name in ("attach_link", "detach_link", "link_gone", "_add_consumer", "_add_producer")
-] + [
+# Where the failure is injected, on the doomed connection's router: the core's points and the
+# mesh's control messages and links.
+POINTS = CORE_POINTS + [
     ("mesh", name) for name in ("consumers_changed", "on_transfer", "on_flow", "send_control", "set_remote")
-] + [
-    ("bounds", name) for name in ("observe", "hold", "reached", "settled", "gone")
-]  # fmt: skip
+]
 
 
 class Harness(MeshHarness):
@@ -121,98 +108,21 @@ class Harness(MeshHarness):
 MC = AddressConfig(prefix="mc", distribution="multicast")
 
 
-@dataclass
-class Peer:
-    """One client and what the test remembers of its links."""
-
-    client: Client
-    producers: list[Link] = field(default_factory=list)
-    consumers: list[Link] = field(default_factory=list)
-    unsettled: dict[int, Link] = field(default_factory=dict)  # delivery-id -> the link it went on
-    disposed: set[tuple[Link, int]] = field(default_factory=set)
-    sent = 0
-
-
-OPS = st.sampled_from(["producer", "consumer", "detach"] + ["send"] * 5 + ["flow"] * 2 + ["settle"] * 2)
-STEP = st.tuples(OPS, st.integers(0, 2), st.integers(0, 7), st.integers(0, 9), st.integers(0, 3))
-LINKS = st.lists(st.tuples(st.sampled_from(["producer", "consumer"]), st.integers(0, 2), st.integers(0, 6)),
-                 min_size=1, max_size=2)  # fmt: skip
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]  # (explaining a failure takes minutes)
-OUTCOMES = [ACCEPTED, Rejected(error=Error(condition="test:nope")), Released(), Modified(delivery_failed=True)]
 
 
 def _step(h: Harness, peers: list[Peer], bodies: set[str], step: tuple[str, int, int, int, int]) -> None:
-    op, who, a, b, c = step
-    peer = peers[who]
+    peer = peers[step[1]]
     if peer.client not in h.clients:
         return
-    client = peer.client
-    if op == "producer" and len(peer.producers) < 2:
-        client.tags += 1  # (the link's name)
-        peer.producers.append(client.sender(ADDRESSES[a % len(ADDRESSES)]))
-    elif op == "consumer" and len(peer.consumers) < 2:
-        rx = client.receiver(ADDRESSES[a % len(ADDRESSES)])
-        peer.consumers.append(rx)
-        rx.flow(b)
-    elif op == "send" and peer.producers:
-        tx = peer.producers[a % len(peer.producers)]
-        for _ in range(min(1 + c, tx.credit if tx.state.local is ACTIVE else 0)):
-            body = f"{client.name}-{peer.sent}-" + "x" * SIZES[b % len(SIZES)]
-            peer.sent += 1
-            bodies.add(body)
-            settled = b >= 7
-            message = Message.value(body, header=Header(priority=b))  # (every band)
-            delivery_id = client.send(tx, message, settled=settled)
-            if not settled:
-                peer.unsettled[delivery_id] = tx
-    elif op == "flow" and peer.consumers:
-        rx = peer.consumers[a % len(peer.consumers)]
-        if rx.state.local is ACTIVE:
-            rx.flow(b + 1)
-    elif op == "settle" and peer.consumers:
-        _settle(peer, peer.consumers[a % len(peer.consumers)], b + 1, OUTCOMES[c])
-    elif op == "detach":
-        links = peer.producers + peer.consumers
-        if links:
-            link = links[a % len(links)]
-            if link.state.local is ACTIVE:
-                link.detach(closed=True)
+    apply_step(peer, bodies, step, most_links=2, settled_from=7, priority=True)  # (priorities: every band)
     h.pump()
-    if op in ("consumer", "detach"):
+    if step[0] in ("consumer", "detach"):
         h.advance(0.05)  # (the address reaches the other routers)
 
 
-def _settle(peer: Peer, rx: Link, n: int, state: Any) -> None:
-    if rx.state.local is not ACTIVE:
-        return
-    for received in peer.client.received.get(rx, []):
-        if n <= 0:
-            return
-        key = (rx, received.delivery_id)
-        if received.settled or key in peer.disposed:
-            continue
-        peer.disposed.add(key)
-        rx.dispose(received.delivery_id, state=state, settled=True)
-        n -= 1
-
-
 def _drain(h: Harness, peers: list[Peer]) -> None:
-    """Every consumer left takes and accepts everything (until nothing moves)."""
-    for _ in range(50):
-        before = sum(len(r) for p in peers for r in p.client.received.values())
-        for peer in peers:
-            if peer.client not in h.clients:
-                continue
-            for rx in peer.consumers:
-                if rx.state.local is ACTIVE:
-                    if rx.credit < 20:
-                        rx.flow(50)
-                    _settle(peer, rx, 1 << 30, ACCEPTED)
-        h.advance(0.05)
-        after = sum(len(r) for p in peers for r in p.client.received.values())
-        if after == before:
-            return
-    raise AssertionError("deliveries kept coming")
+    drain(h.clients, peers, lambda: h.advance(0.05))
 
 
 def _doomed(h: Harness, peers: list[Peer], doomed: int) -> tuple[RouterCore, Connection]:
@@ -231,27 +141,14 @@ def _doomed(h: Harness, peers: list[Peer], doomed: int) -> tuple[RouterCore, Con
     return wire.b_core, wire.b
 
 
-class Calls:
+class Calls(Watch):
     """The calls of every POINT the core makes while it handles the `doomed` connection's input
     (while `armed`): a dry run of an example lists them, so that the failure can be injected at
     one of them (the harness is deterministic: the run with the failure is the same up to it)."""
 
     def __init__(self, core: RouterCore) -> None:
-        self.doomed: Any = None
-        self.armed = True
-        self.fired = False  # (never: it only lists)
+        super().__init__(core)
         self.seen: list[tuple[str, str]] = []
-        self._current: Any = None
-        handle = core.handle
-
-        def tracking_handle(engine: Any, events: list[Any], now: float) -> None:
-            self._current = engine
-            try:
-                handle(engine, events, now)
-            finally:
-                self._current = None
-
-        core.handle = tracking_handle  # type: ignore[method-assign]
         for point in POINTS:
             self._wrap(core, point)
 
@@ -260,7 +157,7 @@ class Calls:
         original = getattr(unit, point[1])
 
         def listed(*args: Any, **kwargs: Any) -> Any:
-            if self.armed and self.doomed is not None and self._current is self.doomed:
+            if self.in_doomed():
                 self.seen.append(point)
             return original(*args, **kwargs)
 
@@ -374,7 +271,7 @@ def _run(
     sent = producer.send(tx, Message.value("after" + "y" * 2 * FRAME))
     h.pump()
     assert consumer.bodies(rx) == ["after" + "y" * 2 * FRAME]
-    _settle(Peer(consumer), rx, 1, ACCEPTED)
+    settle(Peer(consumer), rx, 1, ACCEPTED)
     h.pump()
     assert isinstance(producer.outcomes.get(sent), Accepted)
     for router in h.cores.values():
@@ -384,8 +281,8 @@ def _run(
 @settings(max_examples=50, deadline=None, derandomize=True, phases=PHASES)
 @given(
     where=st.lists(st.integers(0, 2), min_size=3, max_size=3),
-    links=st.lists(LINKS, min_size=3, max_size=3),
-    steps=st.lists(STEP, min_size=4, max_size=20),
+    links=st.lists(first_links(2), min_size=3, max_size=3),
+    steps=st.lists(step_strategy(7), min_size=4, max_size=20),
     doomed=st.integers(0, 6),  # 0-2: a client; 3-6: an end of A-B or B-C
     pick=st.integers(0, 1 << 16),  # which of the calls on the doomed connection fails
 )
@@ -399,8 +296,8 @@ def test_a_failure_anywhere_in_a_line_of_routers_leaves_nothing_behind(
 @settings(max_examples=25, deadline=None, derandomize=True, phases=PHASES)
 @given(
     where=st.lists(st.integers(0, 3), min_size=3, max_size=3),  # 3: the edge router
-    links=st.lists(LINKS, min_size=3, max_size=3),
-    steps=st.lists(STEP, min_size=4, max_size=16),
+    links=st.lists(first_links(2), min_size=3, max_size=3),
+    steps=st.lists(step_strategy(7), min_size=4, max_size=16),
     doomed=st.integers(0, 8),  # 0-2: a client; 3-8: an end of A-B, B-C or the uplink E=>C
     pick=st.integers(0, 1 << 16),
 )
@@ -445,7 +342,7 @@ def test_a_delivery_whose_last_frame_the_core_failed_on_never_reaches_a_consumer
     delivery_id = producer.send(tx, Message.value("whole" + "y" * 3 * FRAME))
     h.pump()
     assert consumer.bodies(rx) == ["whole" + "y" * 3 * FRAME]
-    _settle(Peer(consumer), rx, 1, ACCEPTED)
+    settle(Peer(consumer), rx, 1, ACCEPTED)
     h.pump()
     assert isinstance(producer.outcomes[delivery_id], Accepted)
     for router in h.cores.values():

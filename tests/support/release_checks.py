@@ -54,21 +54,18 @@ def _setattr(target: Any, name: str, value: Any) -> None:
     setattr(target, name, value)
 
 
-class Fault:
-    """`getattr(unit, name)` raises InjectedFault on its `nth` call while the core handles the
-    `doomed` connection's input (once; while `armed`). `patch` sets an attribute (a test's
-    monkeypatch.setattr to have it undone; plain setattr for a core made per example)."""
+class Watch:
+    """Knows whether the core is handling the `doomed` connection's input right now (core.handle
+    wrapped through `patch`: a test's monkeypatch.setattr to have it undone, plain setattr for a
+    core made per example); `armed` turns what a subclass does there on and off."""
 
-    def __init__(
-        self, core: RouterCore, unit: Any, name: str, nth: int = 1,
-        patch: Callable[[Any, str, Any], None] = _setattr,
-    ) -> None:  # fmt: skip
+    def __init__(self, core: RouterCore, patch: Callable[[Any, str, Any], None] = _setattr) -> None:
         self.doomed: Any = None
         self.armed = True
-        self.calls = 0
         self.fired = False
+        self.patch = patch
         self._current: Any = None
-        handle, original = core.handle, getattr(unit, name)
+        handle = core.handle
 
         def tracking_handle(engine: Any, events: list[Any], now: float) -> None:
             self._current = engine
@@ -77,13 +74,30 @@ class Fault:
             finally:
                 self._current = None
 
+        patch(core, "handle", tracking_handle)
+
+    def in_doomed(self) -> bool:
+        return self.armed and self.doomed is not None and self._current is self.doomed
+
+
+class Fault(Watch):
+    """`getattr(unit, name)` raises InjectedFault on its `nth` call while the core handles the
+    `doomed` connection's input (once; while `armed`)."""
+
+    def __init__(
+        self, core: RouterCore, unit: Any, name: str, nth: int = 1,
+        patch: Callable[[Any, str, Any], None] = _setattr,
+    ) -> None:  # fmt: skip
+        super().__init__(core, patch)
+        self.calls = 0
+        original = getattr(unit, name)
+
         def failing(*args: Any, **kwargs: Any) -> Any:
-            if self.armed and not self.fired and self.doomed is not None and self._current is self.doomed:
+            if not self.fired and self.in_doomed():
                 self.calls += 1
                 if self.calls >= nth:
                     self.fired = True
                     raise InjectedFault(f"a bug in {name}")
             return original(*args, **kwargs)
 
-        patch(core, "handle", tracking_handle)
         patch(unit, name, failing)
