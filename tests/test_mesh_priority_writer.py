@@ -216,17 +216,24 @@ def test_a_neighbour_lost_while_frames_are_held_loses_no_delivery() -> None:
     assert not core.held_output and all(out.streaming is None and not out.outstanding for out in bands)
 
 
+def _held_stream(h: MeshHarness, tx: Any, core: RouterCore, engine: Connection, bands: list[OutLink]) -> bytes:
+    """A large low-band message whose first 200 kB were sent while A's output to B was blocked:
+    A's lowest band link holds its frames. The whole message (its rest not sent yet)."""
+    big = encode_message(_message(BODY, 0))
+    tx.send_transfer(b"big", big[:1000], more=True)
+    h.pump()
+    core.set_output_blocked(engine, True, h.now)
+    tx.send_transfer(b"big", big[1000:200_000], more=True)
+    h.pump()
+    assert _holds(bands[0])
+    return big
+
+
 def test_a_producer_aborting_a_held_stream_uncounts_its_bytes() -> None:
     h = _line()
     producer, consumer, tx, rx = _clients(h)
     core, engine, bands = _to_b(h)
-    big = encode_message(_message(BODY, 0))
-    tx["bulk"].send_transfer(b"big", big[:1000], more=True)
-    h.pump()
-    core.set_output_blocked(engine, True, h.now)
-    tx["bulk"].send_transfer(b"big", big[1000:200_000], more=True)
-    h.pump()
-    assert _holds(bands[0])
+    _held_stream(h, tx["bulk"], core, engine, bands)
     tx["bulk"].abort()
     h.pump()
     assert not _holds(bands[0]) and _idle(bands[0]) and _producer_conn_bytes(core) == 0
@@ -250,19 +257,13 @@ class _EndsFailed(MeshHarness):
 
 def test_a_stream_held_when_its_producer_fails_in_the_core_is_aborted_and_nothing_held_follows() -> None:
     # The core fails on the producer's next frame (a bug a hostile peer could reach): its
-    # connection ends, and the mending aborts the delivery on A's band link to B. What that
-    # link still held for it must go too: a frame written after the abort would reach B as a
-    # transfer of no delivery (a protocol violation that would cost B the whole connection).
+    # connection ends and its release aborts the delivery on A's band link to B. What that link
+    # still held for it must go too: a frame written after the abort would reach B as a transfer
+    # of no delivery (a protocol violation that would cost B the whole connection).
     h = _line(_EndsFailed)
     producer, consumer, tx, rx = _clients(h)
     core, engine, bands = _to_b(h)
-    big = encode_message(_message(BODY, 0))
-    tx["bulk"].send_transfer(b"big", big[:1000], more=True)
-    h.pump()
-    core.set_output_blocked(engine, True, h.now)
-    tx["bulk"].send_transfer(b"big", big[1000:200_000], more=True)
-    h.pump()
-    assert _holds(bands[0])
+    big = _held_stream(h, tx["bulk"], core, engine, bands)
     fault = Fault(core, core.forwarder, "on_transfer")
     fault.doomed = next(state.engine for state in core.connections.values() if state.peer is None and state.in_links)
     tx["bulk"].send_transfer(b"big", big[200_000:300_000], more=True)
