@@ -95,26 +95,21 @@ class ConnectionSettings(Model):
         description="send no more deliveries to a connection while this many bytes wait to be written "
         "(on a connection whose socket buffers are bounded, socket_buffer_bytes, at most twice that bound)",
     )
-    socket_buffer_bytes: int | None = Field(
-        default=None, ge=0,
-        description="the socket's kernel send and receive buffers (SO_SNDBUF, SO_RCVBUF); not set or 0: the "
-        "kernel's autotuning. Bounded (e.g. 524288 on the inter-router listeners and connectors of a LAN mesh), "
+    # Not bounded by default, not even between routers: a bound caps a long link's throughput
+    # (512 KiB at 50 ms: 10 MiB/s), which a site-to-site link must not meet by surprise.
+    socket_buffer_bytes: int = Field(
+        default=0, ge=0,
+        description="the socket's kernel send and receive buffers (SO_SNDBUF, SO_RCVBUF); 0: the kernel's "
+        "autotuning (the default). Bounded (e.g. 524288 on the inter-router listeners and connectors of a LAN mesh), "
         "fewer bytes lie below the router, where no priority band can overtake them (docs/mesh.md, 'Priorities'), "
         "but a TCP connection moves at most its buffer per round trip: a long link needs its bandwidth x round trip",
     )
 
     @property
-    def socket_buffer(self) -> int:
-        """The kernel buffers to set on the socket (0: leave them to the kernel)."""
-        # Not bounded by default, not even between routers: a bound caps a long link's throughput
-        # (512 KiB at 50 ms: 10 MiB/s), which a site-to-site link must not meet by surprise.
-        return self.socket_buffer_bytes or 0
-
-    @property
     def write_high_water(self) -> int:
         """The write high-water mark in force: `write_high_water_bytes`, at most twice bounded
         socket buffers (a connection between routers keeps little below the router)."""
-        buffer = self.socket_buffer
+        buffer = self.socket_buffer_bytes
         high = self.write_high_water_bytes
         return min(high, max(65536, 2 * buffer)) if buffer else high
 

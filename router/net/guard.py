@@ -109,8 +109,8 @@ class ConnectionGuard:
         # ACK, costing ~40 ms per round trip. The kernel buffers are bounded where asked
         # (socket_buffer_bytes; the kernel autotunes them otherwise): bytes queued there are
         # out of reach of the router's priority bands (docs/mesh.md, "Priorities").
-        if settings.socket_buffer:
-            bound_socket_buffers(stream, settings.socket_buffer)
+        if settings.socket_buffer_bytes:
+            bound_socket_buffers(stream, settings.socket_buffer_bytes)
 
         # The handshake time-out: the peer must have finished the protocol header, SASL and its
         # open by `deadline` (`timeout_s` after it connected, its TLS handshake included: a
