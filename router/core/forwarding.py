@@ -274,15 +274,7 @@ class Forwarder(Waiting):
         for record in fwd.copies if fwd.copies is not None else [fwd]:
             out = record.out
             if out is not None and out.streaming is record:
-                out.streaming = None
-                self.drop_held(out)  # (the abort tells the receiver to discard what it has)
-                if alive(out.link):
-                    out.link.abort()
-                    self.touched.touch(out.conn.engine)
-                maps = out.link.session.context
-                if maps is not None and maps.outbound.pop(record.out_id) is not None:
-                    self.unsettled_out(record, out)
-                self.consumer_ready(out)
+                self.abort_out(out, record.out_id)
         if fwd.out is None and fwd.copies is None:
             self._wait_bytes(fwd, -1)  # it was waiting for credit (removed from the queue lazily)
         for copy in fwd.copies or ():

@@ -86,20 +86,9 @@ class Mend:
                     inl = fwd.in_link
                     if not fwd.done and not fwd.complete and inl is not None and not inl.gone and inl.streaming is fwd:
                         continue  # the rest is still coming
-                out.streaming = None
-                forwarder.drop_held(out)  # nothing held for it may follow the abort (holding.py)
-                delivery_id = link.out_delivery
-                if delivery_id >= 0 and alive(link):
-                    link.abort()
-                    self.touched.touch(state.engine)
-                maps = link.session.context
-                if delivery_id >= 0 and isinstance(maps, SessionMaps):
-                    sent = maps.outbound.pop(delivery_id)
-                    if sent is not None:  # (an aborted delivery is settled: §2.7.5)
-                        forwarder.unsettled_out(sent, out)
+                forwarder.abort_out(out, link.out_delivery)
                 if record is not None:
                     _released(forwarder, record)
-                forwarder.consumer_ready(out)
 
     # --- (2) deliveries nothing leads to --------------------------------------------------------
 

@@ -176,11 +176,25 @@ class Settlement(ProducerCredit):
         """The consumer decided on the delivery `out` is still streaming to it before it was
         all sent: the rest is not sent, and the delivery ends with an abort (an aborted delivery
         is settled, transport §2.7.5), so that the link can carry the next one."""
+        self.abort_out(out, -1)
+
+    def abort_out(self, out: OutLink, delivery_id: int) -> None:
+        """End the delivery open on `out` with an abort (transport §2.6.12; an aborted delivery
+        is settled, §2.7.5) so that the link can carry the next one: nothing it holds may follow
+        (holding.py), its record `delivery_id` (-1: none) leaves the session's map, and the link
+        may take deliveries again."""
         out.streaming = None
         self.drop_held(out)
-        if alive(out.link) and out.link.out_delivery >= 0:
-            out.link.abort()
+        link = out.link
+        if alive(link) and link.out_delivery >= 0:
+            link.abort()
             self.touched.touch(out.conn.engine)
+        if delivery_id >= 0:
+            maps = link.session.context
+            if isinstance(maps, SessionMaps):
+                record = maps.outbound.pop(delivery_id)
+                if record is not None:
+                    self.unsettled_out(record, out)
         self.consumer_ready(out)
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
