@@ -209,7 +209,7 @@ def test_multicast_skips_a_stuck_consumer() -> None:
     rx_g.flow(1000)
     h.pump()
     sent: list[int] = []
-    for _ in range(4):
+    for _ in range(40):  # until the producer's window is used up
         sent += [producer.send(tx, Message.value(i)) for i in range(min(100, tx.credit))]
         h.pump()
     out = _out(hoarder, rx_h)
@@ -370,7 +370,7 @@ def test_small_message_producers_filling_the_budget_get_credit_by_bytes_not_a_re
     for _ in range(12):
         for p, tx in zip(producers, links, strict=True):
             for _ in range(tx.credit):
-                p.send(tx, Message.data(b"s" * 900))  # under 1 KiB: a "small" message here
+                p.send(tx, Message.data(b"s" * 200))  # under 1 MiB / (4 x 1000): a "small" message here
         h.pump()
         released.append(h.core.bounds.released_over_budget)
     bounds = h.core.bounds

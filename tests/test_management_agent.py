@@ -64,7 +64,7 @@ def test_tags_conflicts_defaults_and_gone() -> None:
     assert updated["linkCapacity"] == 6 and etag(updated) != etag(created)
     conflict = error(a.update, "listener", "x", {"linkCapacity": 7}, if_match=etag(created))
     assert conflict.status == 409 and conflict.entity == updated
-    assert a.update("listener", "listener/x", {"linkCapacity": None}, if_match="*")["linkCapacity"] == 250
+    assert a.update("listener", "listener/x", {"linkCapacity": None}, if_match="*")["linkCapacity"] == 1000
     assert error(a.delete, "listener", "x", if_match="W/\"old\"").status == 409
     a.delete("listener", "x")
     assert error(a.read, "listener", name="x").status == 410

@@ -97,7 +97,7 @@ def test_link_counters_follow_each_outcome() -> None:
         assert (side["acceptedCount"], side["rejectedCount"], side["releasedCount"], side["modifiedCount"]) == (1, 1, 1, 1)
         assert side["unsettledCount"] == 1, side
     assert producer["presettledCount"] == 1 and producer["droppedPresettledCount"] == 0
-    assert (consumer["creditAvailable"], consumer["capacity"]) == (4, 250)  # 10 given, 6 used
+    assert (consumer["creditAvailable"], consumer["capacity"]) == (4, 1000)  # 10 given, 6 used
     assert consumer["undeliveredCount"] == 0 and consumer["zeroCreditSeconds"] == 0
     assert producer["creditAvailable"] > 0 and producer["zeroCreditSeconds"] == 0
     # the outcomes reached the producer as the consumer gave them

@@ -90,7 +90,7 @@ def test_links_and_connections() -> None:
     names = ["identity", "name", "linkDir", "linkType", "owningAddr", "connectionId", "creditAvailable", "capacity"]
     link = next(r for r in rows(m, "router.link", names) if r["owningAddr"] == "M0jobs")
     assert link["linkDir"] == "out" and link["linkType"] == "endpoint" and link["name"] == receiver.name
-    assert link["creditAvailable"] == 7 and link["capacity"] == 250
+    assert link["creditAvailable"] == 7 and link["capacity"] == 1000
     connection = str(int(link["connectionId"]))  # type: ignore[call-overload]
     status, _, conn = m.op("READ", type="connection", identity=connection)
     assert status == 200 and conn["container"] == "worker" and conn["linkCount"] == 1 and conn["opened"]

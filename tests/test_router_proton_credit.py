@@ -77,7 +77,7 @@ class CreditWindow(Clients):
             self.probe(event.container, self.producer, "all-settled")
 
 
-@pytest.mark.parametrize(("listener", "capacity"), [("small", 10), ("amqp", 250)])
+@pytest.mark.parametrize(("listener", "capacity"), [("small", 10), ("mid", 100)])
 async def test_credit_only_while_a_consumer_exists_in_a_window_of_link_capacity(
     router: RouterProcess, listener: str, capacity: int
 ) -> None:
@@ -93,6 +93,50 @@ async def test_credit_only_while_a_consumer_exists_in_a_window_of_link_capacity(
     assert capacity // 2 < credit["all settled"] <= capacity
     assert credit["consumer gone"] == 0  # the last consumer went: drained
     assert clients.sent == clients.received == clients.accepted == capacity
+
+
+class FirstWindow(Clients):
+    """A consumer with credit, then a producer on the default listener: its first window is what
+    the connection's byte bound holds of single-frame messages of the largest frame (16 MiB /
+    64 KiB), not the whole link capacity; one small message later (round trip) it is the whole
+    link capacity."""
+
+    def __init__(self, router: RouterProcess, address: str) -> None:
+        super().__init__(router)
+        self.address = address
+        self.credit: dict[str, int] = {}
+        self.sender: Any = None
+
+    def on_start(self, event: Any) -> None:
+        container = event.container
+        self.consumer = self.connect(container)
+        container.create_receiver(self.consumer, self.address)
+        self.probe(container, self.consumer, "consumer-ready")
+
+    def on_link_opened(self, event: Any) -> None:
+        container = event.container
+        if event.link.name == "consumer-ready":
+            self.producer = self.connect(container)
+            self.sender = container.create_sender(self.producer, self.address)
+        elif event.link.name == "after-one":
+            self.credit["after one"] = self.sender.credit
+            self.finish()
+
+    def on_sendable(self, event: Any) -> None:
+        if event.link == self.sender and "first" not in self.credit:
+            self.credit["first"] = self.sender.credit
+            self.sender.send(Message(body="small"))
+
+    def on_accepted(self, event: Any) -> None:
+        self.probe(event.container, self.producer, "after-one")
+
+
+async def test_the_first_window_is_sized_by_bytes_then_grows_to_link_capacity(router: RouterProcess) -> None:
+    clients = FirstWindow(router, "credit.first-window")
+    await run_clients(clients)
+    clients.check()
+    assert clients.credit["first"] == 16 * 1024 * 1024 // 65536  # read_high_water_bytes / max_frame_size
+    assert clients.credit["after one"] == 1000  # link_capacity: small messages, sizes not watched
 
 
 class Drain(Clients):

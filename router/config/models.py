@@ -75,7 +75,7 @@ COST_MAX = 2**31 - 1
 class ConnectionSettings(Model):
     """What every connection needs, whichever side opened it: listeners and connectors share it."""
 
-    link_capacity: int = Field(default=250, ge=1, le=1_000_000, description="credit window given to each sender link")
+    link_capacity: int = Field(default=1000, ge=1, le=1_000_000, description="credit window given to each sender link")
     max_frame_size: int = Field(default=65536, ge=512, le=0xFFFFFFFF)
     idle_timeout_s: float = Field(default=16.0, ge=0, description="close a silent peer after this long; 0 disables")
     handshake_timeout_s: float = Field(

@@ -44,7 +44,8 @@ MiB = 1024 * 1024
 CONFIG: dict[str, Any] = {
     "router": {"id": ROUTER_ID},
     "listeners": [
-        {"name": "amqp", "port": 0},  # link_capacity 250, max_frame_size 65536 (the defaults)
+        {"name": "amqp", "port": 0},  # link_capacity 1000, max_frame_size 65536 (the defaults)
+        {"name": "mid", "port": 0, "link_capacity": 100},  # a full first window fits the byte bound
         {"name": "small", "port": 0, "link_capacity": 10, "max_frame_size": 4096},
         {"name": "tight", "port": 0, "max_sessions_per_connection": 4, "max_links_per_connection": 3},
     ],
