@@ -21,8 +21,12 @@ WHEEL_VENV    ?= .venv-wheel
 WHEEL_STAMP   := $(WHEEL_VENV)/.installed
 WHEEL_SOURCES := $(shell find router topology pipeline -name '*.py') setup.py pyproject.toml mypyc-modules.txt MANIFEST.in
 
+# setuptools packages what build/lib.* holds: a module compiled by an earlier build and no longer
+# listed in mypyc-modules.txt would otherwise ship (and shadow its .py) in the next wheel.
+STALE_BUILD := build/lib.* build/bdist.*
+
 $(WHEEL_STAMP): $(STAMP) $(WHEEL_SOURCES)
-	rm -rf dist && $(PY) -m pip wheel -q --no-deps -w dist .
+	rm -rf dist $(STALE_BUILD) && $(PY) -m pip wheel -q --no-deps -w dist .
 	[ -x $(WHEEL_VENV)/bin/python ] || $(PYTHON) -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/python -m pip install -q --force-reinstall --no-deps dist/*.whl
 	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls dist/*.whl)[test]"
@@ -100,7 +104,7 @@ $(BENCH_VENV)/.installed: pyproject.toml scripts/bootstrap.sh
 	touch $@
 
 $(BENCH_VENV)/.wheel: $(BENCH_VENV)/.installed $(WHEEL_SOURCES)
-	rm -rf build/bench-dist && $(BENCH_VENV)/bin/python -m pip wheel -q --no-deps -w build/bench-dist .
+	rm -rf build/bench-dist $(STALE_BUILD) && $(BENCH_VENV)/bin/python -m pip wheel -q --no-deps -w build/bench-dist .
 	$(BENCH_VENV)/bin/python -m pip install -q --force-reinstall --no-deps build/bench-dist/*.whl
 	touch $@
 

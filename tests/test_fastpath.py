@@ -17,7 +17,7 @@ from router.amqp.decode import decode_at
 from router.amqp.encode import encode
 from router.amqp.errors import DecodeError
 from router.amqp.fastparse import _common_disposition, parse_disposition, parse_flow, parse_transfer
-from router.amqp.fastpath import transfer_frame, transfer_middle
+from router.amqp.fastpath import disposition_frame, disposition_performative, frame_header, transfer_frame, transfer_middle
 from router.amqp.framing import frame
 from router.amqp.types import Described, UInt, ULong
 
@@ -117,6 +117,33 @@ def test_the_fast_transfer_frame_decodes_to_the_transfer_asked_for(
     assert written[stop:] == payload
     fields = parse_transfer(written, 11, len(written))
     assert fields[:6] == (handle, delivery_id, tag, 0, settled, more) and fields[-1] == stop
+
+
+@given(
+    channel=st.integers(0, 0xFFFF),
+    role=st.booleans(),
+    first=st.integers(0, 0x1_0000_0000),
+    span=st.one_of(st.none(), st.integers(0, 300), st.just(0x1_0000_0000)),
+    settled=st.booleans(),
+    state=st.sampled_from([None, m.Accepted(), m.Released(), m.Rejected(), m.Modified(delivery_failed=True)]),
+)
+def test_the_fast_disposition_frame_is_the_general_one_or_left_to_it(
+    channel: int, role: bool, first: int, span: int | None, settled: bool, state: Any
+) -> None:
+    last = None if span is None else first + span
+    written = disposition_frame(channel, role, first, last, settled, state)
+    common = (channel < 256 and first <= 0xFFFFFFFF and (last is None or last <= 0xFFFFFFFF)
+              and (state is None or type(state) in (m.Accepted, m.Released)))  # fmt: skip
+    assert (written != b"") == common
+    if not common:
+        return
+    body = disposition_performative(role, first, last, settled, state)
+    assert written == frame_header(8 + len(body), channel) + body
+    value, stop = decode_at(written, 8, len(written))
+    assert stop == len(written) == int.from_bytes(written[:4], "big")
+    assert (value.role, value.first, value.last if value.last is not None else first, bool(value.settled)) == (
+        role, first, first if last is None else last, settled)  # fmt: skip
+    assert value.state == state
 
 
 def test_transfers_the_fast_writer_cannot_express_are_left_to_the_general_one() -> None:

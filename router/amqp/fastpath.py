@@ -165,6 +165,44 @@ def flow_performative(
     return _list(_FLOW_DESCRIPTOR, count, body)
 
 
+# The common disposition frame (transport §2.7.6): accepted, released or no state, on a channel
+# below 256, ids below 2**32: everything but the ids and the list's size comes from tables.
+#   size(4) | doff 2, type 0, channel(2) | descriptor 00 53 15 | list8 size, count 5 |
+#   role | first | last or null | settled | state
+_CHANNEL_HEADS: Final[tuple[bytes, ...]] = tuple(bytes((2, 0, 0, ch)) for ch in range(256))
+# Indexed by the list8 size byte (1 + the body's length; a body is at most 1 + 5 + 5 + 1 + 4).
+_DISPOSITION_LISTS: Final[tuple[bytes, ...]] = tuple(b"\x00\x53\x15\xc0" + bytes((n, 5)) for n in range(32))
+
+
+def disposition_frame(
+    channel: int, role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
+) -> bytes:
+    """Frame header and performative of a common disposition (see above) in one formatting, or
+    b"" when it is not the common kind (disposition_performative and frame_header then)."""
+    if state is None:
+        state_bytes = b"\x40"
+    elif type(state) is Accepted:
+        state_bytes = _ACCEPTED
+    elif type(state) is Released:
+        state_bytes = _RELEASED
+    else:
+        return b""
+    if channel > 255 or first > 0xFFFFFFFF:
+        return b""
+    first_bytes = _uint(first)
+    if last is None or last == first:
+        last_bytes = b"\x40"
+    elif last > 0xFFFFFFFF:
+        return b""
+    else:
+        last_bytes = _uint(last)
+    body_size = 2 + len(first_bytes) + len(last_bytes) + len(state_bytes)  # with role and settled
+    return b"%b%b%b%b%b%b%b%b" % (
+        _BE32[14 + body_size], _CHANNEL_HEADS[channel], _DISPOSITION_LISTS[body_size + 1],
+        _TRUE_FALSE[role], first_bytes, last_bytes, _TRUE_FALSE[settled], state_bytes,
+    )  # fmt: skip
+
+
 def disposition_performative(
     role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
 ) -> bytes:

@@ -24,6 +24,7 @@ from .events import (
 )
 from .fastparse import DispositionFields, FlowFields, TransferFields
 from .fastpath import (
+    disposition_frame,
     disposition_performative,
     flow_performative,
     frame_header,
@@ -213,10 +214,14 @@ class Session:
         if self.state.local is not ACTIVE:
             raise E.LocalUsageError("session is not begun")
         self.conn.check_not_closed()
-        body = disposition_performative(role, first, last, settled, state)
-        if len(body) + 8 > self.conn.remote_max_frame_size:
-            body = disposition_performative(role, first, last, settled, fitting_state(state))
-        pieces = frame_header(8 + len(body), self.channel or 0) + body
+        channel = self.channel or 0
+        # The common kind is at most 30 bytes: it fits any max-frame-size (at least 512).
+        pieces = disposition_frame(channel, role, first, last, settled, state)
+        if len(pieces) == 0:
+            body = disposition_performative(role, first, last, settled, state)
+            if len(body) + 8 > self.conn.remote_max_frame_size:
+                body = disposition_performative(role, first, last, settled, fitting_state(state))
+            pieces = frame_header(8 + len(body), channel) + body
         # Settling deliveries we sent must not overtake their transfers still in the queue.
         blocked = self._blocked
         if role is SENDER and blocked:
