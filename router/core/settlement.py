@@ -227,6 +227,12 @@ class Settlement(ProducerCredit):
         fwd.remaining -= 1
         if fwd.remaining <= 0:
             self.relay_outcome(fwd, fwd.state if fwd.best >= 0 else RELEASED)
+            copies = fwd.copies
+            if copies is not None:
+                # Every copy has its outcome: the Forward and its copies refer to each other,
+                # a cycle only the cyclic collector would free (and its young collections walk
+                # every delivery in flight). Emptied, not None: it stays a multicast delivery.
+                copies.clear()
 
     def relay_outcome(self, fwd: Forward, state: Any, settled: bool = True) -> bool:
         """Tell the producer the final outcome, settled if `settled` (the consumer settled, or
