@@ -219,7 +219,11 @@ class Settlement(ProducerCredit):
         if copy.done:
             return
         copy.done = True
-        fwd = copy.forward
+        self.combine_outcome(copy.forward, state)
+
+    def combine_outcome(self, fwd: Forward, state: Any) -> None:
+        """One more of `fwd`'s copies has its outcome `state` (a Copy's, or one that left no
+        record: multicast.py): the strongest so far is kept; after the last, the producer hears."""
         rank = _RANK.get(type(state), 0)
         if rank > fwd.best:
             fwd.best = rank
