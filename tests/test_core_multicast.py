@@ -99,3 +99,31 @@ def test_copies_settled_on_sending_and_by_the_consumer_combine() -> None:
     h.pump()
     assert isinstance(producer.outcomes[delivery_id], Accepted) and delivery_id in producer.settled
     assert all(s.context.outbound.empty for c in h.clients for s in c.router_side.sessions if s.context)
+
+
+def test_every_consumer_of_a_copy_is_woken_once_a_round() -> None:
+    h = RouterHarness(CONFIG)
+    producer, tx, clients, receivers = _multicast(h, 3)
+    h.core.take_touched()
+    producer.send(tx, Message.value("m"))  # type: ignore[arg-type]
+    data = producer.engine.data_to_send()
+    producer.router_side.receive_data(data, h.now)
+    h.core.handle(producer.router_side, producer.router_side.events(), h.now)
+    assert h.core.take_touched() >= {c.router_side for c in clients}
+
+
+def test_touch_conn_marks_an_engine_once_a_round() -> None:
+    h = RouterHarness(CONFIG)
+    a, b = h.connect("a"), h.connect("b")
+    h.core.take_touched()
+    sa, sb = h.core.connections[a.router_side], h.core.connections[b.router_side]
+    touched = h.core.touched
+    for state in (sa, sb, sa, sb):
+        touched.touch_conn(state)
+    assert h.core.take_touched() == {a.router_side, b.router_side}
+    touched.touch_conn(sa)  # a new round marks it again
+    assert h.core.take_touched() == {a.router_side}
+    touched.touch_conn(sb)
+    touched.discard(b.router_side)  # nothing more can be written to it
+    touched.touch_conn(sb)
+    assert h.core.take_touched() == set()

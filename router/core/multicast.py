@@ -104,7 +104,7 @@ class Multicast(Holding):
             out.zero_credit_since = self.now
         conn = out.conn
         conn.last_delivery = self.now
-        self.touched.touch(conn.engine)
+        self.touched.touch_conn(conn)  # (the copies alternate between connections)
         if copy is None:
             out.presettled += 1
             if not fwd.presettled:
