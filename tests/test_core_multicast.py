@@ -5,6 +5,7 @@ each copy's outcome combined into the producer's whatever mix of settle modes th
 from __future__ import annotations
 
 import gc
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,8 +13,8 @@ import pytest
 
 from router.amqp.events import TransferReceived
 from router.amqp.message import Message, encode_message
-from router.amqp.messaging import ACCEPTED, Accepted
-from router.amqp.performatives import SND_SETTLED
+from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected
+from router.amqp.performatives import SND_SETTLED, Error
 from router.config.models import AddressConfig, RouterConfig, RouterSection
 from router.core.delivery import Copy, Forward
 from router.testing.routerharness import Client, RouterHarness
@@ -127,3 +128,20 @@ def test_touch_conn_marks_an_engine_once_a_round() -> None:
     touched.discard(b.router_side)  # nothing more can be written to it
     touched.touch_conn(sb)
     assert h.core.take_touched() == set()
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(4))), ids=str)
+def test_the_strongest_outcome_wins_whatever_the_order(order: tuple[int, ...]) -> None:
+    """rejected > accepted > modified > released (docs/mesh.md, the anchors' rule)."""
+    states = [RELEASED, Modified(delivery_failed=True), ACCEPTED, Rejected(error=Error(condition="app:no"))]
+    h = RouterHarness(CONFIG)
+    producer, tx, clients, receivers = _multicast(h, 4)
+    for c in clients:
+        c.auto_accept = False
+    delivery_id = producer.send(tx, Message.value("m"))  # type: ignore[arg-type]
+    h.pump()
+    for i in order:
+        c, r = clients[i], receivers[i]
+        r.dispose(c.received[r][0].delivery_id, state=states[i], settled=True)  # type: ignore[attr-defined,index]
+        h.pump()
+    assert producer.outcomes[delivery_id] == states[3] and delivery_id in producer.settled
