@@ -14,7 +14,7 @@ import pytest
 from router.amqp.events import TransferReceived
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected
-from router.amqp.performatives import SND_SETTLED, Error
+from router.amqp.performatives import SND_SETTLED, SND_UNSETTLED, Error
 from router.config.models import AddressConfig, RouterConfig, RouterSection
 from router.core.delivery import Copy, Forward
 from router.testing.routerharness import Client, RouterHarness
@@ -145,3 +145,26 @@ def test_the_strongest_outcome_wins_whatever_the_order(order: tuple[int, ...]) -
         r.dispose(c.received[r][0].delivery_id, state=states[i], settled=True)  # type: ignore[attr-defined,index]
         h.pump()
     assert producer.outcomes[delivery_id] == states[3] and delivery_id in producer.settled
+
+
+@pytest.mark.parametrize("unsettled_last", [False, True])
+def test_a_presettled_delivery_to_a_consumer_taking_it_unsettled_finishes_once(unsettled_last: bool) -> None:
+    """A consumer with snd-settle-mode unsettled gets its copy unsettled (a record); the delivery
+    finishes, and leaves its producer's window, exactly once whichever copy goes last."""
+    h = RouterHarness(CONFIG)
+    producer = h.connect("p")
+    plain, strict = h.connect("a"), h.connect("b")
+    tx = producer.sender("mc")
+    h.pump()
+    links = [(plain, plain.receiver("mc")), (strict, strict.receiver("mc", snd_settle_mode=SND_UNSETTLED))]
+    h.pump()  # (the order they attached in is the order of the copies)
+    if not unsettled_last:
+        links.reverse()
+    for _, rx in links:
+        rx.flow(10)  # type: ignore[attr-defined]
+    h.pump()
+    producer.send(tx, Message.value("m"), settled=True)  # type: ignore[arg-type]
+    h.pump()
+    assert [r.settled for r in strict.received[links[-1 if unsettled_last else 0][1]]] == [False]
+    (inl,) = h.core.connections[producer.router_side].in_links
+    assert inl.inflight == 0 and inl.held == 0

@@ -71,7 +71,7 @@ class Multicast(Holding):
                     self._copy_failed(copy)
                 else:
                     out.pending.append(copy)
-        if fwd.presettled:
+        if fwd.presettled and not fwd.done:  # (a copy with a record may have finished it)
             self._presettled_sent(fwd)  # finished unless a copy still waits or streams
         if not any(c.sent_frames == 0 and not c.done for c in copies):
             # Every copy is out (or failed): the bytes are not needed again, nor the routing
