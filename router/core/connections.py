@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.connection import Connection, ConnectionConfig
 from ..amqp.sasl import SUPPORTED, LoginThrottle, PlainCheck, SaslClientConfig, SaslResult, SaslServerConfig
@@ -179,13 +179,17 @@ def _presents_certificate(config: RouterConfig, connector: Connector) -> bool:
     return any(p.name == connector.ssl_profile and p.cert_file for p in config.ssl_profiles)
 
 
+# ConnState.last_delivery before any transfer.
+NEVER: Final = float("-inf")
+
+
 class ConnState:
     """The router's state for one connection (hung on `engine.context`)."""
 
     __slots__ = (
         "engine", "listener", "id", "_in_links", "_out_links", "output_blocked", "buffered_bytes",
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
-        "strip_in", "strip_out", "last_delivery",
+        "strip_in", "strip_out", "last_delivery", "touch_round",
         "unsettled_out", "unsettled_limit", "stuck",
         "tls", "policy", "_routed",
     )  # fmt: skip
@@ -228,9 +232,12 @@ class ConnState:
         self.opened_at: float | None = None
         self.host = ""
         self.sasl_mechanism: str | None = None
-        # When a transfer last came in or went out on it (the core's `now`; None: never), for
-        # management's lastDlvSeconds.
-        self.last_delivery: float | None = None
+        # When a transfer last came in or went out on it (the core's `now`; NEVER: none yet), for
+        # management's lastDlvSeconds. A plain float: set on every transfer, an optional one was
+        # a float object allocated each time.
+        self.last_delivery = NEVER
+        # The round of Touched (router.core.touched) in which its engine was last marked.
+        self.touch_round = 0
         # The listener's strip_annotations: whether the x-opt-qd.* annotations are removed from
         # what this client sends (in) and from what it receives (out). Between routers the
         # annotations always travel (those links are the mesh's).

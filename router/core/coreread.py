@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .connections import NEVER
 from .links import InLink, OutLink
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ class CoreReadApi:
             # Differences of the core's clock: seconds, not timestamps, so they hold whatever the
             # wall clock does.
             uptime_s=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
-            last_delivery_s=max(0, int(now - state.last_delivery)) if state.last_delivery is not None else None,
+            last_delivery_s=max(0, int(now - state.last_delivery)) if state.last_delivery != NEVER else None,
             link_count=state.link_count,
         )  # fmt: skip
 

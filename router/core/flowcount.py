@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ..amqp.messaging import Accepted, Modified, Rejected, Released
 
 if TYPE_CHECKING:
-    from .delivery import Copy, Forward
+    from .delivery import Forward
     from .links import InLink, LinkCounts, OutLink
 
 LAST_BUCKET: Final = 31
@@ -130,10 +130,8 @@ class FlowCounting:
         if fwd.hop is not None and fwd.presettled:  # no outcome will follow
             self._hop(fwd, out.neighbour, now, None)
 
-    def flow_copy_sent(self, copy: Copy, out: OutLink, now: float) -> None:
-        """A multicast copy went to `out`; the first copy counts for the producer's link."""
-        fwd = copy.forward
-        copy.sent_at = now
+    def flow_copy_sent(self, fwd: Forward, out: OutLink, now: float) -> None:
+        """A multicast copy of `fwd` went to `out`; the first copy counts for the producer's link."""
         out.bytes += fwd.arrived
         if fwd.entry.flow_records:
             out.records += 1

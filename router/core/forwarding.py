@@ -277,8 +277,10 @@ class Forwarder(Waiting):
                 self.abort_out(out, record.out_id)
         if fwd.out is None and fwd.copies is None:
             self._wait_bytes(fwd, -1)  # it was waiting for credit (removed from the queue lazily)
-        for copy in fwd.copies or ():
-            copy.done = True
+        if fwd.copies is not None:
+            for copy in fwd.copies:
+                copy.done = True
+            fwd.copies.clear()  # no cycle left between the Forward and its copies (settlement.py)
         fwd.done = True
         fwd.frames = None
         forget_inbound(fwd)

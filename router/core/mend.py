@@ -132,6 +132,10 @@ class Mend:
                     forwarder._copy_failed(copy)  # never sent: released
                 else:
                     forwarder._copy_failed(copy, DELIVERY_FAILED)
+            # A copy the failure came before has no record (multicast.py makes them as it goes):
+            # never sent, it counts as released (rank 0), and the outcome waits for no more
+            # than the copies there are.
+            fwd.remaining = sum(1 for copy in fwd.copies if not copy.done)
             if not fwd.done and all(copy.done for copy in fwd.copies):  # combined, never relayed
                 if fwd.presettled:
                     forwarder._presettled_sent(fwd)

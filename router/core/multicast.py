@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..amqp.messaging import RELEASED
+from ..amqp.messaging import ACCEPTED, RELEASED
 from . import filtering, remote
 from .delivery import Copy, Forward, maps_of
 from .links import OutLink
@@ -48,53 +48,75 @@ class Multicast(Holding):
         if not targets:
             self.unroutable(fwd)
             return
-        fwd.copies = [Copy(fwd, out) for out in targets]
-        fwd.remaining = len(fwd.copies)
-        for copy in fwd.copies:
-            out = copy.out
+        # A Copy only for a copy that has something left to wait for: credit, the rest of its
+        # frames, or its consumer's outcome. One settled as it is written, of a delivery that has
+        # all its frames, is finished then (presettled: the common multicast) and leaves no record.
+        copies: list[Copy] = []
+        fwd.copies = copies
+        fwd.remaining = len(targets)  # (every target, so that no outcome combines before the last)
+        for out in targets:
             if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
-                self._send_copy(copy)
+                if fwd.complete and self._presettled_out(fwd, out):
+                    self._send_copy(fwd, out, None)
+                    continue
+                copy = Copy(fwd, out)
+                copies.append(copy)
+                self._send_copy(fwd, out, copy)
             else:
+                copy = Copy(fwd, out)
+                copies.append(copy)
                 if out.pending is None:
                     out.pending = deque()
                 if len(out.pending) >= out.capacity:  # this consumer is too far behind
                     self._copy_failed(copy)
                 else:
                     out.pending.append(copy)
-        if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
+        if fwd.presettled and not fwd.done:  # (a copy with a record may have finished it)
+            self._presettled_sent(fwd)  # finished unless a copy still waits or streams
+        if not any(c.sent_frames == 0 and not c.done for c in copies):
             # Every copy is out (or failed): the bytes are not needed again, nor the routing
             # view (one object less per delivery in flight for the garbage collector to walk).
             fwd.frames = None
             fwd.view = None
 
-    def _send_copy(self, copy: Copy) -> None:
-        fwd, out = copy.forward, copy.out
+    def _send_copy(self, fwd: Forward, out: OutLink, copy: Copy | None) -> None:
+        """Send `fwd` on `out` now: as `copy`, or, None, as a copy settled as it is written of a
+        delivery with all its frames (nothing to record: a presettled delivery's copy is done,
+        an unsettled one's counts as accepted, as _settled_on_send)."""
         frames = fwd.frames or []
         if frames and (fwd.meta is not None or out.rewrites):
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
         last = len(frames) - 1
+        out_id = -1
         for i, frame in enumerate(frames):
-            copy.out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
-                                             message_format=fwd.message_format)  # fmt: skip
-        copy.sent_frames = len(frames)
+            out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
+                                        message_format=fwd.message_format)  # fmt: skip
         if out.neighbour is None:
             fwd.entry.deliveries_egress += 1
         else:
             fwd.entry.deliveries_transit += 1
         out.delivered += 1
         if self.flow_on:
-            self.flow_copy_sent(copy, out, self.now)
+            self.flow_copy_sent(fwd, out, self.now)
         if link.credit == 0 and out.zero_credit_since is None:
             out.zero_credit_since = self.now
         conn = out.conn
         conn.last_delivery = self.now
-        self.touched.touch(conn.engine)
+        self.touched.touch_conn(conn)  # (the copies alternate between connections)
+        if copy is None:
+            out.presettled += 1
+            if not fwd.presettled:
+                self.combine_outcome(fwd, ACCEPTED)
+            return
+        copy.out_id = out_id
+        copy.sent_frames = len(frames)
+        if self.flow_on:
+            copy.sent_at = self.now
         if not settled:
-            maps_of(link.session).outbound.put(copy.out_id, copy)
+            maps_of(link.session).outbound.put(out_id, copy)
             out.outstanding += 1
-            conn = out.conn
             conn.unsettled_out += 1
             if out.outstanding >= out.unsettled_limit or conn.unsettled_out >= conn.unsettled_limit:
                 self.bounds.reached(out)

@@ -264,8 +264,11 @@ class Sending(Settlement):
             self.relay_outcome(record, ACCEPTED)
 
     def _presettled_sent(self, fwd: Forward) -> None:
-        if fwd.copies is not None and any(not c.done for c in fwd.copies):
-            return
+        copies = fwd.copies
+        if copies is not None:
+            if any(not c.done for c in copies):
+                return
+            copies.clear()  # no cycle left between the Forward and its copies (settlement.py)
         fwd.done = True
         fwd.frames = None
         self._release_window(fwd)

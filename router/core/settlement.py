@@ -35,14 +35,12 @@ DELIVERY_FAILED: Final = Modified(delivery_failed=True)
 # A disposition's range walked natively (iterating the range serial_ids_in returns boxes every
 # delivery-id, an allocation each above 256).
 _MASK: Final = SERIAL_MASK
-# multicast: the strongest outcome of all copies wins (the anchors' rule)
 # The outcome classes as module constants: mypyc keeps them in C statics, where the imported
 # names would be looked up in the module's dict on every delivery.
 _ACCEPTED: Final = Accepted
 _RELEASED: Final = Released
 _MODIFIED: Final = Modified
 _REJECTED: Final = Rejected
-_RANK: Final[dict[type, int]] = {Rejected: 3, Accepted: 2, Modified: 1, Released: 0}
 
 
 class Settlement(ProducerCredit):
@@ -219,14 +217,24 @@ class Settlement(ProducerCredit):
         if copy.done:
             return
         copy.done = True
-        fwd = copy.forward
-        rank = _RANK.get(type(state), 0)
+        self.combine_outcome(copy.forward, state)
+
+    def combine_outcome(self, fwd: Forward, state: Any) -> None:
+        """One more of `fwd`'s copies has its outcome `state` (a Copy's, or one that left no
+        record: multicast.py): the strongest so far is kept; after the last, the producer hears."""
+        rank = _rank(state)
         if rank > fwd.best:
             fwd.best = rank
             fwd.state = state
         fwd.remaining -= 1
         if fwd.remaining <= 0:
             self.relay_outcome(fwd, fwd.state if fwd.best >= 0 else RELEASED)
+            copies = fwd.copies
+            if copies is not None:
+                # Every copy has its outcome: the Forward and its copies refer to each other,
+                # a cycle only the cyclic collector would free (and its young collections walk
+                # every delivery in flight). Emptied, not None: it stays a multicast delivery.
+                copies.clear()
 
     def relay_outcome(self, fwd: Forward, state: Any, settled: bool = True) -> bool:
         """Tell the producer the final outcome, settled if `settled` (the consumer settled, or
@@ -352,6 +360,19 @@ class Settlement(ProducerCredit):
                     self._copy_outcome(record, DELIVERY_FAILED)
                 else:
                     self.relay_outcome(record, DELIVERY_FAILED)
+
+
+def _rank(state: Any) -> int:
+    """The strength of a copy's outcome: rejected 3 > accepted 2 > modified 1 > released and
+    anything else 0 (identity tests of the type: a dict keyed by type hashes it per copy)."""
+    kind = type(state)
+    if kind is _ACCEPTED:
+        return 2
+    if kind is _REJECTED:
+        return 3
+    if kind is _MODIFIED:
+        return 1
+    return 0
 
 
 def _count(link: LinkCounts, state: Any, entry: AddressEntry | None = None) -> None:

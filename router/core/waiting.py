@@ -144,8 +144,8 @@ class Waiting(Multicast):
             copy = item
             assert isinstance(copy, Copy)
             if not copy.done and not copy.forward.done:
-                self._send_copy(copy)
                 fwd = copy.forward
+                self._send_copy(fwd, out, copy)
                 if not any(c.sent_frames == 0 and not c.done for c in fwd.copies or ()):
                     fwd.frames = None
         if out.neighbour is not None and out.conn.role == "edge":
