@@ -201,11 +201,18 @@ def parse(payload: Payload, view: RoutingView, came_from: str, seen: Seen | None
         record = _record(payload, span, came_from, False)
     else:
         last = seen.last
-        if (last is not None and span is not None and isinstance(payload, bytes)
-                and span[1] - span[0] == len(seen.last_key) and payload.startswith(seen.last_key, span[0])):  # fmt: skip
+        # The section's bytes (a copy: the key of a new record), compared with the last one's:
+        # cheaper compiled than `startswith(key, start)`, a method call by name that parses its
+        # arguments.
+        if span is None:
+            key = b""
+        elif isinstance(payload, bytes):  # (the slice native when compiled)
+            key = payload[span[0] : span[1]]
+        else:
+            key = bytes(payload[span[0] : span[1]])
+        if last is not None and span is not None and key == seen.last_key:
             record = last
         else:
-            key = b"" if span is None else bytes(payload[span[0] : span[1]])
             found = seen.records.get(key)
             if found is None:
                 found = _record(payload, span, came_from, seen.entering)
