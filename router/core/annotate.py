@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.errors import DecodeError
 from ..amqp.peek import RoutingView
@@ -34,6 +34,9 @@ from ..amqp.sections import (
 )  # fmt: skip
 from ..amqp.sections import head as _head
 from .delivery import Meta, Payload
+
+if TYPE_CHECKING:
+    from .paths import Candidate
 
 __all__ = ["PREFIX", "TO", "INGRESS", "TRACE", "TRACE_MAX", "Record", "Seen", "SEEN_MAX", "parse",
            "for_client_delivery", "for_router", "client_trace", "kept_from_client", "strip", "strip_client"]  # fmt: skip
@@ -90,7 +93,8 @@ class Record:
     section on a link: consecutive deliveries between two routers nearly always carry the same
     bytes), and the sections derived from it, built on first use."""
 
-    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped", "flow_trace")
+    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped", "flow_trace",
+                 "paths_gen", "paths_remote", "paths_known")
 
     def __init__(
         self, to: str | None, ingress: str | None, trace: tuple[str, ...], kept: list[bytes], flow_trace: str | None = None,
@@ -102,9 +106,16 @@ class Record:
         self.kept = kept  # the entries that are not router annotations, as bytes
         self.routed: bytes | None = None  # the section for the next router (this one traced)
         self.stripped: bytes | None = None  # the section for a consumer (b"": none at all)
-        # Whether the trace shows a loop (remote.looped), and under which routes that was found.
-        self.checked_under: object = None
+        # Whether the trace shows a loop (remote.looped), and under which Paths generation
+        # (routes and data links) that was found.
+        self.checked_under = -1
         self.looped = False
+        # The anycast paths of its deliveries (remote.anycast), as chosen under Paths
+        # generation `paths_gen` for the routers `paths_remote`: consecutive deliveries of a
+        # link nearly always share record and destinations, so no key is built and hashed.
+        self.paths_gen = -1
+        self.paths_remote: frozenset[str] | None = None
+        self.paths_known: tuple[list[Candidate], list[Candidate]] | None = None
 
 
 class Seen:

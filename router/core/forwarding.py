@@ -149,7 +149,7 @@ class Forwarder(Waiting):
             inl.streaming = fwd
         if meta is not None:
             fwd.meta = meta
-            if remote.looped(self.mesh, meta):
+            if remote.looped(self.mesh, meta, self.paths):
                 self.mesh.dropped_loop += 1
                 self.unroutable(fwd)
                 return

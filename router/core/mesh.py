@@ -334,6 +334,10 @@ class Mesh(MeshReadApi):
 
     def _routes_changed(self, routes: Routes) -> None:
         self.routes = routes
+        # The choices made under the old routes go now: what remote.py remembers outside the
+        # Paths' maps is checked against their clears, not against the routes.
+        self.paths.clear()
+        self.paths.routes = routes
         table = self.table
         for entry in list(table.entries.values()):
             kind = entry.key[0]

@@ -27,6 +27,7 @@ from .settlement import Settlement
 if TYPE_CHECKING:
     from .bounds import Bounds
     from .mesh import Mesh
+    from .paths import Paths
     from .table import AddressTable
     from .touched import Touched
 
@@ -39,6 +40,9 @@ class Sending(Settlement):
         super().__init__(touched, bounds)
         self.table = table
         self.mesh = mesh
+        # The mesh's path choices (one object for the mesh's life), held here: the mesh is
+        # interpreted, so reading it from there per delivery is a lookup by name.
+        self.paths: Paths = mesh.paths
         self.router_id = router_id
 
     # --- defined by the layers above: waiting for credit, in-process endpoints (waiting.py) -------
@@ -119,7 +123,7 @@ class Sending(Settlement):
                     entry.rr += 1
                     self._send(fwd, local)
                 return
-        choice = remote.anycast(self.mesh, fwd, balanced)
+        choice = remote.anycast(self.mesh, fwd, balanced, self.paths)
         if local is not None and (choice is None or not choice[2] or local.outstanding <= choice[1]):
             entry.rr += 1
             self._send(fwd, local)

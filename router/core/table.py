@@ -27,6 +27,7 @@ from .addressing import AddressMatcher, Kind, classify
 
 if TYPE_CHECKING:
     from .delivery import Forward
+    from .paths import Candidate
     from .links import InLink, OutLink
 
 DEFAULT_DISTRIBUTION: Final = "balanced"
@@ -46,7 +47,7 @@ class AddressEntry:
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
         "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
-        "bytes", "residence", "settle", "released_told", "flow_records",
+        "bytes", "residence", "settle", "released_told", "flow_records", "paths_gen", "paths_remote", "paths_known",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -84,6 +85,11 @@ class AddressEntry:
         self.remote: frozenset[str] = frozenset()
         # Balanced anycast: unsettled deliveries of this address per inter-router link.
         self.remote_out: dict[OutLink, int] = {}
+        # The anycast paths of its deliveries that enter the mesh here (remote.anycast), as
+        # chosen under Paths generation `paths_gen` for the routers `paths_remote`.
+        self.paths_gen = -1
+        self.paths_remote: frozenset[str] | None = None
+        self.paths_known: tuple[list[Candidate], list[Candidate]] | None = None
         self.deliveries_transit = 0  # sent to another router
         # Consumers with a source filter (router.core.filtering): while 0, no delivery here is
         # looked at for filters (they cost nothing when unused).
