@@ -10,7 +10,8 @@ from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Properties
 from router.config.models import AddressConfig
 from router.core import remote
-from router.core.delivery import Forward
+from router.core.annotate import Record
+from router.core.delivery import Forward, Meta
 from router.testing.meshharness import MeshHarness
 
 
@@ -62,3 +63,57 @@ def test_choices_follow_the_routes_after_a_router_is_lost() -> None:
     h.pump()
     assert h.cores["A"].mesh.links["C"].delivered == sent_via_c + 4
     assert set(h.cores["A"].mesh.links) == {"C"}
+
+
+def _transit_meta(trace: tuple[str, ...]) -> Meta:
+    """A delivery's metadata as annotate.parse makes it for a section from router X."""
+    record = Record(None, "X", trace, [])
+    meta = Meta("near", False, record.ingress, record.trace, None, 0, True, "X")
+    meta.record = record
+    return meta
+
+
+def test_a_loop_check_remembered_on_a_record_is_made_again_under_new_routes() -> None:
+    # A trace longer than radius + 1 is a loop (remote.looped); the record keeps the answer only
+    # while the routes it was found under stand: a router joining far away raises the radius.
+    h = MeshHarness()
+    for i, rid in enumerate("AB"):
+        h.router(rid, instance=i + 1)
+    h.link("A", "B")
+    h.converge()
+    mesh = h.cores["A"].mesh
+    meta = _transit_meta(("X", "Y", "Z"))
+    radius = mesh.routes.radius
+    assert remote.looped(mesh, meta) == (3 > radius + 1)
+    assert remote.looped(mesh, meta) == (3 > radius + 1)  # (remembered)
+    h.router("C", instance=3)
+    h.link("B", "C")
+    h.converge()
+    assert mesh.routes.radius > radius
+    assert remote.looped(mesh, meta) == (3 > mesh.routes.radius + 1)
+
+
+def test_a_choice_remembered_on_a_record_follows_the_destinations_and_the_routes() -> None:
+    h = _diamond()
+    mesh = h.cores["A"].mesh
+    entry = h.cores["A"].table.lookup("near")
+    assert entry is not None
+    payload = encode_message(Message.value("m", properties=Properties(to="near")))
+    fwd = Forward(None, -1, True, [payload], True, entry, 0)
+    fwd.meta = meta = _transit_meta(("X",))
+    assert meta.record is not None
+    chosen = {remote.anycast(mesh, fwd, False)[0].neighbour for _ in range(4)}  # type: ignore[index]
+    assert chosen == {"B", "C"}
+    assert meta.record.paths_remote is entry.remote
+    # C's consumer goes: the address's destinations change (a new set), so the choice does too
+    h.cut(next(w for w in h.wires if w.name == "cC@C"))
+    h.advance(0.5)
+    assert entry.remote == {"B"}
+    chosen = {remote.anycast(mesh, fwd, False)[0].neighbour for _ in range(4)}  # type: ignore[index]
+    assert chosen == {"B"}
+    # B is lost: the routes change (the Paths are cleared) and no path is left
+    generation = mesh.paths.generation
+    h.kill("B")
+    h.advance(1.0)
+    assert mesh.paths.generation > generation
+    assert remote.anycast(mesh, fwd, False) is None
