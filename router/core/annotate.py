@@ -292,7 +292,13 @@ def _entering(me: str, to: str | None) -> bytes:
 def _splice(payload: Payload, start: int, stop: int, middle: bytes) -> bytes:
     """The first frame with the bytes between `start` and `stop` replaced by `middle`. Most
     messages have no header, so their annotations come first: one concatenation then, where a
-    join builds a tuple of three pieces."""
+    join builds a tuple of three pieces. A first frame of bytes (not a view of a large read) is
+    sliced and concatenated natively when compiled; a `Payload` generically (a slice object,
+    `PyObject_GetItem`, `PyNumber_Add`)."""
+    if isinstance(payload, bytes):
+        if start == 0:
+            return middle + payload[stop:]
+        return b"".join((payload[:start], middle, payload[stop:]))
     if start == 0:
         return middle + payload[stop:]
     return b"".join((payload[:start], middle, payload[stop:]))

@@ -169,6 +169,8 @@ class Sending(Settlement):
                 first = annotate.for_router(frames[0], meta, self.router_id)
                 if fwd.copies is not None:
                     fwd.rframe = first
+            if len(frames) == 1:  # (most deliveries: no slice of the list, no unpacking)
+                return [first]
             return [first, *frames[1:]]
         if not out.conn.strip_out:  # a router-aware consumer gets them (its listener's strip_annotations)
             return self._annotated_for_client(fwd, frames)
