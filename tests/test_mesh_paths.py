@@ -117,3 +117,30 @@ def test_a_choice_remembered_on_a_record_follows_the_destinations_and_the_routes
     h.advance(1.0)
     assert mesh.paths.generation > generation
     assert remote.anycast(mesh, fwd, False) is None
+
+
+def test_an_anonymous_link_finds_the_address_entry_made_after_the_one_it_used() -> None:
+    # Forwarder._lookup keeps the entry of a link's last address while the table is unchanged:
+    # the consumer leaving removes the entry and a new consumer makes another one.
+    h = MeshHarness()
+    h.router("A", instance=1)
+    producer = h.client("A", "p")
+    relay = producer.sender(None)
+    first = h.client("A", "c1")
+    rx1 = first.receiver("q")
+    rx1.flow(10)
+    h.pump()
+    producer.send(relay, Message.value(1, properties=Properties(to="q")))
+    h.pump()
+    assert first.bodies(rx1) == [1]
+    old = h.cores["A"].table.find("q")
+    h.cut(next(w for w in h.wires if w.name == "c1@A"))
+    assert h.cores["A"].table.find("q") is None
+    second = h.client("A", "c2")
+    rx2 = second.receiver("q")
+    rx2.flow(10)
+    h.pump()
+    assert h.cores["A"].table.find("q") not in (None, old)
+    producer.send(relay, Message.value(2, properties=Properties(to="q")))
+    h.pump()
+    assert second.bodies(rx2) == [2]

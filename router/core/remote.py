@@ -59,7 +59,7 @@ def on_band(paths: Paths, out: OutLink, fwd: Forward) -> OutLink:
     """The data link to `out`'s neighbour (`out`: its default one) for `fwd`'s priority band;
     `out` itself when the neighbour has one band, or the band's link is gone or the peer has
     not answered its attach (yet, or ever: a peer may refuse it)."""
-    bands = paths.bands.get(out)
+    bands = out.bands  # (paths.bands' entry for `out`)
     if bands is None:
         return out
     link = bands[band_of(priority(paths, fwd), len(bands))]

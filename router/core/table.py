@@ -136,6 +136,9 @@ class AddressTable:
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
+        # Counts the changes that can change which entry `lookup` gives an address (an entry
+        # added or removed, a rule, a subtree): InLink.looked_up holds while it is unchanged.
+        self.version = 0
         self.unavailable_rules = 0  # rules with distribution unavailable (none: nothing to look up)
         self.waypoint_rules = 0  # rules with waypoint: true (none: nothing to look up)
         self.priority_rules = 0  # rules with a priority (none: nothing to look up)
@@ -162,6 +165,7 @@ class AddressTable:
             self.matcher.add_prefix(rule.prefix, rule)
         elif rule.pattern is not None:
             self.matcher.add_pattern(rule.pattern, rule)
+        self.version += 1
         if rule.distribution == "unavailable":
             self.unavailable_rules += 1
         if rule.waypoint:
@@ -172,6 +176,7 @@ class AddressTable:
     def remove_rule(self, rule: AddressConfig) -> None:
         """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
         self.matcher.remove(rule)
+        self.version += 1
         if rule.distribution == "unavailable":
             self.unavailable_rules -= 1
         if rule.waypoint:
@@ -211,6 +216,7 @@ class AddressTable:
         """Route every address below `entry`'s (`<address>/...`) to `entry` as well."""
         self.subtrees.add(entry.key)
         self._keys.clear()
+        self.version += 1
 
     def _key_of(self, address: str) -> tuple[str, str] | None:
         key = self._plain_key_of(address)
@@ -294,6 +300,7 @@ class AddressTable:
             if kind != "L":
                 entry.remote = self.remote_for(key[0])
             self.entries[key[0]] = entry
+            self.version += 1
         return entry
 
     def lookup(self, address: str) -> AddressEntry | None:
@@ -321,6 +328,7 @@ class AddressTable:
                 break
         entry = AddressEntry(key, f"_topo/0/{self.router_id}/{name}", "balanced", dynamic=True)
         self.entries[key] = entry
+        self.version += 1
         return entry
 
     def discard_if_unused(self, entry: AddressEntry) -> None:
@@ -330,6 +338,7 @@ class AddressTable:
             if self.keep_advertised and entry.remote and entry.key[0] == "M":
                 return
             del self.entries[entry.key]
+            self.version += 1
             gone = self.keep_gone
             if gone is not None and entry.deliveries_ingress and len(gone) < KEEP_GONE_MAX:
                 gone.append(entry)  # its last counters, for flow records
