@@ -240,8 +240,7 @@ class Sending(Settlement):
         else:
             fwd.entry.deliveries_transit += 1
             if not settled:
-                counts = fwd.entry.remote_out
-                counts[out] = counts.get(out, 0) + 1
+                fwd.entry.sent_on(out)
         if not settled:
             maps_of(link.session).outbound.put(out_id, fwd)
             out.outstanding += 1

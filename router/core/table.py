@@ -42,12 +42,22 @@ KEYS_MAX: Final = 4096  # addresses whose table key is remembered (then it start
 LocalEndpoint = Callable[[bytes, float, "str | None"], "tuple[Any, list[tuple[str, bytes]]]"]
 
 
+class OutCount:
+    """An address's unsettled deliveries on one inter-router data link (AddressEntry.remote_out)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
         "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
         "bytes", "residence", "settle", "released_told", "flow_records", "paths_gen", "paths_remote", "paths_known",
+        "out_last", "out_last_count",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -83,8 +93,11 @@ class AddressEntry:
         self.flow_records = False
         # Other routers with consumers (mobile), the target router (R), every router (T).
         self.remote: frozenset[str] = frozenset()
-        # Balanced anycast: unsettled deliveries of this address per inter-router link.
-        self.remote_out: dict[OutLink, int] = {}
+        # Balanced anycast: unsettled deliveries of this address per inter-router link (links
+        # with none are not in it), and the link counted last with its count (sent_on).
+        self.remote_out: dict[OutLink, OutCount] = {}
+        self.out_last: OutLink | None = None
+        self.out_last_count: OutCount | None = None
         # The anycast paths of its deliveries that enter the mesh here (remote.anycast), as
         # chosen under Paths generation `paths_gen` for the routers `paths_remote`.
         self.paths_gen = -1
@@ -98,6 +111,30 @@ class AddressEntry:
     @property
     def has_destination(self) -> bool:
         return bool(self.consumers) or self.local is not None or bool(self.remote)
+
+    def sent_on(self, out: OutLink) -> None:
+        """One more unsettled delivery of this address on data link `out`. Consecutive ones
+        nearly always go on one link: its count is kept at hand, where a dict of ints was a
+        lookup and a store per delivery (and again at settlement)."""
+        count = self.out_last_count
+        if self.out_last is not out or count is None:
+            count = self.remote_out.get(out)
+            if count is None:
+                count = self.remote_out[out] = OutCount()
+            self.out_last, self.out_last_count = out, count
+        count.n += 1
+
+    def settled_on(self, out: OutLink) -> None:
+        """One unsettled delivery of this address on `out` less."""
+        count = self.out_last_count if self.out_last is out else self.remote_out.get(out)
+        if count is None:
+            return
+        count.n -= 1
+        if count.n <= 0:
+            if out in self.remote_out:
+                del self.remote_out[out]
+            if self.out_last is out:
+                self.out_last = self.out_last_count = None
 
     @property
     def unused(self) -> bool:
