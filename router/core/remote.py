@@ -165,7 +165,7 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None =
             return anycast(mesh, fwd, balanced, paths)
         if paths.bands:
             out = on_band(paths, out, fwd)
-        count = counts.get(out)
+        count = entry.out_last_count if entry.out_last is out else counts.get(out)  # (usually the last link)
         value = cost + (count.n if count is not None else 0)
         ok = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
