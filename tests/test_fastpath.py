@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.amqp import messaging as m
+from router.amqp.connection import Connection, ConnectionConfig
+from router.amqp.session import Session
 from router.amqp import performatives as p
 from router.amqp.decode import decode_at
 from router.amqp.encode import encode
@@ -200,3 +202,15 @@ def test_the_disposition_clients_send_is_read_without_the_general_path() -> None
     assert parse_disposition(rejected, 0, len(rejected))[4] == m.Rejected()
     for cut in range(1, len(body)):  # truncated: not the inline reader's to refuse
         assert _common_disposition(body[:cut], 0, cut) is None
+
+
+@given(st.lists(st.integers(min_value=0, max_value=0xFFFFFFFF), min_size=1, max_size=50), st.integers(0, 600))
+@settings(max_examples=200, deadline=None)
+def test_a_sessions_delivery_id_bytes_are_the_ids_big_endian(starts: list[int], run: int) -> None:
+    # Session.id_bytes keeps the top three bytes of the ids sent lately: any order of ids, runs
+    # across a 256 boundary and the wrap at 2**32 (serial numbers, transport 2.8.10) included.
+    session = Session(Connection(ConnectionConfig(container_id="x")), 0)
+    for start in starts:
+        for i in range(0, run, 37):
+            delivery_id = (start + i) & 0xFFFFFFFF
+            assert session.id_bytes(delivery_id) == delivery_id.to_bytes(4, "big")

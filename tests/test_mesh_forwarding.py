@@ -290,7 +290,7 @@ def test_balanced_spreads_by_outstanding_work_plus_path_cost() -> None:
     # local: value = outstanding; remote: outstanding + cost 1 -> local takes one more
     assert (len(local.bodies(lrx)), len(far.bodies(frx))) == (11, 10)
     entry = h.cores["A"].table.find("work")
-    assert entry is not None and sum(entry.remote_out.values()) == 10
+    assert entry is not None and sum(c.n for c in entry.remote_out.values()) == 10
     for client, link in ((local, lrx), (far, frx)):
         for received in client.received[link]:
             link.dispose(received.delivery_id, state=ACCEPTED, settled=True)

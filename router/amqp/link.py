@@ -282,7 +282,7 @@ class Link:
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF  # serial (§2.8.10)
             delivery_id = session.next_delivery_id()
-            id_bytes = delivery_id.to_bytes(4, "big")
+            id_bytes = session.id_bytes(delivery_id)
             if tag is None:
                 tag = id_bytes
             self.out_tag = tag

@@ -124,10 +124,14 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
         raise DecodeError("properties section is truncated")
     if to is not None and not isinstance(to, str):
         raise DecodeError(f"properties.to must be a string, got {type(to).__name__}")
-    for value in (expiry, created):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise DecodeError("properties expiry and creation times must be timestamps")
+    # (each tested on its own: a loop over the pair is a generic iterator when compiled)
+    if (expiry is not None and not _timestamp(expiry)) or (created is not None and not _timestamp(created)):
+        raise DecodeError("properties expiry and creation times must be timestamps")
     return to, expiry, created
+
+
+def _timestamp(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _MAPS: Final = (0xC1, 0xD1)  # map8, map32

@@ -23,8 +23,7 @@ Must not touch: routing decisions (sending.py, multicast.py, remote.py), links.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.errors import DecodeError
 from ..amqp.peek import RoutingView
@@ -34,6 +33,9 @@ from ..amqp.sections import (
 )  # fmt: skip
 from ..amqp.sections import head as _head
 from .delivery import Meta, Payload
+
+if TYPE_CHECKING:
+    from .paths import Candidate
 
 __all__ = ["PREFIX", "TO", "INGRESS", "TRACE", "TRACE_MAX", "Record", "Seen", "SEEN_MAX", "parse",
            "for_client_delivery", "for_router", "client_trace", "kept_from_client", "strip", "strip_client"]  # fmt: skip
@@ -90,7 +92,8 @@ class Record:
     section on a link: consecutive deliveries between two routers nearly always carry the same
     bytes), and the sections derived from it, built on first use."""
 
-    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped", "flow_trace")
+    __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped", "flow_trace",
+                 "paths_gen", "paths_remote", "paths_known")
 
     def __init__(
         self, to: str | None, ingress: str | None, trace: tuple[str, ...], kept: list[bytes], flow_trace: str | None = None,
@@ -102,9 +105,16 @@ class Record:
         self.kept = kept  # the entries that are not router annotations, as bytes
         self.routed: bytes | None = None  # the section for the next router (this one traced)
         self.stripped: bytes | None = None  # the section for a consumer (b"": none at all)
-        # Whether the trace shows a loop (remote.looped), and under which routes that was found.
-        self.checked_under: object = None
+        # Whether the trace shows a loop (remote.looped), and under which Paths generation
+        # (routes and data links) that was found.
+        self.checked_under = -1
         self.looped = False
+        # The anycast paths of its deliveries (remote.anycast), as chosen under Paths
+        # generation `paths_gen` for the routers `paths_remote`: consecutive deliveries of a
+        # link nearly always share record and destinations, so no key is built and hashed.
+        self.paths_gen = -1
+        self.paths_remote: frozenset[str] | None = None
+        self.paths_known: tuple[list[Candidate], list[Candidate]] | None = None
 
 
 class Seen:
@@ -201,11 +211,18 @@ def parse(payload: Payload, view: RoutingView, came_from: str, seen: Seen | None
         record = _record(payload, span, came_from, False)
     else:
         last = seen.last
-        if (last is not None and span is not None and isinstance(payload, bytes)
-                and span[1] - span[0] == len(seen.last_key) and payload.startswith(seen.last_key, span[0])):  # fmt: skip
+        # The section's bytes (a copy: the key of a new record), compared with the last one's:
+        # cheaper compiled than `startswith(key, start)`, a method call by name that parses its
+        # arguments.
+        if span is None:
+            key = b""
+        elif isinstance(payload, bytes):  # (the slice native when compiled)
+            key = payload[span[0] : span[1]]
+        else:
+            key = bytes(payload[span[0] : span[1]])
+        if last is not None and span is not None and key == seen.last_key:
             record = last
         else:
-            key = b"" if span is None else bytes(payload[span[0] : span[1]])
             found = seen.records.get(key)
             if found is None:
                 found = _record(payload, span, came_from, seen.entering)
@@ -265,16 +282,37 @@ def _routed(kept: list[bytes], meta: Meta, me: str) -> bytes:
     return annotations_section(pieces, pairs)
 
 
-@lru_cache(maxsize=4096)
+# The sections of messages entering the mesh with no annotations of their own, by router and
+# x-opt-qd.to (None: routed by properties.to): plain dicts, read natively when compiled, where
+# an lru_cache was a call through the interpreter with a tuple of its arguments (~900
+# instructions per delivery entering a mesh).
+_ENTERING: Final[dict[str, dict[str | None, bytes]]] = {}
+ENTERING_MAX: Final = 4096  # sections remembered per router (then it starts afresh)
+
+
 def _entering(me: str, to: str | None) -> bytes:
     """The section of a message that enters the mesh here with no annotations of its own."""
-    return _routed([], Meta(to, to is not None, None, (), None, 0, False), me)
+    known = _ENTERING.get(me)
+    if known is None:
+        known = _ENTERING[me] = {}
+    section = known.get(to)
+    if section is None:
+        if len(known) >= ENTERING_MAX:
+            known.clear()
+        section = known[to] = _routed([], Meta(to, to is not None, None, (), None, 0, False), me)
+    return section
 
 
 def _splice(payload: Payload, start: int, stop: int, middle: bytes) -> bytes:
     """The first frame with the bytes between `start` and `stop` replaced by `middle`. Most
     messages have no header, so their annotations come first: one concatenation then, where a
-    join builds a tuple of three pieces."""
+    join builds a tuple of three pieces. A first frame of bytes (not a view of a large read) is
+    sliced and concatenated natively when compiled; a `Payload` generically (a slice object,
+    `PyObject_GetItem`, `PyNumber_Add`)."""
+    if isinstance(payload, bytes):
+        if start == 0:
+            return middle + payload[stop:]
+        return b"".join((payload[:start], middle, payload[stop:]))
     if start == 0:
         return middle + payload[stop:]
     return b"".join((payload[:start], middle, payload[stop:]))

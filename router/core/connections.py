@@ -221,7 +221,9 @@ class ConnState:
         # Unsettled deliveries sent on this connection's consumer links, and their bound
         # (router.core.bounds): at the bound every consumer link of the connection is stuck.
         self.unsettled_out = 0
-        self.unsettled_limit = 1 << 62  # connections between routers: the producers' windows bound them
+        # Connections between routers: the producers' windows bound them (links.NO_LIMIT: an
+        # int below 2**62, unboxed when compiled).
+        self.unsettled_limit = 1 << 61
         if isinstance(listener, Listener) and listener.role == "normal":
             self.unsettled_limit = listener.max_unsettled_per_connection
         self.stuck = False

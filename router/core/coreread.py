@@ -312,7 +312,7 @@ class CoreReadApi:
             table_key=e.key, address=e.address, distribution=e.distribution, remote_routers=tuple(sorted(e.remote)),
             in_process=e.local is not None, consumers=len(e.consumers), producers=len(e.producers),
             undelivered=len(e.pending),
-            unsettled=sum(out.outstanding for out in e.consumers) + sum(e.remote_out.values()),
+            unsettled=sum(out.outstanding for out in e.consumers) + sum(c.n for c in e.remote_out.values()),
             credit=sum(out.link.credit for out in e.consumers), zero_credit_s=_address_zero_credit(e, now),
             ingress=e.deliveries_ingress, egress=e.deliveries_egress, transit=e.deliveries_transit,
             released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected, accepted=e.accepted,

@@ -37,7 +37,7 @@ from . import annotate, remote
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
-from .table import NOWHERE, UNAVAILABLE, AddressTable
+from .table import NOWHERE, UNAVAILABLE, AddressEntry, AddressTable
 from .waiting import Waiting
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class Forwarder(Waiting):
                 self._refuse(inl, event, E.PRECONDITION_FAILED,
                              "routing failure: no address (properties.to) on an anonymous link")  # fmt: skip
                 return
-            entry = self.table.lookup(to)
+            entry = self._lookup(inl, to)
         settled = event.settled
         fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
@@ -149,7 +149,7 @@ class Forwarder(Waiting):
             inl.streaming = fwd
         if meta is not None:
             fwd.meta = meta
-            if remote.looped(self.mesh, meta):
+            if remote.looped(self.mesh, meta, self.paths):
                 self.mesh.dropped_loop += 1
                 self.unroutable(fwd)
                 return
@@ -185,6 +185,19 @@ class Forwarder(Waiting):
                 address = inl.address
                 fwd.meta = annotate.for_client_delivery(view, address or view.to, address is not None)
         self._route(fwd)
+
+    def _lookup(self, inl: InLink, to: str) -> AddressEntry | None:
+        """The entry of `to` for a delivery on `inl`, an anonymous or inter-router link: the
+        last delivery's while the address and the table are the same (an entry only, never an
+        edge's fallback or UNAVAILABLE: what leads to those can change without the table's
+        version)."""
+        table = self.table
+        if inl.looked_up_version == table.version and inl.looked_up_to == to:
+            return inl.looked_up
+        entry = table.lookup(to)
+        if entry is not None and entry is not UNAVAILABLE and entry is not table.fallback:
+            inl.looked_up_to, inl.looked_up, inl.looked_up_version = to, entry, table.version
+        return entry
 
     def _next_frame(self, inl: InLink, fwd: Forward, event: TransferReceived) -> None:
         fwd.arrived += len(event.payload)  # sizes shape the producer's credit (bounds.py)

@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
 
-NO_LIMIT: Final = 1 << 62  # an unsettled bound that is never reached (links between routers)
+# An unsettled bound that is never reached (links between routers). Below 2**62: a larger int
+# is boxed when compiled, and every comparison with it takes the slow path (~100 instructions,
+# two per delivery sent on a data link, one per delivery received on one).
+NO_LIMIT: Final = 1 << 61
 UNKNOWN: Final = -1  # InLink.size_hint before a first delivery is complete (router.core.bounds)
 
 
@@ -64,7 +67,7 @@ class InLink(LinkCounts):
         "link", "conn", "entry", "capacity", "inflight", "held", "credit_dirty", "streaming",
         "discarding", "gone",
         "dropped", "id", "address", "peer", "zero_credit_since", "seen", "size_hint", "size_watch",
-        "policy",
+        "policy", "looked_up_to", "looked_up", "looked_up_version",
     )  # fmt: skip
 
     def __init__(
@@ -85,6 +88,12 @@ class InLink(LinkCounts):
         # A client's link whose messages policy looks at (router.core.policy.Grant.check: the
         # user-id, an anonymous link's targets); None, the usual case, costs one test per message.
         self.policy: Grant | None = None
+        # An anonymous or inter-router link: the entry its last delivery's address led to, while
+        # the table is as it was (AddressTable.version): consecutive deliveries on a link nearly
+        # always go to one address, which then is not looked up again (forwarding.py).
+        self.looked_up_to = ""
+        self.looked_up: AddressEntry | None = None
+        self.looked_up_version = -1
         self.capacity = capacity or conn.listener.link_capacity
         self.inflight = 0  # deliveries taken from this link without a final outcome yet
         # Of those, the ones that count against the credit window (`capacity`): all but the
@@ -116,6 +125,7 @@ class OutLink(LinkCounts):
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
         "unsettled_limit", "stuck", "stuck_count", "filter", "band", "held", "held_bytes", "held_last", "held_by",
+        "bands",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -156,6 +166,10 @@ class OutLink(LinkCounts):
         # whether the last of them ends the delivery, and the connection whose byte bound counts
         # them (the producer's; None for the router's own messages).
         self.band = -1
+        # On a neighbour's default data link with several bands: its data links by band, lowest
+        # first (the mesh's Paths.bands entry, here where remote.on_band reads it without a
+        # lookup); None otherwise.
+        self.bands: list[OutLink] | None = None
         self.held: deque[bytes] | None = None
         self.held_bytes = 0
         self.held_last = False

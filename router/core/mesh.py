@@ -227,7 +227,7 @@ class Mesh(MeshReadApi):
         assert peer.data_out is not None
         self.links[peer_id] = peer.data_out
         if peer.bands is not None:
-            self.paths.bands[peer.data_out] = peer.bands
+            self.paths.bands[peer.data_out] = peer.data_out.bands = peer.bands
         self.paths.clear()
         node.neighbour_up(peer_id, cost, now=now)
         self.dirty = True
@@ -252,6 +252,7 @@ class Mesh(MeshReadApi):
         self.links.pop(peer.id, None)
         if peer.data_out is not None:
             self.paths.bands.pop(peer.data_out, None)
+            peer.data_out.bands = None
 
     def peer_attach(self, state: ConnState, link: Link, now: float) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None
@@ -334,6 +335,10 @@ class Mesh(MeshReadApi):
 
     def _routes_changed(self, routes: Routes) -> None:
         self.routes = routes
+        # The choices made under the old routes go now: what remote.py remembers outside the
+        # Paths' maps is checked against their clears, not against the routes.
+        self.paths.clear()
+        self.paths.routes = routes
         table = self.table
         for entry in list(table.entries.values()):
             kind = entry.key[0]

@@ -36,11 +36,13 @@ def band_of(priority: int, bands: int) -> int:
 class Paths:
     """The path choices made under the current routes and data links, by Key: deliveries
     between two routers nearly all share one, so the routes are consulted once per kind of
-    delivery, not per delivery. Cleared when routes
-    (checked here) or data links (the mesh calls clear) change; a data link that is gone since
-    is noticed where a choice is used, and the choice made again."""
+    delivery, not per delivery. Cleared when routes or data links change (the mesh and its
+    edges call clear; remote.py also checks the routes' identity where it reads them); a data
+    link that is gone since is noticed where a choice is used, and the choice made again.
+    `generation` counts the clears, for the choices remembered on annotation records and
+    address entries."""
 
-    __slots__ = ("routes", "anycast", "multicast", "local", "bands", "table")
+    __slots__ = ("routes", "anycast", "multicast", "local", "bands", "table", "generation")
 
     def __init__(self, table: AddressTable) -> None:
         # A neighbour's default data link -> its data links by priority band, lowest first
@@ -57,8 +59,12 @@ class Paths:
         self.anycast: dict[Key, tuple[list[Candidate], list[Candidate]]] = {}
         self.multicast: dict[Key, list[OutLink]] = {}
         self.local: dict[tuple[str, str | None], bool] = {}
+        # Counts the clears: a choice or loop check remembered outside these maps (on an
+        # annotation record or an address entry: remote.py) holds while it is unchanged.
+        self.generation = 0
 
     def clear(self) -> None:
+        self.generation += 1
         self.anycast.clear()
         self.multicast.clear()
         self.local.clear()

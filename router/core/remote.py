@@ -59,7 +59,7 @@ def on_band(paths: Paths, out: OutLink, fwd: Forward) -> OutLink:
     """The data link to `out`'s neighbour (`out`: its default one) for `fwd`'s priority band;
     `out` itself when the neighbour has one band, or the band's link is gone or the peer has
     not answered its attach (yet, or ever: a peer may refuse it)."""
-    bands = paths.bands.get(out)
+    bands = out.bands  # (paths.bands' entry for `out`)
     if bands is None:
         return out
     link = bands[band_of(priority(paths, fwd), len(bands))]
@@ -115,23 +115,33 @@ def _candidates(mesh: MeshPaths, fwd: Forward) -> list[Candidate]:
     return chosen
 
 
-def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool) -> Choice | None:
-    """The best path to another router for `fwd`, or None when there is none."""
+def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None = None) -> Choice | None:
+    """The best path to another router for `fwd`, or None when there is none. `paths`: the
+    mesh's (the forwarder holds it: reading it from the mesh is a lookup by name)."""
     entry = fwd.entry
-    paths, routes = mesh.paths, mesh.routes
-    if paths.routes is not routes:
-        paths.clear()
-        paths.routes = routes
+    if paths is None:
+        paths = mesh.paths
     meta = fwd.meta
-    key: Key = (entry.remote, meta.record if meta is not None else None)
-    known = paths.anycast.get(key)
+    record = meta.record if meta is not None else None
+    remote = entry.remote
+    # First the choice remembered on the annotation record (or, for a delivery entering the mesh
+    # here, on the entry): valid while the Paths are not cleared (routes and data links as they
+    # were) and the destinations are the same set; it is the choice the maps hold for its key.
+    generation = paths.generation
+    known: tuple[list[Candidate], list[Candidate]] | None = None
+    if record is not None:
+        if record.paths_gen == generation and record.paths_remote is remote:
+            known = record.paths_known
+    elif entry.paths_gen == generation and entry.paths_remote is remote:
+        known = entry.paths_known
     # (usually one best path: checked without a call)
     if known is None or (known[1][0][2].gone if len(known[1]) == 1 else _gone(known[1])):
-        candidates = _candidates(mesh, fwd)
-        best = [c for c in candidates if c[0] == candidates[0][0]] if candidates else []
-        if len(paths.anycast) >= PATHS_MAX:
-            paths.anycast.clear()
-        known = paths.anycast[key] = (candidates, best)
+        known = _known(mesh, paths, fwd, (remote, record))
+        generation = paths.generation  # (a change of routes clears the paths)
+        if record is not None:
+            record.paths_gen, record.paths_remote, record.paths_known = generation, remote, known
+        else:
+            entry.paths_gen, entry.paths_remote, entry.paths_known = generation, remote, known
     candidates, best = known
     if not candidates:
         return None
@@ -145,15 +155,39 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool) -> Choice | None:
     choice: Choice | None = None
     for cost, _, out in candidates:
         if out.gone:  # a data link went since the choice was made: make it again
-            del paths.anycast[key]
-            return anycast(mesh, fwd, balanced)
+            key: Key = (remote, record)
+            if key in paths.anycast:
+                del paths.anycast[key]
+            if record is not None:
+                record.paths_gen = -1
+            else:
+                entry.paths_gen = -1
+            return anycast(mesh, fwd, balanced, paths)
         if paths.bands:
             out = on_band(paths, out, fwd)
-        value = cost + counts.get(out, 0)
+        count = entry.out_last_count if entry.out_last is out else counts.get(out)  # (usually the last link)
+        value = cost + (count.n if count is not None else 0)
         ok = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
             choice = (out, value, ok)
     return choice
+
+
+def _known(mesh: MeshPaths, paths: Paths, fwd: Forward, key: Key) -> tuple[list[Candidate], list[Candidate]]:
+    """The anycast candidates for `key` and the lowest-cost ones among them, from the maps or
+    made now (the maps cleared first if the routes changed)."""
+    routes = mesh.routes
+    if paths.routes is not routes:
+        paths.clear()
+        paths.routes = routes
+    known = paths.anycast.get(key)
+    if known is None or (known[1][0][2].gone if len(known[1]) == 1 else _gone(known[1])):
+        candidates = _candidates(mesh, fwd)
+        best = [c for c in candidates if c[0] == candidates[0][0]] if candidates else []
+        if len(paths.anycast) >= PATHS_MAX:
+            paths.anycast.clear()
+        known = paths.anycast[key] = (candidates, best)
+    return known
 
 
 def multicast(mesh: MeshPaths, fwd: Forward) -> list[OutLink]:
@@ -206,14 +240,20 @@ def local_ok(mesh: MeshPaths, meta: Meta | None) -> bool:
     return ok
 
 
-def looped(mesh: MeshPaths, meta: Meta) -> bool:
+def looped(mesh: MeshPaths, meta: Meta, paths: Paths | None = None) -> bool:
     """The trace shows a loop: this router is in it, or it is longer than radius + 1 (an edge
-    router keeps no routes: it only takes what its uplink sends and never sends it back)."""
+    router keeps no routes: it only takes what its uplink sends and never sends it back).
+    `paths`: the mesh's, as for anycast."""
+    if paths is None:
+        paths = mesh.paths
     record = meta.record
-    routes = mesh.routes
-    if record is not None and record.checked_under is routes:  # known for this trace
+    if record is not None and record.checked_under == paths.generation:  # known for this trace
         return record.looped
+    routes = mesh.routes
+    if paths.routes is not routes:  # (new routes: the radius may have changed)
+        paths.clear()
+        paths.routes = routes
     result = not mesh.edge and (mesh.me in meta.trace or len(meta.trace) > routes.radius + 1)
     if record is not None:
-        record.checked_under, record.looped = routes, result
+        record.checked_under, record.looped = paths.generation, result
     return result

@@ -27,6 +27,7 @@ from .settlement import Settlement
 if TYPE_CHECKING:
     from .bounds import Bounds
     from .mesh import Mesh
+    from .paths import Paths
     from .table import AddressTable
     from .touched import Touched
 
@@ -39,6 +40,9 @@ class Sending(Settlement):
         super().__init__(touched, bounds)
         self.table = table
         self.mesh = mesh
+        # The mesh's path choices (one object for the mesh's life), held here: the mesh is
+        # interpreted, so reading it from there per delivery is a lookup by name.
+        self.paths: Paths = mesh.paths
         self.router_id = router_id
 
     # --- defined by the layers above: waiting for credit, in-process endpoints (waiting.py) -------
@@ -119,7 +123,7 @@ class Sending(Settlement):
                     entry.rr += 1
                     self._send(fwd, local)
                 return
-        choice = remote.anycast(self.mesh, fwd, balanced)
+        choice = remote.anycast(self.mesh, fwd, balanced, self.paths)
         if local is not None and (choice is None or not choice[2] or local.outstanding <= choice[1]):
             entry.rr += 1
             self._send(fwd, local)
@@ -165,6 +169,8 @@ class Sending(Settlement):
                 first = annotate.for_router(frames[0], meta, self.router_id)
                 if fwd.copies is not None:
                     fwd.rframe = first
+            if len(frames) == 1:  # (most deliveries: no slice of the list, no unpacking)
+                return [first]
             return [first, *frames[1:]]
         if not out.conn.strip_out:  # a router-aware consumer gets them (its listener's strip_annotations)
             return self._annotated_for_client(fwd, frames)
@@ -234,8 +240,7 @@ class Sending(Settlement):
         else:
             fwd.entry.deliveries_transit += 1
             if not settled:
-                counts = fwd.entry.remote_out
-                counts[out] = counts.get(out, 0) + 1
+                fwd.entry.sent_on(out)
         if not settled:
             maps_of(link.session).outbound.put(out_id, fwd)
             out.outstanding += 1

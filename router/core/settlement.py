@@ -322,12 +322,7 @@ class Settlement(ProducerCredit):
         if out.stuck:
             self.bounds.settled(out)
         if out.neighbour is not None and type(record) is Forward:
-            counts = record.entry.remote_out
-            left = counts.get(out, 0) - 1
-            if left > 0:
-                counts[out] = left
-            else:
-                counts.pop(out, None)
+            record.entry.settled_on(out)
 
     # --- failures -------------------------------------------------------------------------------
 

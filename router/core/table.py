@@ -27,6 +27,7 @@ from .addressing import AddressMatcher, Kind, classify
 
 if TYPE_CHECKING:
     from .delivery import Forward
+    from .paths import Candidate
     from .links import InLink, OutLink
 
 DEFAULT_DISTRIBUTION: Final = "balanced"
@@ -41,12 +42,22 @@ KEYS_MAX: Final = 4096  # addresses whose table key is remembered (then it start
 LocalEndpoint = Callable[[bytes, float, "str | None"], "tuple[Any, list[tuple[str, bytes]]]"]
 
 
+class OutCount:
+    """An address's unsettled deliveries on one inter-router data link (AddressEntry.remote_out)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
         "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
-        "bytes", "residence", "settle", "released_told", "flow_records",
+        "bytes", "residence", "settle", "released_told", "flow_records", "paths_gen", "paths_remote", "paths_known",
+        "out_last", "out_last_count",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -82,8 +93,16 @@ class AddressEntry:
         self.flow_records = False
         # Other routers with consumers (mobile), the target router (R), every router (T).
         self.remote: frozenset[str] = frozenset()
-        # Balanced anycast: unsettled deliveries of this address per inter-router link.
-        self.remote_out: dict[OutLink, int] = {}
+        # Balanced anycast: unsettled deliveries of this address per inter-router link (links
+        # with none are not in it), and the link counted last with its count (sent_on).
+        self.remote_out: dict[OutLink, OutCount] = {}
+        self.out_last: OutLink | None = None
+        self.out_last_count: OutCount | None = None
+        # The anycast paths of its deliveries that enter the mesh here (remote.anycast), as
+        # chosen under Paths generation `paths_gen` for the routers `paths_remote`.
+        self.paths_gen = -1
+        self.paths_remote: frozenset[str] | None = None
+        self.paths_known: tuple[list[Candidate], list[Candidate]] | None = None
         self.deliveries_transit = 0  # sent to another router
         # Consumers with a source filter (router.core.filtering): while 0, no delivery here is
         # looked at for filters (they cost nothing when unused).
@@ -92,6 +111,30 @@ class AddressEntry:
     @property
     def has_destination(self) -> bool:
         return bool(self.consumers) or self.local is not None or bool(self.remote)
+
+    def sent_on(self, out: OutLink) -> None:
+        """One more unsettled delivery of this address on data link `out`. Consecutive ones
+        nearly always go on one link: its count is kept at hand, where a dict of ints was a
+        lookup and a store per delivery (and again at settlement)."""
+        count = self.out_last_count
+        if self.out_last is not out or count is None:
+            count = self.remote_out.get(out)
+            if count is None:
+                count = self.remote_out[out] = OutCount()
+            self.out_last, self.out_last_count = out, count
+        count.n += 1
+
+    def settled_on(self, out: OutLink) -> None:
+        """One unsettled delivery of this address on `out` less."""
+        count = self.out_last_count if self.out_last is out else self.remote_out.get(out)
+        if count is None:
+            return
+        count.n -= 1
+        if count.n <= 0:
+            if out in self.remote_out:
+                del self.remote_out[out]
+            if self.out_last is out:
+                self.out_last = self.out_last_count = None
 
     @property
     def unused(self) -> bool:
@@ -130,6 +173,9 @@ class AddressTable:
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
+        # Counts the changes that can change which entry `lookup` gives an address (an entry
+        # added or removed, a rule, a subtree): InLink.looked_up holds while it is unchanged.
+        self.version = 0
         self.unavailable_rules = 0  # rules with distribution unavailable (none: nothing to look up)
         self.waypoint_rules = 0  # rules with waypoint: true (none: nothing to look up)
         self.priority_rules = 0  # rules with a priority (none: nothing to look up)
@@ -156,6 +202,7 @@ class AddressTable:
             self.matcher.add_prefix(rule.prefix, rule)
         elif rule.pattern is not None:
             self.matcher.add_pattern(rule.pattern, rule)
+        self.version += 1
         if rule.distribution == "unavailable":
             self.unavailable_rules += 1
         if rule.waypoint:
@@ -166,6 +213,7 @@ class AddressTable:
     def remove_rule(self, rule: AddressConfig) -> None:
         """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
         self.matcher.remove(rule)
+        self.version += 1
         if rule.distribution == "unavailable":
             self.unavailable_rules -= 1
         if rule.waypoint:
@@ -205,6 +253,7 @@ class AddressTable:
         """Route every address below `entry`'s (`<address>/...`) to `entry` as well."""
         self.subtrees.add(entry.key)
         self._keys.clear()
+        self.version += 1
 
     def _key_of(self, address: str) -> tuple[str, str] | None:
         key = self._plain_key_of(address)
@@ -288,6 +337,7 @@ class AddressTable:
             if kind != "L":
                 entry.remote = self.remote_for(key[0])
             self.entries[key[0]] = entry
+            self.version += 1
         return entry
 
     def lookup(self, address: str) -> AddressEntry | None:
@@ -315,6 +365,7 @@ class AddressTable:
                 break
         entry = AddressEntry(key, f"_topo/0/{self.router_id}/{name}", "balanced", dynamic=True)
         self.entries[key] = entry
+        self.version += 1
         return entry
 
     def discard_if_unused(self, entry: AddressEntry) -> None:
@@ -324,6 +375,7 @@ class AddressTable:
             if self.keep_advertised and entry.remote and entry.key[0] == "M":
                 return
             del self.entries[entry.key]
+            self.version += 1
             gone = self.keep_gone
             if gone is not None and entry.deliveries_ingress and len(gone) < KEEP_GONE_MAX:
                 gone.append(entry)  # its last counters, for flow records
