@@ -46,8 +46,12 @@ BlockedHandler = Callable[[bool], None]
 
 # Bytes asked of the socket per read. 32 KiB cut most 10 KiB messages across two reads (the
 # engine then joins the pieces): 128 KiB took router CPU per 10 KiB message from ~60 to ~30 us
-# (interpreted) and left 100-byte messages unchanged (~12 us); see bench/README.md.
-READ_SIZE = 128 * 1024
+# (interpreted). But 128 KiB is a sender's whole window of 1,000 100-byte messages: the router
+# read and handled all of it before the consumer got the first, and the window's round trip
+# (not CPU) bounded throughput. 64 KiB lets half a window go on while the rest is read: 100 B
+# unsettled through one router 0.40-0.42 -> 0.50-0.53 of the direct ceiling, a chain of 3
+# 0.20 -> 0.22, 10 KiB messages as fast (+8 % CPU each, compiled); see bench/README.md.
+READ_SIZE = 64 * 1024
 CLOSE_GRACE_S = 2.0  # after our close, how long we wait for the peer's before dropping it
 # When an engine timer falls due while reading is paused we read once before ticking (see
 # _reader). A live peer's bytes are already in the socket buffer, so this bound only matters
