@@ -165,6 +165,17 @@ def flow_performative(
     return _list(_FLOW_DESCRIPTOR, count, body)
 
 
+def _common_state(state: DeliveryState | None) -> bytes:
+    """A disposition's state precompiled (none, accepted, released), or b"" for any other."""
+    if state is None:
+        return b"\x40"
+    if type(state) is Accepted:
+        return _ACCEPTED
+    if type(state) is Released:
+        return _RELEASED
+    return b""
+
+
 # The common disposition frame (transport §2.7.6): accepted, released or no state, on a channel
 # below 256, ids below 2**32: everything but the ids and the list's size comes from tables.
 #   size(4) | doff 2, type 0, channel(2) | descriptor 00 53 15 | list8 size, count 5 |
@@ -179,15 +190,8 @@ def disposition_frame(
 ) -> bytes:
     """Frame header and performative of a common disposition (see above) in one formatting, or
     b"" when it is not the common kind (disposition_performative and frame_header then)."""
-    if state is None:
-        state_bytes = b"\x40"
-    elif type(state) is Accepted:
-        state_bytes = _ACCEPTED
-    elif type(state) is Released:
-        state_bytes = _RELEASED
-    else:
-        return b""
-    if channel > 255 or first > 0xFFFFFFFF:
+    state_bytes = _common_state(state)
+    if len(state_bytes) == 0 or channel > 255 or first > 0xFFFFFFFF:
         return b""
     first_bytes = _uint(first)
     if last is None or last == first:
@@ -207,13 +211,8 @@ def disposition_performative(
     role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
 ) -> bytes:
     """The encoded disposition performative (transport §2.7.6); common outcomes precompiled."""
-    if state is None:
-        state_bytes = b"\x40"
-    elif type(state) is Accepted:
-        state_bytes = _ACCEPTED
-    elif type(state) is Released:
-        state_bytes = _RELEASED
-    else:
+    state_bytes = _common_state(state)
+    if len(state_bytes) == 0:
         out = bytearray()
         encode_value(out, state)
         state_bytes = bytes(out)
