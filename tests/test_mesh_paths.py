@@ -111,7 +111,7 @@ def test_a_choice_remembered_on_a_record_follows_the_destinations_and_the_routes
     assert meta.record is not None
     chosen = {remote.anycast(mesh, fwd, False)[0].neighbour for _ in range(4)}  # type: ignore[index]
     assert chosen == {"B", "C"}
-    assert meta.record.paths_remote is entry.remote
+    assert meta.record.remembered is not None and meta.record.remembered.remote is entry.remote
     # C's consumer goes: the address's destinations change (a new set), so the choice does too
     h.cut(next(w for w in h.wires if w.name == "cC@C"))
     h.advance(0.5)

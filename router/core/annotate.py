@@ -35,7 +35,7 @@ from ..amqp.sections import head as _head
 from .delivery import Meta, Payload
 
 if TYPE_CHECKING:
-    from .paths import Candidate
+    from .paths import Remembered
 
 __all__ = ["PREFIX", "TO", "INGRESS", "TRACE", "TRACE_MAX", "Record", "Seen", "SEEN_MAX", "parse",
            "for_client_delivery", "for_router", "client_trace", "kept_from_client", "strip", "strip_client"]  # fmt: skip
@@ -93,7 +93,7 @@ class Record:
     bytes), and the sections derived from it, built on first use."""
 
     __slots__ = ("to", "ingress", "trace", "kept", "routed", "stripped", "checked_under", "looped", "flow_trace",
-                 "paths_gen", "paths_remote", "paths_known")
+                 "remembered")
 
     def __init__(
         self, to: str | None, ingress: str | None, trace: tuple[str, ...], kept: list[bytes], flow_trace: str | None = None,
@@ -109,12 +109,9 @@ class Record:
         # (routes and data links) that was found.
         self.checked_under = -1
         self.looped = False
-        # The anycast paths of its deliveries (remote.anycast), as chosen under Paths
-        # generation `paths_gen` for the routers `paths_remote`: consecutive deliveries of a
-        # link nearly always share record and destinations, so no key is built and hashed.
-        self.paths_gen = -1
-        self.paths_remote: frozenset[str] | None = None
-        self.paths_known: tuple[list[Candidate], list[Candidate]] | None = None
+        # The anycast paths of its deliveries (remote.anycast; made on first use): consecutive
+        # deliveries of a link nearly always share record and destinations.
+        self.remembered: Remembered | None = None
 
 
 class Seen:

@@ -22,6 +22,21 @@ PRIORITY_DEFAULT: Final = 4  # a message without a header priority (messaging 3.
 PRIORITY_TOP: Final = 9  # the anchors' ten levels: a header's 10-255 count as 9
 
 
+class Remembered:
+    """An anycast choice remembered where the deliveries that share it are at hand (remote.py):
+    on an annotation record, or on the address entry for deliveries entering the mesh here, so
+    that no Key is built and hashed per delivery. Valid while the Paths' `generation` (their
+    clears: routes and data links) and the destinations (`remote`, the entry's set) are those
+    it was made under."""
+
+    __slots__ = ("generation", "remote", "known")
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.remote: frozenset[str] | None = None
+        self.known: tuple[list[Candidate], list[Candidate]] | None = None
+
+
 def band_of(priority: int, bands: int) -> int:
     """The band (0 = lowest) of a message of `priority` when a neighbour has `bands` data
     links (1-10): the ten levels spread evenly, so the bands are monotone in the priority,

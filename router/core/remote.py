@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from ..amqp.endpoints import ACTIVE
 from .delivery import Forward, Meta
 from .links import OutLink
-from .paths import PATHS_MAX, PRIORITY_DEFAULT, Candidate, Key, Paths, band_of
+from .paths import PATHS_MAX, PRIORITY_DEFAULT, Candidate, Key, Paths, Remembered, band_of
 
 if TYPE_CHECKING:
     from .ports import MeshPaths
@@ -83,8 +83,10 @@ def _gone(candidates: list[Candidate]) -> bool:
     return False
 
 
-def _paths(mesh: MeshPaths) -> Paths:
-    paths = mesh.paths
+def _paths(mesh: MeshPaths, paths: Paths | None = None) -> Paths:
+    """The mesh's Paths (`paths` when the caller holds them), cleared if the routes changed."""
+    if paths is None:
+        paths = mesh.paths
     if paths.routes is not mesh.routes:
         paths.clear()
         paths.routes = mesh.routes
@@ -125,23 +127,19 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None =
     record = meta.record if meta is not None else None
     remote = entry.remote
     # First the choice remembered on the annotation record (or, for a delivery entering the mesh
-    # here, on the entry): valid while the Paths are not cleared (routes and data links as they
-    # were) and the destinations are the same set; it is the choice the maps hold for its key.
-    generation = paths.generation
-    known: tuple[list[Candidate], list[Candidate]] | None = None
-    if record is not None:
-        if record.paths_gen == generation and record.paths_remote is remote:
-            known = record.paths_known
-    elif entry.paths_gen == generation and entry.paths_remote is remote:
-        known = entry.paths_known
+    # here, on the entry); it is the choice the maps hold for its key.
+    memo = record.remembered if record is not None else entry.remembered
+    if memo is None:
+        memo = Remembered()
+        if record is not None:
+            record.remembered = memo
+        else:
+            entry.remembered = memo
+    known = memo.known if memo.generation == paths.generation and memo.remote is remote else None
     # (usually one best path: checked without a call)
     if known is None or (known[1][0][2].gone if len(known[1]) == 1 else _gone(known[1])):
         known = _known(mesh, paths, fwd, (remote, record))
-        generation = paths.generation  # (a change of routes clears the paths)
-        if record is not None:
-            record.paths_gen, record.paths_remote, record.paths_known = generation, remote, known
-        else:
-            entry.paths_gen, entry.paths_remote, entry.paths_known = generation, remote, known
+        memo.generation, memo.remote, memo.known = paths.generation, remote, known  # (after any clear)
     candidates, best = known
     if not candidates:
         return None
@@ -158,10 +156,7 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None =
             key: Key = (remote, record)
             if key in paths.anycast:
                 del paths.anycast[key]
-            if record is not None:
-                record.paths_gen = -1
-            else:
-                entry.paths_gen = -1
+            memo.generation = -1
             return anycast(mesh, fwd, balanced, paths)
         if paths.bands:
             out = on_band(paths, out, fwd)
@@ -176,10 +171,7 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None =
 def _known(mesh: MeshPaths, paths: Paths, fwd: Forward, key: Key) -> tuple[list[Candidate], list[Candidate]]:
     """The anycast candidates for `key` and the lowest-cost ones among them, from the maps or
     made now (the maps cleared first if the routes changed)."""
-    routes = mesh.routes
-    if paths.routes is not routes:
-        paths.clear()
-        paths.routes = routes
+    _paths(mesh, paths)
     known = paths.anycast.get(key)
     if known is None or (known[1][0][2].gone if len(known[1]) == 1 else _gone(known[1])):
         candidates = _candidates(mesh, fwd)
@@ -249,10 +241,8 @@ def looped(mesh: MeshPaths, meta: Meta, paths: Paths | None = None) -> bool:
     record = meta.record
     if record is not None and record.checked_under == paths.generation:  # known for this trace
         return record.looped
+    _paths(mesh, paths)  # (new routes: the radius may have changed)
     routes = mesh.routes
-    if paths.routes is not routes:  # (new routes: the radius may have changed)
-        paths.clear()
-        paths.routes = routes
     result = not mesh.edge and (mesh.me in meta.trace or len(meta.trace) > routes.radius + 1)
     if record is not None:
         record.checked_under, record.looped = paths.generation, result

@@ -27,7 +27,7 @@ from .addressing import AddressMatcher, Kind, classify
 
 if TYPE_CHECKING:
     from .delivery import Forward
-    from .paths import Candidate
+    from .paths import Remembered
     from .links import InLink, OutLink
 
 DEFAULT_DISTRIBUTION: Final = "balanced"
@@ -56,7 +56,7 @@ class AddressEntry:
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
         "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
-        "bytes", "residence", "settle", "released_told", "flow_records", "paths_gen", "paths_remote", "paths_known",
+        "bytes", "residence", "settle", "released_told", "flow_records", "remembered",
         "out_last", "out_last_count",
     )  # fmt: skip
 
@@ -98,11 +98,9 @@ class AddressEntry:
         self.remote_out: dict[OutLink, OutCount] = {}
         self.out_last: OutLink | None = None
         self.out_last_count: OutCount | None = None
-        # The anycast paths of its deliveries that enter the mesh here (remote.anycast), as
-        # chosen under Paths generation `paths_gen` for the routers `paths_remote`.
-        self.paths_gen = -1
-        self.paths_remote: frozenset[str] | None = None
-        self.paths_known: tuple[list[Candidate], list[Candidate]] | None = None
+        # The anycast paths of its deliveries that enter the mesh here (remote.anycast; made on
+        # first use).
+        self.remembered: Remembered | None = None
         self.deliveries_transit = 0  # sent to another router
         # Consumers with a source filter (router.core.filtering): while 0, no delivery here is
         # looked at for filters (they cost nothing when unused).
