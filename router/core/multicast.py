@@ -55,23 +55,22 @@ class Multicast(Holding):
         fwd.copies = copies
         fwd.remaining = len(targets)  # (every target, so that no outcome combines before the last)
         for out in targets:
-            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
-                if fwd.complete and self._presettled_out(fwd, out):
-                    self._send_copy(fwd, out, None)
-                    continue
-                copy = Copy(fwd, out)
-                copies.append(copy)
+            ready = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck
+            if ready and fwd.complete and self._presettled_out(fwd, out):
+                self._send_copy(fwd, out, None)
+                continue
+            copy = Copy(fwd, out)
+            copies.append(copy)
+            if ready:
                 self._send_copy(fwd, out, copy)
             else:
-                copy = Copy(fwd, out)
-                copies.append(copy)
                 if out.pending is None:
                     out.pending = deque()
                 if len(out.pending) >= out.capacity:  # this consumer is too far behind
                     self._copy_failed(copy)
                 else:
                     out.pending.append(copy)
-        if fwd.presettled and not fwd.done:  # (a copy with a record may have finished it)
+        if fwd.presettled:
             self._presettled_sent(fwd)  # finished unless a copy still waits or streams
         if not any(c.sent_frames == 0 and not c.done for c in copies):
             # Every copy is out (or failed): the bytes are not needed again, nor the routing

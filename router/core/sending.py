@@ -269,6 +269,11 @@ class Sending(Settlement):
             self.relay_outcome(record, ACCEPTED)
 
     def _presettled_sent(self, fwd: Forward) -> None:
+        """A presettled delivery's copy (or the delivery) is out: it is finished once every copy
+        is. Once only: whatever finished it before released its window (its producer's
+        in-flight count must not drop twice)."""
+        if fwd.done:
+            return
         copies = fwd.copies
         if copies is not None:
             if any(not c.done for c in copies):
