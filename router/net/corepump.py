@@ -87,7 +87,7 @@ class CorePump:
         self.drained = trio.Event()
         # The engines whose frames the core holds (router.core.holding) until their output
         # drains: filled by the core, emptied here after each call (a stand-in core has none).
-        self._held: set[Connection] | None = getattr(core, "held_output", None)
+        self._held = self._router.held_output if self._router is not None else None
         self._releasing = False
 
     def handle(self, engine: Connection, events: list[Event]) -> None:
