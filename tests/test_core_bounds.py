@@ -87,13 +87,20 @@ def test_a_consumer_that_never_settles_stops_at_its_bound_and_another_gets_the_t
     # now and then too, between a batch and its settlements, and goes on)
 
 
-def test_a_stuck_consumer_takes_deliveries_again_once_it_settles() -> None:
-    h = RouterHarness(_config(max_unsettled_per_link=16))
+def _hoarding_pair(bound: int, credit: int) -> tuple[RouterHarness, Client, Client, Any, Any]:
+    """A producer and a consumer that settles only when told, on "q", the consumer's links
+    bounded to `bound` unsettled, `credit` given: (harness, producer, consumer, tx, rx)."""
+    h = RouterHarness(_config(max_unsettled_per_link=bound))
     producer, consumer = h.connect("p"), h.connect("c")
     consumer.auto_accept = False
     rx, tx = consumer.receiver("q"), producer.sender("q")
     h.pump()
-    rx.flow(1000)
+    rx.flow(credit)
+    return h, producer, consumer, tx, rx
+
+
+def test_a_stuck_consumer_takes_deliveries_again_once_it_settles() -> None:
+    h, producer, consumer, tx, rx = _hoarding_pair(bound=16, credit=1000)
     h.pump()
     for i in range(40):
         producer.send(tx, Message.value(i))
@@ -114,12 +121,7 @@ def test_a_stuck_consumer_takes_deliveries_again_once_it_settles() -> None:
 
 
 def test_a_bound_of_one_delivery_takes_the_next_once_the_first_is_settled() -> None:
-    h = RouterHarness(_config(max_unsettled_per_link=1))
-    producer, consumer = h.connect("p"), h.connect("c")
-    consumer.auto_accept = False
-    rx, tx = consumer.receiver("q"), producer.sender("q")
-    h.pump()
-    rx.flow(10)
+    h, producer, consumer, tx, rx = _hoarding_pair(bound=1, credit=10)
     for n in range(3):
         producer.send(tx, Message.value(n))
     h.pump()
@@ -162,12 +164,7 @@ def test_the_connection_bound_covers_all_its_consumer_links() -> None:
 
 
 def test_a_stuck_consumer_going_away_releases_its_count_and_fails_what_it_held() -> None:
-    h = RouterHarness(_config(max_unsettled_per_link=5))
-    producer, consumer = h.connect("p"), h.connect("c")
-    consumer.auto_accept = False
-    rx, tx = consumer.receiver("q"), producer.sender("q")
-    h.pump()
-    rx.flow(100)
+    h, producer, consumer, tx, rx = _hoarding_pair(bound=5, credit=100)
     h.pump()
     sent = [producer.send(tx, Message.value(i)) for i in range(8)]
     h.pump()
@@ -181,12 +178,7 @@ def test_a_stuck_consumer_going_away_releases_its_count_and_fails_what_it_held()
 
 
 def test_presettled_deliveries_do_not_count_against_the_bound() -> None:
-    h = RouterHarness(_config(max_unsettled_per_link=3))
-    producer, consumer = h.connect("p"), h.connect("c")
-    consumer.auto_accept = False
-    rx, tx = consumer.receiver("q"), producer.sender("q")
-    h.pump()
-    rx.flow(100)
+    h, producer, consumer, tx, rx = _hoarding_pair(bound=3, credit=100)
     h.pump()
     for i in range(50):
         producer.send(tx, Message.value(i), settled=True)

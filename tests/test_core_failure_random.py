@@ -23,14 +23,14 @@ from hypothesis import strategies as st
 from router.amqp import events as ev
 from router.amqp.endpoints import ACTIVE
 from router.amqp.message import Message, decode_message
-from router.amqp.messaging import ACCEPTED, Accepted, Modified, Rejected, Released
+from router.amqp.messaging import Accepted, Modified, Rejected, Released
 from router.config.models import AddressConfig, Listener, RouterConfig, RouterSection
 from router.core.connections import ConnState
 from router.core.router import RouterCore
 from router.testing.routerharness import Client, RouterHarness
 
 from .support.random_traffic import (
-    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, settle, step_strategy,
+    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy,
 )  # fmt: skip
 from .support.release_checks import Fault, InjectedFault, assert_nothing_of, assert_quiet
 
@@ -180,12 +180,7 @@ def test_a_transfer_written_in_part_is_aborted_and_the_consumer_link_carries_on(
     other = h.connect("other")
     tx = other.sender("q")
     h.pump()
-    delivery_id = other.send(tx, Message.value("whole" + "y" * 2 * FRAME))
-    h.pump()
-    assert consumer.bodies(rx) == ["whole" + "y" * 2 * FRAME]
-    settle(Peer(consumer), rx, 1, ACCEPTED)
-    h.pump()
-    assert isinstance(other.outcomes[delivery_id], Accepted)
+    passes_whole(h.pump, other, tx, consumer, rx, "whole" + "y" * 2 * FRAME)
     assert_quiet(h.core)
 
 

@@ -28,7 +28,7 @@ from router.amqp import events as ev
 from router.amqp.connection import Connection
 from router.amqp.endpoints import ACTIVE
 from router.amqp.message import Message, decode_message
-from router.amqp.messaging import ACCEPTED, Accepted, Modified, Rejected, Released
+from router.amqp.messaging import Accepted, Modified, Rejected, Released
 from router.config.models import AddressConfig
 from router.core.connections import ConnState
 from router.core.router import RouterCore
@@ -36,7 +36,7 @@ from router.testing.meshharness import CLIENTS, EDGE, INTER_ROUTER, MeshHarness,
 from router.testing.routerharness import Client
 
 from .support.random_traffic import (
-    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, settle, step_strategy,
+    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy,
 )  # fmt: skip
 from .support.release_checks import Fault, InjectedFault, Watch, assert_nothing_of, assert_quiet
 
@@ -268,12 +268,7 @@ def _run(
     tx = producer.sender("fresh")
     h.pump()
     assert tx.credit > 0
-    sent = producer.send(tx, Message.value("after" + "y" * 2 * FRAME))
-    h.pump()
-    assert consumer.bodies(rx) == ["after" + "y" * 2 * FRAME]
-    settle(Peer(consumer), rx, 1, ACCEPTED)
-    h.pump()
-    assert isinstance(producer.outcomes.get(sent), Accepted)
+    passes_whole(h.pump, producer, tx, consumer, rx, "after" + "y" * 2 * FRAME)
     for router in h.cores.values():
         assert_quiet(router)
 
@@ -339,11 +334,6 @@ def test_a_delivery_whose_last_frame_the_core_failed_on_never_reaches_a_consumer
         assert_quiet(router)
     h.dial_again()
     h.converge()
-    delivery_id = producer.send(tx, Message.value("whole" + "y" * 3 * FRAME))
-    h.pump()
-    assert consumer.bodies(rx) == ["whole" + "y" * 3 * FRAME]
-    settle(Peer(consumer), rx, 1, ACCEPTED)
-    h.pump()
-    assert isinstance(producer.outcomes[delivery_id], Accepted)
+    passes_whole(h.pump, producer, tx, consumer, rx, "whole" + "y" * 3 * FRAME)
     for router in h.cores.values():
         assert_quiet(router)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from router.amqp.endpoints import ACTIVE
 from router.amqp.link import Link
 from router.amqp.message import Message
-from router.amqp.messaging import ACCEPTED, Header, Modified, Rejected, Released
+from router.amqp.messaging import ACCEPTED, Accepted, Header, Modified, Rejected, Released
 from router.amqp.performatives import Error
 from router.testing.routerharness import Client
 
@@ -122,6 +122,17 @@ def settle(peer: Peer, rx: Link, n: int, state: Any) -> None:
         peer.disposed.add(key)
         rx.dispose(received.delivery_id, state=state, settled=True)
         n -= 1
+
+
+def passes_whole(pump: Callable[[], None], producer: Client, tx: Link, consumer: Client, rx: Link, body: str) -> None:
+    """What a failure left must not stop the next delivery: `body` from `producer` on `tx`
+    reaches `consumer` on `rx` whole (its only message there), and its acceptance comes back."""
+    delivery_id = producer.send(tx, Message.value(body))
+    pump()
+    assert consumer.bodies(rx) == [body]
+    settle(Peer(consumer), rx, 1, ACCEPTED)
+    pump()
+    assert isinstance(producer.outcomes.get(delivery_id), Accepted)
 
 
 def drain(live: list[Client], peers: list[Peer], run: Callable[[], None], also: Callable[[], int] = lambda: 0) -> None:
