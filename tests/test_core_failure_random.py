@@ -22,15 +22,14 @@ from hypothesis import strategies as st
 
 from router.amqp import events as ev
 from router.amqp.endpoints import ACTIVE
-from router.amqp.message import Message, decode_message
-from router.amqp.messaging import Accepted, Modified, Rejected, Released
+from router.amqp.message import Message
+from router.amqp.messaging import Accepted, Modified, Released
 from router.config.models import AddressConfig, Listener, RouterConfig, RouterSection
 from router.core.connections import ConnState
-from router.core.router import RouterCore
 from router.testing.routerharness import Client, RouterHarness
 
 from .support.random_traffic import (
-    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy,
+    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy, assert_served,
 )  # fmt: skip
 from .support.release_checks import Fault, InjectedFault, assert_nothing_of, assert_quiet
 
@@ -119,18 +118,7 @@ def test_a_failure_anywhere_leaves_nothing_behind_and_everyone_answered(
     _drain(h, survivors)
 
     assert_nothing_of(h.core, state)
-    for peer in survivors:
-        client = peer.client
-        assert client.engine.state.remote is ACTIVE, client.name
-        assert not [e for e in client.events if isinstance(e, ev.ProtocolViolation)], client.name
-        for delivery_id, tx in peer.unsettled.items():  # an outcome for everything still linked
-            if tx.state.local is ACTIVE:
-                assert delivery_id in client.settled, (client.name, delivery_id, point)
-                assert isinstance(client.outcomes[delivery_id], (Accepted, Rejected, Released, Modified))
-        for rx, received in client.received.items():  # whole messages, as they were sent
-            for got in received:
-                assert decode_message(got.payload).body_value in bodies, (client.name, rx.name)
-            assert not client.partial.get(rx), (client.name, rx.name)
+    assert_served(survivors, bodies, point)
     assert_quiet(h.core)
 
     # Everyone still serves: a new producer reaches every address, a new pair its own.

@@ -24,11 +24,9 @@ import pytest
 from hypothesis import Phase, event, given, settings
 from hypothesis import strategies as st
 
-from router.amqp import events as ev
 from router.amqp.connection import Connection
 from router.amqp.endpoints import ACTIVE
-from router.amqp.message import Message, decode_message
-from router.amqp.messaging import Accepted, Modified, Rejected, Released
+from router.amqp.message import Message
 from router.config.models import AddressConfig
 from router.core.connections import ConnState
 from router.core.router import RouterCore
@@ -36,7 +34,7 @@ from router.testing.meshharness import CLIENTS, EDGE, INTER_ROUTER, MeshHarness,
 from router.testing.routerharness import Client
 
 from .support.random_traffic import (
-    ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy,
+    CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy, assert_served,
 )  # fmt: skip
 from .support.release_checks import Fault, InjectedFault, Watch, assert_nothing_of, assert_quiet
 
@@ -241,18 +239,7 @@ def _run(
 
     assert_nothing_of(core, state)
     assert state.peer is None and all(p.conn is not state for p in core.mesh.peers.values())
-    for peer in survivors:
-        client = peer.client
-        assert client.engine.state.remote is ACTIVE, client.name
-        assert not [e for e in client.events if isinstance(e, ev.ProtocolViolation)], client.name
-        for delivery_id, tx in peer.unsettled.items():  # an outcome for everything still linked
-            if tx.state.local is ACTIVE:
-                assert delivery_id in client.settled, (client.name, delivery_id)
-                assert isinstance(client.outcomes[delivery_id], (Accepted, Rejected, Released, Modified))
-        for rx, received in client.received.items():  # whole messages, as they were sent
-            for got in received:
-                assert decode_message(got.payload).body_value in bodies, (client.name, rx.name)
-            assert not client.partial.get(rx), (client.name, rx.name)
+    assert_served(survivors, bodies)
     for rid, router in h.cores.items():
         assert not router.ending.failed_conns, rid
         assert_quiet(router)

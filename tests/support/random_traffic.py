@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from router.amqp.endpoints import ACTIVE
 from router.amqp.link import Link
-from router.amqp.message import Message
+from router.amqp import events as ev
+from router.amqp.message import Message, decode_message
 from router.amqp.messaging import ACCEPTED, Accepted, Header, Modified, Rejected, Released
 from router.amqp.performatives import Error
 from router.testing.routerharness import Client
@@ -122,6 +123,23 @@ def settle(peer: Peer, rx: Link, n: int, state: Any) -> None:
         peer.disposed.add(key)
         rx.dispose(received.delivery_id, state=state, settled=True)
         n -= 1
+
+
+def assert_served(survivors: list[Peer], bodies: Any, *context: Any) -> None:
+    """The peers a failure was not about: still open, never told of a protocol violation, an
+    outcome for every delivery still linked, only whole messages as they were sent (`bodies`)."""
+    for peer in survivors:
+        client = peer.client
+        assert client.engine.state.remote is ACTIVE, client.name
+        assert not [e for e in client.events if isinstance(e, ev.ProtocolViolation)], client.name
+        for delivery_id, tx in peer.unsettled.items():  # an outcome for everything still linked
+            if tx.state.local is ACTIVE:
+                assert delivery_id in client.settled, (client.name, delivery_id, *context)
+                assert isinstance(client.outcomes[delivery_id], (Accepted, Rejected, Released, Modified))
+        for rx, received in client.received.items():  # whole messages, as they were sent
+            for got in received:
+                assert decode_message(got.payload).body_value in bodies, (client.name, rx.name)
+            assert not client.partial.get(rx), (client.name, rx.name)
 
 
 def passes_whole(pump: Callable[[], None], producer: Client, tx: Link, consumer: Client, rx: Link, body: str) -> None:
