@@ -12,6 +12,7 @@ injected ConfigControl), the core beyond its read API and AddressTable.add_rule/
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -119,7 +120,11 @@ class ManagementAgent:
         """Whole entities of `type` (every type when None), from `offset`, at most `count`."""
         if not isinstance(offset, int) or offset < 0 or (count is not None and (not isinstance(count, int) or count < 0)):
             raise ManagementError(400, f"offset and count must be non-negative integers (got {offset!r}, {count!r})")
-        stop = None if count is None else offset + count
+        # A peer's offset and count may be any ulong: past sys.maxsize (islice's bound) an offset
+        # is past every entity, and a count is all of them.
+        if offset > sys.maxsize:
+            return []
+        stop = None if count is None or offset + count > sys.maxsize else offset + count
         return list(itertools.islice(self._iterate(type, self.now(now)), offset, stop))
 
     def query(self, type: str | None = None, attribute_names: Sequence[str] | None = None, offset: int = 0,
