@@ -27,6 +27,7 @@ Must not touch: protocol decisions, routing, the descriptor and the TLS session 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -35,10 +36,12 @@ import trio
 from ..amqp.connection import Connection
 from ..amqp.endpoints import CLOSED
 from ..amqp.events import Event
-from .stream import SealedStream, open_stream
+from .poller import Poller
+from .stream import SealedStream, Stream, open_stream
 from .tlssession import TlsSession
 
 _current_time: Final = trio.current_time  # bound once: read on every read (compiled: no lookup)
+_read: Final = os.read
 
 EventHandler = Callable[[list[Event]], None]
 PausePredicate = Callable[[], bool]
@@ -73,7 +76,8 @@ class ConnectionDriver:
         "_writer_running", "_resume", "_closed",
         "_closed_event", "_open_deadline", "_outq", "_unsent", "_sending",
         "_output_blocked", "_reading_paused", "_paused_when_due", "_grace_deadline",
-        "_nursery", "_aborted", "_stream",
+        "_nursery", "_aborted", "_stream", "_poller", "_parked", "_parked_scope", "_poll_ended",
+        "_poll_failure",
     )  # fmt: skip
 
     def __init__(
@@ -89,11 +93,13 @@ class ConnectionDriver:
         initial: bytes = b"",
         open_deadline: float = math.inf,
         on_open_timeout: Callable[[], None] | None = None,
+        poller: Poller | None = None,
     ) -> None:
         """`initial`: bytes of the connection read from the stream already (the first bytes a
         listener looked at to tell TLS from plain AMQP); the engine gets them first.
         `open_deadline` (trio's clock): the connection is dropped if the peer's open has not
-        come by then: `on_open_timeout` is called, then run() closes the stream and returns."""
+        come by then: `on_open_timeout` is called, then run() closes the stream and returns.
+        `poller`: reads a plain TCP stream for the reader while it runs (router.net.poller)."""
         self._initial = initial
         self.engine = engine
         self.on_events = on_events
@@ -126,6 +132,15 @@ class ConnectionDriver:
         # switch per forwarding hop. Under TLS every byte taken from the engine is sealed
         # (encrypted) before it goes anywhere (flush, _take_output): _outq carries wire bytes.
         self._stream = open_stream(stream, read_size, self._tls_output)
+        # The poller reads a plain TCP socket (not TLS, not WebSocket) while the reader is
+        # parked in its task: `_parked` is that task, `_parked_scope` the reader's cancel scope
+        # (its deadline), and what ended the parking is told in `_poll_ended`/`_poll_failure`.
+        direct = type(self._stream) is Stream and self._stream.fd >= 0
+        self._poller = poller if direct else None
+        self._parked: trio.lowlevel.Task | None = None
+        self._parked_scope: trio.CancelScope | None = None
+        self._poll_ended = False
+        self._poll_failure: Exception | None = None
 
     @property
     def stream(self) -> trio.abc.Stream:
@@ -274,20 +289,41 @@ class ConnectionDriver:
         if self.on_output_blocked is not None:
             self.on_output_blocked(blocked)
 
-    def _should_pause(self) -> bool:
+    def _pause_wanted(self) -> bool:
         if self.pause_reading is None or self.engine.finished:
             return False
         # Once our close is out, what the peer sends can only be its close (or frames the
         # engine drops): keep reading so that the connection can finish.
         if self.engine.state.local is CLOSED:
             return False
+        return self.pause_reading()
+
+    def _should_pause(self) -> bool:
         # The event is made once the predicate said pause, with no checkpoint between that and
         # the wait: a resume_reading() after the answer is never missed. Not one per read: an
         # Event held by every idle connection, and made on every read, cost memory and time.
-        if self.pause_reading():
+        if self._pause_wanted():
             self._resume = trio.Event()
             return True
         return False
+
+    def _reader_deadline(self) -> float:
+        """When the reader must act next: the engine's timer, the peer's open (handshake
+        time-out), or the end of the grace period for the peer's close once ours is out."""
+        engine = self.engine
+        if engine.finished:
+            if self._grace_deadline == math.inf:
+                self._grace_deadline = _current_time() + CLOSE_GRACE_S
+            return self._grace_deadline
+        next_deadline = engine.next_deadline()
+        deadline = math.inf if next_deadline is None else next_deadline
+        open_deadline = self._open_deadline
+        if open_deadline != math.inf:  # until the peer's open has come
+            if engine.remote_open is not None:
+                self._open_deadline = math.inf
+            elif open_deadline < deadline:
+                deadline = open_deadline
+        return deadline
 
     def abort(self) -> None:
         """End the connection now, from any task: run() stops reading and writing, closes the
@@ -338,19 +374,7 @@ class ConnectionDriver:
             # own: each coroutine frame held while waiting is memory of every idle connection.
             with trio.CancelScope() as scope:
                 while True:
-                    if engine.finished:
-                        if self._grace_deadline == math.inf:
-                            self._grace_deadline = _current_time() + CLOSE_GRACE_S
-                        deadline = self._grace_deadline
-                    else:
-                        next_deadline = engine.next_deadline()
-                        deadline = math.inf if next_deadline is None else next_deadline
-                        open_deadline = self._open_deadline
-                        if open_deadline != math.inf:  # until the peer's open has come
-                            if engine.remote_open is not None:
-                                self._open_deadline = math.inf
-                            elif open_deadline < deadline:
-                                deadline = open_deadline
+                    deadline = self._reader_deadline()
                     if deadline < scope.deadline:
                         scope.deadline = deadline
                     if not engine.finished and self._should_pause():
@@ -364,6 +388,11 @@ class ConnectionDriver:
                             self._resume = None
                         self._paused_when_due = False
                         continue  # look at the predicate again
+                    poller = self._poller
+                    if poller is not None and poller.running and stream.fd >= 0:
+                        if await self._polled(poller, stream.fd, scope):
+                            return  # the stream ended
+                        continue  # a pause, or a deadline moved: look again
                     data = await stream.receive()
                     engine.receive_data(data, _current_time())
                     self._dispatch()
@@ -371,6 +400,67 @@ class ConnectionDriver:
                         return  # the stream ended
             if await self._at_deadline():
                 return
+
+    async def _polled(self, poller: Poller, fd: int, scope: trio.CancelScope) -> bool:
+        """Park the reader while the poller reads `fd` for it (readable() below), until the
+        stream ends (True), a read wants the reader to pause (False), or a deadline of `scope`
+        falls due (cancelled). A failure of a read is raised here, in the connection's task."""
+        self._parked = trio.lowlevel.current_task()
+        self._parked_scope = scope
+        self._poll_ended = False
+        poller.watch(fd, self)
+        await trio.lowlevel.wait_task_rescheduled(self._parking_cancelled)
+        failure, self._poll_failure = self._poll_failure, None
+        if failure is not None:
+            raise failure
+        return self._poll_ended
+
+    def _parking_cancelled(self, raise_cancel: object) -> trio.lowlevel.Abort:
+        self._unpark()
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def _unpark(self) -> trio.lowlevel.Task | None:
+        """No more reads by the poller; the parked task, if it was parked."""
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            self._parked_scope = None
+            if self._poller is not None:
+                self._poller.unwatch(self._stream.fd)
+        return task
+
+    def _hand_back(self, ended: bool, failure: Exception | None = None) -> None:
+        task = self._unpark()
+        if task is not None:
+            self._poll_ended = ended
+            self._poll_failure = failure
+            trio.lowlevel.reschedule(task)
+
+    def readable(self) -> None:
+        """The poller's call while the reader is parked: `fd` has bytes (or its end). Read once
+        and dispatch, as the reader would; hand the reader back its task when the stream ended,
+        the core wants reading paused, or anything failed. Never raises."""
+        stream = self._stream
+        try:
+            data = _read(stream.fd, stream.read_size)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""  # (reset by the peer: the end, as the reader sees it)
+        try:
+            self.engine.receive_data(data, _current_time())
+            self._dispatch()
+            if not data:
+                self._hand_back(True)
+                return
+            deadline = self._reader_deadline()
+            scope = self._parked_scope
+            if scope is not None and deadline < scope.deadline:
+                scope.deadline = deadline
+            if self._pause_wanted():
+                self._hand_back(False)
+        except Exception as exc:
+            self._hand_back(False, exc)
 
     async def _at_deadline(self) -> bool:
         """A deadline of the reader's fell due: act on it. True: the reader is done."""
@@ -403,6 +493,7 @@ class ConnectionDriver:
         return False
 
     async def _close_stream(self) -> None:
+        self._hand_back(True)  # (a parked reader: the poller lets go of the descriptor first)
         # A TLS close_notify only when nothing is left unwritten (it must come last).
         await self._stream.aclose(goodbye=not self._outq and not self._sending)
 

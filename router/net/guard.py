@@ -29,6 +29,7 @@ from ..amqp.performatives import Error
 from ..config.models import ConnectionSettings
 from .corepump import CorePump
 from .listeners import ListenerCounters
+from .poller import Poller
 from .serverdriver import ServerDriver
 from .tls import transport_of
 
@@ -38,8 +39,10 @@ CLOSE_REASON_MAX = 200  # characters of a peer's close error that the log shows
 
 
 class ConnectionGuard:
-    def __init__(self, pump: CorePump) -> None:
+    def __init__(self, pump: CorePump, poller: Poller | None = None) -> None:
+        """`poller`: reads the plain TCP connections (router.net.poller) while it runs."""
         self.pump = pump
+        self.poller = poller
         self._ids = itertools.count(1)
 
     def stats(self) -> dict[str, int]:
@@ -122,7 +125,7 @@ class ConnectionGuard:
             deadline = math.inf
         elif deadline is None:
             deadline = trio.current_time() + timeout_s
-        driver = ServerDriver(self.pump, stream, engine, settings, conn_id, counters, initial, deadline)
+        driver = ServerDriver(self.pump, stream, engine, settings, conn_id, counters, initial, deadline, self.poller)
         self.pump.drivers[engine] = driver
         return driver
 

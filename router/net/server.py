@@ -45,6 +45,7 @@ from .guard import _close_reason as _close_reason  # noqa: F401  (tests import i
 from .http_server import serve_http
 from .intake import ConnectionIntake
 from .listeners import AmqpListeners, Bind, ListenerCounters
+from .poller import Poller
 from .reload import ReloadReport
 from .tls import TlsProfiles
 
@@ -95,7 +96,8 @@ class RouterServer:
             self._installs_agent = agent is None
         self.core: Core = core
         self.pump = CorePump(core, clock)
-        self.guard = ConnectionGuard(self.pump)
+        self.poller = Poller()
+        self.guard = ConnectionGuard(self.pump, self.poller)
         # TlsError (naming the profile and the file) if a profile's files do not load.
         self.tls = TlsProfiles(config.ssl_profiles)
         self.intake = ConnectionIntake(self._config_in_force, core, clock, self.tls, self._listener_counters, self.guard)
@@ -212,6 +214,7 @@ class RouterServer:
                     self._listeners.serve(connections, connections)
                     self._connectors.serve(connections)
                     connections.start_soon(self.pump.timer)
+                    connections.start_soon(self.poller.run)
                     if self.flow is not None:
                         connections.start_soon(self.flow.run, self.pump.after_core)
                     task_status.started()

@@ -20,6 +20,7 @@ from ..config.models import ConnectionSettings
 from .corepump import CorePump
 from .driver import ConnectionDriver
 from .listeners import ListenerCounters
+from .poller import Poller
 
 log = logging.getLogger("router.net.server")  # the server's log, as before its parts had modules
 
@@ -33,6 +34,7 @@ class ServerDriver(ConnectionDriver):
     def __init__(
         self, pump: CorePump, stream: trio.abc.Stream, engine: Connection, settings: ConnectionSettings,
         conn_id: int, counters: ListenerCounters | None, initial: bytes, open_deadline: float,
+        poller: Poller | None = None,
     ) -> None:  # fmt: skip
         self.pump = pump
         self.conn_id = conn_id
@@ -48,6 +50,7 @@ class ServerDriver(ConnectionDriver):
             initial=initial,
             open_deadline=open_deadline,
             on_open_timeout=self._handshake_timed_out,
+            poller=poller,
         )
 
     def _core_events(self, events: list[Event]) -> None:

@@ -1,0 +1,178 @@
+"""The server's reads of plain TCP connections: one task waits for all of them and reads the
+ready ones itself, instead of a trio wait per connection per read.
+
+    poller = Poller()
+    nursery.start_soon(poller.run)          # for as long as the server runs
+    poller.watch(fd, driver)                # driver.readable() is called while fd has bytes
+    poller.unwatch(fd)                      # (before the descriptor is closed; idempotent)
+
+Why: a lone message (a router at low load, or many flows at a low rate each) paid a whole trio
+wake-up per read: the run loop's iteration (its deadlines, its instruments, the task switch down
+a connection's coroutine chain) and re-arming the descriptor in trio's one-shot epoll (a system
+call per read). That was about half of the router's instructions per lone message
+(bench/README.md, "Lone messages"). Here the ready descriptors come from an epoll of our own,
+level-triggered, so nothing is re-armed, and each is read and dispatched to its (compiled)
+driver synchronously.
+
+The task cooperates with trio rather than replacing it. When trio has nothing to run, it blocks
+in its own epoll, bounded by trio's next deadline, with trio's epoll descriptor in its set: any
+descriptor trio waits for (listeners, writers waiting for room, TLS and WebSocket connections,
+the wake-up socket of signals and threads) wakes it, and it then yields so that trio handles it.
+When trio has tasks to run, it only looks (no wait) and yields after each round, so a busy
+router shares its time as before. Where blocking would hide the process's state from trio
+(trio's mock clocks, `wait_all_tasks_blocked`, or a trio whose internals are not the ones this
+was written for) it waits the ordinary way: for a second epoll of the same descriptors, through
+trio (an epoll inside trio's cannot hold trio's own: the kernel refuses loops).
+
+Owns: the two epoll descriptors, which driver each descriptor belongs to, when to block and when
+to yield. Must not touch: what a read does (the driver's `readable`), closing descriptors.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import select
+from typing import Any, Final, Protocol
+
+import trio
+
+log = logging.getLogger("router.net.server")
+
+_READABLE: Final = select.EPOLLIN
+_MAX_WAIT_S: Final = 3600.0  # one wait's bound when trio has no deadline at all
+_checkpoint: Final = trio.lowlevel.checkpoint
+_wait_readable: Final = trio.lowlevel.wait_readable
+
+
+class Readable(Protocol):
+    def readable(self) -> None: ...
+
+
+class Poller:
+    """The reads of the server's plain TCP connections (see the module docstring)."""
+
+    def __init__(self) -> None:
+        # Both hold every watched descriptor: `_own` also trio's epoll (waited in directly),
+        # `_parked` not (waited for through trio, which holds it then).
+        self._own = select.epoll()
+        self._parked = select.epoll()
+        self._drivers: dict[int, Any] = {}  # descriptor -> its driver (a ConnectionDriver)
+        self.running = False  # run() is running: drivers use the poller only then
+
+    def watch(self, fd: int, driver: Readable) -> None:
+        """`driver.readable()` is called (from run()'s task) while `fd` has bytes to read."""
+        self._own.register(fd, _READABLE)
+        try:
+            self._parked.register(fd, _READABLE)
+        except OSError:
+            self._own.unregister(fd)
+            raise
+        self._drivers[fd] = driver
+
+    def unwatch(self, fd: int) -> None:
+        """No more calls for `fd` (call it before closing the descriptor); nothing if not watched."""
+        if self._drivers.pop(fd, None) is None:
+            return
+        for epoll in (self._own, self._parked):
+            try:
+                epoll.unregister(fd)
+            except OSError:  # (closed already: the kernel dropped it)
+                pass
+
+    @property
+    def watched(self) -> int:
+        return len(self._drivers)
+
+    async def run(self) -> None:
+        runner, trio_fd = _trio_loop()
+        scheduled = _Scheduled()
+        if runner is not None:
+            self._own.register(trio_fd, _READABLE)
+            trio.lowlevel.add_instrument(scheduled)  # type: ignore[arg-type]  # (duck-typed)
+        self.running = True
+        try:
+            await self._run(runner, trio_fd, scheduled)
+        finally:
+            self.running = False
+            # A driver still watched is parked in its task, whose cancellation unwatches it.
+            if runner is not None:
+                trio.lowlevel.remove_instrument(scheduled)  # type: ignore[arg-type]
+                self._own.unregister(trio_fd)
+
+    async def _run(self, runner: Any, trio_fd: int, scheduled: _Scheduled) -> None:
+        """Wait for the watched descriptors and call their drivers, round after round.
+
+        `alone`: this task is the only one trio would run now (nothing else runnable, in its
+        queue or later in the batch this task runs in): only then may it block the thread. It
+        knows that after a yield when nothing was queued as it yielded and no task but itself
+        was scheduled since (trio's `task_scheduled` instrument counts them); it stays so while
+        its rounds schedule nothing."""
+        own, parked = self._own, self._parked
+        parked_fd = parked.fileno()
+        # Only on trio's own clock: a mock clock's time is not the one the waits would count.
+        clock: Any = runner.clock if runner is not None else None
+        system_clock = runner is not None and type(clock).__name__ == "SystemClock"
+        drivers = self._drivers
+        alone = False
+        while True:
+            if not system_clock or runner.waiting_for_idle:
+                # The ordinary way: trio sees this task blocked (its idle detection and mock
+                # clocks need that), woken by the second epoll.
+                alone = False
+                await _wait_readable(parked_fd)
+                ready = parked.poll(0)
+            elif not alone:
+                queued = len(runner.runq)
+                mark = scheduled.count
+                await _checkpoint()  # whatever else is runnable runs first
+                alone = queued == 0 and scheduled.count == mark + 1  # (+1: this task's own)
+                ready = own.poll(0)
+            else:
+                wait = clock.deadline_to_sleep_time(runner.deadlines.next_deadline())
+                if wait <= 0:
+                    alone = False  # trio's deadline is due: it acts on it when this task yields
+                    continue
+                ready = own.poll(min(wait, _MAX_WAIT_S))
+                if not ready:
+                    alone = False  # (the deadline came)
+                    continue
+            mark = scheduled.count
+            for fd, _events in ready:
+                if fd == trio_fd:
+                    alone = False  # trio's own descriptors are ready: it handles them
+                    continue
+                driver = drivers.get(fd)
+                if driver is not None:
+                    driver.readable()  # never raises: a failure is its connection's
+            if scheduled.count != mark or runner is None or runner.runq:
+                alone = False  # the reads woke tasks (writers, the core's timer): they run next
+
+
+class _Scheduled:
+    """A trio instrument counting the tasks scheduled (trio.abc.Instrument's `task_scheduled`;
+    not a subclass, so that it compiles as a native class)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def task_scheduled(self, task: object) -> None:
+        self.count += 1
+
+
+def _trio_loop() -> tuple[Any, int]:
+    """trio's run loop and its epoll descriptor, when they are what run() knows how to wait
+    beside; (None, -1) otherwise (run() then waits the ordinary way)."""
+    try:
+        from trio._core._run import GLOBAL_RUN_CONTEXT
+
+        runner: Any = GLOBAL_RUN_CONTEXT.runner
+        trio_fd = runner.io_manager._epoll.fileno()
+        runner.runq.__len__, runner.waiting_for_idle.__len__  # noqa: B018 (they are there)
+        runner.deadlines.next_deadline, runner.clock.deadline_to_sleep_time  # noqa: B018
+        if not math.isinf(runner.clock_autojump_threshold):
+            return None, -1
+        return runner, int(trio_fd)
+    except Exception:  # another trio, or another I/O backend
+        log.info("trio's run loop is not the one the poller knows: connections are read the ordinary way")
+        return None, -1
