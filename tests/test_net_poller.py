@@ -22,6 +22,7 @@ from router.amqp.endpoints import CLOSED
 from router.amqp.message import Message
 from router.net.client import connect
 from router.net.driver import ConnectionDriver
+from router.net.now import trio_now
 from router.net.poller import Poller
 from router.net.server import RouterServer
 
@@ -270,3 +271,21 @@ async def test_the_servers_plain_tcp_connections_are_read_by_its_poller(
             await tracker.wait()
         assert delivery.message.body_value == "through the poller"
     await _until(lambda: server.poller.watched == 0)
+
+
+async def test_trio_now_is_trios_clock_read_directly() -> None:
+    before = trio.current_time()
+    now = trio_now()
+    assert before <= now <= trio.current_time()
+
+
+async def test_trio_now_asks_a_mock_clock(autojump_clock: trio.testing.MockClock) -> None:
+    await trio.sleep(1000)
+    assert trio_now() == trio.current_time() == autojump_clock.current_time()
+
+
+def test_trio_now_outside_trio_fails_as_trio_does() -> None:
+    with pytest.raises(RuntimeError):
+        trio.current_time()
+    with pytest.raises(RuntimeError):
+        trio_now()

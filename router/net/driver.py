@@ -2,6 +2,10 @@
 and decrypted through its session around the same direct socket I/O as plain TCP), or any other
 stream through its receive_some/send_all. The reads and writes themselves are stream.py's.
 
+In the server a plain TCP stream is read by the poller (poller.py) while the reader is parked:
+the poller calls readable() when the socket has bytes, and hands the reader its task back for
+what it must do itself (the end, a pause, a failure; a deadline cancels the parking).
+
 Owns: the reader task (bytes in, timers, event dispatch), the writer task (one write per batch
 of frames), backpressure at the socket, and closing the stream when the engine is finished.
 Writes are never interleaved: one task writes. On a TCP socket most writes are made directly by
@@ -36,11 +40,12 @@ import trio
 from ..amqp.connection import Connection
 from ..amqp.endpoints import CLOSED
 from ..amqp.events import Event
+from .now import trio_now
 from .poller import Poller
 from .stream import SealedStream, Stream, open_stream
 from .tlssession import TlsSession
 
-_current_time: Final = trio.current_time  # bound once: read on every read (compiled: no lookup)
+_current_time: Final = trio_now  # trio's clock, read on every read (now.py)
 _read: Final = os.read
 
 EventHandler = Callable[[list[Event]], None]
@@ -76,8 +81,8 @@ class ConnectionDriver:
         "_writer_running", "_resume", "_closed",
         "_closed_event", "_open_deadline", "_outq", "_unsent", "_sending",
         "_output_blocked", "_reading_paused", "_paused_when_due", "_grace_deadline",
-        "_nursery", "_aborted", "_stream", "_poller", "_parked", "_parked_scope", "_poll_ended",
-        "_poll_failure",
+        "_nursery", "_aborted", "_stream", "_poller", "_parked", "_parked_scope", "_parked_deadline",
+        "_poll_ended", "_poll_failure",
     )  # fmt: skip
 
     def __init__(
@@ -139,6 +144,7 @@ class ConnectionDriver:
         self._poller = poller if direct else None
         self._parked: trio.lowlevel.Task | None = None
         self._parked_scope: trio.CancelScope | None = None
+        self._parked_deadline = math.inf  # the scope's deadline (read once: a property of trio's)
         self._poll_ended = False
         self._poll_failure: Exception | None = None
 
@@ -407,6 +413,7 @@ class ConnectionDriver:
         falls due (cancelled). A failure of a read is raised here, in the connection's task."""
         self._parked = trio.lowlevel.current_task()
         self._parked_scope = scope
+        self._parked_deadline = scope.deadline
         self._poll_ended = False
         poller.watch(fd, self)
         await trio.lowlevel.wait_task_rescheduled(self._parking_cancelled)
@@ -455,8 +462,8 @@ class ConnectionDriver:
                 return
             deadline = self._reader_deadline()
             scope = self._parked_scope
-            if scope is not None and deadline < scope.deadline:
-                scope.deadline = deadline
+            if scope is not None and deadline < self._parked_deadline:
+                scope.deadline = self._parked_deadline = deadline
             if self._pause_wanted():
                 self._hand_back(False)
         except Exception as exc:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import select
+from time import perf_counter
 from typing import Any, Final, Protocol
 
 import trio
@@ -41,6 +42,7 @@ log = logging.getLogger("router.net.server")
 
 _READABLE: Final = select.EPOLLIN
 _MAX_WAIT_S: Final = 3600.0  # one wait's bound when trio has no deadline at all
+_perf_counter: Final = perf_counter
 _checkpoint: Final = trio.lowlevel.checkpoint
 _wait_readable: Final = trio.lowlevel.wait_readable
 
@@ -113,6 +115,7 @@ class Poller:
         # Only on trio's own clock: a mock clock's time is not the one the waits would count.
         clock: Any = runner.clock if runner is not None else None
         system_clock = runner is not None and type(clock).__name__ == "SystemClock"
+        offset: float = clock.offset if system_clock else 0.0  # its time: offset + perf_counter()
         drivers = self._drivers
         alone = False
         while True:
@@ -129,7 +132,8 @@ class Poller:
                 alone = queued == 0 and scheduled.count == mark + 1  # (+1: this task's own)
                 ready = own.poll(0)
             else:
-                wait = clock.deadline_to_sleep_time(runner.deadlines.next_deadline())
+                deadline: float = runner.deadlines.next_deadline()
+                wait = deadline - (offset + _perf_counter())
                 if wait <= 0:
                     alone = False  # trio's deadline is due: it acts on it when this task yields
                     continue
@@ -169,7 +173,7 @@ def _trio_loop() -> tuple[Any, int]:
         runner: Any = GLOBAL_RUN_CONTEXT.runner
         trio_fd = runner.io_manager._epoll.fileno()
         runner.runq.__len__, runner.waiting_for_idle.__len__  # noqa: B018 (they are there)
-        runner.deadlines.next_deadline, runner.clock.deadline_to_sleep_time  # noqa: B018
+        runner.deadlines.next_deadline, runner.clock  # noqa: B018
         if not math.isinf(runner.clock_autojump_threshold):
             return None, -1
         return runner, int(trio_fd)

@@ -45,6 +45,7 @@ from .guard import _close_reason as _close_reason  # noqa: F401  (tests import i
 from .http_server import serve_http
 from .intake import ConnectionIntake
 from .listeners import AmqpListeners, Bind, ListenerCounters
+from .now import trio_now
 from .poller import Poller
 from .reload import ReloadReport
 from .tls import TlsProfiles
@@ -70,7 +71,7 @@ class RouterServer:
         *,
         core: Core | None = None,
         agent: Any = None,
-        clock: Callable[[], float] = trio.current_time,
+        clock: Callable[[], float] = trio_now,
         wall_clock: Callable[[], float] = time.time,
         drain_s: float = SHUTDOWN_FLUSH_S,
         bind: Bind | None = None,
