@@ -411,11 +411,11 @@ class ConnectionDriver:
         """Park the reader while the poller reads `fd` for it (readable() below), until the
         stream ends (True), a read wants the reader to pause (False), or a deadline of `scope`
         falls due (cancelled). A failure of a read is raised here, in the connection's task."""
+        poller.watch(fd, self)  # (first: if it fails, nothing says parked)
         self._parked = trio.lowlevel.current_task()
         self._parked_scope = scope
         self._parked_deadline = scope.deadline
         self._poll_ended = False
-        poller.watch(fd, self)
         await trio.lowlevel.wait_task_rescheduled(self._parking_cancelled)
         failure, self._poll_failure = self._poll_failure, None
         if failure is not None:
