@@ -82,6 +82,7 @@ async def test_direct_tls_carries_messages_and_shows_in_management(pki: Pki) -> 
                 assert conn["sslCipher"]
                 (driver,) = server._drivers.values()
                 assert driver._tls is not None  # the driver encrypts and decrypts it
+                assert server.poller.watched == 1  # and the poller reads its socket
                 receiver = await client.open_receiver("q", credit=1)
                 sender = await client.open_sender("q")
                 tracker = await sender.start_send(Message.value("secret"))
@@ -356,3 +357,34 @@ async def test_a_tls_listener_without_its_material_refuses_rather_than_serve_pla
         await tcp.send_all(AMQP_HEADER)
         assert await read_until_closed(tcp, timeout_s=TIMEOUT_S) == b""
         await tcp.aclose()
+
+
+async def test_a_close_notify_read_with_the_last_plaintext_ends_the_connection_at_once(pki: Pki) -> None:
+    """The peer's last AMQP bytes and its close_notify in one write (so, most likely, one read):
+    the engine gets the bytes, then the end, without waiting for more from the socket."""
+    async with serving(tls_config(pki, handshake_timeout_s=60)) as server:
+        tcp = await trio.open_tcp_stream("127.0.0.1", server.listener_ports()["tls"])
+        async with tcp:
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            session = client_context(pki).wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+            with trio.fail_after(TIMEOUT_S):
+                while True:
+                    try:
+                        session.do_handshake()
+                        break
+                    except ssl.SSLWantReadError:
+                        if outgoing.pending:
+                            await tcp.send_all(outgoing.read())
+                        incoming.write(await tcp.receive_some(65536))
+                if outgoing.pending:
+                    await tcp.send_all(outgoing.read())
+                while server.poller.watched == 0:  # the router's side, read by its poller
+                    await trio.sleep(0.01)
+                session.write(AMQP_HEADER)
+                try:
+                    session.unwrap()  # our close_notify, queued behind the header's record
+                except ssl.SSLWantReadError:
+                    pass
+                await tcp.send_all(outgoing.read())
+                while server.stats()["connections"]:  # long before the handshake time-out
+                    await trio.sleep(0.01)

@@ -2,7 +2,7 @@
 and decrypted through its session around the same direct socket I/O as plain TCP), or any other
 stream through its receive_some/send_all. The reads and writes themselves are stream.py's.
 
-In the server a plain TCP stream is read by the poller (poller.py) while the reader is parked:
+In the server a TCP stream (plain or under TLS) is read by the poller (poller.py) while the reader is parked:
 the poller calls readable() when the socket has bytes, and hands the reader its task back for
 what it must do itself (the end, a pause, a failure; a deadline cancels the parking).
 
@@ -31,7 +31,6 @@ Must not touch: protocol decisions, routing, the descriptor and the TLS session 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -42,11 +41,10 @@ from ..amqp.endpoints import CLOSED
 from ..amqp.events import Event
 from .now import trio_now
 from .poller import Poller
-from .stream import SealedStream, Stream, open_stream
+from .stream import SealedStream, open_stream
 from .tlssession import TlsSession
 
 _current_time: Final = trio_now  # trio's clock, read on every read (now.py)
-_read: Final = os.read
 
 EventHandler = Callable[[list[Event]], None]
 PausePredicate = Callable[[], bool]
@@ -104,7 +102,7 @@ class ConnectionDriver:
         listener looked at to tell TLS from plain AMQP); the engine gets them first.
         `open_deadline` (trio's clock): the connection is dropped if the peer's open has not
         come by then: `on_open_timeout` is called, then run() closes the stream and returns.
-        `poller`: reads a plain TCP stream for the reader while it runs (router.net.poller)."""
+        `poller`: reads a TCP stream (plain or under TLS) for the reader while it runs (router.net.poller)."""
         self._initial = initial
         self.engine = engine
         self.on_events = on_events
@@ -137,11 +135,10 @@ class ConnectionDriver:
         # switch per forwarding hop. Under TLS every byte taken from the engine is sealed
         # (encrypted) before it goes anywhere (flush, _take_output): _outq carries wire bytes.
         self._stream = open_stream(stream, read_size, self._tls_output)
-        # The poller reads a plain TCP socket (not TLS, not WebSocket) while the reader is
-        # parked in its task: `_parked` is that task, `_parked_scope` the reader's cancel scope
+        # The poller reads a TCP socket (plain or under TLS; not a WebSocket's) while the reader
+        # is parked in its task: `_parked` is that task, `_parked_scope` the reader's cancel scope
         # (its deadline), and what ended the parking is told in `_poll_ended`/`_poll_failure`.
-        direct = type(self._stream) is Stream and self._stream.fd >= 0
-        self._poller = poller if direct else None
+        self._poller = poller if self._stream.fd >= 0 else None
         self._parked: trio.lowlevel.Task | None = None
         self._parked_scope: trio.CancelScope | None = None
         self._parked_deadline = math.inf  # the scope's deadline (read once: a property of trio's)
@@ -449,14 +446,16 @@ class ConnectionDriver:
         the core wants reading paused, or anything failed. Never raises."""
         stream = self._stream
         try:
-            data = _read(stream.fd, stream.read_size)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""  # (reset by the peer: the end, as the reader sees it)
-        try:
-            self.engine.receive_data(data, _current_time())
+            data = stream.read_now()
+            if data is None:
+                return  # (nothing yet: a TLS record's first part)
+            engine = self.engine
+            engine.receive_data(data, _current_time())
             self._dispatch()
+            if data and stream.ended():  # a TLS close_notify after the last plaintext
+                data = b""
+                engine.receive_data(data, _current_time())
+                self._dispatch()
             if not data:
                 self._hand_back(True)
                 return

@@ -40,7 +40,7 @@ CLOSE_REASON_MAX = 200  # characters of a peer's close error that the log shows
 
 class ConnectionGuard:
     def __init__(self, pump: CorePump, poller: Poller | None = None) -> None:
-        """`poller`: reads the plain TCP connections (router.net.poller) while it runs."""
+        """`poller`: reads the TCP connections (plain or under TLS) (router.net.poller) while it runs."""
         self.pump = pump
         self.poller = poller
         self._ids = itertools.count(1)

@@ -1,5 +1,5 @@
-"""The server's reads of plain TCP connections: one task waits for all of them and reads the
-ready ones itself, instead of a trio wait per connection per read.
+"""The server's reads of TCP connections (plain or under TLS): one task waits for all of them and
+reads the ready ones itself, instead of a trio wait per connection per read.
 
     poller = Poller()
     nursery.start_soon(poller.run)          # for as long as the server runs
@@ -16,7 +16,7 @@ driver synchronously.
 
 The task cooperates with trio rather than replacing it. When trio has nothing to run, it blocks
 in its own epoll, bounded by trio's next deadline, with trio's epoll descriptor in its set: any
-descriptor trio waits for (listeners, writers waiting for room, TLS and WebSocket connections,
+descriptor trio waits for (listeners, writers waiting for room, WebSocket connections, handshakes,
 the wake-up socket of signals and threads) wakes it, and it then yields so that trio handles it.
 When trio has tasks to run, it only looks (no wait) and yields after each round, so a busy
 router shares its time as before. Where blocking would hide the process's state from trio
@@ -52,7 +52,7 @@ class Readable(Protocol):
 
 
 class Poller:
-    """The reads of the server's plain TCP connections (see the module docstring)."""
+    """The reads of the server's TCP connections (see the module docstring)."""
 
     def __init__(self) -> None:
         # Both hold every watched descriptor: `_own` also trio's epoll (waited in directly),

@@ -2,6 +2,7 @@
 
     stream = open_stream(trio_stream, read_size, on_tls_output)   # a Stream, or a SealedStream under TLS
     data = await stream.receive()          # the peer's next bytes (decrypted); b"" at the end or on an error
+    data = stream.read_now()               # the same without waiting (the poller's; None: nothing yet)
     wire = stream.seal(data) if stream.sealing else data   # the engine's bytes as they go on the wire
     rest = stream.write_now(wire)          # a TCP socket takes what it can at once; the rest is returned
     ok = await stream.send_all(rest)       # the rest, waiting as long as it takes; False: the stream broke
@@ -112,6 +113,21 @@ class Stream:
         except _STREAM_ERRORS:
             return b""
 
+    def read_now(self) -> bytes | None:
+        """The poller's read (a TCP socket only, once it said readable): the peer's next bytes;
+        None when there is nothing yet, b"" at the end of the stream or on an error."""
+        try:
+            return _read(self.fd, self.read_size)
+        except BlockingIOError:
+            return None
+        except OSError:  # (reset by the peer: the end, as receive() says it)
+            return b""
+
+    def ended(self) -> bool:
+        """The stream ended with the bytes read_now just returned (a TLS close_notify): the
+        next read would be b""."""
+        return False
+
     async def aclose(self, goodbye: bool = False) -> None:
         """Close the stream; no direct read or write from now on. `goodbye`: nothing is left
         unwritten, a TLS close_notify may go first."""
@@ -152,6 +168,25 @@ class SealedStream(Stream):
             if plaintext:
                 return plaintext
         return b""
+
+    def read_now(self) -> bytes | None:
+        """The poller's read, decrypted: None until a whole record's plaintext is there."""
+        if self._ended:
+            return b""
+        raw = Stream.read_now(self)
+        if not raw:
+            return raw
+        session = self.session
+        plaintext, self._ended = session.decrypt(raw)
+        pending = session.take_pending()  # the TLS layer's own answer (a key update)
+        if pending:
+            self.on_tls_output(pending)
+        if plaintext:
+            return plaintext
+        return b"" if self._ended else None
+
+    def ended(self) -> bool:
+        return self._ended
 
     async def aclose(self, goodbye: bool = False) -> None:
         fd, self.fd = self.fd, -1
