@@ -5,12 +5,13 @@ in its own task, backpressure, timers); the server's connections watched while t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import trio
@@ -31,13 +32,13 @@ from .support.router_process import core_ready, router_server
 __all__ = ["router_server"]  # the fixture, imported for pytest
 
 
-class TaskSteps:
+class TaskSteps(trio.abc.Instrument):
     """A trio instrument counting task steps: how often trio ran a task."""
 
     def __init__(self) -> None:
         self.count = 0
 
-    def before_task_step(self, task: object) -> None:
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self.count += 1
 
 
@@ -64,6 +65,18 @@ async def _running(nursery: trio.Nursery) -> Poller:
     return poller
 
 
+@contextlib.asynccontextmanager
+async def _watched_pair(nursery: trio.Nursery, steps: TaskSteps | None = None) -> AsyncIterator[tuple[Poller, socket.socket, Reader]]:
+    """A running poller watching one end of a socket pair: (the poller, the other end, the reader)."""
+    a, b = socket.socketpair()
+    with a, b:
+        b.setblocking(False)
+        poller = await _running(nursery)
+        reader = Reader(b, steps)
+        poller.watch(b.fileno(), reader)
+        yield poller, a, reader
+
+
 def _later(delay_s: float, action: Callable[[], object]) -> threading.Thread:
     """`action` from another thread after `delay_s`: nothing of trio's knows it is coming."""
 
@@ -84,24 +97,20 @@ async def _until(predicate: Callable[[], bool]) -> None:
 
 async def test_a_watched_socket_is_read_without_a_trio_task_step(nursery: trio.Nursery) -> None:
     steps = TaskSteps()
-    trio.lowlevel.add_instrument(steps)  # type: ignore[arg-type]  (duck-typed, as trio allows)
-    a, b = socket.socketpair()
-    with a, b:
-        b.setblocking(False)
-        poller = await _running(nursery)
-        reader = Reader(b, steps)
-        poller.watch(b.fileno(), reader)
+    trio.lowlevel.add_instrument(steps)
+    async with _watched_pair(nursery, steps) as (poller, a, reader):
         writes = [_later(0.05, lambda: a.send(b"one")), _later(0.25, lambda: a.send(b"two"))]
         await trio.sleep(0.5)  # the only other task sleeps: the poller waits on its own
         for thread in writes:
             thread.join()
-        trio.lowlevel.remove_instrument(steps)  # type: ignore[arg-type]
+        trio.lowlevel.remove_instrument(steps)
         assert reader.got == [b"one", b"two"]
         # Between the two reads trio ran no task at all: the poller was woken by the socket
         # itself, not through trio's scheduler.
         assert reader.steps_seen[0] == reader.steps_seen[1]
-        poller.unwatch(b.fileno())
-        poller.unwatch(b.fileno())  # idempotent
+        fd = reader.sock.fileno()
+        poller.unwatch(fd)
+        poller.unwatch(fd)  # idempotent
         a.send(b"three")
         await trio.sleep(0.05)
         assert reader.got == [b"one", b"two"] and poller.watched == 0
@@ -110,10 +119,7 @@ async def test_a_watched_socket_is_read_without_a_trio_task_step(nursery: trio.N
 async def test_trio_is_served_while_the_poller_waits(nursery: trio.Nursery) -> None:
     """Deadlines, trio's own sockets, threads and signals all get through while the poller
     waits in its own epoll with nothing else to run."""
-    a, b = socket.socketpair()
-    with a, b:
-        poller = await _running(nursery)
-        poller.watch(b.fileno(), Reader(b))
+    async with _watched_pair(nursery):
         with trio.fail_after(5):
             start = trio.current_time()
             await trio.sleep(0.05)  # a deadline
@@ -134,12 +140,7 @@ async def test_trio_is_served_while_the_poller_waits(nursery: trio.Nursery) -> N
 
 
 async def test_wait_all_tasks_blocked_sees_the_poller_blocked(nursery: trio.Nursery) -> None:
-    a, b = socket.socketpair()
-    with a, b:
-        b.setblocking(False)
-        poller = await _running(nursery)
-        reader = Reader(b)
-        poller.watch(b.fileno(), reader)
+    async with _watched_pair(nursery) as (_poller, a, reader):
         with trio.fail_after(5):
             await trio.testing.wait_all_tasks_blocked()
             a.send(b"while waited for the ordinary way")
@@ -150,12 +151,7 @@ async def test_wait_all_tasks_blocked_sees_the_poller_blocked(nursery: trio.Nurs
 async def test_on_a_mock_clock_the_poller_waits_the_ordinary_way(
     nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
-    a, b = socket.socketpair()
-    with a, b:
-        b.setblocking(False)
-        poller = await _running(nursery)
-        reader = Reader(b)
-        poller.watch(b.fileno(), reader)
+    async with _watched_pair(nursery) as (_poller, a, reader):
         await trio.sleep(1000)  # jumps: the poller does not keep the clock from jumping
         a.send(b"after the jump")
         await trio.testing.wait_all_tasks_blocked()

@@ -156,15 +156,11 @@ class SealedStream(Stream):
     async def receive(self) -> bytes:
         """The next bytes from the peer, decrypted; b"" at the end of the stream, of the TLS
         session, or on an error."""
-        session = self.session
         while not self._ended:
             raw = await Stream.receive(self)
             if not raw:
                 return b""
-            plaintext, self._ended = session.decrypt(raw)
-            pending = session.take_pending()  # the TLS layer's own answer (a key update)
-            if pending:
-                self.on_tls_output(pending)
+            plaintext = self._decrypt(raw)
             if plaintext:
                 return plaintext
         return b""
@@ -176,14 +172,20 @@ class SealedStream(Stream):
         raw = Stream.read_now(self)
         if not raw:
             return raw
-        session = self.session
-        plaintext, self._ended = session.decrypt(raw)
-        pending = session.take_pending()  # the TLS layer's own answer (a key update)
-        if pending:
-            self.on_tls_output(pending)
+        plaintext = self._decrypt(raw)
         if plaintext:
             return plaintext
         return b"" if self._ended else None
+
+    def _decrypt(self, raw: bytes) -> bytes:
+        """The plaintext `raw` completes (b"" until a whole record is there); notes whether the
+        session ended, and sends the TLS layer's own answer (a key update) on its way."""
+        session = self.session
+        plaintext, self._ended = session.decrypt(raw)
+        pending = session.take_pending()
+        if pending:
+            self.on_tls_output(pending)
+        return plaintext
 
     def ended(self) -> bool:
         return self._ended
