@@ -6,21 +6,15 @@ In the server a TCP stream (plain or under TLS) is read by the poller (poller.py
 the poller calls readable() when the socket has bytes, and hands the reader its task back for
 what it must do itself (the end, a pause, a failure; a deadline cancels the parking).
 
-Owns: the reader task (bytes in, timers, event dispatch), the writer task (one write per batch
-of frames), backpressure at the socket, and closing the stream when the engine is finished.
-Writes are never interleaved: one task writes. On a TCP socket most writes are made directly by
-flush() (the socket takes them at once), so the writer task lives only while it has something
-to write: started when a write would block (or output is queued from another task), ended when
-it has written everything. Other streams keep theirs from the first write to the end. Everything protocol-related is the engine's;
-everything application-related is the `on_events` callback's.
+Owns: the reader task (bytes in, timers, event dispatch), the parked reads the poller makes for
+it, backpressure on reading, and the connection's life (run(), abort()). The writing half (the
+writer task, flush(), backpressure at the socket, the close) is output.py's DriverOutput, which
+this class is. Everything protocol-related is the engine's; everything application-related is
+the `on_events` callback's.
 
-Backpressure (both optional, used by the router's server):
-- reading: while the `pause_reading()` predicate is true the reader does not read; it looks
-  again when someone calls `resume_reading()` (and when an engine timer falls due);
-- writing: the writer counts the bytes taken from the engine but not yet accepted by the
-  stream, and calls `on_output_blocked(True)` when they exceed `write_high_water`, then
-  `on_output_blocked(False)` once they drain below half of it (hysteresis, so a connection
-  near the mark does not flap).
+Backpressure on reading (optional, used by the router's server): while the `pause_reading()`
+predicate is true the reader does not read; it looks again when someone calls
+`resume_reading()` (and when an engine timer falls due). On writing: output.py.
 The open deadline (optional, used by the router's server for its handshake time-out): a peer
 whose open has not come by then is dropped (after a call to `on_open_timeout`). It is one more
 deadline of the reader's, not a task of its own: an idle connection holds as little as it can
@@ -38,17 +32,15 @@ import trio
 
 from ..amqp.connection import Connection
 from ..amqp.endpoints import CLOSED
-from ..amqp.events import Event
 from .now import trio_now
+from .output import BlockedHandler, DriverOutput, EventHandler
 from .poller import Poller
-from .stream import SealedStream, open_stream
+from .stream import SealedStream
 from .tlssession import TlsSession
 
 _current_time: Final = trio_now  # trio's clock, read on every read (now.py)
 
-EventHandler = Callable[[list[Event]], None]
 PausePredicate = Callable[[], bool]
-BlockedHandler = Callable[[bool], None]
 
 # Bytes asked of the socket per read. 32 KiB cut most 10 KiB messages across two reads (the
 # engine then joins the pieces): 128 KiB took router CPU per 10 KiB message from ~60 to ~30 us
@@ -65,7 +57,7 @@ CLOSE_GRACE_S = 2.0  # after our close, how long we wait for the peer's before d
 PAUSED_TIMER_READ_S = 0.1
 
 
-class ConnectionDriver:
+class ConnectionDriver(DriverOutput):
     """Pumps bytes between `stream` and `engine`, handing events to `on_events`.
 
     Application code running in other tasks may call engine methods and then `wake()` so that
@@ -74,13 +66,9 @@ class ConnectionDriver:
 
     # No instance dict: every connection has a driver (the dict was ~1.6 KiB of each idle one).
     __slots__ = (
-        "engine", "on_events", "pause_reading", "write_high_water",
-        "on_output_blocked", "on_open_timeout", "_initial", "_wakeup", "_wake_pending",
-        "_writer_running", "_resume", "_closed",
-        "_closed_event", "_open_deadline", "_outq", "_unsent", "_sending",
-        "_output_blocked", "_reading_paused", "_paused_when_due", "_grace_deadline",
-        "_nursery", "_aborted", "_stream", "_poller", "_parked", "_parked_scope", "_parked_deadline",
-        "_poll_ended", "_poll_failure",
+        "pause_reading", "on_open_timeout", "_initial", "_resume", "_open_deadline",
+        "_reading_paused", "_paused_when_due", "_grace_deadline", "_aborted", "_poller", "_parked",
+        "_parked_scope", "_parked_deadline", "_poll_ended", "_poll_failure",
     )  # fmt: skip
 
     def __init__(
@@ -103,38 +91,18 @@ class ConnectionDriver:
         `open_deadline` (trio's clock): the connection is dropped if the peer's open has not
         come by then: `on_open_timeout` is called, then run() closes the stream and returns.
         `poller`: reads a TCP stream (plain or under TLS) for the reader while it runs (router.net.poller)."""
+        super().__init__(stream, engine, on_events, read_size, write_high_water, on_output_blocked)
         self._initial = initial
-        self.engine = engine
-        self.on_events = on_events
         self.pause_reading = pause_reading
-        self.write_high_water = write_high_water
-        self.on_output_blocked = on_output_blocked
-        # The writer: running or not (see the module docstring), something for it to do, and
-        # the event it waits on (only a writer that stays between writes waits).
-        self._writer_running = False
-        self._wake_pending = False
-        self._wakeup: trio.Event | None = None
-        # Made when first needed: most connections never pause, and only run() waits for the
-        # close (an Event is ~200 bytes on every idle connection).
+        # Made when first needed: most connections never pause (an Event is ~200 bytes on
+        # every idle connection).
         self._resume: trio.Event | None = None
-        self._closed = False
-        self._closed_event: trio.Event | None = None
         self._open_deadline = open_deadline  # math.inf once the peer's open has come
         self.on_open_timeout = on_open_timeout
-        self._outq: list[bytes] = []  # taken from the engine, not yet handed to the stream
-        self._unsent = 0  # bytes in _outq plus those of the write in progress
-        self._sending = False
-        self._output_blocked = False
         self._reading_paused = False
         self._paused_when_due = False  # the reader was paused when its deadline fell due
         self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
-        self._nursery: trio.Nursery | None = None  # while run() runs (abort() cancels it)
         self._aborted = False
-        # The peer's bytes in and ours out (stream.py). A TCP stream's socket (plain or under
-        # TLS) is written directly by flush() when it takes the bytes at once: that saves a task
-        # switch per forwarding hop. Under TLS every byte taken from the engine is sealed
-        # (encrypted) before it goes anywhere (flush, _take_output): _outq carries wire bytes.
-        self._stream = open_stream(stream, read_size, self._tls_output)
         # The poller reads a TCP socket (plain or under TLS; not a WebSocket's) while the reader
         # is parked in its task: `_parked` is that task, `_parked_scope` the reader's cancel scope
         # (its deadline), and what ended the parking is told in `_poll_ended`/`_poll_failure`.
@@ -169,128 +137,13 @@ class ConnectionDriver:
         return self._stream.receive
 
     @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def unsent_bytes(self) -> int:
-        """Bytes taken from the engine that the stream has not accepted yet."""
-        return self._unsent
-
-    @property
-    def output_blocked(self) -> bool:
-        return self._output_blocked
-
-    @property
     def reading_paused(self) -> bool:
         return self._reading_paused
-
-    async def wait_closed(self) -> None:
-        if self._closed:
-            return
-        if self._closed_event is None:
-            self._closed_event = trio.Event()
-        await self._closed_event.wait()
-
-    def _set_closed(self) -> None:
-        self._closed = True
-        if self._closed_event is not None:
-            self._closed_event.set()
-
-    def wake(self) -> None:
-        """Ask the writer to flush whatever the engine has queued."""
-        if self._sending:
-            # A write is in progress, so the peer reads slower than we produce: take the new
-            # frames now so that they count towards the high-water mark (the engine only
-            # counts frames, not bytes). They go out together in the next write.
-            self._take_output()
-        self._kick_writer()
-
-    def _kick_writer(self) -> None:
-        """There is something for the writer: wake it, or start it (before run() has started,
-        run() does)."""
-        self._wake_pending = True
-        if self._writer_running:
-            if self._wakeup is not None:
-                self._wakeup.set()
-        elif self._nursery is not None:
-            self._writer_running = True
-            self._nursery.start_soon(self._writer)
-
-    def flush(self) -> None:
-        """Write what the engine has queued now, from the calling task, if the socket accepts it
-        without blocking; the rest goes to the writer task. Nothing is interleaved: this only
-        writes while no write is in progress and nothing is waiting for the writer."""
-        stream = self._stream
-        if stream.fd < 0 or self._sending or self._outq or self.engine.finished:
-            self.wake()
-            return
-        data = self.engine.data_to_send()
-        if not data:
-            return
-        if stream.sealing:
-            data = stream.seal(data)
-        # On an error nothing is written: the writer meets the same error and tears down.
-        rest = stream.write_now(data)
-        if rest:
-            self._outq.append(rest)
-            self._unsent += len(rest)
-            high = self.write_high_water
-            if high is not None and not self._output_blocked and self._unsent > high:
-                self._set_output_blocked(True)
-            self._kick_writer()
 
     def resume_reading(self) -> None:
         """The `pause_reading` predicate may have changed: a paused reader looks again."""
         if self._resume is not None:
             self._resume.set()
-
-    def _dispatch(self) -> None:
-        events = self.engine.events()
-        if events:
-            self.on_events(events)
-        self.flush()
-
-    def _take_output(self) -> None:
-        data = self.engine.data_to_send()
-        if not data:
-            return
-        stream = self._stream
-        if stream.sealing:
-            data = stream.seal(data)
-        self._queue(data)
-
-    def _tls_output(self, data: bytes) -> None:
-        """What the TLS layer itself must send (stream.py): after what is queued."""
-        self._queue(data)
-        self._kick_writer()
-
-    def _queue(self, data: bytes) -> None:
-        self._outq.append(data)
-        self._unsent += len(data)
-        high = self.write_high_water
-        if high is not None and not self._output_blocked and self._unsent > high:
-            self._set_output_blocked(True)
-
-    def expect_drain(self) -> bool:
-        """The caller has more to write once what is queued drains (the core holds frames of
-        lower priority bands, router.core.holding): True when bytes are on their way to the
-        stream, the output then counts as blocked until they drain below half the high-water
-        mark (`on_output_blocked(False)` follows, as after any block); False when everything is
-        written already, the caller may write more now."""
-        if self._output_blocked:
-            return True
-        if self.engine.pending_output:
-            self.wake()  # (whatever the core queued since the last flush: taken or the writer woken)
-        if self.write_high_water is None or not (self._unsent or self._wake_pending or self._sending):
-            return False
-        self._set_output_blocked(True)
-        return True
-
-    def _set_output_blocked(self, blocked: bool) -> None:
-        self._output_blocked = blocked
-        if self.on_output_blocked is not None:
-            self.on_output_blocked(blocked)
 
     def _pause_wanted(self) -> bool:
         if self.pause_reading is None or self.engine.finished:
@@ -440,6 +293,9 @@ class ConnectionDriver:
             self._poll_failure = failure
             trio.lowlevel.reschedule(task)
 
+    def _stop_reads(self) -> None:
+        self._hand_back(True)  # (a parked reader: the poller lets go of the descriptor first)
+
     def readable(self) -> None:
         """The poller's call while the reader is parked: `fd` has bytes (or its end). Read once
         and dispatch, as the reader would; hand the reader back its task when the stream ended,
@@ -497,58 +353,3 @@ class ConnectionDriver:
         engine.tick(now)
         self._dispatch()
         return False
-
-    async def _close_stream(self) -> None:
-        self._hand_back(True)  # (a parked reader: the poller lets go of the descriptor first)
-        # A TLS close_notify only when nothing is left unwritten (it must come last).
-        await self._stream.aclose(goodbye=not self._outq and not self._sending)
-
-    async def _writer(self) -> None:
-        try:
-            await self._write_while_woken()
-        finally:
-            self._writer_running = self._wake_pending = False
-            self._wakeup = None
-
-    async def _write_while_woken(self) -> None:
-        engine = self.engine
-        stream = self._stream
-        while True:
-            self._wake_pending = False
-            self._take_output()
-            while self._outq:
-                # Everything taken so far goes out in one write (frames queued during the
-                # previous write included).
-                data = self._outq[0] if len(self._outq) == 1 else b"".join(self._outq)
-                self._outq = []
-                self._sending = True
-                try:
-                    sent = await stream.send_all(data)
-                finally:
-                    self._sending = False
-                if not sent:
-                    self._outq, self._unsent = [], 0
-                    engine.receive_data(b"", _current_time())
-                    self._dispatch()
-                    self._set_closed()
-                    await self._close_stream()
-                    return
-                self._unsent -= len(data)
-                high = self.write_high_water
-                if self._output_blocked and high is not None and self._unsent < high // 2:
-                    self._set_output_blocked(False)
-            if self._output_blocked and self._unsent == 0:
-                # Blocked by expect_drain while flush() wrote what this writer was woken for:
-                # nothing is left to drain, and this is the last chance to say so.
-                self._set_output_blocked(False)
-            if engine.finished and not engine.pending_output:
-                break
-            if self._wake_pending:
-                continue
-            if stream.fd >= 0:
-                return  # all written: the next write that would block starts a writer again
-            self._wakeup = wakeup = trio.Event()
-            await wakeup.wait()
-            self._wakeup = None
-        self._set_closed()
-        await self._close_stream()
