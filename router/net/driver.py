@@ -2,9 +2,10 @@
 and decrypted through its session around the same direct socket I/O as plain TCP), or any other
 stream through its receive_some/send_all. The reads and writes themselves are stream.py's.
 
-In the server a TCP stream (plain or under TLS) is read by the poller (poller.py) while the reader is parked:
-the poller calls readable() when the socket has bytes, and hands the reader its task back for
-what it must do itself (the end, a pause, a failure; a deadline cancels the parking).
+In the server a TCP stream (plain or under TLS) is read by the poller (poller.py) while the
+reader is parked: the poller calls readable() when the socket has bytes, which reads and
+dispatches, and hands the reader its task back for what it must do itself (the end, a pause, a
+failure); a deadline of the reader's cancels the parking.
 
 Owns: the reader task (bytes in, timers, event dispatch), the parked reads the poller makes for
 it, backpressure on reading, and the connection's life (run(), abort()). The writing half (the
