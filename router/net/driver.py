@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import Final
 
 import trio
 
@@ -38,8 +37,6 @@ from .output import BlockedHandler, DriverOutput, EventHandler
 from .poller import Poller
 from .stream import SealedStream
 from .tlssession import TlsSession
-
-_current_time: Final = trio_now  # trio's clock, read on every read (now.py)
 
 PausePredicate = Callable[[], bool]
 
@@ -170,7 +167,7 @@ class ConnectionDriver(DriverOutput):
         engine = self.engine
         if engine.finished:
             if self._grace_deadline == math.inf:
-                self._grace_deadline = _current_time() + CLOSE_GRACE_S
+                self._grace_deadline = trio_now() + CLOSE_GRACE_S
             return self._grace_deadline
         next_deadline = engine.next_deadline()
         deadline = math.inf if next_deadline is None else next_deadline
@@ -220,7 +217,7 @@ class ConnectionDriver(DriverOutput):
         engine = self.engine
         stream = self._stream
         if self._initial:
-            engine.receive_data(self._initial, _current_time())
+            engine.receive_data(self._initial, trio_now())
             self._initial = b""
             self._dispatch()
         while True:
@@ -251,7 +248,7 @@ class ConnectionDriver(DriverOutput):
                             return  # the stream ended
                         continue  # a pause, or a deadline moved: look again
                     data = await stream.receive()
-                    engine.receive_data(data, _current_time())
+                    engine.receive_data(data, trio_now())
                     self._dispatch()
                     if not data:
                         return  # the stream ended
@@ -307,11 +304,11 @@ class ConnectionDriver(DriverOutput):
             if data is None:
                 return  # (nothing yet: a TLS record's first part)
             engine = self.engine
-            engine.receive_data(data, _current_time())
+            engine.receive_data(data, trio_now())
             self._dispatch()
             if data and stream.ended():  # a TLS close_notify after the last plaintext
                 data = b""
-                engine.receive_data(data, _current_time())
+                engine.receive_data(data, trio_now())
                 self._dispatch()
             if not data:
                 self._hand_back(True)
@@ -328,7 +325,7 @@ class ConnectionDriver(DriverOutput):
     async def _at_deadline(self) -> bool:
         """A deadline of the reader's fell due: act on it. True: the reader is done."""
         engine = self.engine
-        now = _current_time()
+        now = trio_now()
         if now >= self._open_deadline and engine.remote_open is None and not engine.finished:
             if self.on_open_timeout is not None:
                 self.on_open_timeout()

@@ -7,13 +7,13 @@ trio's scheduling out of reads (bench/README.md, "Lone messages"). On trio's own
 the clock's offset and perf_counter directly; any other clock (trio's mock clocks in tests) is
 asked as trio asks it. Compiled with the hot path.
 
-Owns: nothing but that read. Relies on trio's run context and SystemClock (trio._core._run);
-where they are not what this was written for, trio_now is trio.current_time itself.
+Owns: that read, and telling whether trio runs on its own clock (`system_clock_offset`, for the
+poller, which only waits by itself on that clock). Relies on trio's run context and SystemClock
+(trio._core._run); where they are not what this was written for, trio_now asks trio.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from time import perf_counter
 from typing import Any, Final
 
@@ -21,12 +21,19 @@ import trio
 
 _perf_counter: Final = perf_counter
 
+try:
+    from trio._core._run import GLOBAL_RUN_CONTEXT as _RUN_CONTEXT
+    from trio._core._run import SystemClock as _SYSTEM_CLOCK
 
-def _fallback() -> float:
-    return trio.current_time()
+    _KNOWN = True
+except ImportError:  # another trio: its own way
+    _KNOWN = False
 
 
-def _direct() -> float:
+def trio_now() -> float:
+    """trio.current_time(); RuntimeError outside trio.run, as there."""
+    if not _KNOWN:
+        return trio.current_time()
     try:
         runner: Any = _RUN_CONTEXT.runner
     except AttributeError:
@@ -35,14 +42,15 @@ def _direct() -> float:
     if type(clock) is _SYSTEM_CLOCK:
         offset: float = clock.offset
         return offset + _perf_counter()
-    result: float = clock.current_time()
-    return result
+    now: float = clock.current_time()
+    return now
 
 
-try:
-    from trio._core._run import GLOBAL_RUN_CONTEXT as _RUN_CONTEXT
-    from trio._core._run import SystemClock as _SYSTEM_CLOCK
-
-    trio_now: Callable[[], float] = _direct
-except ImportError:  # another trio: its own way
-    trio_now = _fallback
+def system_clock_offset(runner: Any) -> float | None:
+    """The offset of `runner`'s clock when it is trio's own (its time: offset + perf_counter());
+    None for any other clock."""
+    clock = runner.clock
+    if _KNOWN and type(clock) is _SYSTEM_CLOCK:
+        offset: float = clock.offset
+        return offset
+    return None

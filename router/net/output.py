@@ -21,16 +21,12 @@ descriptor and the TLS session (stream.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
-
 import trio
 
 from ..amqp.connection import Connection
 from ..amqp.events import Event
 from .now import trio_now
 from .stream import open_stream
-
-_current_time: Final = trio_now  # trio's clock (now.py)
 
 EventHandler = Callable[[list[Event]], None]
 BlockedHandler = Callable[[bool], None]
@@ -227,7 +223,7 @@ class DriverOutput:
                     self._sending = False
                 if not sent:
                     self._outq, self._unsent = [], 0
-                    engine.receive_data(b"", _current_time())
+                    engine.receive_data(b"", trio_now())
                     self._dispatch()
                     self._set_closed()
                     await self._close_stream()

@@ -31,12 +31,13 @@ to yield. Must not touch: what a read does (the driver's `readable`), closing de
 from __future__ import annotations
 
 import logging
-import math
 import select
 from time import perf_counter
 from typing import Any, Final, Protocol
 
 import trio
+
+from .now import system_clock_offset
 
 log = logging.getLogger("router.net.server")
 
@@ -113,13 +114,11 @@ class Poller:
         own, parked = self._own, self._parked
         parked_fd = parked.fileno()
         # Only on trio's own clock: a mock clock's time is not the one the waits would count.
-        clock: Any = runner.clock if runner is not None else None
-        system_clock = runner is not None and type(clock).__name__ == "SystemClock"
-        offset: float = clock.offset if system_clock else 0.0  # its time: offset + perf_counter()
+        offset = system_clock_offset(runner) if runner is not None else None
         drivers = self._drivers
         alone = False
         while True:
-            if not system_clock or runner.waiting_for_idle:
+            if offset is None or runner.waiting_for_idle:
                 # The ordinary way: trio sees this task blocked (its idle detection and mock
                 # clocks need that), woken by the second epoll.
                 alone = False
@@ -174,8 +173,6 @@ def _trio_loop() -> tuple[Any, int]:
         trio_fd = runner.io_manager._epoll.fileno()
         runner.runq.__len__, runner.waiting_for_idle.__len__  # noqa: B018 (they are there)
         runner.deadlines.next_deadline, runner.clock  # noqa: B018
-        if not math.isinf(runner.clock_autojump_threshold):
-            return None, -1
         return runner, int(trio_fd)
     except Exception:  # another trio, or another I/O backend
         log.info("trio's run loop is not the one the poller knows: connections are read the ordinary way")

@@ -103,9 +103,8 @@ class Stream:
                 # connection: never read it then.
                 if self.fd != fd:
                     return b""
-                try:
-                    data = _read(fd, self.read_size)
-                except BlockingIOError:
+                data = Stream.read_now(self)  # (the raw read: under TLS too)
+                if data is None:
                     await _wait_readable(fd)
                     continue
                 self._last_read_full = len(data) == self.read_size
