@@ -483,17 +483,43 @@ class Connection:
     def _amqp_data(self, data: bytes) -> None:
         """Frames are parsed straight from each read's immutable bytes, so large payloads can be
         handed on as memoryview slices without a copy. A frame cut by the end of a read waits
-        in _inbuf and is joined with the next read once."""
-        if self._inbuf:
-            data = b"".join((self._inbuf, data))
-            self._inbuf.clear()
-        consumed = self._amqp_frames(data)
+        in _inbuf until the reads that complete it (`_complete_cut_frame`)."""
+        start = self._complete_cut_frame(data) if self._inbuf else 0
+        consumed = self._amqp_frames(data, start)
         if consumed < len(data) and not self.failed:
             self._inbuf += memoryview(data)[consumed:]
 
-    def _amqp_frames(self, buf: bytes) -> int:
-        """Handle every complete frame in `buf`; return how many bytes were consumed."""
-        pos, n = 0, len(buf)
+    def _complete_cut_frame(self, data: bytes) -> int:
+        """Complete the frame cut by the end of an earlier read from the head of `data` and
+        handle it; return where the rest of `data` starts (its length when the frame took it
+        all). Only the cut frame is copied: joining it with the whole read would copy every
+        read a second time, and make a large frame arriving in small reads cost the square of
+        its size."""
+        pending = self._inbuf
+        taken = 0
+        if len(pending) < 8:  # its header was cut too
+            taken = min(8 - len(pending), len(data))
+            pending += data[:taken]
+            if len(pending) < 8:
+                return taken
+            # The header is whole now, and judged as any frame's: a bad one fails the
+            # connection, an empty frame (a heartbeat) is whole already.
+            if self._amqp_frames(bytes(pending)):
+                pending.clear()
+                return taken
+        end = taken + int.from_bytes(pending[:4], "big") - len(pending)  # where it ends in data
+        if end > len(data):
+            pending += memoryview(data)[taken:]
+            return len(data)
+        whole = b"".join((pending, memoryview(data)[taken:end]))
+        pending.clear()
+        self._amqp_frames(whole)
+        return end
+
+    def _amqp_frames(self, buf: bytes, pos: int = 0) -> int:
+        """Handle every complete frame in `buf` from `pos`; return where the unhandled rest
+        starts."""
+        n = len(buf)
         limit = self.config.max_frame_size
         # After our close only the peer's close matters (transport §2.4.3): with no sessions,
         # every other frame takes the control path, which discards it.

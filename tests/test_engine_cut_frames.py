@@ -1,0 +1,90 @@
+"""Frames cut by the ends of reads (transport §2.3): however the bytes of a stream are split
+into reads, the engine handles the same frames in the same order, and a bad frame header is
+refused even when it arrives a byte at a time.
+
+The engine copies only the frame a read cut (connection.py `_complete_cut_frame`), not the
+read it joins; these tests hold that shortcut to the plain reading of the stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.amqp import errors as E
+from router.amqp.events import TransferReceived
+from router.amqp.performatives import Close
+from router.testing.enginepair import RawPeer, attach_pair, bodies, connected_pair
+
+from .support.engine_pairs import client_config, server_config
+
+HEARTBEAT = b"\x00\x00\x00\x08\x02\x00\x00\x00"  # an empty frame (transport §2.4.5)
+MAX_FRAME = 4096  # small, so that larger messages go in several frames
+
+
+def _sender_stream(sizes: list[int]) -> tuple[Any, bytes]:
+    """A fresh pair with a link attached and credit granted, and the bytes its client then sends:
+    one message per size (several frames when larger than a frame), a heartbeat between each."""
+    pair, cs, ss = connected_pair(client_config(max_frame_size=MAX_FRAME), server_config(max_frame_size=MAX_FRAME))
+    sender, _ = attach_pair(pair, cs, ss, credit=len(sizes) + 1)
+    stream = []
+    for number, size in enumerate(sizes):
+        sender.send_transfer(number.to_bytes(2, "big"), bytes([number % 251]) * size)
+        stream += [pair.client.data_to_send(), HEARTBEAT]
+    return pair, b"".join(stream)
+
+
+def _received(pair: Any, reads: list[bytes]) -> list[tuple[bytes, bytes, bool]]:
+    """(tag, payload, more) of every transfer frame the server handled from `reads`."""
+    frames = []
+    for read in reads:
+        pair.server.receive_data(read, 0.0)
+        frames += [(e.delivery_tag, bytes(e.payload), e.more) for e in pair.server.events() if isinstance(e, TransferReceived)]
+    assert not pair.server.failed
+    return frames
+
+
+def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:])]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([0, 1, 100, MAX_FRAME - 200, MAX_FRAME, 3 * MAX_FRAME + 7]), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=10**6), max_size=40),
+)
+def test_any_split_of_the_stream_gives_the_same_frames(sizes: list[int], cuts: list[int]) -> None:
+    whole_pair, stream = _sender_stream(sizes)
+    expected = _received(whole_pair, [stream])
+    assert b"".join(p for _, p, _ in expected) == b"".join(bytes([n % 251]) * s for n, s in enumerate(sizes))
+    cut_pair, same_stream = _sender_stream(sizes)
+    assert same_stream == stream  # (the engines are deterministic)
+    assert _received(cut_pair, _cut(stream, cuts)) == expected
+
+
+def test_a_large_frame_a_byte_at_a_time() -> None:
+    pair, stream = _sender_stream([MAX_FRAME - 200, 10])
+    bytewise = [stream[i : i + 1] for i in range(len(stream))]
+    assert [(len(p), more) for _, p, more in _received(pair, bytewise)] == [(MAX_FRAME - 200, False), (10, False)]
+
+
+def _refused(pieces: list[bytes]) -> list[Any]:
+    peer = RawPeer()
+    peer.handshake()
+    peer.begin(1)
+    for piece in pieces:
+        peer.feed(piece)
+    assert peer.engine.failed
+    return [c.error.condition for c in bodies(peer.output(), Close)]
+
+
+def test_a_bad_header_cut_across_reads_is_refused_at_once() -> None:
+    too_large = (70000).to_bytes(4, "big") + b"\x02\x00\x00\x01"  # above the default max-frame-size
+    # (the rest of such a frame never comes: the engine must not wait for it)
+    assert _refused([too_large[:3], too_large[3:6], too_large[6:]]) == [E.FRAMING_ERROR]
+    too_small = (5).to_bytes(4, "big") + b"\x02\x00\x00\x01"
+    assert _refused([too_small[:1], too_small[1:]]) == [E.FRAMING_ERROR]
+    bad_offset = (64).to_bytes(4, "big") + b"\x01\x00\x00\x01"  # doff 1 < 2
+    assert _refused([bad_offset[:7], bad_offset[7:], b"\x00" * 10]) == [E.FRAMING_ERROR]
