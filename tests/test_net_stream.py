@@ -33,8 +33,55 @@ async def test_what_a_full_socket_does_not_take_is_returned() -> None:
         stream = Stream(trio.SocketStream(b), 1024)
         big = bytes(range(256)) * 16384  # 4 MiB: more than the socket buffers take
         rest = stream.write_now(big)
-        assert 0 < len(rest) < len(big) and big.endswith(rest)
-        assert stream.write_now(rest) == rest  # nothing more fits until the peer reads
+        assert 0 < len(rest) < len(big) and big.endswith(bytes(rest))
+        assert isinstance(rest, memoryview)  # a view of what was given: the rest is not copied
+        assert stream.write_now(bytes(rest)) == rest  # nothing more fits until the peer reads
+
+
+async def _drain(sock: trio.socket.SocketType, size: int) -> bytes:
+    got = bytearray()
+    while len(got) < size:
+        got += await sock.recv(65536)
+    return bytes(got)
+
+
+async def test_send_all_writes_every_chunk_in_order_as_the_peer_reads() -> None:
+    a, b = trio.socket.socketpair()
+    with a, b:
+        stream = Stream(trio.SocketStream(b), 1024)
+        big = bytes(range(256)) * 16384  # more than the socket buffers take: it waits between writes
+        # more chunks than one writev may carry (IOV_MAX), some of them views
+        chunks: list[bytes | memoryview] = [big, memoryview(b"view of a read")[8:]]
+        chunks += [n.to_bytes(3, "big") for n in range(3000)]
+        expected = b"".join(chunks)
+        got: list[bytes] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: _collect(got, a, len(expected)))
+            assert await stream.send_all(chunks)
+        assert got == [expected]
+
+
+async def _collect(got: list[bytes], sock: trio.socket.SocketType, size: int) -> None:
+    got.append(await _drain(sock, size))
+
+
+async def test_send_all_waiting_on_a_full_socket_stops_when_closing_begins() -> None:
+    a, b = trio.socket.socketpair()
+    with a, b:
+        stream = Stream(trio.SocketStream(b), 1024)
+        filled = len(bytes(range(256)) * 16384) - len(stream.write_now(bytes(range(256)) * 16384))
+        results: list[bool] = []
+
+        async def send() -> None:
+            results.append(await stream.send_all([b"more"]))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            await trio.testing.wait_all_tasks_blocked()  # waiting for the socket to take more
+            await stream.aclose()
+        assert results == [False]
+        assert len(await _drain(a, filled)) == filled  # what was written before
+        assert await a.recv(100) == b""  # and nothing after: the end of the stream
 
 
 async def test_after_closing_began_the_descriptor_is_never_touched() -> None:
@@ -61,7 +108,7 @@ async def test_other_streams_go_through_receive_some_and_send_all() -> None:
     ours, theirs = trio.testing.memory_stream_pair()
     stream = open_stream(ours, 4, _no_tls_output)
     assert stream.fd == -1
-    assert await stream.send_all(b"abcdef")
+    assert await stream.send_all([b"abc", memoryview(b"def")])
     assert await theirs.receive_some(100) == b"abcdef"
     await theirs.send_all(b"123456")
     assert await stream.receive() == b"1234"
@@ -69,4 +116,4 @@ async def test_other_streams_go_through_receive_some_and_send_all() -> None:
     assert await stream.receive() == b"56"
     assert await stream.receive() == b""
     await stream.aclose()
-    assert not await stream.send_all(b"late")  # closed: False, no exception
+    assert not await stream.send_all([b"late"])  # closed: False, no exception

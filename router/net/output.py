@@ -26,7 +26,7 @@ import trio
 from ..amqp.connection import Connection
 from ..amqp.events import Event
 from .now import trio_now
-from .stream import open_stream
+from .stream import Chunk, open_stream
 
 EventHandler = Callable[[list[Event]], None]
 BlockedHandler = Callable[[bool], None]
@@ -64,7 +64,7 @@ class DriverOutput:
         # every idle connection).
         self._closed = False
         self._closed_event: trio.Event | None = None
-        self._outq: list[bytes] = []  # taken from the engine, not yet handed to the stream
+        self._outq: list[Chunk] = []  # taken from the engine, not yet handed to the stream
         self._unsent = 0  # bytes in _outq plus those of the write in progress
         self._sending = False
         self._output_blocked = False
@@ -135,12 +135,8 @@ class DriverOutput:
             data = stream.seal(data)
         # On an error nothing is written: the writer meets the same error and tears down.
         rest = stream.write_now(data)
-        if rest:
-            self._outq.append(rest)
-            self._unsent += len(rest)
-            high = self.write_high_water
-            if high is not None and not self._output_blocked and self._unsent > high:
-                self._set_output_blocked(True)
+        if len(rest) != 0:
+            self._queue(rest)
             self._kick_writer()
 
     def _dispatch(self) -> None:
@@ -163,7 +159,7 @@ class DriverOutput:
         self._queue(data)
         self._kick_writer()
 
-    def _queue(self, data: bytes) -> None:
+    def _queue(self, data: Chunk) -> None:
         self._outq.append(data)
         self._unsent += len(data)
         high = self.write_high_water
@@ -212,13 +208,16 @@ class DriverOutput:
             self._wake_pending = False
             self._take_output()
             while self._outq:
-                # Everything taken so far goes out in one write (frames queued during the
-                # previous write included).
-                data = self._outq[0] if len(self._outq) == 1 else b"".join(self._outq)
+                # Everything taken so far goes out together (frames queued during the previous
+                # write included), written from the chunks as they are.
+                chunks = self._outq
                 self._outq = []
+                size = 0
+                for chunk in chunks:
+                    size += len(chunk)
                 self._sending = True
                 try:
-                    sent = await stream.send_all(data)
+                    sent = await stream.send_all(chunks)
                 finally:
                     self._sending = False
                 if not sent:
@@ -228,7 +227,7 @@ class DriverOutput:
                     self._set_closed()
                     await self._close_stream()
                     return
-                self._unsent -= len(data)
+                self._unsent -= size
                 high = self.write_high_water
                 if self._output_blocked and high is not None and self._unsent < high // 2:
                     self._set_output_blocked(False)

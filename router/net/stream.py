@@ -5,7 +5,7 @@
     data = stream.read_now()               # the same without waiting (the poller's; None: nothing yet)
     wire = stream.seal(data) if stream.sealing else data   # the engine's bytes as they go on the wire
     rest = stream.write_now(wire)          # a TCP socket takes what it can at once; the rest is returned
-    ok = await stream.send_all(rest)       # the rest, waiting as long as it takes; False: the stream broke
+    ok = await stream.send_all([rest, more])   # in order, waiting as long as it takes; False: the stream broke
     await stream.aclose(goodbye=True)      # closed; under TLS a close_notify first when `goodbye`
 
 Owns: reading and writing a TCP socket's descriptor directly (`fd`; -1 for other streams, which
@@ -30,8 +30,13 @@ from .tlssession import TlsSession, TlsStream
 # Bound once: compiled, a module attribute (trio.lowlevel.wait_readable, os.read) is looked up
 # by name on every use, and these are used on every read and write.
 _wait_readable: Final = trio.lowlevel.wait_readable
+_wait_writable: Final = trio.lowlevel.wait_writable
 _read: Final = os.read
 _write: Final = os.write
+_writev: Final = os.writev
+# Chunks per writev: the kernel refuses more than IOV_MAX (1024 on Linux) in one call.
+_IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+Chunk = bytes | memoryview
 
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -61,21 +66,45 @@ class Stream:
         """The engine's bytes as they go on the wire (the same, unless under TLS)."""
         return data
 
-    def write_now(self, wire: bytes) -> bytes:
+    def write_now(self, wire: bytes) -> Chunk:
         """Write what the socket takes at once (a direct socket only: `fd` >= 0); return the
-        rest (b"" when all was taken). An error writes nothing: the next send_all meets it."""
+        rest (empty when all was taken; a view of `wire`, not a copy). An error writes nothing:
+        the next send_all meets it."""
         try:
             written = _write(self.fd, wire)
         except OSError:  # BlockingIOError among them
             return wire
-        return b"" if written == len(wire) else wire[written:]
+        return b"" if written == len(wire) else memoryview(wire)[written:]
 
-    async def send_all(self, wire: bytes) -> bool:
-        """Write all of `wire`; False if the stream broke (or was closed)."""
+    async def send_all(self, chunks: list[Chunk]) -> bool:
+        """Write every chunk, in order, waiting as long as it takes (the list is used up); False
+        if the stream broke (or was closed).
+
+        A TCP socket is written directly, straight from the chunks (writev: no join, no copy),
+        waiting for it to take more between writes; other streams get them joined, through
+        their send_all. Not shielded: a peer that stops reading must not hang a shutdown, and
+        a write is only ever cancelled when the connection is being torn down."""
+        fd = self.fd
         try:
-            # Not shielded: a peer that stops reading must not hang a shutdown, and a cancelled
-            # write only ever happens when the connection is being torn down.
-            await self.io.send_all(wire)
+            if fd < 0:
+                await self.io.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                return True
+            first = 0
+            while first < len(chunks):
+                try:
+                    written = _writev(fd, chunks[first : first + _IOV_MAX])
+                except BlockingIOError:
+                    await _wait_writable(fd)
+                    if self.fd != fd:  # closed while we waited: the number may be another's now
+                        return False
+                    continue
+                while written > 0:  # drop what the socket took
+                    size = len(chunks[first])
+                    if written < size:
+                        chunks[first] = memoryview(chunks[first])[written:]
+                        break
+                    written -= size
+                    first += 1
             return True
         except _STREAM_ERRORS:
             return False
