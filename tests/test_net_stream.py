@@ -38,6 +38,20 @@ async def test_what_a_full_socket_does_not_take_is_returned() -> None:
         assert stream.write_now(bytes(rest)) == rest  # nothing more fits until the peer reads
 
 
+async def test_chunks_are_gathered_into_one_write_and_a_rest_is_a_copy() -> None:
+    a, b = trio.socket.socketpair()
+    with a, b:
+        stream = Stream(trio.SocketStream(b), 1024)
+        read = bytes(range(256)) * 64
+        assert stream.gather_now([b"head", memoryview(read)[10:5000], b"", b"tail"]) == b""
+        assert await _drain(a, 4998) == b"head" + read[10:5000] + b"tail"
+        big = bytes(range(256)) * 16384  # more than the socket buffers take
+        rest = stream.gather_now([b"head", memoryview(big), b"tail"])
+        # what waits must not hold on to the read a view came from: joined, a copy
+        assert type(rest) is bytes and 0 < len(rest) < len(big) + 8
+        assert (b"head" + big + b"tail").endswith(rest)
+
+
 async def _drain(sock: trio.socket.SocketType, size: int) -> bytes:
     got = bytearray()
     while len(got) < size:

@@ -185,6 +185,29 @@ class Connection:
         self._last_sent = self._now
         return data
 
+    def chunks_to_send(self) -> list[bytes | memoryview]:
+        """What data_to_send would return, in pieces for a gathered write (writev): the payloads
+        handed on as views of the reads they arrived in (the large ones, session.ZERO_COPY_MIN)
+        kept apart, so that they are never copied, the rest joined; [] when nothing is queued."""
+        out = self._out
+        if not out:
+            return []
+        self._out = []
+        self._last_sent = self._now
+        chunks: list[bytes | memoryview] = []
+        start = 0
+        for index in range(len(out)):
+            if type(out[index]) is memoryview:
+                if index > start:
+                    chunks.append(b"".join(out[start:index]))
+                chunks.append(out[index])
+                start = index + 1
+        if start == 0:
+            return [b"".join(out)]
+        if start < len(out):
+            chunks.append(b"".join(out[start:]))
+        return chunks
+
     @property
     def pending_output(self) -> int:
         """Frames queued but not yet taken by data_to_send (for the driver's backpressure)."""

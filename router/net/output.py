@@ -128,13 +128,17 @@ class DriverOutput:
         if stream.fd < 0 or self._sending or self._outq or self.engine.finished:
             self.wake()
             return
-        data = self.engine.data_to_send()
-        if not data:
-            return
-        if stream.sealing:
-            data = stream.seal(data)
         # On an error nothing is written: the writer meets the same error and tears down.
-        rest = stream.write_now(data)
+        if stream.sealing:
+            data = self.engine.data_to_send()
+            if not data:
+                return
+            rest = stream.write_now(stream.seal(data))
+        else:  # large payloads go from the reads they arrived in to the socket, never copied
+            chunks = self.engine.chunks_to_send()
+            if not chunks:
+                return
+            rest = stream.gather_now(chunks)
         if len(rest) != 0:
             self._queue(rest)
             self._kick_writer()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import ClassVar, Final
+from typing import ClassVar, Final, cast
 
 import trio
 
@@ -39,6 +39,20 @@ _IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") 
 Chunk = bytes | memoryview
 
 _STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+def _drop_written(chunks: list[Chunk], first: int, written: int) -> int:
+    """The index of the first chunk not wholly written once `written` more bytes went out from
+    chunks[first:]; a chunk written in part becomes a view of its rest (empty ones are passed)."""
+    while first < len(chunks):
+        size = len(chunks[first])
+        if written < size:
+            if written:
+                chunks[first] = memoryview(chunks[first])[written:]
+            break
+        written -= size
+        first += 1
+    return first
 
 
 class Stream:
@@ -66,7 +80,7 @@ class Stream:
         """The engine's bytes as they go on the wire (the same, unless under TLS)."""
         return data
 
-    def write_now(self, wire: bytes) -> Chunk:
+    def write_now(self, wire: Chunk) -> Chunk:
         """Write what the socket takes at once (a direct socket only: `fd` >= 0); return the
         rest (empty when all was taken; a view of `wire`, not a copy). An error writes nothing:
         the next send_all meets it."""
@@ -76,6 +90,19 @@ class Stream:
             return wire
         return b"" if written == len(wire) else memoryview(wire)[written:]
 
+    def gather_now(self, chunks: list[Chunk]) -> Chunk:
+        """write_now for several chunks, written from where they are (writev); the rest is
+        returned (empty when all was taken), joined when there are several chunks: a copy, so
+        that what waits in a queue never holds on to the reads those may be views of."""
+        if len(chunks) == 1:
+            return self.write_now(chunks[0])
+        try:
+            written = _writev(self.fd, chunks[:_IOV_MAX])
+        except OSError:  # BlockingIOError among them
+            written = 0
+        first = _drop_written(chunks, 0, written)
+        return b"" if first == len(chunks) else b"".join(chunks[first:])
+
     async def send_all(self, chunks: list[Chunk]) -> bool:
         """Write every chunk, in order, waiting as long as it takes (the list is used up); False
         if the stream broke (or was closed).
@@ -84,27 +111,24 @@ class Stream:
         waiting for it to take more between writes; other streams get them joined, through
         their send_all. Not shielded: a peer that stops reading must not hang a shutdown, and
         a write is only ever cancelled when the connection is being torn down."""
-        fd = self.fd
         try:
-            if fd < 0:
+            if self.fd < 0:
                 await self.io.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
                 return True
+            sock = cast(trio.SocketStream, self.io).socket
             first = 0
             while first < len(chunks):
+                # Asked of the socket before every write, not remembered: once it is closed
+                # (by whoever, while this waited) its number may be another file's.
+                fd = sock.fileno()
+                if fd < 0 or fd != self.fd:
+                    return False
                 try:
                     written = _writev(fd, chunks[first : first + _IOV_MAX])
                 except BlockingIOError:
                     await _wait_writable(fd)
-                    if self.fd != fd:  # closed while we waited: the number may be another's now
-                        return False
                     continue
-                while written > 0:  # drop what the socket took
-                    size = len(chunks[first])
-                    if written < size:
-                        chunks[first] = memoryview(chunks[first])[written:]
-                        break
-                    written -= size
-                    first += 1
+                first = _drop_written(chunks, first, written)
             return True
         except _STREAM_ERRORS:
             return False
