@@ -23,7 +23,7 @@ from router.amqp.endpoints import CLOSED
 from router.amqp.message import Message
 from router.net.client import connect
 from router.net.driver import ConnectionDriver
-from router.net.now import trio_now
+from router.net.now import OffsetClock, run_clock, trio_now
 from router.net.poller import Poller
 from router.net.server import RouterServer
 
@@ -51,7 +51,8 @@ class Reader:
         self.got: list[bytes] = []
         self.steps_seen: list[int] = []
 
-    def readable(self) -> None:
+    def readable(self, now: float) -> None:
+        assert abs(now - trio.current_time()) < 1.0  # trio's time (whatever its clock)
         self.got.append(self.sock.recv(1000))
         if self.steps is not None:
             self.steps_seen.append(self.steps.count)
@@ -285,3 +286,19 @@ def test_trio_now_outside_trio_fails_as_trio_does() -> None:
         trio.current_time()
     with pytest.raises(RuntimeError):
         trio_now()
+    with pytest.raises(RuntimeError):
+        run_clock()
+
+
+async def test_a_runs_clock_is_trios_clock_read_directly() -> None:
+    clock = run_clock()
+    assert type(clock) is OffsetClock  # (on trio's own clock)
+    before = trio.current_time()
+    now = clock()
+    assert before <= now <= trio.current_time()
+
+
+async def test_a_runs_clock_on_a_mock_clock_asks_it(autojump_clock: trio.testing.MockClock) -> None:
+    clock = run_clock()
+    await trio.sleep(1000)
+    assert clock() == trio.current_time() == autojump_clock.current_time()

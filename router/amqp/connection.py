@@ -197,7 +197,7 @@ class Connection:
         chunks: list[bytes | memoryview] = []
         start = 0
         for index in range(len(out)):
-            if type(out[index]) is memoryview:
+            if type(out[index]) is not bytes:  # a view (`memoryview` would be a lookup by name)
                 if index > start:
                     chunks.append(b"".join(out[start:index]))
                 chunks.append(out[index])

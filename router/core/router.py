@@ -86,6 +86,9 @@ class RouterCore:
         # Unsettled and byte bounds, credit by bytes (router.core.bounds).
         self.bounds = Bounds(limits.buffered_budget_bytes, self.connections)
         self.mesh = Mesh(config, self.table, self.touched, self, wall_offset=wall_offset, instance=instance)
+        # Fixed by the configuration; read once (the mesh is interpreted: each attribute read
+        # from here is a dictionary search, and next_deadline asks after every batch).
+        self.meshed: bool = self.mesh.enabled
         self.forwarder = Forwarder(self.table, self.bounds, self.mesh, self.touched, router_id=self.router_id,
                                    wall_offset=wall_offset, max_message_size=limits.max_message_size)  # fmt: skip
         # The forwarder and the bounds, the forwarder and the mesh call each other: the second
@@ -152,7 +155,7 @@ class RouterCore:
         state.host, state.tls = host, tls
         engine.context = state
         self.connections[engine] = state
-        if self.mesh.enabled:
+        if self.meshed:
             self.mesh.start(now)
         properties = open_properties(self.open_properties, state)
         engine.open(offered_capabilities=self.offered_capabilities, properties=properties)
@@ -172,7 +175,7 @@ class RouterCore:
         forwarder = self.forwarder
         forwarder.now = now
         mesh = self.mesh
-        meshed = mesh.enabled  # (the mesh is interpreted: each attribute costs a dict lookup)
+        meshed = self.meshed
         if meshed and mesh.node is None:
             mesh.start(now)
         try:
@@ -236,7 +239,7 @@ class RouterCore:
         self.forwarder.expire(now)
         if self.autolinks.runs and not (self.quiescing or self.shutting_down):
             self.autolinks.tick(now)
-        if self.mesh.enabled:
+        if self.meshed:
             self.mesh.start(now)
             self.mesh.service(now)
         self.forwarder.flush()
@@ -244,7 +247,7 @@ class RouterCore:
     def next_deadline(self) -> float | None:
         deadline = self.forwarder.next_deadline()
         # Asked after every call into the core; the mesh (interpreted) has none when it is off.
-        mesh = self.mesh.next_deadline() if self.mesh.enabled else None
+        mesh = self.mesh.next_deadline() if self.meshed else None
         if mesh is not None and (deadline is None or mesh < deadline):
             deadline = mesh
         if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)

@@ -108,8 +108,10 @@ class CorePump:
         self.after_core()
 
     def pauses_reading(self, engine: Connection, driver: PumpedDriver) -> bool:
-        """The core's backpressure: True if `engine`'s reader must wait (after_core asks it again)."""
-        if self.core.read_paused(engine):
+        """The core's backpressure: True if `engine`'s reader must wait (after_core asks it again).
+        Asked before every read: the router core is called natively when it is one."""
+        router = self._router
+        if router.read_paused(engine) if router is not None else self.core.read_paused(engine):
             self.paused.add(driver)
             return True
         return False

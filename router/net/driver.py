@@ -3,7 +3,7 @@ and decrypted through its session around the same direct socket I/O as plain TCP
 stream through its receive_some/send_all. The reads and writes themselves are stream.py's.
 
 In the server a TCP stream (plain or under TLS) is read by the poller (poller.py) while the
-reader is parked: the poller calls readable() when the socket has bytes, which reads and
+reader is parked: the poller calls readable(now) when the socket has bytes, which reads and
 dispatches, and hands the reader its task back for what it must do itself (the end, a pause, a
 failure); a deadline of the reader's cancels the parking.
 
@@ -144,13 +144,19 @@ class ConnectionDriver(DriverOutput):
             self._resume.set()
 
     def _pause_wanted(self) -> bool:
-        if self.pause_reading is None or self.engine.finished:
+        if self.engine.finished:
             return False
         # Once our close is out, what the peer sends can only be its close (or frames the
         # engine drops): keep reading so that the connection can finish.
         if self.engine.state.local is CLOSED:
             return False
-        return self.pause_reading()
+        return self._owner_pauses()
+
+    def _owner_pauses(self) -> bool:
+        """The `pause_reading` predicate (a subclass's override is called natively, where the
+        callback attribute is a call through Python: serverdriver.py)."""
+        pause_reading = self.pause_reading
+        return pause_reading is not None and pause_reading()
 
     def _should_pause(self) -> bool:
         # The event is made once the predicate said pause, with no checkpoint between that and
@@ -294,21 +300,21 @@ class ConnectionDriver(DriverOutput):
     def _stop_reads(self) -> None:
         self._hand_back(True)  # (a parked reader: the poller lets go of the descriptor first)
 
-    def readable(self) -> None:
-        """The poller's call while the reader is parked: `fd` has bytes (or its end). Read once
-        and dispatch, as the reader would; hand the reader back its task when the stream ended,
-        the core wants reading paused, or anything failed. Never raises."""
+    def readable(self, now: float) -> None:
+        """The poller's call while the reader is parked: `fd` has bytes (or its end); `now` is
+        trio's time. Read once and dispatch, as the reader would; hand the reader back its task
+        when the stream ended, the core wants reading paused, or anything failed. Never raises."""
         stream = self._stream
         try:
             data = stream.read_now()
             if data is None:
                 return  # (nothing yet: a TLS record's first part)
             engine = self.engine
-            engine.receive_data(data, trio_now())
+            engine.receive_data(data, now)
             self._dispatch()
             if data and stream.ended():  # a TLS close_notify after the last plaintext
                 data = b""
-                engine.receive_data(data, trio_now())
+                engine.receive_data(data, now)
                 self._dispatch()
             if not data:
                 self._hand_back(True)

@@ -7,14 +7,16 @@ trio's scheduling out of reads (bench/README.md, "Lone messages"). On trio's own
 the clock's offset and perf_counter directly; any other clock (trio's mock clocks in tests) is
 asked as trio asks it. Compiled with the hot path.
 
-Owns: that read, and telling whether trio runs on its own clock (`system_clock_offset`, for the
-poller, which only waits by itself on that clock). Relies on trio's run context and SystemClock
+Owns: that read, a run's clock read the same way without finding the run each time
+(`run_clock`, the server's default clock), and telling whether trio runs on its own clock
+(`system_clock_offset`, for the poller, which only waits by itself on that clock). Relies on trio's run context and SystemClock
 (trio._core._run); where they are not what this was written for, trio_now asks trio.
 """
 
 from __future__ import annotations
 
 from time import perf_counter
+from collections.abc import Callable
 from typing import Any, Final
 
 import trio
@@ -44,6 +46,31 @@ def trio_now() -> float:
         return offset + _perf_counter()
     now: float = clock.current_time()
     return now
+
+
+class OffsetClock:
+    """trio's own clock for one run, read as its offset plus perf_counter: what trio_now() reads
+    there, without finding the run (a thread-local) and its clock on every call."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def __call__(self) -> float:
+        return self.offset + _perf_counter()
+
+
+def run_clock() -> Callable[[], float]:
+    """trio's clock for the run this is called in (a server's default clock: constructed inside
+    trio.run, it lives as long as the run): an OffsetClock on trio's own clock, trio_now for any
+    other (a mock clock is asked as trio asks it)."""
+    if _KNOWN:
+        try:
+            offset = system_clock_offset(_RUN_CONTEXT.runner)
+        except AttributeError:
+            raise RuntimeError("must be called from async context") from None
+        if offset is not None:
+            return OffsetClock(offset)
+    return trio_now
 
 
 def system_clock_offset(runner: Any) -> float | None:

@@ -146,8 +146,13 @@ class DriverOutput:
     def _dispatch(self) -> None:
         events = self.engine.events()
         if events:
-            self.on_events(events)
+            self._deliver(events)
         self.flush()
+
+    def _deliver(self, events: list[Event]) -> None:
+        """Hand a batch of events on: to `on_events` (a subclass's override is called natively,
+        where the callback attribute is a call through Python: serverdriver.py)."""
+        self.on_events(events)
 
     def _take_output(self) -> None:
         data = self.engine.data_to_send()

@@ -3,7 +3,7 @@ reads the ready ones itself, instead of a trio wait per connection per read.
 
     poller = Poller()
     nursery.start_soon(poller.run)          # for as long as the server runs
-    poller.watch(fd, driver)                # driver.readable() is called while fd has bytes
+    poller.watch(fd, driver)                # driver.readable(now) is called while fd has bytes
     poller.unwatch(fd)                      # (before the descriptor is closed; idempotent)
 
 Why: a lone message (a router at low load, or many flows at a low rate each) paid a whole trio
@@ -37,19 +37,20 @@ from typing import Any, Final, Protocol
 
 import trio
 
-from .now import system_clock_offset
+from .now import system_clock_offset, trio_now
 
 log = logging.getLogger("router.net.server")
 
 _READABLE: Final = select.EPOLLIN
 _MAX_WAIT_S: Final = 3600.0  # one wait's bound when trio has no deadline at all
 _perf_counter: Final = perf_counter
+_INF: Final = float("inf")
 _checkpoint: Final = trio.lowlevel.checkpoint
 _wait_readable: Final = trio.lowlevel.wait_readable
 
 
 class Readable(Protocol):
-    def readable(self) -> None: ...
+    def readable(self, now: float) -> None: ...
 
 
 class Poller:
@@ -64,7 +65,8 @@ class Poller:
         self.running = False  # run() is running: drivers use the poller only then
 
     def watch(self, fd: int, driver: Readable) -> None:
-        """`driver.readable()` is called (from run()'s task) while `fd` has bytes to read."""
+        """`driver.readable(now)` is called (from run()'s task) while `fd` has bytes to read;
+        `now` is trio's time, read once per round of ready descriptors."""
         self._own.register(fd, _READABLE)
         try:
             self._parked.register(fd, _READABLE)
@@ -115,23 +117,33 @@ class Poller:
         parked_fd = parked.fileno()
         # Only on trio's own clock: a mock clock's time is not the one the waits would count.
         offset = system_clock_offset(runner) if runner is not None else None
+        # trio's run queue, idle waiters and deadlines, looked up once (trio keeps these objects
+        # for the whole run): each lookup by name is a dictionary search from compiled code.
+        runq: Any = runner.runq if runner is not None else ()
+        idle_waiters: Any = runner.waiting_for_idle if runner is not None else ()
+        deadlines: Any = runner.deadlines if runner is not None else None
         drivers = self._drivers
         alone = False
         while True:
-            if offset is None or runner.waiting_for_idle:
+            if offset is None or idle_waiters:
                 # The ordinary way: trio sees this task blocked (its idle detection and mock
                 # clocks need that), woken by the second epoll.
                 alone = False
                 await _wait_readable(parked_fd)
                 ready = parked.poll(0)
             elif not alone:
-                queued = len(runner.runq)
+                queued = len(runq)
                 mark = scheduled.count
                 await _checkpoint()  # whatever else is runnable runs first
                 alone = queued == 0 and scheduled.count == mark + 1  # (+1: this task's own)
                 ready = own.poll(0)
             else:
-                deadline: float = runner.deadlines.next_deadline()
+                # trio's next deadline is the first of its heap (Deadlines.next_deadline without
+                # the Python call; the heap itself may be replaced when trio prunes it). A stale
+                # first entry (a scope's deadline moved) only ends this wait early once: trio
+                # drops it as it expires deadlines.
+                heap = deadlines._heap
+                deadline: float = heap[0][0] if heap else _INF
                 wait = deadline - (offset + _perf_counter())
                 if wait <= 0:
                     alone = False  # trio's deadline is due: it acts on it when this task yields
@@ -141,14 +153,17 @@ class Poller:
                     alone = False  # (the deadline came)
                     continue
             mark = scheduled.count
+            # trio's time for this round's reads: read here, where the clock's offset is known,
+            # it costs a tenth of trio_now() (whose run lookup goes through a thread-local).
+            now = offset + _perf_counter() if offset is not None else trio_now()
             for fd, _events in ready:
                 if fd == trio_fd:
                     alone = False  # trio's own descriptors are ready: it handles them
                     continue
                 driver = drivers.get(fd)
                 if driver is not None:
-                    driver.readable()  # never raises: a failure is its connection's
-            if scheduled.count != mark or runner is None or runner.runq:
+                    driver.readable(now)  # never raises: a failure is its connection's
+            if scheduled.count != mark or runner is None or runq:
                 alone = False  # the reads woke tasks (writers, the core's timer): they run next
 
 
@@ -172,7 +187,7 @@ def _trio_loop() -> tuple[Any, int]:
         runner: Any = GLOBAL_RUN_CONTEXT.runner
         trio_fd = runner.io_manager._epoll.fileno()
         runner.runq.__len__, runner.waiting_for_idle.__len__  # noqa: B018 (they are there)
-        runner.deadlines.next_deadline, runner.clock  # noqa: B018
+        runner.deadlines._heap.__len__, runner.clock  # noqa: B018
         return runner, int(trio_fd)
     except Exception:  # another trio, or another I/O backend
         log.info("trio's run loop is not the one the poller knows: connections are read the ordinary way")

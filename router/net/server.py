@@ -45,7 +45,7 @@ from .guard import _close_reason as _close_reason  # noqa: F401  (tests import i
 from .http_server import serve_http
 from .intake import ConnectionIntake
 from .listeners import AmqpListeners, Bind, ListenerCounters
-from .now import trio_now
+from .now import run_clock
 from .poller import Poller
 from .reload import ReloadReport
 from .tls import TlsProfiles
@@ -71,7 +71,7 @@ class RouterServer:
         *,
         core: Core | None = None,
         agent: Any = None,
-        clock: Callable[[], float] = trio_now,
+        clock: Callable[[], float] | None = None,
         wall_clock: Callable[[], float] = time.time,
         drain_s: float = SHUTDOWN_FLUSH_S,
         bind: Bind | None = None,
@@ -85,6 +85,8 @@ class RouterServer:
         them. `bind` and `dial`: how listeners get their sockets and connectors their streams
         (TCP by default; router.testing.memrouter gives memory streams on trio's mock clock)."""
         self.drain_s = drain_s
+        if clock is None:  # trio's, read without finding the run each time (now.run_clock)
+            clock = run_clock()
         self.clock = clock
         self.wall_offset = wall_clock() - clock()
         self._installs_agent = False

@@ -43,8 +43,8 @@ class ServerDriver(ConnectionDriver):
         super().__init__(
             stream,
             engine,
-            self._core_events,
-            pause_reading=self._core_pauses_reading,
+            self._deliver,
+            pause_reading=self._owner_pauses,
             write_high_water=settings.write_high_water,
             on_output_blocked=self._core_output_blocked,
             initial=initial,
@@ -53,16 +53,13 @@ class ServerDriver(ConnectionDriver):
             poller=poller,
         )
 
-    def _core_events(self, events: list[Event]) -> None:
+    # The driver's hooks, overridden: called natively on every read (the same methods given as
+    # its callbacks would be calls through Python).
+    def _deliver(self, events: list[Event]) -> None:
         self.pump.handle(self.engine, events)
 
-    def _core_pauses_reading(self) -> bool:
-        # CorePump.pauses_reading inline: this is asked before every read.
-        pump = self.pump
-        if pump.core.read_paused(self.engine):
-            pump.paused.add(self)  # after_core asks it to look again
-            return True
-        return False
+    def _owner_pauses(self) -> bool:
+        return self.pump.pauses_reading(self.engine, self)
 
     def _core_output_blocked(self, blocked: bool) -> None:
         self.pump.set_output_blocked(self.engine, blocked)

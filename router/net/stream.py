@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import ClassVar, Final, cast
+from typing import Final, cast
 
 import trio
 
@@ -59,9 +59,7 @@ class Stream:
     """Plain bytes over `stream` (a trio stream)."""
 
     # No instance dict: every connection has one (bench/idlemem.py).
-    __slots__ = ("stream", "io", "fd", "read_size", "_last_read_full")
-
-    sealing: ClassVar[bool] = False  # whether the engine's bytes go through seal() (TLS)
+    __slots__ = ("stream", "io", "fd", "read_size", "sealing", "_last_read_full")
 
     def __init__(self, stream: trio.abc.Stream, read_size: int, io: trio.abc.Stream | None = None) -> None:
         """`io`: what bytes are read from and written to, when not `stream` itself (the TCP
@@ -74,6 +72,9 @@ class Stream:
         # a task switch per forwarding hop.
         self.fd = io.socket.fileno() if isinstance(io, trio.SocketStream) else -1
         self.read_size = read_size
+        # Whether the engine's bytes go through seal() (TLS). An attribute, not a class
+        # constant: compiled, a class constant read from an instance is a lookup by name.
+        self.sealing = False
         self._last_read_full = False
 
     def seal(self, data: bytes) -> bytes:
@@ -194,10 +195,9 @@ class SealedStream(Stream):
 
     __slots__ = ("session", "on_tls_output", "_ended")
 
-    sealing: ClassVar[bool] = True
-
     def __init__(self, stream: TlsStream, read_size: int, on_tls_output: Callable[[bytes], None]) -> None:
         super().__init__(stream, read_size, stream.transport_stream)
+        self.sealing = True
         self.session: TlsSession = stream.session
         self.on_tls_output = on_tls_output
         self._ended = False
