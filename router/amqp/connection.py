@@ -191,18 +191,20 @@ class Connection:
         kept apart, so that they are never copied, the rest joined; [] when nothing is queued."""
         out = self._out
         if not out:
-            return []
+            return out  # (empty: the caller only looks at its length)
         self._out = []
         self._last_sent = self._now
-        chunks: list[bytes | memoryview] = []
+        chunks: list[bytes | memoryview] | None = None
         start = 0
         for index in range(len(out)):
             if type(out[index]) is not bytes:  # a view (`memoryview` would be a lookup by name)
+                if chunks is None:
+                    chunks = []
                 if index > start:
                     chunks.append(b"".join(out[start:index]))
                 chunks.append(out[index])
                 start = index + 1
-        if start == 0:
+        if chunks is None:  # the usual: no views, one chunk
             return [b"".join(out)]
         if start < len(out):
             chunks.append(b"".join(out[start:]))
