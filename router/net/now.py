@@ -9,14 +9,15 @@ asked as trio asks it. Compiled with the hot path.
 
 Owns: that read, a run's clock read the same way without finding the run each time
 (`run_clock`, the server's default clock), and telling whether trio runs on its own clock
-(`system_clock_offset`, for the poller, which only waits by itself on that clock). Relies on trio's run context and SystemClock
-(trio._core._run); where they are not what this was written for, trio_now asks trio.
+(`system_clock_offset`, for the poller, which only waits by itself on that clock). Relies on
+trio's run context and SystemClock (trio._core._run); where they are not what this was written
+for, trio_now asks trio.
 """
 
 from __future__ import annotations
 
-from time import perf_counter
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any, Final
 
 import trio
