@@ -73,7 +73,7 @@ class ConnectionDriver(DriverOutput):
         self,
         stream: trio.abc.Stream,
         engine: Connection,
-        on_events: EventHandler,
+        on_events: EventHandler | None,
         *,
         read_size: int = READ_SIZE,
         pause_reading: PausePredicate | None = None,
@@ -153,8 +153,7 @@ class ConnectionDriver(DriverOutput):
         return self._owner_pauses()
 
     def _owner_pauses(self) -> bool:
-        """The `pause_reading` predicate (a subclass's override is called natively, where the
-        callback attribute is a call through Python: serverdriver.py)."""
+        """The `pause_reading` predicate, or a subclass overrides this (as `_deliver`)."""
         pause_reading = self.pause_reading
         return pause_reading is not None and pause_reading()
 

@@ -33,8 +33,9 @@ BlockedHandler = Callable[[bool], None]
 
 
 class DriverOutput:
-    """The engine's output to `stream` (see the module docstring); `on_events` gets the events of
-    each batch the engine produced (`_dispatch`, after a read or the stream's end)."""
+    """The engine's output to `stream` (see the module docstring); `on_events` (or a subclass's
+    `_deliver`) gets the events of each batch the engine produced (`_dispatch`, after a read or
+    the stream's end)."""
 
     __slots__ = (
         "engine", "on_events", "write_high_water", "on_output_blocked", "_wakeup", "_wake_pending",
@@ -46,7 +47,7 @@ class DriverOutput:
         self,
         stream: trio.abc.Stream,
         engine: Connection,
-        on_events: EventHandler,
+        on_events: EventHandler | None,
         read_size: int,
         write_high_water: int | None,
         on_output_blocked: BlockedHandler | None,
@@ -150,9 +151,12 @@ class DriverOutput:
         self.flush()
 
     def _deliver(self, events: list[Event]) -> None:
-        """Hand a batch of events on: to `on_events` (a subclass's override is called natively,
-        where the callback attribute is a call through Python: serverdriver.py)."""
-        self.on_events(events)
+        """Hand a batch of events on: to `on_events`, or a subclass overrides this (called
+        natively, where a callback is a call through Python, and no bound method is held by
+        every connection: serverdriver.py)."""
+        on_events = self.on_events
+        assert on_events is not None, "a driver without on_events overrides _deliver"
+        on_events(events)
 
     def _take_output(self) -> None:
         data = self.engine.data_to_send()

@@ -43,8 +43,7 @@ class ServerDriver(ConnectionDriver):
         super().__init__(
             stream,
             engine,
-            self._deliver,
-            pause_reading=self._owner_pauses,
+            None,  # events and the pause predicate: the overridden hooks below
             write_high_water=settings.write_high_water,
             on_output_blocked=self._core_output_blocked,
             initial=initial,
@@ -53,8 +52,8 @@ class ServerDriver(ConnectionDriver):
             poller=poller,
         )
 
-    # The driver's hooks, overridden: called natively on every read (the same methods given as
-    # its callbacks would be calls through Python).
+    # The driver's hooks, overridden: called natively on every read (callbacks would be calls
+    # through Python, and bound methods held by every connection).
     def _deliver(self, events: list[Event]) -> None:
         self.pump.handle(self.engine, events)
 
