@@ -4,7 +4,8 @@ Owns: protocol-header negotiation (transport §2.2, security §5.1) including SA
 splitting and frame-level checks (max-frame-size, channel-max, doff), dispatch of frames to the
 connection, its sessions and links, connection open/close, idle time-out and heartbeats
 (transport §2.4.5), and turning every peer violation into the right error on the wire plus a
-ProtocolViolation event. The engine never raises on hostile bytes.
+ProtocolViolation event. The engine never raises on hostile bytes. What it has to send is
+queued in a FrameOutput (frameout.py).
 
     conn = Connection(ConnectionConfig(container_id="c1"))
     conn.receive_data(data, now)   # b"" when the peer closed the stream
@@ -37,6 +38,7 @@ from .events import (
     TransportClosed,
 )
 from .fastparse import parse_disposition, parse_flow, parse_transfer, transfer_fields, u32
+from .frameout import FrameOutput
 from .framing import (
     AMQP_HEADER,
     EMPTY_FRAME,
@@ -92,7 +94,7 @@ class Connection:
     __slots__ = (
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_inbuf", "_out", "_deferred", "_amqp_ready", "_header_out", "_events", "_stage", "_sasl_done",
+        "_inbuf", "output", "_header_out", "_events", "_stage", "_sasl_done",
         "_sasl", "_sessions_by_local", "_sessions_by_remote",
         "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay", "_held",
     )  # fmt: skip
@@ -111,12 +113,7 @@ class Connection:
         self.remote_channel_max = 0
         self.remote_idle_timeout_s: float | None = None
         self._inbuf = bytearray()
-        self._out: list[bytes | memoryview] = []
-        # AMQP frames waiting for the header and our open: the engine may have to write a
-        # session's frames (ending it on a session error) before the application opened, and
-        # nothing may precede the open (transport §2.4.1)
-        self._deferred: list[bytes | memoryview] = []
-        self._amqp_ready = False  # header and open are out: frames go straight to the output
+        self.output = FrameOutput()  # what the peer gets next (frameout.py)
         self._header_out = False
         self._events: list[Event] = []
         self._stage = _HEADER
@@ -139,7 +136,7 @@ class Connection:
         if not config.server:  # the TCP client speaks first (transport §2.2)
             if config.sasl_client is not None:
                 self._sasl = SaslClient(config.sasl_client)
-                self._out.append(SASL_HEADER)
+                self.output.pieces.append(SASL_HEADER)
             else:
                 self._write_amqp_header()
 
@@ -178,42 +175,23 @@ class Connection:
         return events
 
     def data_to_send(self) -> bytes:
-        if not self._out:
-            return b""
-        data = b"".join(self._out)
-        self._out = []
-        self._last_sent = self._now
+        data = self.output.take()
+        if len(data) != 0:
+            self._last_sent = self._now
         return data
 
     def chunks_to_send(self) -> list[bytes | memoryview]:
-        """What data_to_send would return, in pieces for a gathered write (writev): the payloads
-        handed on as views of the reads they arrived in (the large ones, session.ZERO_COPY_MIN)
-        kept apart, so that they are never copied, the rest joined; [] when nothing is queued."""
-        out = self._out
-        if not out:
-            return out  # (empty: the caller only looks at its length)
-        self._out = []
-        self._last_sent = self._now
-        chunks: list[bytes | memoryview] | None = None
-        start = 0
-        for index in range(len(out)):
-            if type(out[index]) is not bytes:  # a view (`memoryview` would be a lookup by name)
-                if chunks is None:
-                    chunks = []
-                if index > start:
-                    chunks.append(b"".join(out[start:index]))
-                chunks.append(out[index])
-                start = index + 1
-        if chunks is None:  # the usual: no views, one chunk
-            return [b"".join(out)]
-        if start < len(out):
-            chunks.append(b"".join(out[start:]))
+        """What data_to_send would return, in chunks for a gathered write (writev): the large
+        payloads, views of the reads they came in, are not copied (FrameOutput.take_chunks)."""
+        chunks = self.output.take_chunks()
+        if len(chunks) != 0:
+            self._last_sent = self._now
         return chunks
 
     @property
     def pending_output(self) -> int:
         """Frames queued but not yet taken by data_to_send (for the driver's backpressure)."""
-        return len(self._out)
+        return len(self.output.pieces)
 
     def next_deadline(self) -> float | None:
         """When tick() must next be called, or None if no timer runs."""
@@ -245,8 +223,8 @@ class Connection:
             return
         remote = self.remote_idle_timeout_s
         if remote and self.state.local is ACTIVE and now >= self._last_sent + remote / 2:
-            if not self._out:
-                self._out.append(EMPTY_FRAME)  # transport §2.4.5
+            if not self.output.pieces:
+                self.output.pieces.append(EMPTY_FRAME)  # transport §2.4.5
             # Restart the heartbeat timer now: what is queued goes out next. Left in the past
             # (frames waiting behind a slow write), the deadline would have the driver tick in
             # a loop and never read the peer's frames, until our own idle time-out fired.
@@ -265,7 +243,7 @@ class Connection:
         """Send our open (transport §2.7.1)."""
         self.state.local_input(Input.OPEN)
         idle = self.config.idle_timeout_s
-        self._deferred.insert(0, frame(
+        self.output.defer_first(frame(
             0,
             Open(
                 container_id=self.config.container_id,
@@ -322,14 +300,10 @@ class Connection:
         self._events.append(event)
 
     def write_bytes(self, data: bytes) -> None:
-        (self._out if self._amqp_ready else self._deferred).append(data)
-
-    def output_buffer(self) -> list[bytes | memoryview]:
-        """Where frames go now: the output, or the deferred list until the AMQP header is out."""
-        return self._out if self._amqp_ready else self._deferred
+        self.output.buffer().append(data)
 
     def write_pieces(self, *pieces: bytes | memoryview) -> None:
-        (self._out if self._amqp_ready else self._deferred).extend(pieces)
+        self.output.buffer().extend(pieces)
 
     def write_frame(self, channel: int, performative: Any) -> None:
         """Write one non-transfer frame; no frame may exceed the peer's max-frame-size
@@ -399,13 +373,13 @@ class Connection:
         assert self._held is not None
         _, frames, failed = self._held
         self._held = None
-        self._out.extend(frames)
+        self.output.pieces.extend(frames)
         self._stage = _DONE
         self.finished = True
         self._events.append(failed)
 
     def _write_amqp_header(self) -> None:
-        self._out.append(AMQP_HEADER)
+        self.output.pieces.append(AMQP_HEADER)
         self._header_out = True
         self._release_deferred()
 
@@ -413,13 +387,11 @@ class Connection:
         # Only a server reads a peer's frames before its own open (a client opens first), so
         # only a server's frames wait for the open.
         if self._header_out and (self.state.local is not UNINIT or not self.config.server):
-            self._amqp_ready = True
-            self._out.extend(self._deferred)
-            self._deferred = []
+            self.output.release()
 
     def _header_failure(self, reply: bytes, description: str) -> None:
         """transport §2.2: answer with a header we support, then close the stream."""
-        self._out.append(reply)
+        self.output.pieces.append(reply)
         self._stage = _DONE
         self.finished = True
         self._events.append(
@@ -440,8 +412,8 @@ class Connection:
         if kind == "sasl" and sasl is not None and not self._sasl_done:
             server = SaslServer(sasl)
             self._sasl = server
-            self._out.append(SASL_HEADER)
-            self._out.append(frame(0, server.start(), frame_type=FRAME_SASL))
+            self.output.pieces.append(SASL_HEADER)
+            self.output.pieces.append(frame(0, server.start(), frame_type=FRAME_SASL))
             self._stage = _SASL
         elif kind == "amqp" and (sasl is None or self._sasl_done or sasl.allow_no_sasl):
             self._write_amqp_header()
@@ -481,7 +453,7 @@ class Connection:
         del buf[:size]
         frames = [frame(0, reply, frame_type=FRAME_SASL) for reply in replies]
         if result is None:
-            self._out.extend(frames)
+            self.output.pieces.extend(frames)
             return True
         if not result.ok:
             failed = AuthenticationFailed(mechanism=result.mechanism, code=result.code, description=result.description)
@@ -491,12 +463,12 @@ class Connection:
                 self._stage = _HELD
                 self._inbuf.clear()
                 return False
-            self._out.extend(frames)
+            self.output.pieces.extend(frames)
             self._stage = _DONE
             self.finished = True
             self._events.append(failed)
             return False
-        self._out.extend(frames)
+        self.output.pieces.extend(frames)
         self._sasl_done = True
         self.user = result.user
         self._events.append(Authenticated(mechanism=result.mechanism or "", user=result.user))

@@ -310,7 +310,7 @@ class Session:
                     link.out_middle_tag_length = n
                 middle = link.out_middle
                 if len(middle) != 0:  # the common transfer: one concatenation, one frame
-                    out = self.conn.output_buffer()
+                    out = self.conn.output.buffer()
                     if len(id_bytes) == 0:  # (a truth test of bytes is a generic call)
                         id_bytes = delivery_id.to_bytes(4, "big")
                     out.append(transfer_frame_id(middle, id_bytes, tag, settled, more, size))
@@ -329,7 +329,7 @@ class Session:
         if size <= room and not self._blocked and self.remote_incoming_window > 0:
             # The common case: one frame, window open. Header and performative are one small
             # bytes object; the payload is appended as is (joined once per write batch).
-            out = conn.output_buffer()
+            out = conn.output.buffer()
             out.append(frame_header(8 + len(last) + size, channel) + last)
             out.append(payload)
             self.remote_incoming_window -= 1
