@@ -1,11 +1,12 @@
 """The sans-IO connection engine (transport §2.4): bytes in, events and bytes out.
 
-Owns: protocol-header negotiation (transport §2.2, security §5.1) including SASL, frame
-splitting and frame-level checks (max-frame-size, channel-max, doff), dispatch of frames to the
+Owns: the connection's stage (protocol headers and SASL, AMQP frames, done), frame splitting
+and frame-level checks (max-frame-size, channel-max, doff), dispatch of frames to the
 connection, its sessions and links, connection open/close, idle time-out and heartbeats
 (transport §2.4.5), and turning every peer violation into the right error on the wire plus a
 ProtocolViolation event. The engine never raises on hostile bytes. What it has to send is
-queued in a FrameOutput (frameout.py).
+queued in a FrameOutput (frameout.py). Before AMQP frames flow, the protocol headers and SASL
+(transport §2.2, security §5) are a Handshake's (handshake.py), which it drops once they do.
 
     conn = Connection(ConnectionConfig(container_id="c1"))
     conn.receive_data(data, now)   # b"" when the peer closed the stream
@@ -27,8 +28,6 @@ from . import errors as E
 from .decode import decode_at
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
 from .events import (
-    Authenticated,
-    AuthenticationFailed,
     Event,
     ProtocolViolation,
     RemoteBegin,
@@ -39,20 +38,10 @@ from .events import (
 )
 from .fastparse import parse_disposition, parse_flow, parse_transfer, transfer_fields, u32
 from .frameout import FrameOutput
-from .framing import (
-    AMQP_HEADER,
-    EMPTY_FRAME,
-    FRAME_AMQP,
-    FRAME_HEADER,
-    FRAME_SASL,
-    MIN_MAX_FRAME_SIZE,
-    SASL_HEADER,
-    classify_header,
-    frame,
-)
+from .framing import AMQP_HEADER, EMPTY_FRAME, FRAME_AMQP, MIN_MAX_FRAME_SIZE, frame
+from .handshake import Handshake
 from .link import Link
 from .performatives import (
-    SASL_PERFORMATIVES,
     Attach,
     Begin,
     Close,
@@ -66,14 +55,12 @@ from .performatives import (
     Symbols,
     Transfer,
 )
-from .sasl import SaslClient, SaslClientConfig, SaslProtocolError, SaslResult, SaslServer, SaslServerConfig
+from .sasl import SaslClientConfig, SaslResult, SaslServerConfig
 from .session import MAX_DESCRIPTION_BYTES as _MAX_DESCRIPTION_BYTES
 from .session import Session
 from .session import wire_error as _wire_error
 
-_unpack_frame_header = FRAME_HEADER.unpack_from
-_HEADER: Final = 0
-_SASL: Final = 1
+_HANDSHAKE: Final = 0  # protocol headers and SASL (the Handshake's)
 _AMQP: Final = 2
 _DONE: Final = 3
 _HELD: Final = 4  # a failed SASL outcome held back until a deadline (login throttling)
@@ -94,9 +81,9 @@ class Connection:
     __slots__ = (
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_inbuf", "output", "_header_out", "_events", "_stage", "_sasl_done",
-        "_sasl", "_sessions_by_local", "_sessions_by_remote",
-        "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay", "_held",
+        "_inbuf", "output", "_header_out", "_events", "_stage", "_handshake",
+        "_sessions_by_local", "_sessions_by_remote",
+        "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay",
     )  # fmt: skip
 
     def __init__(self, config: ConnectionConfig) -> None:
@@ -112,13 +99,11 @@ class Connection:
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE  # until the peer's open (§2.4.1)
         self.remote_channel_max = 0
         self.remote_idle_timeout_s: float | None = None
-        self._inbuf = bytearray()
+        self._inbuf = bytearray()  # a frame cut by the end of a read (AMQP stage)
         self.output = FrameOutput()  # what the peer gets next (frameout.py)
         self._header_out = False
         self._events: list[Event] = []
-        self._stage = _HEADER
-        self._sasl_done = False
-        self._sasl: SaslClient | SaslServer | None = None
+        self._stage = _HANDSHAKE
         self._sessions_by_local: dict[int, Session] = {}
         self._sessions_by_remote: dict[int, Session] = {}
         self._now = 0.0
@@ -128,17 +113,12 @@ class Connection:
         self.context: Any = None
         # Server side: asked with `now` and the failed result when a login fails (the router logs
         # it there), how long to hold back the failed
-        # sasl-outcome (seconds; the router's LoginThrottle). The engine holds it, and the end
-        # of the connection, until that deadline (next_deadline/tick), dropping what the peer
-        # sends meanwhile.
+        # sasl-outcome (seconds; the router's LoginThrottle). The handshake holds it, and the end
+        # of the connection, until that deadline (next_deadline/tick), the engine dropping what
+        # the peer sends meanwhile.
         self.sasl_failure_delay: Callable[[float, SaslResult], float] | None = None
-        self._held: tuple[float, list[bytes], Event] | None = None
-        if not config.server:  # the TCP client speaks first (transport §2.2)
-            if config.sasl_client is not None:
-                self._sasl = SaslClient(config.sasl_client)
-                self.output.pieces.append(SASL_HEADER)
-            else:
-                self._write_amqp_header()
+        # Until AMQP frames flow (a client's first protocol header is written here).
+        self._handshake: Handshake | None = Handshake(config, self.output, self)
 
     # --- the sans-IO surface -------------------------------------------------------------------
 
@@ -158,6 +138,7 @@ class Connection:
                 clean = self.state.both_closed
                 self._stage = _DONE
                 self.finished = True
+                self._handshake = None
                 self._events.append(TransportClosed(clean=clean))
             return
         if self._stage >= _DONE:  # done, or a failed login's outcome held back: nothing to read
@@ -166,9 +147,8 @@ class Connection:
         if self._stage == _AMQP:
             if not self.finished:  # both closes exchanged: nothing more is read
                 self._amqp_data(data)
-        else:
-            self._inbuf += data
-            self._process()
+        elif self._handshake is not None:
+            self._handshake.receive(data, now)
 
     def events(self) -> list[Event]:
         events, self._events = self._events, []
@@ -197,7 +177,8 @@ class Connection:
         """When tick() must next be called, or None if no timer runs."""
         if self._stage != _AMQP or self.failed or self.finished:  # no timers after both closes
             # (but a held-back failed login's outcome has one: the AMQP path pays nothing for it)
-            return self._held[0] if self._held is not None and self._stage == _HELD else None
+            handshake = self._handshake
+            return handshake.deadline() if handshake is not None and self._stage == _HELD else None
         # Asked after every read: no list, no min().
         deadline: float | None = None
         idle = self.config.idle_timeout_s
@@ -214,8 +195,8 @@ class Connection:
         """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""
         self._now = now
         if self._stage != _AMQP or self.failed or self.finished:
-            if self._held is not None and self._stage == _HELD and now >= self._held[0]:
-                self._release_held()
+            if self._handshake is not None and self._stage == _HELD:
+                self._handshake.tick(now)
             return
         timeout = self.config.idle_timeout_s
         if timeout and self.remote_open is not None and now >= self._last_received + timeout:
@@ -346,39 +327,26 @@ class Connection:
         if link.state.local is ACTIVE:
             link.detach(closed=True, error=_wire_error(condition, description))
 
-    # --- input processing ----------------------------------------------------------------------
+    # --- the handshake's owner (handshake.HandshakeOwner) ---------------------------------------
 
-    def _process(self) -> None:
-        while self._inbuf and not self.finished:
-            stage = self._stage
-            if stage == _HEADER:
-                if len(self._inbuf) < 8:
-                    return
-                header = bytes(self._inbuf[:8])
-                del self._inbuf[:8]
-                self._on_header(header)
-            elif stage == _AMQP:  # the rest of this read follows a SASL exchange or header
-                rest = bytes(self._inbuf)
-                self._inbuf.clear()
-                self._amqp_data(rest)
-                return
-            elif stage == _SASL:
-                if not self._sasl_frame():
-                    return
-            else:
-                return
-
-    def _release_held(self) -> None:
-        """The held-back failed sasl-outcome is due: send it and end (security §5.3.3.6)."""
-        assert self._held is not None
-        _, frames, failed = self._held
-        self._held = None
-        self.output.pieces.extend(frames)
+    def handshake_failed(self) -> None:
         self._stage = _DONE
         self.finished = True
-        self._events.append(failed)
+        self._handshake = None
 
-    def _write_amqp_header(self) -> None:
+    def hold_failed_login(self) -> None:
+        self._stage = _HELD
+
+    def start_amqp(self, rest: bytes) -> None:
+        self._stage = _AMQP
+        self._handshake = None
+        if rest:  # what followed the header in its read
+            self._amqp_data(rest)
+
+    def authenticated(self, user: str | None) -> None:
+        self.user = user
+
+    def write_amqp_header(self) -> None:
         self.output.pieces.append(AMQP_HEADER)
         self._header_out = True
         self._release_deferred()
@@ -389,93 +357,7 @@ class Connection:
         if self._header_out and (self.state.local is not UNINIT or not self.config.server):
             self.output.release()
 
-    def _header_failure(self, reply: bytes, description: str) -> None:
-        """transport §2.2: answer with a header we support, then close the stream."""
-        self.output.pieces.append(reply)
-        self._stage = _DONE
-        self.finished = True
-        self._events.append(
-            ProtocolViolation(condition=E.FRAMING_ERROR, description=description, scope="connection")
-        )
-
-    def _on_header(self, header: bytes) -> None:
-        kind = classify_header(header)
-        cfg = self.config
-        if not cfg.server:
-            expected = "amqp" if self._sasl is None or self._sasl_done else "sasl"
-            if kind != expected:
-                self._header_failure(b"", f"server answered protocol header {header!r}")
-            else:
-                self._stage = _AMQP if kind == "amqp" else _SASL
-            return
-        sasl = cfg.sasl_server
-        if kind == "sasl" and sasl is not None and not self._sasl_done:
-            server = SaslServer(sasl)
-            self._sasl = server
-            self.output.pieces.append(SASL_HEADER)
-            self.output.pieces.append(frame(0, server.start(), frame_type=FRAME_SASL))
-            self._stage = _SASL
-        elif kind == "amqp" and (sasl is None or self._sasl_done or sasl.allow_no_sasl):
-            self._write_amqp_header()
-            self._stage = _AMQP
-        elif kind == "amqp":
-            self._header_failure(SASL_HEADER, "SASL is required on this listener")
-        elif kind == "sasl" and self._sasl_done:
-            self._header_failure(AMQP_HEADER, "SASL header after SASL already completed")
-        elif kind == "sasl":
-            self._header_failure(AMQP_HEADER, "SASL is not offered on this listener")
-        else:
-            preferred = SASL_HEADER if sasl is not None and not self._sasl_done else AMQP_HEADER
-            self._header_failure(preferred, f"unsupported protocol header {header!r}")
-
-    def _sasl_frame(self) -> bool:
-        """Handle one SASL frame (security §5.3); False when more bytes are needed."""
-        buf = self._inbuf
-        if len(buf) < 8:
-            return False
-        size, doff, ftype, _channel = _unpack_frame_header(buf, 0)
-        if size > self.config.max_frame_size or size < 8 or doff < 2 or doff * 4 > size:
-            self._header_failure(b"", f"malformed SASL frame header (size {size}, doff {doff})")
-            return False
-        if len(buf) < size:
-            return False
-        try:
-            if ftype != FRAME_SASL or size == doff * 4:
-                raise E.DecodeError("expected a SASL frame")
-            body, stop = decode_at(bytes(buf[doff * 4 : size]), 0, size - doff * 4)
-            if type(body) not in SASL_PERFORMATIVES:
-                raise E.DecodeError(f"{type(body).__name__} is not a SASL frame")
-            assert self._sasl is not None
-            replies, result = self._sasl.on_frame(body)
-        except (E.DecodeError, SaslProtocolError) as exc:
-            self._header_failure(b"", f"SASL negotiation failed: {exc}")
-            return False
-        del buf[:size]
-        frames = [frame(0, reply, frame_type=FRAME_SASL) for reply in replies]
-        if result is None:
-            self.output.pieces.extend(frames)
-            return True
-        if not result.ok:
-            failed = AuthenticationFailed(mechanism=result.mechanism, code=result.code, description=result.description)
-            delay = self.sasl_failure_delay(self._now, result) if self.config.server and self.sasl_failure_delay else 0.0
-            if delay > 0:
-                self._held = (self._now + delay, frames, failed)
-                self._stage = _HELD
-                self._inbuf.clear()
-                return False
-            self.output.pieces.extend(frames)
-            self._stage = _DONE
-            self.finished = True
-            self._events.append(failed)
-            return False
-        self.output.pieces.extend(frames)
-        self._sasl_done = True
-        self.user = result.user
-        self._events.append(Authenticated(mechanism=result.mechanism or "", user=result.user))
-        self._stage = _HEADER
-        if not self.config.server:
-            self._write_amqp_header()
-        return True
+    # --- input processing ----------------------------------------------------------------------
 
     def _amqp_data(self, data: bytes) -> None:
         """Frames are parsed straight from each read's immutable bytes, so large payloads can be
