@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 from .decode import decode_at
 from .errors import DecodeError
 from .messaging import ACCEPTED, RELEASED, Modified, Rejected
@@ -37,10 +39,14 @@ _EMPTY_OUTCOMES: Final[dict[int, Any]] = {
 _OUTCOME_TYPES: Final = frozenset(type(state) for state in _EMPTY_OUTCOMES.values())
 
 
-def u32(buf: bytes, pos: int) -> int:
+def u32(buf: bytes, pos: i64) -> i64:
     """The big-endian uint32 at `pos`. Byte reads of a `bytes` compile to plain loads (mypyc),
     where struct.unpack_from costs a call and a tuple per field."""
-    return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+    b0: i64 = buf[pos]
+    b1: i64 = buf[pos + 1]
+    b2: i64 = buf[pos + 2]
+    b3: i64 = buf[pos + 3]
+    return (b0 << 24) | (b1 << 16) | (b2 << 8) | b3
 
 
 def read_fields(buf: bytes, pos: int, end: int) -> tuple[list[Any], int] | None:
@@ -123,18 +129,26 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
     Unrolled for the encodings peers use (uint as uint0/smalluint/uint, tag as vbin8, booleans
     as true/false/null, trailing fields null); anything else goes to the general decoder, which
     validates every field. This runs once per transfer frame: keep it branchy, not loopy.
+    Offsets and codes are native 64-bit ints (i64): compiled, their arithmetic and comparisons
+    are plain machine operations where a Python int's take overflow checks and calls.
     """
     try:
-        code = buf[pos]
+        p: i64 = pos
+        code: i64 = buf[p]
+        count: i64
+        stop: i64
         if code == 0xC0:
-            count, stop, p = buf[pos + 2], pos + 2 + buf[pos + 1], pos + 3
+            count, stop = buf[p + 2], p + 2 + buf[p + 1]
+            p += 3
         elif code == 0xD0:
-            count, stop, p = u32(buf, pos + 5), pos + 5 + u32(buf, pos + 1), pos + 9
+            count, stop = u32(buf, p + 5), p + 5 + u32(buf, p + 1)
+            p += 9
         else:
             return _transfer_general(buf, pos, end)
         if stop > end or count == 0:
             return _transfer_general(buf, pos, end)
-        c = buf[p]
+        c: i64 = buf[p]
+        handle: i64
         if c == 0x52:
             handle = buf[p + 1]
             p += 2
@@ -146,9 +160,9 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
             p += 5
         else:
             return _transfer_general(buf, pos, end)
-        delivery_id = -1
+        delivery_id: i64 = -1
         tag: bytes | None = None
-        message_format = 0
+        message_format: i64 = 0
         settled: bool | None = None
         more = aborted = resume = False
         if count > 1:
@@ -169,7 +183,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
         if count > 2:
             c = buf[p]
             if c == 0xA0:
-                n = buf[p + 1]
+                n: i64 = buf[p + 1]
                 tag = buf[p + 2 : p + 2 + n]
                 p += 2 + n
             elif c == 0x40:
@@ -207,7 +221,8 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
         if count > 6:
             # rcv-settle-mode, state, resume, aborted, batchable: only the null/boolean forms are
             # read here; a state or a settle mode (rare) takes the general path.
-            for index in range(6, min(count, 11)):
+            index: i64 = 6
+            while index < count and index < 11:
                 c = buf[p]
                 if c == 0x40 or (c == 0x42 and index >= 8):  # false is a boolean's only
                     p += 1
@@ -219,6 +234,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
                     p += 1
                 else:
                     return _transfer_general(buf, pos, end)
+                index += 1
             if count > 11:
                 return _transfer_general(buf, pos, end)
         if p != stop:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 from .decode import Buffer, decode_at
 from .errors import DecodeError
+from .fastparse import u32
 from .messaging import Header
 from .sections import section_descriptor, skip_value
 
@@ -67,19 +70,19 @@ class RoutingView:
 PEEK_PREFIX: Final = 2048
 
 
-def _list_items(payload: bytes, pos: int, stop: int) -> tuple[int, int]:
+def _list_items(payload: bytes, pos: i64, stop: i64) -> tuple[i64, i64]:
     """(item count, offset of the first item) of the list at `pos`."""
-    code = payload[pos]
+    code: i64 = payload[pos]
     if code == 0x45:
         return 0, pos + 1
     if code == 0xC0 and pos + 3 <= stop:
         return payload[pos + 2], pos + 3
     if code == 0xD0 and pos + 9 <= stop:
-        return (payload[pos + 5] << 24) | (payload[pos + 6] << 16) | (payload[pos + 7] << 8) | payload[pos + 8], pos + 9
+        return u32(payload, pos + 5), pos + 9
     raise DecodeError("section value must be a list")
 
 
-def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any, Any, Any]:
+def _properties(payload: bytes, pos: i64, stop: i64, need_to: bool) -> tuple[Any, Any, Any]:
     """(to, absolute-expiry-time, creation-time) from the properties list at `pos`.
 
     Fields are skipped without decoding, and the walk stops as soon as the list has nothing
@@ -91,12 +94,16 @@ def _properties(payload: bytes, pos: int, stop: int, need_to: bool) -> tuple[Any
     to: Any = None
     expiry: Any = None
     created: Any = None
-    last = 2 if count <= 8 else 9
-    for index in range(min(count, last + 1)):
+    last: i64 = 3 if count <= 8 else 10  # fields read: up to `to`, or up to creation-time
+    index: i64 = -1
+    while True:
+        index += 1
+        if index >= count or index >= last:
+            break
         if index == 2 and pos + 2 <= stop and payload[pos] == 0xA1:
             # str8, the usual encoding of `to`: read inline, or passed when not needed (anything
             # odd goes to decode_at or the skipper, which raise the errors they always raised)
-            value_end = pos + 2 + payload[pos + 1]
+            value_end: i64 = pos + 2 + payload[pos + 1]
             if value_end <= stop:
                 if not need_to:
                     pos = value_end
@@ -160,8 +167,11 @@ def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
 def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
     ttl = to = expiry = created = priority = None
     annotations: tuple[int, int] | None = None
-    pos, end = 0, len(payload)
-    insert_at = 0
+    pos: i64 = 0
+    end: i64 = len(payload)
+    insert_at: i64 = 0
+    code: i64
+    value_pos: i64
     while pos < end:
         if payload[pos] != 0x00:
             raise DecodeError(f"expected a message section at offset {pos}")

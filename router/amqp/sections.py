@@ -22,8 +22,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 from .decode import MAX_DEPTH, array_element_ok, array_header, check_array_count, decode_at
 from .errors import DecodeError
+from .fastparse import u32
 from .messaging import SECTION_ORDER
 from .types import Symbol, ULong
 
@@ -51,21 +54,19 @@ def _width_of(code: int) -> int:
 _WIDTH: Final[tuple[int, ...]] = tuple(_width_of(code) for code in range(256))
 
 
-def _u32(buf: bytes, pos: int) -> int:
-    return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
-
-
-def skip_value(buf: bytes, pos: int, end: int, depth: int = 0, headers: bool = True) -> int:
+def skip_value(buf: bytes, pos: i64, end: i64, depth: int = 0, headers: bool = True) -> i64:
     """The offset just past the encoded value at `pos`, not reading at or past `end`.
 
     Nothing is decoded: the contents of strings, symbols, booleans and chars and the items of
     lists and maps are not read, so those errors surface only when decoding. `headers=False`
     skips a list or map by its size alone (an annotation's value the router copies as it came).
+    Offsets are native ints (i64): compiled, plain machine arithmetic (fastparse.parse_transfer).
     """
     if pos >= end:
         raise DecodeError(f"truncated: expected a value at offset {pos}")
-    code = buf[pos]
-    width = _WIDTH[code]
+    code: i64 = buf[pos]
+    width: i64 = _WIDTH[code]
+    stop: i64
     if width >= 0:
         if pos + 1 + width > end:
             raise DecodeError(f"truncated value: need {width} bytes at offset {pos + 1}, have {end - pos - 1}")
@@ -77,7 +78,7 @@ def skip_value(buf: bytes, pos: int, end: int, depth: int = 0, headers: bool = T
     elif width == _SIZE32:
         if pos + 5 > end:
             raise DecodeError(f"truncated value: no size at offset {pos + 1}")
-        stop = pos + 5 + _u32(buf, pos + 1)
+        stop = pos + 5 + u32(buf, pos + 1)
     elif width == _DESCRIBED:
         if depth >= MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
@@ -92,10 +93,10 @@ def skip_value(buf: bytes, pos: int, end: int, depth: int = 0, headers: bool = T
         if headers:
             _check_compound32(buf, pos + 1, stop, code)
     elif code >= 0xC0 and headers:  # list8, map8 (annotations, properties): checked inline
-        size = buf[pos + 1]
+        size: i64 = buf[pos + 1]
         if size < 1:
             raise DecodeError("compound size 0 leaves no room for its count")
-        count = buf[pos + 2]
+        count: i64 = buf[pos + 2]
         if count > size - 1:  # every item takes at least its constructor byte
             raise DecodeError(f"compound count {count} cannot fit in {size - 1} bytes")
         if code == 0xC1 and count & 1:
@@ -107,7 +108,7 @@ def _check_compound32(buf: bytes, pos: int, stop: int, code: int) -> None:
     """The header checks decode_at makes on a list32 or map32 (types §1.6.22-25), items unread."""
     if pos + 8 > stop:
         raise DecodeError("compound size smaller than its count field")
-    count, first = _u32(buf, pos + 4), pos + 8
+    count, first = u32(buf, pos + 4), pos + 8
     if count > stop - first:  # every item takes at least its constructor byte
         raise DecodeError(f"compound count {count} cannot fit in {stop - first} bytes")
     if code == 0xD1 and count % 2:
@@ -168,7 +169,7 @@ def annotation_entries(data: bytes, span: tuple[int, int], prefix: bytes, kinds:
     if pos + 3 <= stop and data[pos] == 0xC1:
         count, pos = data[pos + 2], pos + 3
     elif pos + 9 <= stop and data[pos] == 0xD1:
-        count, pos = _u32(data, pos + 5), pos + 9
+        count, pos = u32(data, pos + 5), pos + 9
     else:
         raise DecodeError("message-annotations must be a map")
     if count % 2:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 from ..amqp.serial import SERIAL_MASK
 
 MASK: Final = SERIAL_MASK  # delivery-ids are uint32 serial numbers
@@ -32,10 +34,12 @@ class DeliveryMap:
 
     def __init__(self, span_max: int = SPAN_MAX) -> None:
         # The ring is _slots[_head:]; _slots[_head + i] holds id (_base + i) & MASK, or None.
+        # Offsets and counts are native ints (i64): compiled, the arithmetic of every lookup is
+        # plain machine operations, not a Python int's overflow-checked ones.
         self._slots: list[Any] = []
-        self._head = 0
-        self._base = 0
-        self._count = 0  # records held, ring and stragglers
+        self._head: i64 = 0
+        self._base: i64 = 0
+        self._count: i64 = 0  # records held, ring and stragglers
         self._stragglers: dict[int, Any] = {}
         self._span_max = span_max
 
@@ -62,8 +66,8 @@ class DeliveryMap:
         slots = self._slots
         if not slots:  # an empty ring starts at this id
             self._base = delivery_id
-        offset = (delivery_id - self._base) & MASK
-        span = len(slots) - self._head
+        offset: i64 = (delivery_id - self._base) & MASK
+        span: i64 = len(slots) - self._head
         if offset < span:
             index = self._head + offset
             if slots[index] is None:
@@ -88,7 +92,7 @@ class DeliveryMap:
 
     def get(self, delivery_id: int) -> Any:
         """The record of `delivery_id`, left in place (None if there is none)."""
-        offset = (delivery_id - self._base) & MASK
+        offset: i64 = (delivery_id - self._base) & MASK
         slots = self._slots
         if offset < len(slots) - self._head:
             record = slots[self._head + offset]
@@ -101,7 +105,7 @@ class DeliveryMap:
 
     def pop(self, delivery_id: int) -> Any:
         """Remove the record of `delivery_id` and return it (None if there is none)."""
-        offset = (delivery_id - self._base) & MASK
+        offset: i64 = (delivery_id - self._base) & MASK
         slots = self._slots
         head = self._head
         if offset < len(slots) - head:
@@ -134,7 +138,8 @@ class DeliveryMap:
     def _advance(self) -> None:
         """Move the ring's start past the emptied slots at its front."""
         slots = self._slots
-        head, base, n = self._head, self._base, len(slots)
+        head, base = self._head, self._base
+        n: i64 = len(slots)
         while head < n and slots[head] is None:
             head += 1
             base += 1
