@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 from . import errors as E
 from .decode import decode_at
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
@@ -398,28 +400,35 @@ class Connection:
     def _amqp_frames(self, buf: bytes, pos: int = 0) -> int:
         """Handle every complete frame in `buf` from `pos`; return where the unhandled rest
         starts."""
-        n = len(buf)
-        limit = self.config.max_frame_size
+        # Offsets, sizes and codes are native ints (i64): compiled, plain machine arithmetic.
+        n: i64 = len(buf)
+        at: i64 = pos
+        limit: i64 = self.config.max_frame_size
         # After our close only the peer's close matters (transport §2.4.3): with no sessions,
         # every other frame takes the control path, which discards it.
         sessions = self._sessions_by_remote if self.state.local is not CLOSED else {}
-        channel = 0
+        channel: i64 = 0
+        size: i64
+        doff: i64
+        ftype: i64
+        code: i64
+        start: i64
         try:
-            while n - pos >= 8 and not self.failed:
+            while n - at >= 8 and not self.failed:
                 # transport §2.3.1: size(4) doff(1) type(1) channel(2), read inline (bytes indexing
                 # compiles to a load; struct.unpack_from would build a tuple per frame)
-                size = u32(buf, pos)
-                doff, ftype, channel = buf[pos + 4], buf[pos + 5], (buf[pos + 6] << 8) | buf[pos + 7]
+                size = u32(buf, at)
+                doff, ftype, channel = buf[at + 4], buf[at + 5], (buf[at + 6] << 8) | buf[at + 7]
                 if size > limit or size < 8 or doff < 2 or doff * 4 > size:
                     raise E.ProtocolError(
                         f"bad frame header: size {size}, doff {doff} (max-frame-size {limit})",
                         E.FRAMING_ERROR,
                     )
-                if n - pos < size:
+                if n - at < size:
                     break
-                end = pos + size
-                body = pos + doff * 4
-                pos = end
+                end: i64 = at + size
+                body: i64 = at + doff * 4
+                at = end
                 if body == end:
                     continue  # an empty frame: a heartbeat (transport §2.4.5)
                 if ftype != FRAME_AMQP:
@@ -463,7 +472,7 @@ class Connection:
         except E.DecodeError as exc:
             self._connection_error(E.DECODE_ERROR, exc.description)
             return n
-        return pos
+        return at
 
     def _control(
         self,

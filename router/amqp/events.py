@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mypy_extensions import mypyc_attr
+
 from .performatives import Attach, Begin, Error, Open
 
 if TYPE_CHECKING:
@@ -101,6 +103,7 @@ class RemoteDetach:
         return f"RemoteDetach({self.link!r}, closed={self.closed}, error={self.error!r})"
 
 
+@mypyc_attr(acyclic=True)  # refers to no object that can refer back: untracked by the cyclic collector (mypyc)
 class FlowReceived:
     """The peer's flow changed a link's credit state (transport §2.6.7).
 
@@ -118,6 +121,7 @@ class FlowReceived:
         return f"FlowReceived({self.link!r}, drained={self.drained})"
 
 
+@mypyc_attr(acyclic=True)  # refers to no object that can refer back: untracked by the cyclic collector (mypyc)
 class TransferReceived:
     """One transfer frame of a delivery on a receiver link (transport §2.7.5).
 
@@ -165,6 +169,7 @@ class TransferReceived:
         )
 
 
+@mypyc_attr(acyclic=True)  # refers to no object that can refer back: untracked by the cyclic collector (mypyc)
 class DispositionReceived:
     """The peer's disposition for deliveries first..last of `session` (transport §2.7.6).
 

@@ -122,7 +122,7 @@ def _general(buf: bytes, pos: int, end: int, cls: type) -> Any:
 TransferFields = tuple[int, int, "bytes | None", int, "bool | None", bool, "int | None", Any, bool, bool, int]
 
 
-def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
+def parse_transfer(buf: bytes, pos: i64, end: i64) -> TransferFields:
     """(handle, delivery-id, tag, format, settled, more, rcv-settle-mode, state, resume, aborted,
     payload offset) of the transfer whose list starts at `pos` (just after its descriptor).
 
@@ -133,7 +133,7 @@ def parse_transfer(buf: bytes, pos: int, end: int) -> TransferFields:
     are plain machine operations where a Python int's take overflow checks and calls.
     """
     try:
-        p: i64 = pos
+        p = pos
         code: i64 = buf[p]
         count: i64
         stop: i64

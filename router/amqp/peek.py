@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from mypy_extensions import i64
+from mypy_extensions import i64, mypyc_attr
 
 from .decode import Buffer, decode_at
 from .errors import DecodeError
@@ -27,6 +27,7 @@ _MESSAGE_ANNOTATIONS: Final = 0x72
 _PROPERTIES: Final = 0x73
 
 
+@mypyc_attr(acyclic=True)  # refers to no object that can refer back: untracked by the cyclic collector (mypyc)
 class RoutingView:
     """What routing reads from a message: the header's ttl and priority, the message-annotations section's
     span (for rewriting), `to`, the expiry and creation times from the properties, and where a
