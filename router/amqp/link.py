@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import i64
+
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
 from .errors import LocalUsageError
 from .performatives import (
@@ -47,6 +49,8 @@ class Link:
     )  # fmt: skip
 
     def __init__(self, session: Session, name: str, role: bool) -> None:
+        # Counters and delivery-ids are native ints (i64): compiled, their arithmetic on every
+        # transfer is plain machine operations (they are uint32 serials or byte counts).
         self.session = session
         self.name = name
         self.role = role
@@ -61,24 +65,24 @@ class Link:
         self.remote_attach: Attach | None = None
         self.remote_closed = False
         self.remote_error: Error | None = None
-        self.delivery_count = 0
-        self.credit = 0
+        self.delivery_count: i64 = 0
+        self.credit: i64 = 0
         self.drain = False
-        self.available = 0
-        self.initial_delivery_count = 0
-        self.queued_deliveries = 0  # sender: deliveries accepted from the app, not yet on the wire
-        self.in_delivery = -1  # receiver: delivery-id being streamed in, -1 when none
+        self.available: i64 = 0
+        self.initial_delivery_count: i64 = 0
+        self.queued_deliveries: i64 = 0  # sender: deliveries accepted from the app, not yet on the wire
+        self.in_delivery: i64 = -1  # receiver: delivery-id being streamed in, -1 when none
         self.in_tag = b""
         self.in_settled = False
-        self.in_bytes = 0
+        self.in_bytes: i64 = 0
         # sender: delivery-id being streamed out, -1 when none (an int, not Optional: mypyc
         # would box every delivery-id that passes through it)
-        self.out_delivery = -1
+        self.out_delivery: i64 = -1
         self.out_tag = b""
         # sender: the constant part of this link's common transfer frames (fastpath.transfer_middle)
         # for tags of out_middle_tag_length bytes; the handle and channel never change once set
         self.out_middle = b""
-        self.out_middle_tag_length = -1
+        self.out_middle_tag_length: i64 = -1
         self.detach_on_oversize = True
         # receiver: the highest delivery-limit (delivery-count + link-credit) we ever granted
         self.granted_limit: int | None = None
@@ -291,7 +295,11 @@ class Link:
             tag = self.out_tag
             id_bytes = b""
             first = False
-        self.out_delivery = delivery_id if more else -1
+        # (an if, not a conditional expression: mixing i64 and an int literal boxes, compiled)
+        if more:
+            self.out_delivery = delivery_id
+        else:
+            self.out_delivery = -1
         session.write_transfer(
             self, delivery_id, tag, payload, settled, more, message_format, state, first, False, id_bytes
         )

@@ -182,10 +182,10 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
         else:
             code, value_pos = section_descriptor(payload, pos + 1, end)
         if code > _PROPERTIES:
-            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0], priority)
+            return RoutingView(ttl, annotations, to, expiry, created, insert_at, priority)
         if code == _PROPERTIES:  # the last section we read: no need to find its end first
             to, expiry, created = _properties(payload, value_pos, end, need_to)
-            return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0], priority)
+            return RoutingView(ttl, annotations, to, expiry, created, insert_at, priority)
         if (code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS) and payload[value_pos] not in _MAPS:
             # annotations are maps (messaging §3.2.2-§3.2.3): the router reads and rewrites
             # message annotations, so any other value is refused here, not deep in the core
@@ -197,14 +197,17 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
                 raise DecodeError("malformed header section")
             ttl = header.ttl
             priority = header.priority
-            insert_at = stop
+            if annotations is None:
+                insert_at = stop
         elif code == _DELIVERY_ANNOTATIONS:
-            insert_at = stop
+            if annotations is None:
+                insert_at = stop
         elif code == _MESSAGE_ANNOTATIONS:
             annotations = (start, stop)
+            insert_at = start  # (with annotations, insert_at is where they start)
         else:
             raise DecodeError(f"unknown message section {code:#04x}")
         pos = stop
     if not whole:
         raise DecodeError("no section after the annotations within the prefix")  # peek reads on
-    return RoutingView(ttl, annotations, to, expiry, created, insert_at if annotations is None else annotations[0], priority)
+    return RoutingView(ttl, annotations, to, expiry, created, insert_at, priority)

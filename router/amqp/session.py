@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from mypy_extensions import i64
+
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
 from .events import (
@@ -89,33 +91,35 @@ class Session:
     )  # fmt: skip
 
     def __init__(self, conn: Connection, channel: int | None) -> None:
+        # Windows, counters and delivery-ids are native ints (i64): compiled, the arithmetic of
+        # every transfer is plain machine operations (uint32 serials, transport §2.5.6).
         self.conn = conn
         self.channel = channel  # our outgoing channel, allocated when we begin
         self.remote_channel: int | None = None
         self.state = Halves("session")
         self.remote_begin: Begin | None = None
         self.remote_error: Error | None = None
-        self.next_outgoing_id = 0
-        self.incoming_window_size = DEFAULT_WINDOW
-        self.incoming_window = DEFAULT_WINDOW
-        self.outgoing_window = DEFAULT_WINDOW
-        self.next_incoming_id = 0
-        self.remote_incoming_window = 0
-        self.remote_outgoing_window = 0
+        self.next_outgoing_id: i64 = 0
+        self.incoming_window_size: i64 = DEFAULT_WINDOW
+        self.incoming_window: i64 = DEFAULT_WINDOW
+        self.outgoing_window: i64 = DEFAULT_WINDOW
+        self.next_incoming_id: i64 = 0
+        self.remote_incoming_window: i64 = 0
+        self.remote_outgoing_window: i64 = 0
         self.handle_max = 0xFFFFFFFF
         self.remote_handle_max = 0xFFFFFFFF
         self.links_by_local: dict[int, Link] = {}
         self.links_by_remote: dict[int, Link] = {}
         self.links_by_name: dict[tuple[str, bool], Link] = {}
-        self._next_delivery_id = 0
+        self._next_delivery_id: i64 = 0
         # The top three bytes of the delivery-ids being sent now (id_bytes), and their value.
-        self._id_high = 0
+        self._id_high: i64 = 0
         self._id_prefix = b"\x00\x00\x00"
         # the delivery-id the peer's next delivery must have (its session-scoped sequence,
         # transport §2.6); -2 until its first delivery sets where the sequence starts: never
         # equal to a parsed delivery-id (-1 when absent), so that the first delivery always
         # takes _check_first_transfer
-        self._next_incoming_delivery = -2
+        self._next_incoming_delivery: i64 = -2
         # Frames that must wait for the peer's incoming window, in order (transport §2.5.6);
         # None until the first one (an empty deque is 600 bytes, on every idle session).
         self._blocked: deque[tuple[int, Any, Link | None, bool]] | None = None
@@ -123,7 +127,7 @@ class Session:
         # The link the peer's last transfer came on, by its handle (-1: none): consecutive
         # transfers mostly share a link, and a dict lookup boxes the handle and hashes it.
         # Forgotten whenever links_by_remote changes.
-        self._in_handle = -1
+        self._in_handle: i64 = -1
         self._in_link: Link | None = None
 
     def __repr__(self) -> str:
