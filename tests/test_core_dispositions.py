@@ -69,3 +69,20 @@ def test_batches_are_kept_per_session_role_and_settled_flag() -> None:
         (True, RECEIVER, False): [(3, 3, ACCEPTED)],
     }
     assert pending.take() == []
+
+
+def test_a_written_batch_starts_empty_and_an_unwritten_one_keeps_its_outcomes() -> None:
+    session = _session()
+    pending = Dispositions()
+    pending.add(session, RECEIVER, 7, ACCEPTED, True)
+    (first,) = pending.take()
+    assert first.write()
+    pending.add(session, RECEIVER, 8, RELEASED, True)
+    (again,) = pending.take()
+    assert again is first  # the session's batch, reused
+    assert again.ranges() == [(8, 8, RELEASED)]  # nothing of the batch written before
+    # Taken but not written (a flush cut short): its outcomes go with the next take.
+    pending.add(session, RECEIVER, 9, RELEASED, True)
+    (later,) = pending.take()
+    assert later.ranges() == [(8, 9, RELEASED)]
+    assert pending.take() == []

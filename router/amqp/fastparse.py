@@ -289,10 +289,10 @@ def parse_flow(buf: bytes, pos: int, end: int) -> FlowFields:
 DispositionFields = tuple[bool, int, "int | None", bool, Any]
 
 
-def _uint_at(buf: bytes, p: int) -> tuple[int, int]:
+def _uint_at(buf: bytes, p: i64) -> tuple[i64, i64]:
     """(value, offset after it) of a uint as peers write it (uint0, smalluint, uint); (-1, p)
     for any other constructor."""
-    code = buf[p]
+    code: i64 = buf[p]
     if code == 0x52:
         return buf[p + 1], p + 2
     if code == 0x43:
@@ -302,7 +302,7 @@ def _uint_at(buf: bytes, p: int) -> tuple[int, int]:
     return -1, p
 
 
-def _common_disposition(buf: bytes, pos: int, end: int) -> DispositionFields | None:
+def _common_disposition(buf: bytes, pos: i64, end: i64) -> DispositionFields | None:
     """The disposition every client sends (a list8 of role, first, last or null, settled or
     null, then null, accepted or released, then a null or boolean batchable), read without a
     field list; None for any other shape or any inconsistency: the caller then reads it the
@@ -310,12 +310,12 @@ def _common_disposition(buf: bytes, pos: int, end: int) -> DispositionFields | N
     try:
         if buf[pos] != 0xC0:
             return None
-        stop = pos + 2 + buf[pos + 1]
-        count = buf[pos + 2]
+        stop: i64 = pos + 2 + buf[pos + 1]
+        count: i64 = buf[pos + 2]
         if stop > end or count < 2 or count > 6:
             return None
         p = pos + 3
-        code = buf[p]
+        code: i64 = buf[p]
         if code != 0x41 and code != 0x42:
             return None
         role = code == 0x41

@@ -136,7 +136,7 @@ class Copy:
 class SessionMaps:
     """Per session (hung on `session.context`): deliveries by delivery-id, each direction."""
 
-    __slots__ = ("inbound", "outbound", "routed")
+    __slots__ = ("inbound", "outbound", "routed", "dispositions")
 
     def __init__(self) -> None:
         self.inbound = DeliveryMap()  # Forwards received here, outcome not yet settled upstream
@@ -144,6 +144,9 @@ class SessionMaps:
         # Deliveries of link-routed links on this session (router.core.linkrelay.RoutedMaps);
         # None on a session that never carried one.
         self.routed: Any = None
+        # The dispositions the router owes on this session, one DispositionBatch per role and
+        # settled flag (router.core.dispositions), reused batch after batch; None until one.
+        self.dispositions: list[Any] | None = None
 
 
 def forget_inbound(fwd: Forward) -> None:
