@@ -58,9 +58,10 @@ from .performatives import (
     Transfer,
 )
 from .sasl import SaslClientConfig, SaslResult, SaslServerConfig
-from .session import MAX_DESCRIPTION_BYTES as _MAX_DESCRIPTION_BYTES
 from .session import Session
-from .session import wire_error as _wire_error
+from .sessionin import on_disposition, on_flow, on_transfer
+from .sessionout import MAX_DESCRIPTION_BYTES as _MAX_DESCRIPTION_BYTES
+from .sessionout import wire_error as _wire_error
 
 _HANDSHAKE: Final = 0  # protocol headers and SASL (the Handshake's)
 _AMQP: Final = 2
@@ -447,11 +448,11 @@ class Connection:
                     code, start = -1, body
                 try:
                     if code == 0x14 and session is not None and session.state.local is not CLOSED:
-                        session.on_transfer(buf, parse_transfer(buf, start, end), end)
+                        on_transfer(session, buf, parse_transfer(buf, start, end), end)
                     elif code == 0x13 and session is not None and session.state.local is not CLOSED:
-                        session.on_flow(parse_flow(buf, start, end))
+                        on_flow(session, parse_flow(buf, start, end))
                     elif code == 0x15 and session is not None and session.state.local is not CLOSED:
-                        session.on_disposition(parse_disposition(buf, start, end))
+                        on_disposition(session, parse_disposition(buf, start, end))
                     else:
                         performative, stop = decode_at(buf, body, end)
                         if type(performative) is Transfer:
@@ -515,16 +516,17 @@ class Connection:
         elif type(performative) is Detach:
             session.on_detach(performative)
         elif type(performative) is Transfer:  # reached here only with a symbolic descriptor
-            session.on_transfer(buf, transfer_fields(performative, stop), end)
+            on_transfer(session, buf, transfer_fields(performative, stop), end)
         elif type(performative) is Flow:
             f = performative
-            session.on_flow(
+            on_flow(
+                session,
                 (f.next_incoming_id, f.incoming_window, f.next_outgoing_id, f.outgoing_window,
                  f.handle, f.delivery_count, f.link_credit, f.available, f.drain, f.echo)
             )  # fmt: skip
         elif type(performative) is Disposition:
             d = performative
-            session.on_disposition((d.role, d.first, d.last, d.settled, d.state))
+            on_disposition(session, (d.role, d.first, d.last, d.settled, d.state))
         else:
             raise E.ProtocolError(
                 f"{type(performative).__name__} is not a frame body", E.NOT_ALLOWED

@@ -49,7 +49,7 @@ class FrameOutput:
 
     def take_chunks(self) -> list[Piece]:
         """What take() would return, in pieces for a gathered write: the payloads handed on as
-        views of the reads they arrived in (the large ones, session.ZERO_COPY_MIN) kept apart,
+        views of the reads they arrived in (the large ones, sessionin.ZERO_COPY_MIN) kept apart,
         so that they are never copied, the rest joined; empty when nothing is queued."""
         out = self.pieces
         if not out:

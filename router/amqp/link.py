@@ -3,7 +3,7 @@
 Owns: one link's state as seen by both halves: our role, handles, termini, settle modes,
 link-credit and delivery-count (transport §2.6.7), the delivery being streamed in or out, and
 the application's commands on a link (attach, detach, flow, send_transfer, abort, dispose).
-Frames go out through the session, which owns windows and ordering.
+Frames go out through the session's writers (sessionout.py), which own windows and ordering.
 Must not touch: session windows, connection framing, routing decisions.
 """
 
@@ -29,6 +29,7 @@ from .performatives import (
     Symbols,
 )
 from .serial import serial_add, serial_lt
+from .sessionout import write_control, write_link_flow, write_transfer
 
 if TYPE_CHECKING:
     from .messaging import DeliveryState
@@ -167,7 +168,7 @@ class Link:
             properties=properties,
         )
         try:
-            self.session.write_control(attach, ordered=False)
+            write_control(self.session, attach, ordered=False)
         except LocalUsageError:  # e.g. the attach does not fit the peer's max-frame-size
             self.session.free_handle(self)
             self.state.local = UNINIT
@@ -185,8 +186,8 @@ class Link:
         if self.out_delivery >= 0:
             self.abort()
         assert self.local_handle is not None
-        self.session.write_control(
-            Detach(handle=self.local_handle, closed=closed, error=error), ordered=True
+        write_control(
+            self.session, Detach(handle=self.local_handle, closed=closed, error=error), ordered=True
         )
         self.session.link_locally_detached(self)
 
@@ -229,7 +230,7 @@ class Link:
         limit = serial_add(self.delivery_count, credit)
         if self.granted_limit is None or serial_lt(self.granted_limit, limit):
             self.granted_limit = limit
-        self.session.write_link_flow(self, echo)
+        write_link_flow(self.session, self, echo)
 
     def complete_drain(self) -> None:
         """Sender: answer a drain request after sending what we had, consuming all credit by
@@ -239,7 +240,7 @@ class Link:
         self._require_attached()
         self.delivery_count = serial_add(self.delivery_count, self.credit)
         self.credit = 0
-        self.session.write_link_flow(self, False)
+        write_link_flow(self.session, self, False)
 
     def set_available(self, available: int) -> None:
         """Sender: tell the receiver how many messages wait to be sent (flow.available)."""
@@ -247,7 +248,7 @@ class Link:
             raise LocalUsageError("only a sender link reports available")
         self._require_attached()  # a flow names our handle: only after our attach
         self.available = available
-        self.session.write_link_flow(self, False)
+        write_link_flow(self.session, self, False)
 
     def send_transfer(
         self,
@@ -300,9 +301,10 @@ class Link:
             self.out_delivery = delivery_id
         else:
             self.out_delivery = -1
-        session.write_transfer(
-            self, delivery_id, tag, payload, settled, more, message_format, state, first, False, id_bytes
-        )
+        write_transfer(
+            session, self, delivery_id, tag, payload, settled, more, message_format, state, first,
+            False, id_bytes,
+        )  # fmt: skip
         return delivery_id
 
     def abort(self) -> None:
@@ -312,8 +314,8 @@ class Link:
             raise LocalUsageError("no delivery in progress to abort")
         self._require_session()
         self.out_delivery = -1
-        self.session.write_transfer(
-            self, delivery_id, self.out_tag, b"", True, False, 0, None, False, aborted=True
+        write_transfer(
+            self.session, self, delivery_id, self.out_tag, b"", True, False, 0, None, False, aborted=True
         )
 
     def dispose(
