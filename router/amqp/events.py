@@ -103,7 +103,13 @@ class RemoteDetach:
         return f"RemoteDetach({self.link!r}, closed={self.closed}, error={self.error!r})"
 
 
-@mypyc_attr(acyclic=True)  # refers to no object that can refer back: untracked by the cyclic collector (mypyc)
+# _PER_FRAME: the per-frame events (flow, transfer, disposition) are not tracked by the cyclic
+# collector (mypyc acyclic: cheaper to make and free, and not counted towards its collections).
+# A cycle through an untracked object is never collected, so none may pass through them: their
+# link or session reaches the connection, whose event list holds them only until events()
+# hands them over, which every driver does after every receive_data (router/net/output.py
+# _dispatch); nothing else keeps an event (the core and the client copy its fields).
+@mypyc_attr(acyclic=True)  # untracked by the cyclic collector: see _PER_FRAME above
 class FlowReceived:
     """The peer's flow changed a link's credit state (transport §2.6.7).
 
@@ -121,7 +127,7 @@ class FlowReceived:
         return f"FlowReceived({self.link!r}, drained={self.drained})"
 
 
-@mypyc_attr(acyclic=True)  # refers to no object that can refer back: untracked by the cyclic collector (mypyc)
+@mypyc_attr(acyclic=True)  # untracked by the cyclic collector: see _PER_FRAME above
 class TransferReceived:
     """One transfer frame of a delivery on a receiver link (transport §2.7.5).
 
@@ -169,7 +175,7 @@ class TransferReceived:
         )
 
 
-@mypyc_attr(acyclic=True)  # refers to no object that can refer back: untracked by the cyclic collector (mypyc)
+@mypyc_attr(acyclic=True)  # untracked by the cyclic collector: see _PER_FRAME above
 class DispositionReceived:
     """The peer's disposition for deliveries first..last of `session` (transport §2.7.6).
 
