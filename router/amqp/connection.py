@@ -1,12 +1,14 @@
 """The sans-IO connection engine (transport §2.4): bytes in, events and bytes out.
 
 Owns: the connection's stage (protocol headers and SASL, AMQP frames, done), frame splitting
-and frame-level checks (max-frame-size, channel-max, doff), dispatch of frames to the
-connection, its sessions and links, connection open/close, idle time-out and heartbeats
-(transport §2.4.5), and turning every peer violation into the right error on the wire plus a
-ProtocolViolation event. The engine never raises on hostile bytes. What it has to send is
-queued in a FrameOutput (frameout.py). Before AMQP frames flow, the protocol headers and SASL
-(transport §2.2, security §5) are a Handshake's (handshake.py), which it drops once they do.
+and frame-level checks (max-frame-size, channel-max, doff), the frame loop's dispatch of
+transfer, flow and disposition to their session (sessionin.py), our open/close, idle time-out
+and heartbeats (transport §2.4.5), and turning every peer violation into the right error on the
+wire plus a ProtocolViolation event. The engine never raises on hostile bytes. What it has to
+send is queued in a FrameOutput (frameout.py). Before AMQP frames flow, the protocol headers and
+SASL (transport §2.2, security §5) are a Handshake's (handshake.py), which it drops once they
+do. Every other frame (the peer's open, close, begin, end, attach, detach) the frame loop hands
+to connctl.py's control.
 
     conn = Connection(ConnectionConfig(container_id="c1"))
     conn.receive_data(data, now)   # b"" when the peer closed the stream
@@ -27,36 +29,16 @@ from typing import Any, Final
 from mypy_extensions import i64
 
 from . import errors as E
+from .connctl import control
 from .decode import decode_at
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
-from .events import (
-    Event,
-    ProtocolViolation,
-    RemoteBegin,
-    RemoteClose,
-    RemoteEnd,
-    RemoteOpen,
-    TransportClosed,
-)
-from .fastparse import parse_disposition, parse_flow, parse_transfer, transfer_fields, u32
+from .events import Event, ProtocolViolation, TransportClosed
+from .fastparse import parse_disposition, parse_flow, parse_transfer, u32
 from .frameout import FrameOutput
 from .framing import AMQP_HEADER, EMPTY_FRAME, FRAME_AMQP, MIN_MAX_FRAME_SIZE, frame
 from .handshake import Handshake
 from .link import Link
-from .performatives import (
-    Attach,
-    Begin,
-    Close,
-    Detach,
-    Disposition,
-    End,
-    Error,
-    Fields,
-    Flow,
-    Open,
-    Symbols,
-    Transfer,
-)
+from .performatives import Close, Detach, End, Error, Fields, Open, Symbols, Transfer
 from .sasl import SaslClientConfig, SaslResult, SaslServerConfig
 from .session import Session
 from .sessionin import on_disposition, on_flow, on_transfer
@@ -85,7 +67,7 @@ class Connection:
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
         "_inbuf", "output", "_header_out", "_events", "_stage", "_handshake",
-        "_sessions_by_local", "_sessions_by_remote",
+        "sessions_by_local", "sessions_by_remote",
         "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay",
     )  # fmt: skip
 
@@ -107,8 +89,9 @@ class Connection:
         self._header_out = False
         self._events: list[Event] = []
         self._stage = _HANDSHAKE
-        self._sessions_by_local: dict[int, Session] = {}
-        self._sessions_by_remote: dict[int, Session] = {}
+        # Sessions by our channel and by the peer's (the peer's begin and end: connctl.py).
+        self.sessions_by_local: dict[int, Session] = {}
+        self.sessions_by_remote: dict[int, Session] = {}
         self._now = 0.0
         self._last_received = 0.0
         self._last_sent = 0.0
@@ -265,8 +248,8 @@ class Connection:
 
     @property
     def sessions(self) -> list[Session]:
-        unique = {id(s): s for s in self._sessions_by_local.values()}
-        unique.update((id(s), s) for s in self._sessions_by_remote.values())
+        unique = {id(s): s for s in self.sessions_by_local.values()}
+        unique.update((id(s), s) for s in self.sessions_by_remote.values())
         return list(unique.values())
 
     # --- used by sessions and links ------------------------------------------------------------
@@ -309,20 +292,20 @@ class Connection:
 
     def allocate_channel(self, session: Session) -> int:
         limit = min(self.config.channel_max, self.remote_channel_max if self.remote_open else 0xFFFF)
-        for channel in range(len(self._sessions_by_local) + 1):
-            if channel not in self._sessions_by_local:
+        for channel in range(len(self.sessions_by_local) + 1):
+            if channel not in self.sessions_by_local:
                 if channel > limit:
                     break
-                self._sessions_by_local[channel] = session
+                self.sessions_by_local[channel] = session
                 return channel
         raise E.LocalUsageError(f"no free channel (channel-max {limit})")
 
     def release_session(self, session: Session) -> None:
-        if session.channel is not None and self._sessions_by_local.get(session.channel) is session:
-            del self._sessions_by_local[session.channel]
+        if session.channel is not None and self.sessions_by_local.get(session.channel) is session:
+            del self.sessions_by_local[session.channel]
         remote = session.remote_channel
-        if remote is not None and self._sessions_by_remote.get(remote) is session:
-            del self._sessions_by_remote[remote]
+        if remote is not None and self.sessions_by_remote.get(remote) is session:
+            del self.sessions_by_remote[remote]
 
     def link_error(self, link: Link, condition: str, description: str) -> None:
         """The peer misused a link: detach it with the condition (transport §2.6.5)."""
@@ -407,7 +390,7 @@ class Connection:
         limit: i64 = self.config.max_frame_size
         # After our close only the peer's close matters (transport §2.4.3): with no sessions,
         # every other frame takes the control path, which discards it.
-        sessions = self._sessions_by_remote if self.state.local is not CLOSED else {}
+        sessions = self.sessions_by_remote if self.state.local is not CLOSED else {}
         channel: i64 = 0
         size: i64
         doff: i64
@@ -456,13 +439,13 @@ class Connection:
                     else:
                         performative, stop = decode_at(buf, body, end)
                         if type(performative) is Transfer:
-                            self._control(channel, session, performative, buf, stop, end)
+                            control(self, channel, session, performative, buf, stop, end)
                         elif stop != end:
                             raise E.DecodeError(
                                 f"{end - stop} bytes after a {type(performative).__name__}"
                             )
                         else:
-                            self._control(channel, session, performative, buf, stop, end)
+                            control(self, channel, session, performative, buf, stop, end)
                 except E.ProtocolError as exc:
                     if exc.scope != "session" or session is None:
                         raise
@@ -474,104 +457,6 @@ class Connection:
             self._connection_error(E.DECODE_ERROR, exc.description)
             return n
         return at
-
-    def _control(
-        self,
-        channel: int,
-        session: Session | None,
-        performative: Any,
-        buf: bytes,
-        stop: int,
-        end: int,
-    ) -> None:
-        """Dispatch a non-hot frame. Checks that no open precede everything else (§2.4.1)."""
-        if type(performative) is Open:
-            self._on_open(performative)
-            return
-        if self.remote_open is None:
-            raise E.ProtocolError(
-                f"{type(performative).__name__} before open", E.NOT_ALLOWED
-            )
-        if self.state.remote is CLOSED:
-            raise E.ProtocolError(f"{type(performative).__name__} after close", E.NOT_ALLOWED)
-        if type(performative) is Close:
-            self._on_close(performative)
-            return
-        if self.state.local is CLOSED:
-            return  # we closed: discard everything until the peer's close (transport §2.4.3)
-        if type(performative) is Begin:
-            self._on_begin(channel, performative)
-            return
-        if session is None:
-            raise E.ProtocolError(
-                f"{type(performative).__name__} on channel {channel} with no session",
-                E.NOT_ALLOWED,
-            )
-        if type(performative) is End:
-            self._on_end(session, performative)
-        elif session.state.local is CLOSED:
-            return  # we ended the session: discard until the peer's end (transport §2.5.4)
-        elif type(performative) is Attach:
-            session.on_attach(performative)
-        elif type(performative) is Detach:
-            session.on_detach(performative)
-        elif type(performative) is Transfer:  # reached here only with a symbolic descriptor
-            on_transfer(session, buf, transfer_fields(performative, stop), end)
-        elif type(performative) is Flow:
-            f = performative
-            on_flow(
-                session,
-                (f.next_incoming_id, f.incoming_window, f.next_outgoing_id, f.outgoing_window,
-                 f.handle, f.delivery_count, f.link_credit, f.available, f.drain, f.echo)
-            )  # fmt: skip
-        elif type(performative) is Disposition:
-            d = performative
-            on_disposition(session, (d.role, d.first, d.last, d.settled, d.state))
-        else:
-            raise E.ProtocolError(
-                f"{type(performative).__name__} is not a frame body", E.NOT_ALLOWED
-            )
-
-    def _on_open(self, open_: Open) -> None:
-        self.state.remote_input(Input.OPEN, "open", E.NOT_ALLOWED)
-        self.remote_open = open_
-        self.remote_max_frame_size = max(MIN_MAX_FRAME_SIZE, min(open_.max_frame_size, 0xFFFFFFFF))
-        self.remote_channel_max = open_.channel_max
-        idle_ms = open_.idle_time_out
-        self.remote_idle_timeout_s = idle_ms / 1000 if idle_ms else None
-        self._events.append(RemoteOpen(open=open_))
-
-    def _on_close(self, close: Close) -> None:
-        self.state.remote_input(Input.CLOSE, "close", E.NOT_ALLOWED)
-        self.remote_error = close.error
-        self._events.append(RemoteClose(error=close.error))
-        if self.state.local is CLOSED:
-            self.finished = True
-
-    def _on_begin(self, channel: int, begin: Begin) -> None:
-        if channel in self._sessions_by_remote:
-            raise E.ProtocolError(f"begin on channel {channel}, already in use", E.NOT_ALLOWED)
-        if begin.remote_channel is not None:
-            session = self._sessions_by_local.get(begin.remote_channel)
-            if session is None or session.state.remote is not UNINIT:
-                raise E.ProtocolError(
-                    f"begin answers unknown channel {begin.remote_channel}", E.NOT_ALLOWED
-                )
-        else:
-            session = Session(self, None)
-        session.remote_channel = channel
-        self._sessions_by_remote[channel] = session
-        session.on_begin(begin)
-        self._events.append(RemoteBegin(session=session, begin=begin))
-
-    def _on_end(self, session: Session, end: End) -> None:
-        session.state.remote_input(Input.CLOSE, "end", E.NOT_ALLOWED)
-        session.remote_error = end.error
-        if session.remote_channel is not None:
-            self._sessions_by_remote.pop(session.remote_channel, None)
-        self._events.append(RemoteEnd(session=session, error=end.error))
-        if session.state.local is not ACTIVE:
-            self.release_session(session)
 
     def _session_error(self, session: Session, exc: E.ProtocolError) -> None:
         """End the session with the condition (transport §2.5.5, §2.8.17)."""
