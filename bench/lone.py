@@ -38,7 +38,7 @@ if sys.path and Path(sys.path[0]).resolve() == HERE:
 
 from bench.instructions import _exclusive  # noqa: E402
 from bench.loadgen.build import build  # noqa: E402
-from bench.scenarios import BUILD, Router, _finish, _loadgen  # noqa: E402
+from bench.scenarios import BUILD, Router, _finish, _loadgen, through_router  # noqa: E402
 
 
 def _callgrind(pid: int, *args: str) -> None:
@@ -55,13 +55,12 @@ def _pingpong(binary: Path, port: int, count: int) -> None:
     _finish("echo", echo, timeout_s=60)
 
 
-def _stream(binary: Path, port: int, count: int) -> None:
-    common = ["--host", "127.0.0.1", "--port", str(port), "--address", "stream", "--count", str(count)]
-    receiver = _loadgen(binary, "receive", *common, timeout_s=600)
-    time.sleep(1.0)  # the receiver's link attached first (the router is slow under valgrind)
-    sender = _loadgen(binary, "send", *common, "--size", "100", timeout_s=600)
-    _finish("send", sender, timeout_s=900)
-    _finish("receive", receiver, timeout_s=60)
+def _round_trips(binary: Path, r: Router, count: int) -> None:
+    _pingpong(binary, r.port, count)
+
+
+def _stream(binary: Path, r: Router, count: int) -> None:
+    through_router(binary, r, count, 100, False)  # scenario 1's own run
 
 
 def _total(path: Path) -> int:
@@ -71,7 +70,7 @@ def _total(path: Path) -> int:
 
 def measure(small: int, large: int, top: int, keep: Path | None = None, stream: bool = False) -> None:
     binary = build(BUILD)
-    run = _stream if stream else _pingpong
+    run = _stream if stream else _round_trips
     messages_per_count = 1 if stream else 2  # a round trip carries two messages
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or Path(scratch)
@@ -82,12 +81,12 @@ def measure(small: int, large: int, top: int, keep: Path | None = None, stream: 
         r = Router(config, prefix=prefix)
         try:
             pid = r.proc.pid
-            run(binary, r.port, 10)  # first links and first messages: uncounted
+            run(binary, r, 10)  # first links and first messages: uncounted
             _callgrind(pid, "-i", "on")
             _callgrind(pid, "-z")
-            run(binary, r.port, small)
+            run(binary, r, small)
             _callgrind(pid, "-d")
-            run(binary, r.port, large)
+            run(binary, r, large)
             _callgrind(pid, "-d")
         finally:
             r.stop(wait_s=120)

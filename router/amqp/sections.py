@@ -174,7 +174,6 @@ def annotation_entries(data: bytes, span: tuple[int, int], prefix: bytes, kinds:
         raise DecodeError("message-annotations must be a map")
     if count % 2:
         raise DecodeError("message-annotations map has an odd number of items")
-    skip = len(prefix)
     found: list[Entry] = []
     for _ in range(count // 2):
         if pos >= stop:
