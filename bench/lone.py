@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -59,8 +60,11 @@ def _round_trips(binary: Path, r: Router, count: int) -> None:
     _pingpong(binary, r.port, count)
 
 
-def _stream(binary: Path, r: Router, count: int) -> None:
-    through_router(binary, r, count, 100, False)  # scenario 1's own run
+def _streamer(size: int) -> Callable[[Path, Router, int], None]:
+    def stream(binary: Path, r: Router, count: int) -> None:
+        through_router(binary, r, count, size, False)  # scenario 1's (or 3's) own run
+
+    return stream
 
 
 def _total(path: Path) -> int:
@@ -68,9 +72,11 @@ def _total(path: Path) -> int:
     return next(int(line.split()[0].replace(",", "")) for line in text.splitlines() if "PROGRAM TOTALS" in line)
 
 
-def measure(small: int, large: int, top: int, keep: Path | None = None, stream: bool = False) -> None:
+def measure(
+    small: int, large: int, top: int, keep: Path | None = None, stream: bool = False, size: int = 100
+) -> None:
     binary = build(BUILD)
-    run = _stream if stream else _round_trips
+    run = _streamer(size) if stream else _round_trips
     messages_per_count = 1 if stream else 2  # a round trip carries two messages
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or Path(scratch)
@@ -94,7 +100,7 @@ def measure(small: int, large: int, top: int, keep: Path | None = None, stream: 
         first, second = dumps[0], dumps[1]
         per = (_total(second) - _total(first)) / (large - small) / messages_per_count
         fs, fl = _exclusive(first), _exclusive(second)
-    what = "streamed message (router process, 100 B, 1,000 unsettled)" if stream else "lone message (router process, request or reply)"
+    what = f"streamed message (router process, {size:,} B, 1,000 unsettled)" if stream else "lone message (router process, request or reply)"
     print(f"instructions per {what}: {per:,.0f}")
     diffs = sorted(((fl.get(k, 0) - fs.get(k, 0)) / (large - small) / messages_per_count, k) for k in set(fs) | set(fl))
     for value, name in reversed(diffs[-top:] if top > 0 else []):
@@ -108,10 +114,13 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--keep", type=Path, help="keep the callgrind dumps here (cg.out.1: SMALL, cg.out.2: LARGE)")
     parser.add_argument("--stream", action="store_true", help="count scenario 1 (send and receive, 1,000 unsettled) instead of ping-pong")
+    parser.add_argument("--size", type=int, default=100, help="--stream: message size in bytes (10240: scenario 3)")
     args = parser.parse_args()
+    if args.size != 100 and not args.stream:
+        parser.error("--size goes with --stream (ping-pong messages are 100 B)")
     small = args.small if args.small is not None else 2000 if args.stream else 100
     large = args.large if args.large is not None else 12000 if args.stream else 500
-    measure(small, large, args.top, args.keep, args.stream)
+    measure(small, large, args.top, args.keep, args.stream, args.size)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from router.amqp.errors import DecodeError
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Header, Properties
-from router.amqp.peek import peek
+from router.amqp.peek import peek, peek_at
 from router.amqp.types import Symbol
 
 short_text = st.text(max_size=40)
@@ -59,21 +59,44 @@ def test_a_frame_cut_inside_the_properties_list_header_is_a_decode_error() -> No
             assert "cut short" in str(exc) or exc.description
 
 
-def test_a_large_payload_seen_through_a_memoryview_is_peeked_like_bytes() -> None:
-    """Large payloads reach peek as views of the read; annotations longer than the prefix that
-    is copied for peeking still yield the address behind them."""
-    from router.amqp.peek import PEEK_PREFIX
+def _outcome(read: Any) -> tuple[Any, ...] | str:
+    """What peek answers, comparable: the view's fields, or the error's kind."""
+    try:
+        view = read()
+    except DecodeError:
+        return "DecodeError"
+    return (view.ttl_ms, view.annotations_span, view.to, view.absolute_expiry_ms,
+            view.creation_time_ms, view.insert_at, view.priority)  # fmt: skip
 
-    for annotation in (100, PEEK_PREFIX - 40, PEEK_PREFIX + 500, 3 * PEEK_PREFIX):
+
+@given(messages, st.binary(max_size=20), st.binary(min_size=1, max_size=40))
+def test_a_payload_peeked_where_it_arrived_reads_nothing_around_it(message: Message, before: bytes, after: bytes) -> None:
+    """A large payload is peeked inside the read it arrived in (peek_at): every prefix of it,
+    between arbitrary bytes of other frames, gets peek's answer for the payload alone, offsets
+    included; nothing past its end is read (a cut frame is refused, never routed by the bytes
+    of the next frame)."""
+    payload = encode_message(message)
+    for cut in range(len(payload) + 1):
+        part = payload[:cut]
+        source = before + part + after
+        expected = _outcome(lambda: peek(part))
+        assert _outcome(lambda: peek_at(source, len(before), len(before) + cut)) == expected
+        assert _outcome(lambda: peek(memoryview(source)[len(before) : len(before) + cut])) == expected
+
+
+def test_a_large_payload_is_peeked_where_it_arrived() -> None:
+    """Annotations of any length before the properties, in a payload inside a larger read."""
+    for annotation in (100, 2000, 2600, 6000):
         message = Message.value(
             "b" * 5000,
             message_annotations={Symbol("x-opt-big"): "a" * annotation},
             properties=Properties(to="far/away"),
         )
         payload = encode_message(message)
-        via_view = peek(memoryview(payload))
-        assert via_view.to == "far/away" == peek(payload).to
-        assert via_view.annotations_span == peek(payload).annotations_span
+        read = b"\x00" * 77 + payload + b"\x00\x53\x73" * 10
+        in_read = peek_at(read, 77, 77 + len(payload))
+        assert in_read.to == "far/away" == peek(payload).to
+        assert in_read.annotations_span == peek(payload).annotations_span
 
 
 def test_a_to_that_is_no_string_is_a_decode_error() -> None:

@@ -135,11 +135,14 @@ class TransferReceived:
     last frame of an aborted delivery has `aborted=True` (discard what arrived). `payload` is
     this frame's part of the encoded message, never decoded by the engine: `bytes`, or for
     large frames a `memoryview` of the read it arrived in (keep it only briefly, or copy it).
+    `source` is the bytes the payload is part of (the payload itself, or that read) and
+    `offset` where it starts there: a reader of a large payload's first bytes needs no view
+    sliced and copied (peek.peek_at).
     """
 
     __slots__ = (
         "link", "delivery_id", "delivery_tag", "settled", "more", "aborted", "message_format",
-        "state", "rcv_settle_mode", "first", "payload",
+        "state", "rcv_settle_mode", "first", "payload", "source", "offset",
     )  # fmt: skip
 
     def __init__(
@@ -155,6 +158,8 @@ class TransferReceived:
         rcv_settle_mode: int | None,
         first: bool,
         payload: bytes | memoryview,
+        source: bytes,
+        offset: int,
     ) -> None:
         self.link = link
         self.delivery_id = delivery_id
@@ -167,6 +172,8 @@ class TransferReceived:
         self.rcv_settle_mode = rcv_settle_mode
         self.first = first
         self.payload = payload
+        self.source = source
+        self.offset = offset
 
     def __repr__(self) -> str:
         return (

@@ -66,13 +66,10 @@ class RoutingView:
                 f"priority={self.priority})")  # fmt: skip
 
 
-# A view of a large payload (a memoryview) is peeked through a copy of its first bytes; the whole
-# payload is copied only when the sections routing reads go on past them (rare).
-PEEK_PREFIX: Final = 2048
-
-
 def _list_items(payload: bytes, pos: i64, stop: i64) -> tuple[i64, i64]:
     """(item count, offset of the first item) of the list at `pos`."""
+    if pos >= stop:
+        raise DecodeError("message cut short before the end of its properties")
     code: i64 = payload[pos]
     if code == 0x45:
         return 0, pos + 1
@@ -152,16 +149,17 @@ def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
     the properties (a first frame of a streamed message may end anywhere: the router needs at
     least the properties in it); a message cut short after the properties is fine.
     """
+    data = payload if type(payload) is bytes else bytes(payload)
+    return peek_at(data, 0, len(data), need_to)
+
+
+def peek_at(source: bytes, start: int, end: int, need_to: bool = True) -> RoutingView:
+    """peek() of the payload that is source[start:end]: a large payload is read where it
+    arrived (TransferReceived.source), not through a copy. Nothing at or past `end` is read;
+    the view's offsets are the payload's own."""
     try:
-        if type(payload) is bytes:
-            return _peek(payload, need_to, True)
-        if len(payload) > PEEK_PREFIX:
-            try:
-                return _peek(bytes(payload[:PEEK_PREFIX]), need_to, False)
-            except (DecodeError, IndexError):
-                pass  # the sections routing reads go on past the prefix: read them all
-        return _peek(bytes(payload), need_to, True)
-    except IndexError:  # the inline walks index past the end of a cut frame
+        return _peek(source, start, end, need_to)
+    except IndexError:  # (every read is bounded by `end`; this is the last line of defence)
         raise DecodeError("message cut short before the end of its properties") from None
 
 
@@ -184,17 +182,17 @@ def _view(
     return RoutingView(ttl, annotations, to, expiry, created, insert_at, priority)
 
 
-def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
+def _peek(payload: bytes, base: i64, end: i64, need_to: bool) -> RoutingView:
+    """The walk of peek_at over payload[base:end]; offsets returned are relative to `base`."""
     ttl = to = expiry = created = priority = None
     annotations: tuple[int, int] | None = None
-    pos: i64 = 0
-    end: i64 = len(payload)
+    pos: i64 = base
     insert_at: i64 = 0
     code: i64
     value_pos: i64
     while pos < end:
         if payload[pos] != 0x00:
-            raise DecodeError(f"expected a message section at offset {pos}")
+            raise DecodeError(f"expected a message section at offset {pos - base}")
         start = pos
         if pos + 3 <= end and payload[pos + 1] == 0x53:  # smallulong, as section_descriptor reads it
             code, value_pos = payload[pos + 2], pos + 3
@@ -205,10 +203,13 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
         if code == _PROPERTIES:  # the last section we read: no need to find its end first
             to, expiry, created = _properties(payload, value_pos, end, need_to)
             return _view(ttl, annotations, to, expiry, created, insert_at, priority)
-        if (code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS) and payload[value_pos] not in _MAPS:
-            # annotations are maps (messaging §3.2.2-§3.2.3): the router reads and rewrites
-            # message annotations, so any other value is refused here, not deep in the core
-            raise DecodeError(f"section {code:#04x} must be a map")
+        if code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS:
+            if value_pos >= end:
+                raise DecodeError("message cut short before the end of its properties")
+            if payload[value_pos] not in _MAPS:
+                # annotations are maps (messaging §3.2.2-§3.2.3): the router reads and rewrites
+                # message annotations, so any other value is refused here, not deep in the core
+                raise DecodeError(f"section {code:#04x} must be a map")
         stop = skip_value(payload, value_pos, end)
         if code == _HEADER:
             header, _ = decode_at(payload, start, stop)
@@ -217,16 +218,14 @@ def _peek(payload: bytes, need_to: bool, whole: bool) -> RoutingView:
             ttl = header.ttl
             priority = header.priority
             if annotations is None:
-                insert_at = stop
+                insert_at = stop - base
         elif code == _DELIVERY_ANNOTATIONS:
             if annotations is None:
-                insert_at = stop
+                insert_at = stop - base
         elif code == _MESSAGE_ANNOTATIONS:
-            annotations = (start, stop)
-            insert_at = start  # (with annotations, insert_at is where they start)
+            annotations = (start - base, stop - base)
+            insert_at = start - base  # (with annotations, insert_at is where they start)
         else:
             raise DecodeError(f"unknown message section {code:#04x}")
         pos = stop
-    if not whole:
-        raise DecodeError("no section after the annotations within the prefix")  # peek reads on
     return _view(ttl, annotations, to, expiry, created, insert_at, priority)

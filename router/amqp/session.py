@@ -28,6 +28,7 @@ from mypy_extensions import i64
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
 from .events import RemoteAttach, RemoteDetach
+from .fastpath import BYTES
 from .link import Link
 from .performatives import RECEIVER, SENDER, Attach, Begin, Detach, End, Error, Fields, Symbols
 from .serial import serial_add
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from .messaging import DeliveryState
 
 DEFAULT_WINDOW: Final = 0x7FFFFFFF  # "no session-level limit": link credit is what bounds traffic
-_LOW_BYTES: Final[tuple[bytes, ...]] = tuple(bytes((n,)) for n in range(256))  # Session.id_bytes
 
 
 class Session:
@@ -213,7 +213,7 @@ class Session:
         if high != self._id_high:
             self._id_high = high
             self._id_prefix = high.to_bytes(3, "big")
-        return self._id_prefix + _LOW_BYTES[delivery_id & 0xFF]
+        return self._id_prefix + BYTES[delivery_id & 0xFF]
 
     def link_locally_detached(self, link: Link) -> None:
         if link.state.remote is not ACTIVE:

@@ -153,9 +153,11 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
     # copied, which costs no more than making a view and pins nothing.
     payload_size = frame_end - payload_start
     if payload_size > ZERO_COPY_MIN:
-        payload: bytes | memoryview = memoryview(buf)[payload_start:frame_end]
+        payload: bytes | memoryview = session.conn.read_view(buf)[payload_start:frame_end]
+        source, offset = buf, payload_start
     else:
-        payload = buf[payload_start:frame_end]
+        source = buf[payload_start:frame_end]
+        payload, offset = source, 0
     link.in_bytes += payload_size  # (len() of a bytes | memoryview is a generic call)
     limit = link.max_message_size
     if limit and link.in_bytes > limit and link.detach_on_oversize:
@@ -168,7 +170,7 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
     session.conn.events_list().append(
         TransferReceived(
             link, delivery_id, tag, link.in_settled, more and not aborted, aborted,
-            message_format, state, rcv_settle_mode, first, payload,
+            message_format, state, rcv_settle_mode, first, payload, source, offset,
         )  # fmt: skip
     )
 

@@ -183,6 +183,8 @@ class Bounds:
         """A delivery of `size` bytes arrived complete on `inl`: the first and larger sizes count
         at once, smaller ones pull the estimate down by an eighth of the difference each."""
         hint = inl.size_hint
+        if size == hint:
+            return  # a stream of one size (checked first: the checks below cost ~400 instructions)
         new = size if size >= hint or hint == UNKNOWN else hint - ((hint - size) >> 3)
         self._set_hint(inl, new)
 

@@ -31,7 +31,7 @@ from ..amqp import errors as E
 from ..amqp.errors import DecodeError
 from ..amqp.events import TransferReceived
 from ..amqp.messaging import RELEASED, Rejected
-from ..amqp.peek import RoutingView, peek
+from ..amqp.peek import RoutingView, peek_at
 from ..amqp.performatives import RECEIVER, SND_SETTLED, Error
 from . import annotate, remote
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
@@ -93,10 +93,11 @@ class Forwarder(Waiting):
         if event.aborted:
             return
         payload = event.payload
+        size = len(payload)
         limit = self.max_message_size
         # Sizes come from the events: the engine has already read the whole batch, so its link
         # counters may describe a later delivery.
-        if limit and len(payload) > limit:
+        if limit and size > limit:
             self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             return
         entry = inl.entry
@@ -106,7 +107,7 @@ class Forwarder(Waiting):
                 self._refuse(inl, event, refusal.condition, refusal.description or "")
                 return
         try:
-            view: RoutingView | None = peek(payload, need_to=entry is None)
+            view: RoutingView | None = peek_at(event.source, event.offset, event.offset + size, entry is None)
         except DecodeError as exc:  # malformed, or a first frame cut before the end of its properties
             if entry is None or not event.more:
                 self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {exc.description}")
