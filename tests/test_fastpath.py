@@ -19,7 +19,14 @@ from router.amqp.decode import decode_at
 from router.amqp.encode import encode
 from router.amqp.errors import DecodeError
 from router.amqp.fastparse import _common_disposition, parse_disposition, parse_flow, parse_transfer
-from router.amqp.fastpath import disposition_frame, disposition_performative, frame_header, transfer_frame, transfer_middle
+from router.amqp.fastpath import (
+    disposition_frame,
+    disposition_performative,
+    frame_header,
+    transfer_frame,
+    transfer_frame_own_tag,
+    transfer_middle,
+)
 from router.amqp.framing import frame
 from router.amqp.types import Described, UInt, ULong
 
@@ -102,7 +109,8 @@ def test_every_prefix_of_a_performative_is_refused(parse: Any) -> None:
     tag=st.binary(max_size=200),
     settled=st.booleans(),
     more=st.booleans(),
-    payload=st.binary(max_size=64),
+    # small frames, and frames past the table of precomputed sizes (2,048)
+    payload=st.one_of(st.binary(max_size=64), st.integers(1900, 70000).map(lambda n: b"p" * n)),
 )
 def test_the_fast_transfer_frame_decodes_to_the_transfer_asked_for(
     channel: int, handle: int, delivery_id: int, tag: bytes, settled: bool, more: bool, payload: bytes
@@ -119,6 +127,11 @@ def test_the_fast_transfer_frame_decodes_to_the_transfer_asked_for(
     assert written[stop:] == payload
     fields = parse_transfer(written, 11, len(written))
     assert fields[:6] == (handle, delivery_id, tag, 0, settled, more) and fields[-1] == stop
+    # a delivery tagged with its own delivery-id's bytes, written from their two parts
+    own = delivery_id.to_bytes(4, "big")
+    assert transfer_frame_own_tag(
+        transfer_middle(channel, handle, 4), own[:3], own[3:], settled, more, len(payload)
+    ) == transfer_frame(transfer_middle(channel, handle, 4), delivery_id, own, settled, more, len(payload))
 
 
 @given(

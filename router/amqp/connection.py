@@ -363,7 +363,7 @@ class Connection:
         start = self._complete_cut_frame(data) if self._inbuf else 0
         consumed = self._amqp_frames(data, start)
         if consumed < len(data) and not self.failed:
-            self._inbuf += memoryview(data)[consumed:]
+            self._inbuf += self.read_view(data)[consumed:]
         if self._read_of is not None:  # the reads stay pinned by their payloads' views only
             self._read_view = self._read_of = None
 
@@ -387,9 +387,9 @@ class Connection:
                 return taken
         end = taken + int.from_bytes(pending[:4], "big") - len(pending)  # where it ends in data
         if end > len(data):
-            pending += memoryview(data)[taken:]
+            pending += self.read_view(data)[taken:]
             return len(data)
-        whole = b"".join((pending, memoryview(data)[taken:end]))
+        whole = b"".join((pending, self.read_view(data)[taken:end]))
         pending.clear()
         self._amqp_frames(whole)
         return end

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import i64, mypyc_attr
 
 from .performatives import Attach, Begin, Error, Open
 
@@ -159,7 +159,7 @@ class TransferReceived:
         first: bool,
         payload: bytes | memoryview,
         source: bytes,
-        offset: int,
+        offset: i64,
     ) -> None:
         self.link = link
         self.delivery_id = delivery_id

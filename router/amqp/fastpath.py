@@ -125,6 +125,19 @@ def transfer_frame_id(
     )
 
 
+def transfer_frame_own_tag(
+    middle: bytes, id_prefix: bytes, id_low: bytes, settled: bool, more: bool, payload_size: int
+) -> bytes:
+    """transfer_frame of a delivery whose tag is its delivery-id's four bytes (the router's
+    own deliveries), from the id's top three bytes and its last: the four bytes are never
+    joined into an object of their own (~200 instructions per message)."""
+    size = 30 + payload_size  # (26 + a four-byte tag)
+    tail = _TRANSFER_TAILS[(2 if settled else 0) + (1 if more else 0)]
+    if size < _BE32_CACHED:
+        return b"%b%b%b%b%b%b%b%b" % (_BE32[size], middle, id_prefix, id_low, _VBIN8_HEADS[4], id_prefix, id_low, tail)
+    return transfer_frame_id(middle, id_prefix + id_low, id_prefix + id_low, settled, more, payload_size)
+
+
 _VBIN8_HEADS: Final = tuple(bytes((0xA0, n)) for n in range(201))
 # Frame sizes of small transfers as their four header bytes, made once: int.to_bytes per frame
 # boxed the int, converted it and allocated the bytes (~250 instructions). 2 KiB of sizes

@@ -61,7 +61,9 @@ class FrameOutput:
             if type(out[index]) is not bytes:  # a view (`memoryview` would be a lookup by name)
                 if chunks is None:
                     chunks = []
-                if index > start:
+                if index == start + 1:  # (the usual: one frame header before a large payload)
+                    chunks.append(out[start])
+                elif index > start:
                     chunks.append(b"".join(out[start:index]))
                 chunks.append(out[index])
                 start = index + 1

@@ -287,14 +287,16 @@ class Link:
             self.credit -= 1
             self.delivery_count = (self.delivery_count + 1) & 0xFFFFFFFF  # serial (§2.8.10)
             delivery_id = session.next_delivery_id()
-            id_bytes = session.id_bytes(delivery_id)
+            own_tag = tag is None
             if tag is None:
-                tag = id_bytes
+                # its delivery-id's four bytes (written without joining them, write_transfer);
+                # kept as bytes only for the frames that follow
+                tag = session.id_bytes(delivery_id) if more else b""
             self.out_tag = tag
             first = True
         else:
             tag = self.out_tag
-            id_bytes = b""
+            own_tag = False
             first = False
         # (an if, not a conditional expression: mixing i64 and an int literal boxes, compiled)
         if more:
@@ -303,7 +305,7 @@ class Link:
             self.out_delivery = -1
         write_transfer(
             session, self, delivery_id, tag, payload, settled, more, message_format, state, first,
-            False, id_bytes,
+            False, own_tag,
         )  # fmt: skip
         return delivery_id
 

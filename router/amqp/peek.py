@@ -153,7 +153,7 @@ def peek(payload: Buffer, need_to: bool = True) -> RoutingView:
     return peek_at(data, 0, len(data), need_to)
 
 
-def peek_at(source: bytes, start: int, end: int, need_to: bool = True) -> RoutingView:
+def peek_at(source: bytes, start: i64, end: i64, need_to: bool = True) -> RoutingView:
     """peek() of the payload that is source[start:end]: a large payload is read where it
     arrived (TransferReceived.source), not through a copy. Nothing at or past `end` is read;
     the view's offsets are the payload's own."""

@@ -206,14 +206,18 @@ class Session:
         return delivery_id
 
     def id_bytes(self, delivery_id: int) -> bytes:
-        """`delivery_id` (one of this session's, 0 to 2**32 - 1) as four big-endian bytes: its
-        top three made once per 256 consecutive ids, where `int.to_bytes` per delivery boxed the
-        int, converted it and allocated (~500 instructions when compiled)."""
+        """`delivery_id` (one of this session's, 0 to 2**32 - 1) as four big-endian bytes."""
+        return self.id_prefix(delivery_id) + BYTES[delivery_id & 0xFF]
+
+    def id_prefix(self, delivery_id: int) -> bytes:
+        """The top three of `delivery_id`'s four big-endian bytes, made once per 256 consecutive
+        ids, where `int.to_bytes` per delivery boxed the int, converted it and allocated (~500
+        instructions when compiled)."""
         high = delivery_id >> 8
         if high != self._id_high:
             self._id_high = high
             self._id_prefix = high.to_bytes(3, "big")
-        return self._id_prefix + BYTES[delivery_id & 0xFF]
+        return self._id_prefix
 
     def link_locally_detached(self, link: Link) -> None:
         if link.state.remote is not ACTIVE:

@@ -28,8 +28,10 @@ from .fastpath import (
     disposition_frame,
     disposition_performative,
     flow_performative,
+    BYTES,
     frame_header,
     transfer_frame_id,
+    transfer_frame_own_tag,
     transfer_middle,
     transfer_performative,
 )
@@ -137,10 +139,10 @@ def write_transfer(
     state: DeliveryState | None,
     first: bool,
     aborted: bool = False,
-    id_bytes: bytes = b"",
+    own_tag: bool = False,
 ) -> None:
-    """One transfer of `link` (Link.send_transfer, Link.abort). `id_bytes`: the delivery-id as
-    four big-endian bytes when the caller has them."""
+    """One transfer of `link` (Link.send_transfer, Link.abort). `own_tag`: the delivery's tag
+    is its delivery-id's four big-endian bytes (`tag` is then unused)."""
     blocked = session.blocked  # None unless the peer's window ever closed: no truth test then
     if (
         message_format == 0 and state is None and not aborted
@@ -148,7 +150,7 @@ def write_transfer(
     ):  # fmt: skip
         size = len(payload)
         if size <= session.conn.remote_max_frame_size - 230:
-            n = len(tag)
+            n = 4 if own_tag else len(tag)
             if link.out_middle_tag_length != n:
                 assert link.local_handle is not None and session.channel is not None
                 link.out_middle = transfer_middle(session.channel, link.local_handle, n)
@@ -156,14 +158,19 @@ def write_transfer(
             middle = link.out_middle
             if len(middle) != 0:  # the common transfer: one concatenation, one frame
                 out = session.conn.output.buffer()
-                if len(id_bytes) == 0:  # (a truth test of bytes is a generic call)
-                    id_bytes = delivery_id.to_bytes(4, "big")
-                out.append(transfer_frame_id(middle, id_bytes, tag, settled, more, size))
+                if own_tag:
+                    out.append(transfer_frame_own_tag(
+                        middle, session.id_prefix(delivery_id), BYTES[delivery_id & 0xFF], settled, more, size
+                    ))  # fmt: skip
+                else:
+                    out.append(transfer_frame_id(middle, session.id_bytes(delivery_id), tag, settled, more, size))
                 out.append(payload)
                 session.remote_incoming_window -= 1
                 session.next_outgoing_id = (session.next_outgoing_id + 1) & 0xFFFFFFFF
                 return
     assert link.local_handle is not None and session.channel is not None
+    if own_tag:
+        tag = session.id_bytes(delivery_id)
     handle, channel = link.local_handle, session.channel
     last = transfer_performative(
         handle, delivery_id, tag, message_format, settled, more, aborted, state

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from mypy_extensions import i64
+
 from ..amqp import errors as E
 from ..amqp.errors import DecodeError
 from ..amqp.events import TransferReceived
@@ -93,7 +95,7 @@ class Forwarder(Waiting):
         if event.aborted:
             return
         payload = event.payload
-        size = len(payload)
+        size: i64 = len(payload)
         limit = self.max_message_size
         # Sizes come from the events: the engine has already read the whole batch, so its link
         # counters may describe a later delivery.
