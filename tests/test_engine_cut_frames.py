@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from router.amqp import errors as E
 from router.amqp.events import TransferReceived
 from router.amqp.performatives import Close
-from router.testing.enginepair import RawPeer, attach_pair, bodies, connected_pair
+from router.testing.enginepair import RawPeer, attach_pair, begin_pair, bodies, connected_pair
 
 from .support.engine_pairs import client_config, server_config
 
@@ -88,3 +88,63 @@ def test_a_bad_header_cut_across_reads_is_refused_at_once() -> None:
     assert _refused([too_small[:1], too_small[1:]]) == [E.FRAMING_ERROR]
     bad_offset = (64).to_bytes(4, "big") + b"\x01\x00\x00\x01"  # doff 1 < 2
     assert _refused([bad_offset[:7], bad_offset[7:], b"\x00" * 10]) == [E.FRAMING_ERROR]
+
+
+def _two_session_stream(ops: list[tuple[str, int]]) -> tuple[Any, bytes]:
+    """A fresh pair with two sessions, a link on each with credit, and the bytes its client
+    then sends for `ops`: ("send", s) a message on session s, ("end", s) s ends (nothing more
+    is sent on it)."""
+    pair, cs0, ss0 = connected_pair()
+    cs1, ss1 = begin_pair(pair)
+    senders = [attach_pair(pair, cs, ss, f"l{n}", credit=len(ops) + 1)[0] for n, (cs, ss) in enumerate([(cs0, ss0), (cs1, ss1)])]
+    ended: set[int] = set()
+    for number, (op, s) in enumerate(ops):
+        if s in ended:
+            continue
+        if op == "send":
+            senders[s].send_transfer(number.to_bytes(2, "big"), bytes([number % 251]) * 20)
+        else:
+            [cs0, cs1][s].end()
+            ended.add(s)
+    return pair, pair.client.data_to_send()
+
+
+def _handled(pair: Any, reads: list[bytes]) -> list[tuple[Any, ...]]:
+    """What the server made of `reads`: each event's kind, session channel and transfer."""
+    seen: list[tuple[Any, ...]] = []
+    for read in reads:
+        pair.server.receive_data(read, 0.0)
+        for event in pair.server.events():
+            if isinstance(event, TransferReceived):
+                seen.append(("transfer", event.link.name, event.link.session.channel, event.delivery_id, bytes(event.payload)))
+            else:
+                seen.append((type(event).__name__,))
+    assert not pair.server.failed
+    return seen
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["send", "send", "send", "end"]), st.integers(0, 1)), min_size=1, max_size=12))
+def test_frames_of_several_sessions_in_one_read_reach_their_own_sessions(ops: list[tuple[str, int]]) -> None:
+    """The frame loop remembers the session of the last channel it looked up: frames of two
+    sessions interleaved in one read, with sessions ending between them, reach their own
+    sessions, as when each frame comes in a read of its own."""
+    pair, stream = _two_session_stream(ops)
+    one_read = _handled(pair, [stream])
+    expected, ended = [], set()
+    for number, (op, s) in enumerate(ops):
+        if s in ended:
+            continue
+        if op == "end":
+            ended.add(s)
+        else:
+            expected.append((f"l{s}", bytes([number % 251]) * 20))
+    assert [(e[1], e[4]) for e in one_read if e[0] == "transfer"] == expected
+    framed_pair, same_stream = _two_session_stream(ops)
+    assert same_stream == stream  # (the engines are deterministic)
+    frames, at = [], 0
+    while at < len(stream):
+        size = int.from_bytes(stream[at : at + 4], "big")
+        frames.append(stream[at : at + size])
+        at += size
+    assert _handled(framed_pair, frames) == one_read

@@ -157,7 +157,7 @@ class Bounds:
     def over(self, conn: ConnState, extra: int) -> bool:
         """Whether `conn` holding `extra` more bytes would pass its bound or the router's."""
         return (
-            conn.buffered_bytes + extra > conn.listener.read_high_water_bytes
+            conn.buffered_bytes + extra > conn.read_high_water
             or self.buffered_total + extra > self.budget
         )
 
@@ -166,7 +166,7 @@ class Bounds:
         held = conn.buffered_bytes
         if held <= 0:
             return False  # a connection holding nothing is never paused
-        if held > conn.listener.read_high_water_bytes:
+        if held > conn.read_high_water:
             return True  # cannot happen to a peer that respects credit: a last resort
         total = self.buffered_total
         # Nearly full: the client connections holding at least the average pause (there is
@@ -209,15 +209,14 @@ class Bounds:
         fit the budget and it is not a race for free room (a producer told released would send
         again at once)."""
         conn = inl.conn
-        listener = conn.listener
-        room = listener.read_high_water_bytes
+        room = conn.read_high_water
         if inl.size_hint > 0:  # large messages: the connection's bound is shared by its links
             size = inl.size_hint
             room //= max(1, len(conn.in_links))
         elif inl.size_hint == 0:  # small messages (a budget nearly full): at most this size
             size = max(1, small_size(inl))
         else:  # not known yet: single-frame messages, the whole bound (each of a client's first
-            size = listener.max_frame_size  # links starts with its full window, as the anchors)
+            size = conn.listener.max_frame_size  # links starts with its full window, as the anchors)
         share = self.budget // max(1, len(self.connections))
         if share < room:
             room = share
@@ -251,4 +250,4 @@ class Bounds:
 def small_size(inl: InLink) -> int:
     """Message sizes at which a full window of `link_capacity` fits a quarter of the connection's
     bound: below it, credit does not depend on size."""
-    return inl.conn.listener.read_high_water_bytes // (4 * inl.capacity)
+    return inl.conn.read_high_water // (4 * inl.capacity)

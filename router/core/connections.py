@@ -191,7 +191,7 @@ class ConnState:
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery", "touch_round",
         "unsettled_out", "unsettled_limit", "stuck",
-        "tls", "policy", "_routed",
+        "tls", "policy", "_routed", "read_high_water",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -218,6 +218,10 @@ class ConnState:
         # bounded by the listener's read_high_water_bytes and shared in the router's budget
         # (router.core.bounds changes it and tells the network layer when to stop reading).
         self.buffered_bytes = 0
+        # The listener's (or connector's) bound on those bytes, copied from the frozen settings:
+        # a native int where the settings model's attribute is a generic lookup (~150
+        # instructions) on the path of every delivery that waits.
+        self.read_high_water: int = listener.read_high_water_bytes
         # Unsettled deliveries sent on this connection's consumer links, and their bound
         # (router.core.bounds): at the bound every consumer link of the connection is stuck.
         self.unsettled_out = 0

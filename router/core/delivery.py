@@ -149,6 +149,18 @@ class SessionMaps:
         self.dispositions: list[Any] | None = None
 
 
+def unpin(fwd: Forward) -> None:
+    """`fwd` is about to wait: it must not pin the reads it came in, so its frames that are views
+    of them become bytes (a new list only when one is: most small messages never were views)."""
+    frames = fwd.frames
+    if frames is None:
+        return
+    for frame in frames:
+        if type(frame) is not bytes:
+            fwd.frames = [f if type(f) is bytes else bytes(f) for f in frames]
+            return
+
+
 def forget_inbound(fwd: Forward) -> None:
     """Drop `fwd` from its producer session's map of deliveries awaiting settlement."""
     session = fwd.in_session

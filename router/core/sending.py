@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ..amqp.messaging import ACCEPTED
 from ..amqp.performatives import SND_SETTLED, SND_UNSETTLED
 from . import annotate, filtering, remote
-from .delivery import Copy, Forward, Payload, maps_of
+from .delivery import Copy, Forward, Payload, maps_of, unpin
 from .links import OutLink
 from .settlement import Settlement
 
@@ -144,8 +144,7 @@ class Sending(Settlement):
         if self.bounds.release_waiting(fwd):  # no room for its bytes
             self.unroutable(fwd)
             return
-        if fwd.frames is not None:
-            fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
+        unpin(fwd)
         if out.pending is None:
             out.pending = deque()
         out.pending.append(fwd)

@@ -26,7 +26,7 @@ from ..amqp.peek import peek
 from ..amqp.performatives import Error
 from . import annotate
 from . import filtering
-from .delivery import Copy, Forward
+from .delivery import Copy, Forward, unpin
 from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
 from .multicast import Multicast
@@ -109,8 +109,7 @@ class Waiting(Multicast):
         if self.bounds.release_waiting(fwd):  # no room for its bytes
             self.unroutable(fwd)
             return
-        if fwd.frames is not None:  # a waiting delivery must not pin the reads it came in
-            fwd.frames = [f if type(f) is bytes else bytes(f) for f in fwd.frames]
+        unpin(fwd)
         fwd.entry.pending.append(fwd)
         self._wait_bytes(fwd, +1)
         if fwd.expiry is not None:
