@@ -135,7 +135,10 @@ def transfer_frame_own_tag(
     tail = _TRANSFER_TAILS[(2 if settled else 0) + (1 if more else 0)]
     if size < _BE32_CACHED:
         return b"%b%b%b%b%b%b%b%b" % (_BE32[size], middle, id_prefix, id_low, _VBIN8_HEADS[4], id_prefix, id_low, tail)
-    return transfer_frame_id(middle, id_prefix + id_low, id_prefix + id_low, settled, more, payload_size)
+    return b"%b%b%b%b%b%b%b%b%b%b%b" % (
+        BYTES[size >> 24], BYTES[(size >> 16) & 0xFF], BYTES[(size >> 8) & 0xFF], BYTES[size & 0xFF],
+        middle, id_prefix, id_low, _VBIN8_HEADS[4], id_prefix, id_low, tail,
+    )
 
 
 _VBIN8_HEADS: Final = tuple(bytes((0xA0, n)) for n in range(201))

@@ -264,7 +264,7 @@ class Edges:
         """`entry` has a destination other than the edge whose data link is `out`."""
         if entry is None:
             return False
-        if entry.local is not None or entry.remote:
+        if entry.local is not None or entry.has_remote:
             return True
         return any(c is not out for c in entry.consumers)
 

@@ -184,7 +184,7 @@ class Forwarder(Waiting):
                         condition=E.DECODE_ERROR, description=f"malformed message annotations: {exc.description}")))
                     return
             fwd.view = view
-            if meta is None and entry.remote:  # it may leave this router: the address travels
+            if meta is None and entry.has_remote:  # it may leave this router: the address travels
                 address = inl.address
                 fwd.meta = annotate.for_client_delivery(view, address or view.to, address is not None)
         self._route(fwd)

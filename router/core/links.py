@@ -21,6 +21,7 @@ from ..amqp.types import Symbol
 from ..config.models import Listener
 from .connections import ConnState
 from .delivery import Copy, Forward
+from .fifo import Fifo
 from .table import AddressEntry
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class OutLink(LinkCounts):
         self.outstanding = 0  # sent and unsettled: the "balanced" load measure
         # Deliveries waiting for this link's credit: multicast copies, and on an inter-router
         # data link anycast deliveries too.
-        self.pending: deque[Copy | Forward] | None = None
+        self.pending: Fifo[Copy | Forward] | None = None
         self.streaming: Forward | Copy | None = None  # a multi-frame delivery being sent on it
         self.gone = False
         self.tags = 0

@@ -10,7 +10,7 @@ Must not touch: anycast choices (sending.py), waiting queues (waiting.py), readi
 
 from __future__ import annotations
 
-from collections import deque
+from .fifo import Fifo
 from typing import Any
 
 from ..amqp.messaging import ACCEPTED, RELEASED
@@ -41,9 +41,9 @@ class Multicast(Holding):
                 if alias is not None:
                     targets.extend(filtering.matching(fwd, alias.consumers) if alias.filtered else alias.consumers)
             fwd.fields = None  # read at most once: the copies are chosen
-        elif not entry.remote:
+        elif not entry.has_remote:
             mesh.dropped_invalid_origin += 1
-        if entry.remote and (meta is not None or fwd.view is not None):
+        if entry.has_remote and (meta is not None or fwd.view is not None):
             targets.extend(remote.multicast(mesh, fwd))
         if not targets:
             self.unroutable(fwd)
@@ -65,7 +65,7 @@ class Multicast(Holding):
                 self._send_copy(fwd, out, copy)
             else:
                 if out.pending is None:
-                    out.pending = deque()
+                    out.pending = Fifo()
                 if len(out.pending) >= out.capacity:  # this consumer is too far behind
                     self._copy_failed(copy)
                 else:

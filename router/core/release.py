@@ -188,7 +188,7 @@ class ConnectionEnd:
                 forwarder.reroute(entry)
             for inl in entry.producers:
                 forwarder.credit_dirty(inl)
-            if not entry.remote:
+            if not entry.has_remote:
                 table.discard_if_unused(entry)
 
     def _sweep_sent(self, state: ConnState) -> None:

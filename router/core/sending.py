@@ -14,7 +14,7 @@ Must not touch: reading frames (forwarding.py), waiting deliveries (waiting.py),
 
 from __future__ import annotations
 
-from collections import deque
+from .fifo import Fifo
 from typing import TYPE_CHECKING
 
 from ..amqp.messaging import ACCEPTED
@@ -77,10 +77,10 @@ class Sending(Settlement):
         consumers = entry.consumers
         if entry.filtered:  # only the consumers whose filters pass it (filtering.py)
             consumers = filtering.matching(fwd, consumers)
-            if not consumers and not entry.remote:
+            if not consumers and not entry.has_remote:
                 self.unroutable(fwd)  # released: no consumer here wants it
                 return
-        if entry.remote:  # (a frozenset: its truth is a generic call, made once)
+        if entry.has_remote:
             if fwd.meta is not None or fwd.view is not None:
                 self._anycast_mesh(fwd, consumers)
                 return
@@ -146,7 +146,7 @@ class Sending(Settlement):
             return
         unpin(fwd)
         if out.pending is None:
-            out.pending = deque()
+            out.pending = Fifo()
         out.pending.append(fwd)
         self._wait_bytes(fwd, +1)
 

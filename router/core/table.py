@@ -18,12 +18,12 @@ Must not touch: links' protocol state, message bytes.
 from __future__ import annotations
 
 import secrets
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..config.models import AddressConfig, RouterConfig
 from .addressing import AddressMatcher, Kind, classify
+from .fifo import Fifo
 
 if TYPE_CHECKING:
     from .delivery import Forward
@@ -55,7 +55,7 @@ class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
-        "remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
+        "_remote", "has_remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
         "bytes", "residence", "settle", "released_told", "flow_records", "remembered",
         "out_last", "out_last_count",
     )  # fmt: skip
@@ -68,7 +68,7 @@ class AddressEntry:
         self.producers: list[InLink] = []
         # Anycast deliveries that arrived while every consumer was out of credit. Bounded by the
         # producers' credit windows: a producer gets no credit beyond what is in flight.
-        self.pending: deque[Forward] = deque()
+        self.pending: Fifo[Forward] = Fifo()
         self.rr = 0
         self.dynamic = dynamic
         # An in-process endpoint (e.g. the management node) that takes every delivery here.
@@ -91,8 +91,11 @@ class AddressEntry:
         # The flow records' own address (config flow.mesh_address): its deliveries are counted
         # apart on every link while flow records are on (they are not the users' traffic).
         self.flow_records = False
-        # Other routers with consumers (mobile), the target router (R), every router (T).
-        self.remote: frozenset[str] = frozenset()
+        # Other routers with consumers (mobile), the target router (R), every router (T); and
+        # whether there are any, kept with them (a frozenset's truth is a generic call: the
+        # hot path asks has_remote).
+        self._remote: frozenset[str] = frozenset()
+        self.has_remote = False
         # Balanced anycast: unsettled deliveries of this address per inter-router link (links
         # with none are not in it), and the link counted last with its count (sent_on).
         self.remote_out: dict[OutLink, OutCount] = {}
@@ -107,8 +110,17 @@ class AddressEntry:
         self.filtered = 0
 
     @property
+    def remote(self) -> frozenset[str]:
+        return self._remote
+
+    @remote.setter
+    def remote(self, routers: frozenset[str]) -> None:
+        self._remote = routers
+        self.has_remote = len(routers) != 0
+
+    @property
     def has_destination(self) -> bool:
-        return bool(self.consumers) or self.local is not None or bool(self.remote)
+        return len(self.consumers) != 0 or self.local is not None or self.has_remote
 
     def sent_on(self, out: OutLink) -> None:
         """One more unsettled delivery of this address on data link `out`. Consecutive ones

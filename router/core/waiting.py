@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
+from .fifo import Fifo
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +90,7 @@ class Waiting(Multicast):
             self.router_dropped += 1
             return False
         fwd = Forward(None, -1, on_outcome is None, [payload], True, entry, 0)
-        if entry.remote:
+        if entry.has_remote:
             try:
                 fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
             except DecodeError:
@@ -171,7 +171,7 @@ class Waiting(Multicast):
             if out.zero_credit_since is None:
                 out.zero_credit_since = self.now
 
-    def _give_matching(self, out: OutLink, queue: deque[Forward], now: float | None) -> bool:
+    def _give_matching(self, out: OutLink, queue: Fifo[Forward], now: float | None) -> bool:
         """consumer_ready for an address with filtered consumers: `out` takes the waiting
         deliveries its filters pass, in order; the others keep their places for other consumers.
         True when nothing waiting is left for `out` (a drain can end)."""
@@ -191,7 +191,7 @@ class Waiting(Multicast):
                 continue
             out.entry.rr += 1
             self._send(fwd, out)
-        queue.extendleft(reversed(passed_over))
+        queue.push_front(passed_over)
         return not queue or len(passed_over) == len(queue)
 
     def on_flow(self, event: FlowReceived, now: float) -> None:
