@@ -66,7 +66,7 @@ class Connection:
     __slots__ = (
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_inbuf", "_read_view", "_read_of", "output", "_header_out", "_events", "_stage", "_handshake",
+        "_inbuf", "_cut_read", "_cut_at", "_read_view", "_read_of", "output", "_header_out", "_events", "_stage", "_handshake",
         "sessions_by_local", "sessions_by_remote",
         "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay",
     )  # fmt: skip
@@ -85,6 +85,9 @@ class Connection:
         self.remote_channel_max = 0
         self.remote_idle_timeout_s: float | None = None
         self._inbuf = bytearray()  # a frame cut by the end of a read (AMQP stage)
+        # Or the read that such a frame starts in, and where it starts there (_amqp_data)
+        self._cut_read: bytes | None = None
+        self._cut_at: i64 = 0
         # A view of the read being parsed, made once for all its large payloads (read_view)
         self._read_view: memoryview | None = None
         self._read_of: bytes | None = None
@@ -359,13 +362,39 @@ class Connection:
     def _amqp_data(self, data: bytes) -> None:
         """Frames are parsed straight from each read's immutable bytes, so large payloads can be
         handed on as memoryview slices without a copy. A frame cut by the end of a read waits
-        in _inbuf until the reads that complete it (`_complete_cut_frame`)."""
-        start = self._complete_cut_frame(data) if self._inbuf else 0
+        until the reads that complete it (`_complete_cut_frame`). The read itself is kept, not
+        copied, when that holds no more than a cut frame may anyway (the max-frame-size; a read
+        is 64 KiB, the default) or than four times the frame's part; else its part is copied
+        into _inbuf."""
+        if self._cut_read is not None:
+            start = self._complete_kept_frame(data)
+        elif self._inbuf:
+            start = self._complete_cut_frame(data)
+        else:
+            start = 0
         consumed = self._amqp_frames(data, start)
-        if consumed < len(data) and not self.failed:
-            self._inbuf += self.read_view(data)[consumed:]
+        n = len(data)
+        if consumed < n and not self.failed:
+            tail = n - consumed
+            if tail >= 8 and (n <= self.config.max_frame_size or tail * 4 >= n):  # (its header is whole and judged)
+                self._cut_read, self._cut_at = data, consumed
+            else:
+                self._inbuf += self.read_view(data)[consumed:]
         if self._read_of is not None:  # the reads stay pinned by their payloads' views only
             self._read_view = self._read_of = None
+
+    def _complete_kept_frame(self, data: bytes) -> int:
+        """_complete_cut_frame for a frame whose start is kept in the read it came in: one copy
+        joins its two parts (a copy into _inbuf first was a second one)."""
+        kept, at = self._cut_read, self._cut_at
+        assert kept is not None
+        self._cut_read = None
+        end = u32(kept, at) - (len(kept) - at)  # where it ends in data
+        if end > len(data):  # a frame larger than the reads: gathered in _inbuf
+            self._inbuf += memoryview(kept)[at:]
+            return self._complete_cut_frame(data)
+        self._amqp_frames(b"".join((memoryview(kept)[at:], self.read_view(data)[:end])))
+        return end
 
     def _complete_cut_frame(self, data: bytes) -> int:
         """Complete the frame cut by the end of an earlier read from the head of `data` and
@@ -504,6 +533,7 @@ class Connection:
             ProtocolViolation(condition=condition, description=description, scope="connection")
         )
         self._inbuf.clear()
+        self._cut_read = None
         if self.state.local is not CLOSED:
             self.close(_wire_error(condition, description))
         self._stage = _DONE
