@@ -17,7 +17,7 @@ mesh's peer router, a route container's link routes and auto-links); a client's 
 group's limit; a client's attach (never one of the mesh's own links, within policy's limits, a
 producer whose messages policy reads); attaches refused while the router quiesces; what our open
 offers (management adds its capability and address); and whether the router is stopping
-(`quiescing`, `shutting_down`, set by RouterCore.quiesce and shutdown).
+(`quiescing`, `shutting_down`, set by the graceful stop: stop.py).
 Collaborators (given by RouterCore): the configuration, the core's connections, the login
 throttle, Links, AutoLinks, LinkRoutes, the mesh, the policy, Touched, and the core as a
 ports.ConnectionCloser (a router that answers our open with the wrong identity).

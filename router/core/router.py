@@ -21,13 +21,12 @@ captured once at start by the network layer; 0 when `now` is wall time, as in ha
 Owns: building the units, and the surface above, each call handed to the unit that owns it:
 the per-batch dispatch (`handle`: transfers, dispositions and flows to the forwarder, every
 other event to the life cycles), a failure in the middle of a batch (release.py sweeps after
-it), timers, output blocked and reads paused, in-process endpoints and the router's own messages,
-and the graceful stop (quiesce, in_flight, shutdown).
+it), timers, output blocked and reads paused, in-process endpoints and the router's own messages.
 The rest is the units': connection and session life cycles (lifecycle.py), what may come in and
-what our open offers (admission.py: connection limit, router identities, policy), the address
-table (table.py), Links (attach.py), forwarding and settlement (forwarding.py and its layers),
-the bounds, the link routes, auto-links, a connection's release (release.py) and the mesh
-(mesh.py). Each is built with only what it uses (ports.py names what
+what our open offers (admission.py: connection limit, router identities, policy), the graceful
+stop (stop.py), the address table (table.py), Links (attach.py), forwarding and settlement
+(forwarding.py and its layers), the bounds, the link routes, auto-links, a connection's release
+(release.py) and the mesh (mesh.py). Each is built with only what it uses (ports.py names what
 units know of each other); none holds the core.
 The core calls engine commands directly; the network layer only flushes the engines it touched
 (touched.py).
@@ -39,10 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..amqp import errors as E
 from ..amqp import events as ev
 from ..amqp.connection import Connection
-from ..amqp.endpoints import CLOSED
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
 from .admission import Admission
@@ -57,6 +54,7 @@ from .linkroute import LinkRoutes
 from .mesh import Mesh
 from .policy import PolicyUnit
 from .release import ConnectionEnd
+from .stop import GracefulStop
 from .table import AddressTable, LocalEndpoint
 from .touched import Touched
 
@@ -119,11 +117,13 @@ class RouterCore:
         # middle of its input too.
         self.ending = ConnectionEnd(self.connections, self.links, self.forwarder, self.table, self.bounds, self.mesh,
                                     self.autolinks, self.link_routes, self.policy, self.touched)  # fmt: skip
-        # What may come in and what our open offers; the life cycles.
+        # What may come in and what our open offers; the life cycles; the graceful stop.
         self.admission = Admission(config, self.connections, self.logins, self.links, self.autolinks,
                                    self.link_routes, self.mesh, self.policy, self.touched, self)  # fmt: skip
         self.lifecycle = Lifecycle(self.connections, self.logins, self.admission, self.links, self.autolinks,
                                    self.link_routes, self.ending, self.touched)  # fmt: skip
+        self.graceful_stop = GracefulStop(self.connections, self.table, self.forwarder, self.links, self.link_routes,
+                                 self.admission, self.lifecycle, self.touched)  # fmt: skip
         # By listener name, for management's listener connectionsRefused and routersRefused.
         self.refused_connections = self.admission.refused_connections
         self.refused_routers = self.admission.refused_routers
@@ -296,66 +296,13 @@ class RouterCore:
         return sent
 
     def quiesce(self, now: float) -> None:
-        """The first step of a graceful stop: deliveries already in flight keep flowing to
-        consumers and their outcomes back to senders, but nothing new comes in. Every link we
-        receive on (producers', and other routers' links to us) has its credit set to 0 and never
-        gets more (ProducerCredit.quiesce); new connections are refused with
-        amqp:connection:forced and new links on existing ones with amqp:link:detach-forced (see
-        Admission.refuse_while_quiescing). The network layer waits until in_flight() is 0 or its
-        drain deadline, then calls shutdown(). Control links between routers keep their credit:
-        the mesh keeps working until this router's connections close."""
-        if self.admission.stopping:
-            return
-        self.admission.quiescing = True
-        self.forwarder.now = now
-        in_links = [inl for state in self.connections.values() if not state.closed for inl in state.in_links]
-        self.forwarder.quiesce(in_links)
-        self.link_routes.quiesce(s for s in self.connections.values() if not s.closed)
-        self.forwarder.flush()
+        """The first step of a graceful stop: nothing new comes in (router.core.stop)."""
+        self.graceful_stop.quiesce(now)
 
     def in_flight(self) -> int:
-        """Deliveries taken from a sender (a client or another router) that went on to a
-        consumer or another router and have no final outcome yet: what a graceful stop waits
-        for before closing. Deliveries still waiting for a consumer's credit are not waited for:
-        the close releases them at once, so their producers can send them elsewhere instead of
-        waiting out the grace period for a consumer that may never ask. Link-routed deliveries
-        not yet settled count too (router.core.linkroute)."""
-        taken = sum(
-            inl.inflight
-            for state in self.connections.values()
-            if not state.closed
-            for inl in state.in_links
-            if not inl.gone
-        )
-        waiting = sum(
-            1
-            for entry in self.table.entries.values()
-            for fwd in entry.pending
-            if fwd.in_link is not None and not fwd.in_link.gone and not fwd.in_link.conn.closed
-        )
-        routed = self.link_routes.in_flight(s for s in self.connections.values() if not s.closed)
-        return taken - waiting + routed
+        """Deliveries a graceful stop waits for (router.core.stop)."""
+        return self.graceful_stop.in_flight()
 
     def shutdown(self, now: float) -> None:
         """Graceful stop: release what is in flight and close every connection (forced)."""
-        self.admission.shutting_down = True
-        error = Error(condition=E.CONNECTION_FORCED, description="router shutting down")
-        states = list(self.connections.values())
-        # First every link goes (outcomes for what is in flight are batched), then those
-        # outcomes are written while every connection is still open, and only then does each
-        # connection get its close: nothing may follow a close (transport §2.4.3).
-        for state in states:
-            state.output_blocked = True  # no new deliveries go anywhere
-        # Consumers first: what they hold becomes released/modified for producers that are
-        # still linked to hear it; then everything else.
-        for state in states:
-            for out in list(state.out_links):
-                self.links.link_gone(out.link, now)
-        for state in states:
-            self.lifecycle.connection_gone(state, now)
-        self.forwarder.flush()
-        for state in states:
-            engine = state.engine
-            if engine.state.local is not CLOSED:
-                engine.close(error)
-            self.touch(engine)
+        self.graceful_stop.shutdown(now)
