@@ -7,7 +7,7 @@ such a neighbour's connection: only when nothing at all has come from it for its
 (reading that connection paused; this router itself just woke from a stop, with input still
 unread). Closing reports what was in flight on the connection at once (modified / released), where
 the idle time-out would hold it for 16 s. docs/mesh.md, "Failure behaviour".
-Must not touch: the HELLO protocol (topology/), what closing a connection does (router.py).
+Must not touch: the HELLO protocol (topology/), what closing a connection does (lifecycle.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 class ConnectionCloser(Protocol):
-    """The core, as the mesh sees it: it closes a connection after reporting what is in flight."""
+    """The core, as the mesh and Admission see it: it closes a connection after reporting what is
+    in flight (router.core.lifecycle)."""
 
     def close_connection(self, state: ConnState, error: Error, now: float) -> None: ...
 

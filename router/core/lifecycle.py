@@ -1,0 +1,147 @@
+"""Connection and session life cycles as the routing core sees them: every event of a batch that
+is not a transfer, disposition or flow (those RouterCore.handle gives the forwarder itself).
+
+    lifecycle = Lifecycle(connections, logins, admission, links, autolinks, link_routes, ending)
+    lifecycle.event(state, event, now)            # from RouterCore.handle
+    lifecycle.close_connection(state, error, now) # we close it: what is in flight reported first
+    lifecycle.connection_gone(state, now)         # every link of it gone (idempotent)
+
+Owns: which unit each of those events goes to (the open, a client's session and attach to
+Admission; attaches and detaches to Links, to the link routes when routed, to the auto-links on a
+route container's connection), a successful SASL login (the throttle forgets the peer host's
+failures), links the engine detached for a protocol violation (gone at once, not when the
+client answers), links and sessions between routers whose loss breaks the connection (it is
+closed: the connector reconnects), answering a peer's end and close, and the steps of a close:
+the connection's links gone (its in-flight deliveries reported released/modified) before our
+close goes out; its end (router.core.release) when the transport closes.
+Collaborators (given by RouterCore): the core's connections, the login throttle, Admission,
+Links, AutoLinks, LinkRoutes, ConnectionEnd, Touched.
+Must not touch: transfers, dispositions and flows (the forwarder), what each unit does with an
+event (attach.py, linkroute.py, autolinks.py, admission.py), what a close releases (release.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..amqp import errors as E
+from ..amqp import events as ev
+from ..amqp.connection import Connection
+from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
+from ..amqp.performatives import Error
+from ..amqp.sasl import LoginThrottle
+from .connections import ConnState, peer_host
+from .interrouter import detach_breaks
+from .linkrelay import RoutedLink
+
+if TYPE_CHECKING:
+    from .admission import Admission
+    from .attach import Links
+    from .autolinks import AutoLinks
+    from .linkroute import LinkRoutes
+    from .release import ConnectionEnd
+    from .touched import Touched
+
+
+class Lifecycle:
+    """See the module docstring."""
+
+    def __init__(
+        self, connections: dict[Connection, ConnState], logins: LoginThrottle, admission: Admission, links: Links,
+        autolinks: AutoLinks, link_routes: LinkRoutes, ending: ConnectionEnd, touched: Touched,
+    ) -> None:  # fmt: skip
+        self.connections = connections
+        self.logins = logins
+        self.admission = admission
+        self.links = links
+        self.autolinks = autolinks
+        self.link_routes = link_routes
+        self.ending = ending
+        self.touched = touched
+
+    def event(self, state: ConnState, event: ev.Event, now: float) -> None:
+        engine = state.engine
+        match event:
+            case ev.RemoteOpen():
+                state.opened_at = now
+                self.admission.opened(state, now)
+            case ev.Authenticated():
+                state.sasl_mechanism = event.mechanism
+                if not state.outgoing and event.mechanism != "ANONYMOUS":  # (no reset for free)
+                    self.logins.succeeded(peer_host(state.host))
+            case ev.RemoteBegin():
+                session = event.session
+                # UNINIT, not "not ACTIVE": the engine may have ended the session already (a
+                # session error read in the same batch), and it cannot begin again.
+                if session.state.local is UNINIT and engine.state.local is ACTIVE:
+                    session.begin()
+                    if state.policy is not None:
+                        self.admission.begun(state, session)
+            case ev.ProtocolViolation() if event.scope == "link" and state.policy is not None:
+                if event.condition == E.MESSAGE_SIZE_EXCEEDED:  # over the group's max_message_size
+                    state.policy.stats.message_size_denied += 1
+                # The engine detached the link: it is gone now (what it had in flight is
+                # reported), not when the client answers, so it no longer counts as a sender.
+                for inl in [inl for inl in state.in_links if inl.link.state.local is CLOSED]:
+                    self.links.link_gone(inl.link, now)
+            case ev.RemoteAttach() if type(event.link.context) is RoutedLink:
+                self.link_routes.answered(event.link)  # the far side answered a routed attach
+            case ev.RemoteDetach() if type(event.link.context) is RoutedLink:
+                self.link_routes.detached(event.link, event.closed, event.error)
+            case ev.RemoteAttach() if self.admission.quiescing and state.role in ("normal", "route-container"):
+                self.admission.refuse_while_quiescing(state, event.link)
+            case ev.RemoteAttach() if state.role == "normal":
+                self.admission.client_attach(state, event.link, now)
+            case ev.RemoteAttach():
+                self.links.attach_link(state, event.link, now)
+                if state.role == "route-container":  # perhaps the answer to an auto-link's attach
+                    self.autolinks.link_attached(event.link, now)
+            case ev.RemoteDetach() if (state.peer is not None and engine.state.local is ACTIVE
+                                       and detach_breaks(state.peer, event.link)):  # fmt: skip
+                self._broken(state, "a link between routers was detached", now)
+            case ev.RemoteEnd() if state.peer is not None and engine.state.local is ACTIVE:
+                self._broken(state, "a session between routers was ended", now)
+            case ev.RemoteDetach():
+                self.links.detach_link(event.link, event.closed, event.error, now)
+                if state.role == "route-container":
+                    self.autolinks.link_detached(event.link, event.error, now)
+            case ev.RemoteEnd():
+                self.links.session_ended(event.session, now)
+                if state.role == "route-container":
+                    self.autolinks.session_ended(event.session, now)
+                if event.session.state.local is ACTIVE and engine.state.local is ACTIVE:
+                    event.session.end()
+            case ev.RemoteClose():
+                self.connection_gone(state, now)
+                engine.close()
+            case ev.TransportClosed():
+                self.connections.pop(engine, None)
+                self.ending.release(state, now, reattach=not self.admission.stopping)
+            case ev.ProtocolViolation() if event.scope == "connection":
+                self.connection_gone(state, now)
+            case _:
+                pass
+
+    def close_connection(self, state: ConnState, error: Error, now: float) -> None:
+        """Close a connection ourselves: what is in flight on it is reported first."""
+        self.connection_gone(state, now)
+        engine = state.engine
+        if engine.state.local is not CLOSED and not engine.finished:
+            engine.close(error)
+        self.touched.touch(engine)
+
+    def _broken(self, state: ConnState, what: str, now: float) -> None:
+        """Routers keep their links and sessions for the life of the connection: one going
+        away leaves the connection half working, so it is closed (the connector reconnects)."""
+        self.close_connection(state, Error(condition=E.CONNECTION_FORCED, description=f"{what}: closing the connection"), now)
+
+    def connection_gone(self, state: ConnState, now: float) -> None:
+        """Every link of the connection is gone: report in-flight deliveries (released/modified)."""
+        if state.closed:
+            return
+        state.closed = True
+        # Every step runs even when one fails (router.core.release); the first failure is this
+        # connection's (it ends, and its release sweeps for what was left).
+        error = self.ending.links_gone(state, now, reattach=not self.admission.stopping)
+        if error is not None:
+            raise error
