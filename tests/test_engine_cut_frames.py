@@ -96,7 +96,8 @@ def _two_session_stream(ops: list[tuple[str, int]]) -> tuple[Any, bytes]:
     is sent on it)."""
     pair, cs0, ss0 = connected_pair()
     cs1, ss1 = begin_pair(pair)
-    senders = [attach_pair(pair, cs, ss, f"l{n}", credit=len(ops) + 1)[0] for n, (cs, ss) in enumerate([(cs0, ss0), (cs1, ss1)])]
+    sessions = [(cs0, ss0), (cs1, ss1)]
+    senders = [attach_pair(pair, cs, ss, f"l{n}", credit=len(ops) + 1)[0] for n, (cs, ss) in enumerate(sessions)]
     ended: set[int] = set()
     for number, (op, s) in enumerate(ops):
         if s in ended:
@@ -116,15 +117,19 @@ def _handled(pair: Any, reads: list[bytes]) -> list[tuple[Any, ...]]:
         pair.server.receive_data(read, 0.0)
         for event in pair.server.events():
             if isinstance(event, TransferReceived):
-                seen.append(("transfer", event.link.name, event.link.session.channel, event.delivery_id, bytes(event.payload)))
+                link = event.link
+                seen.append(("transfer", link.name, link.session.channel, event.delivery_id, bytes(event.payload)))
             else:
                 seen.append((type(event).__name__,))
     assert not pair.server.failed
     return seen
 
 
+SESSION_OPS = st.lists(st.tuples(st.sampled_from(["send", "send", "send", "end"]), st.integers(0, 1)), min_size=1, max_size=12)
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["send", "send", "send", "end"]), st.integers(0, 1)), min_size=1, max_size=12))
+@given(SESSION_OPS)
 def test_frames_of_several_sessions_in_one_read_reach_their_own_sessions(ops: list[tuple[str, int]]) -> None:
     """The frame loop remembers the session of the last channel it looked up: frames of two
     sessions interleaved in one read, with sessions ending between them, reach their own

@@ -70,7 +70,9 @@ def _outcome(read: Any) -> tuple[Any, ...] | str:
 
 
 @given(messages, st.binary(max_size=20), st.binary(min_size=1, max_size=40))
-def test_a_payload_peeked_where_it_arrived_reads_nothing_around_it(message: Message, before: bytes, after: bytes) -> None:
+def test_a_payload_peeked_where_it_arrived_reads_nothing_around_it(
+    message: Message, before: bytes, after: bytes
+) -> None:
     """A large payload is peeked inside the read it arrived in (peek_at): every prefix of it,
     between arbitrary bytes of other frames, gets peek's answer for the payload alone, offsets
     included; nothing past its end is read (a cut frame is refused, never routed by the bytes

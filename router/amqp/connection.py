@@ -66,7 +66,8 @@ class Connection:
     __slots__ = (
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_inbuf", "_cut_read", "_cut_at", "_read_view", "_read_of", "output", "_header_out", "_events", "_stage", "_handshake",
+        "_inbuf", "_cut_read", "_cut_at", "_read_view", "_read_of",
+        "output", "_header_out", "_events", "_stage", "_handshake",
         "sessions_by_local", "sessions_by_remote",
         "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay",
     )  # fmt: skip
@@ -375,8 +376,8 @@ class Connection:
         consumed = self._amqp_frames(data, start)
         n = len(data)
         if consumed < n and not self.failed:
-            tail = n - consumed
-            if tail >= 8 and (n <= self.config.max_frame_size or tail * 4 >= n):  # (its header is whole and judged)
+            tail = n - consumed  # (8 bytes or more: its frame header is whole, and was judged)
+            if tail >= 8 and (n <= self.config.max_frame_size or tail * 4 >= n):
                 self._cut_read, self._cut_at = data, consumed
             else:
                 self._inbuf += self.read_view(data)[consumed:]
