@@ -2,7 +2,7 @@
 into reads, the engine handles the same frames in the same order, and a bad frame header is
 refused even when it arrives a byte at a time.
 
-The engine copies only the frame a read cut (connection.py `_complete_cut_frame`), not the
+The engine copies only the frame a read cut (router/amqp/cutframe.py), not the
 read it joins; these tests hold that shortcut to the plain reading of the stream."""
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from mypy_extensions import i64
 
 from . import errors as E
 from .connctl import control
+from .cutframe import CutFrame
 from .decode import decode_at
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
 from .events import Event, ProtocolViolation, TransportClosed
@@ -66,7 +67,7 @@ class Connection:
     __slots__ = (
         "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
         "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_inbuf", "_cut_read", "_cut_at", "_read_view", "_read_of",
+        "_cut", "_read_view", "_read_of",
         "output", "_header_out", "_events", "_stage", "_handshake",
         "sessions_by_local", "sessions_by_remote",
         "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay",
@@ -85,10 +86,7 @@ class Connection:
         self.remote_max_frame_size = MIN_MAX_FRAME_SIZE  # until the peer's open (§2.4.1)
         self.remote_channel_max = 0
         self.remote_idle_timeout_s: float | None = None
-        self._inbuf = bytearray()  # a frame cut by the end of a read (AMQP stage)
-        # Or the read that such a frame starts in, and where it starts there (_amqp_data)
-        self._cut_read: bytes | None = None
-        self._cut_at: i64 = 0
+        self._cut = CutFrame(config.max_frame_size)  # a frame cut by the end of a read (AMQP stage)
         # A view of the read being parsed, made once for all its large payloads (read_view)
         self._read_view: memoryview | None = None
         self._read_of: bytes | None = None
@@ -363,68 +361,16 @@ class Connection:
     def _amqp_data(self, data: bytes) -> None:
         """Frames are parsed straight from each read's immutable bytes, so large payloads can be
         handed on as memoryview slices without a copy. A frame cut by the end of a read waits
-        until the reads that complete it (`_complete_cut_frame`). The read itself is kept, not
-        copied, when that holds no more than a cut frame may anyway (the max-frame-size; a read
-        is 64 KiB, the default) or than four times the frame's part; else its part is copied
-        into _inbuf."""
-        if self._cut_read is not None:
-            start = self._complete_kept_frame(data)
-        elif self._inbuf:
-            start = self._complete_cut_frame(data)
-        else:
-            start = 0
-        consumed = self._amqp_frames(data, start)
-        n = len(data)
-        if consumed < n and not self.failed:
-            tail = n - consumed  # (8 bytes or more: its frame header is whole, and was judged)
-            if tail >= 8 and (n <= self.config.max_frame_size or tail * 4 >= n):
-                self._cut_read, self._cut_at = data, consumed
-            else:
-                self._inbuf += self.read_view(data)[consumed:]
+        until the reads that complete it (cutframe.py)."""
+        cut = self._cut
+        start = cut.complete(self, data) if cut.waiting else 0
+        consumed = self.amqp_frames(data, start)
+        if consumed < len(data) and not self.failed:
+            cut.hold(self, data, consumed)
         if self._read_of is not None:  # the reads stay pinned by their payloads' views only
             self._read_view = self._read_of = None
 
-    def _complete_kept_frame(self, data: bytes) -> int:
-        """_complete_cut_frame for a frame whose start is kept in the read it came in: one copy
-        joins its two parts (a copy into _inbuf first was a second one)."""
-        kept, at = self._cut_read, self._cut_at
-        assert kept is not None
-        self._cut_read = None
-        end = u32(kept, at) - (len(kept) - at)  # where it ends in data
-        if end > len(data):  # a frame larger than the reads: gathered in _inbuf
-            self._inbuf += memoryview(kept)[at:]
-            return self._complete_cut_frame(data)
-        self._amqp_frames(b"".join((memoryview(kept)[at:], self.read_view(data)[:end])))
-        return end
-
-    def _complete_cut_frame(self, data: bytes) -> int:
-        """Complete the frame cut by the end of an earlier read from the head of `data` and
-        handle it; return where the rest of `data` starts (its length when the frame took it
-        all). Only the cut frame is copied: joining it with the whole read would copy every
-        read a second time, and make a large frame arriving in small reads cost the square of
-        its size."""
-        pending = self._inbuf
-        taken = 0
-        if len(pending) < 8:  # its header was cut too
-            taken = min(8 - len(pending), len(data))
-            pending += data[:taken]
-            if len(pending) < 8:
-                return taken
-            # The header is whole now, and judged as any frame's: a bad one fails the
-            # connection, an empty frame (a heartbeat) is whole already.
-            if self._amqp_frames(bytes(pending)):
-                pending.clear()
-                return taken
-        end = taken + int.from_bytes(pending[:4], "big") - len(pending)  # where it ends in data
-        if end > len(data):
-            pending += self.read_view(data)[taken:]
-            return len(data)
-        whole = b"".join((pending, self.read_view(data)[taken:end]))
-        pending.clear()
-        self._amqp_frames(whole)
-        return end
-
-    def _amqp_frames(self, buf: bytes, pos: int = 0) -> int:
+    def amqp_frames(self, buf: bytes, pos: int = 0) -> int:
         """Handle every complete frame in `buf` from `pos`; return where the unhandled rest
         starts."""
         # Offsets, sizes and codes are native ints (i64): compiled, plain machine arithmetic.
@@ -533,8 +479,7 @@ class Connection:
         self._events.append(
             ProtocolViolation(condition=condition, description=description, scope="connection")
         )
-        self._inbuf.clear()
-        self._cut_read = None
+        self._cut.clear()
         if self.state.local is not CLOSED:
             self.close(_wire_error(condition, description))
         self._stage = _DONE
