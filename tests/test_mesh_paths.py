@@ -44,7 +44,7 @@ def test_a_data_link_gone_since_a_choice_was_made_is_not_chosen(address: str) ->
     entry = h.cores["A"].table.lookup(address)
     assert entry is not None and entry.remote == {"B", "C"}
     payload = encode_message(Message.value("m", properties=Properties(to=address)))
-    fwd = Forward(None, -1, True, [payload], True, entry, 0)
+    fwd = Forward(None, -1, True, payload, len(payload), True, entry, 0)
     chosen = {remote.anycast(mesh, fwd, address == "far")[0].neighbour for _ in range(4)}  # type: ignore[index]
     assert chosen == ({"B"} if address == "far" else {"B", "C"})  # balanced: the first of equals
     # the link to B goes before the mesh hears of it (routes and links unchanged)
@@ -106,7 +106,7 @@ def test_a_choice_remembered_on_a_record_follows_the_destinations_and_the_routes
     entry = h.cores["A"].table.lookup("near")
     assert entry is not None
     payload = encode_message(Message.value("m", properties=Properties(to="near")))
-    fwd = Forward(None, -1, True, [payload], True, entry, 0)
+    fwd = Forward(None, -1, True, payload, len(payload), True, entry, 0)
     fwd.meta = meta = _transit_meta(("X",))
     assert meta.record is not None
     chosen = {remote.anycast(mesh, fwd, False)[0].neighbour for _ in range(4)}  # type: ignore[index]

@@ -35,9 +35,11 @@ class Forward:
     )  # fmt: skip
 
     def __init__(
-        self, in_link: InLink | None, in_id: int, presettled: bool, frames: list[Payload],
+        self, in_link: InLink | None, in_id: int, presettled: bool, payload: Payload, size: int,
         complete: bool, entry: AddressEntry, message_format: int,
     ) -> None:  # fmt: skip
+        """A delivery whose first frame is `payload`, of `size` bytes (its length: the caller
+        has it, where len() of a bytes-or-view is a generic call)."""
         # None once the producer is gone or settled first, or for a message the router itself
         # sends (an in-process endpoint's reply).
         self.in_link: InLink | None = in_link
@@ -46,9 +48,9 @@ class Forward:
         self.presettled = presettled
         # The frames while they may still be needed: bytes, or memoryviews of the reads they came
         # in (copied to bytes as soon as the delivery has to wait, so no read stays pinned).
-        self.frames: list[Payload] | None = frames
+        self.frames: list[Payload] | None = [payload]
         self.complete = complete
-        self.size = len(frames[0]) if len(frames) == 1 else sum(map(len, frames))  # bytes held
+        self.size = size  # bytes held
         self.arrived = self.size  # bytes received so far (for max-message-size)
         self.entry = entry
         self.out: OutLink | None = None  # anycast: the consumer link it went to

@@ -134,7 +134,7 @@ class Forwarder(Waiting):
                 return
             entry = self._lookup(inl, to)
         settled = event.settled
-        fwd = Forward(inl, event.delivery_id, settled, [payload], not event.more,
+        fwd = Forward(inl, event.delivery_id, settled, payload, size, not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
         if self.flow_on:
             self.flow_arrived(inl, fwd, len(payload), now, meta.flow_trace if meta is not None else None)

@@ -89,7 +89,7 @@ class Waiting(Multicast):
         if entry is None or not entry.has_destination:
             self.router_dropped += 1
             return False
-        fwd = Forward(None, -1, on_outcome is None, [payload], True, entry, 0)
+        fwd = Forward(None, -1, on_outcome is None, payload, len(payload), True, entry, 0)
         if entry.has_remote:
             try:
                 fwd.meta = annotate.for_client_delivery(peek(payload), to, True)
