@@ -272,6 +272,10 @@ class Connection:
             self._read_of = buf
         return self._read_view
 
+    def view_made(self, buf: bytes) -> memoryview | None:
+        """read_view's memoryview of `buf` if one was made, else None (nothing is made)."""
+        return self._read_view if self._read_of is buf else None
+
     def events_list(self) -> list[Event]:
         """The pending events, for the hot path to append to without a call per event."""
         return self._events

@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 
 
 class CutFrame:
-    __slots__ = ("pending", "kept", "kept_at", "max_frame_size")
+    __slots__ = ("pending", "kept", "kept_at", "kept_view", "max_frame_size")
 
     def __init__(self, max_frame_size: int) -> None:
         self.pending = bytearray()  # the frame's bytes so far, copied
         self.kept: bytes | None = None  # or the read it starts in, and where it starts there
         self.kept_at: i64 = 0
+        self.kept_view: memoryview | None = None  # the read's view, when its payloads made one
         self.max_frame_size = max_frame_size
 
     @property
@@ -42,12 +43,13 @@ class CutFrame:
         tail = n - at  # (8 bytes or more: its frame header is whole, and was judged)
         if tail >= 8 and (n <= self.max_frame_size or tail * 4 >= n):
             self.kept, self.kept_at = data, at
+            self.kept_view = conn.view_made(data)
         else:
             self.pending += conn.read_view(data)[at:]
 
     def clear(self) -> None:
         self.pending.clear()
-        self.kept = None
+        self.kept = self.kept_view = None
 
     def complete(self, conn: Connection, data: bytes) -> int:
         """Complete the frame from the head of `data` and have the connection handle it; return
@@ -56,12 +58,13 @@ class CutFrame:
         if kept is None:
             return self._complete_pending(conn, data)
         at = self.kept_at
-        self.kept = None
+        view = self.kept_view if self.kept_view is not None else memoryview(kept)
+        self.kept = self.kept_view = None
         end = u32(kept, at) - (len(kept) - at)  # where it ends in data
         if end > len(data):  # a frame larger than the reads: gathered in `pending`
-            self.pending += memoryview(kept)[at:]
+            self.pending += view[at:]
             return self._complete_pending(conn, data)
-        conn.amqp_frames(b"".join((memoryview(kept)[at:], conn.read_view(data)[:end])))
+        conn.amqp_frames(b"".join((view[at:], conn.read_view(data)[:end])))
         return end
 
     def _complete_pending(self, conn: Connection, data: bytes) -> int:
