@@ -10,12 +10,12 @@ Must not touch: anycast choices (sending.py), waiting queues (waiting.py), readi
 
 from __future__ import annotations
 
-from .fifo import Fifo
 from typing import Any
 
 from ..amqp.messaging import ACCEPTED, RELEASED
 from . import filtering, remote
 from .delivery import Copy, Forward, maps_of
+from .fifo import Fifo
 from .links import OutLink
 from .holding import Holding
 

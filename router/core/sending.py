@@ -14,13 +14,13 @@ Must not touch: reading frames (forwarding.py), waiting deliveries (waiting.py),
 
 from __future__ import annotations
 
-from .fifo import Fifo
 from typing import TYPE_CHECKING
 
 from ..amqp.messaging import ACCEPTED
 from ..amqp.performatives import SND_SETTLED, SND_UNSETTLED
 from . import annotate, filtering, remote
 from .delivery import Copy, Forward, Payload, maps_of, unpin
+from .fifo import Fifo
 from .links import OutLink
 from .settlement import Settlement
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from .fifo import Fifo
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from ..amqp.performatives import Error
 from . import annotate
 from . import filtering
 from .delivery import Copy, Forward, unpin
+from .fifo import Fifo
 from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
 from .multicast import Multicast
