@@ -135,10 +135,8 @@ def transfer_frame_own_tag(
     tail = _TRANSFER_TAILS[(2 if settled else 0) + (1 if more else 0)]
     if size < _BE32_CACHED:
         return b"%b%b%b%b%b%b%b%b" % (_BE32[size], middle, id_prefix, id_low, _VBIN8_HEADS[4], id_prefix, id_low, tail)
-    return b"%b%b%b%b%b%b%b%b%b%b%b" % (
-        BYTES[size >> 24], BYTES[(size >> 16) & 0xFF], BYTES[(size >> 8) & 0xFF], BYTES[size & 0xFF],
-        middle, id_prefix, id_low, _VBIN8_HEADS[4], id_prefix, id_low, tail,
-    )
+    own = id_prefix + id_low  # (one join is nothing beside a payload of 2 KiB or more)
+    return transfer_frame_id(middle, own, own, settled, more, payload_size)
 
 
 _VBIN8_HEADS: Final = tuple(bytes((0xA0, n)) for n in range(201))

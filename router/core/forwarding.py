@@ -137,7 +137,7 @@ class Forwarder(Waiting):
         fwd = Forward(inl, event.delivery_id, settled, payload, size, not event.more,
                       entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
         if self.flow_on:
-            self.flow_arrived(inl, fwd, len(payload), now, meta.flow_trace if meta is not None else None)
+            self.flow_arrived(inl, fwd, size, now, meta.flow_trace if meta is not None else None)
         if fwd.size > inl.size_watch and not event.more:  # a large message: credit by bytes (bounds.py)
             self.bounds.observe(inl, fwd.size)
         inl.inflight += 1

@@ -382,7 +382,7 @@ class AddressTable:
         """Remove an unused entry; on an interior router a mobile address other routers
         advertise keeps its entry (as the anchors' table: every router lists every one)."""
         if entry.unused and self.entries.get(entry.key) is entry:
-            if self.keep_advertised and entry.remote and entry.key[0] == "M":
+            if self.keep_advertised and entry.has_remote and entry.key[0] == "M":
                 return
             del self.entries[entry.key]
             self.version += 1
