@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Model, Name
+from .base import Model, Name, require_one_of
 
 # unavailable: attaches are refused (amqp:not-found) and anonymous sends rejected, as the anchors do
 Distribution = Literal["closest", "balanced", "multicast", "unavailable"]
@@ -42,8 +42,7 @@ class AddressConfig(Model):
 
     @model_validator(mode="after")
     def _prefix_xor_pattern(self) -> AddressConfig:
-        if (self.prefix is None) == (self.pattern is None):
-            raise ValueError("give exactly one of prefix or pattern")
+        require_one_of(self, "prefix", "pattern")
         return self
 
 
@@ -56,8 +55,7 @@ class RouteContainerRef(Model):
 
     @model_validator(mode="after")
     def _one_container(self) -> RouteContainerRef:
-        if (self.connection is None) == (self.container_id is None):
-            raise ValueError("give exactly one of connection or container_id")
+        require_one_of(self, "connection", "container_id")
         return self
 
 
@@ -112,8 +110,7 @@ class LinkRouteConfig(RouteContainerRef):
 
     @model_validator(mode="after")
     def _one_address(self) -> LinkRouteConfig:
-        if (self.prefix is None) == (self.pattern is None):
-            raise ValueError("give exactly one of prefix or pattern")
+        require_one_of(self, "prefix", "pattern")
         return self
 
     @property
