@@ -52,7 +52,6 @@ class EdgeMesh(Protocol):
     links: dict[str, OutLink]
     paths: Paths
     last_change: float | None
-    replaced_connections: int
     malformed_control: int
     topology_config: TopologyConfig
     routing: Routing
@@ -82,6 +81,7 @@ class Edges:
         self.seq = 0  # edge: EDGE-ADDRESSES sent
         self.dirty = False  # edge: the address set must be sent
         self.failovers = 0
+        self.replaced = 0  # connections closed for a newer one with the same router
         # Edge: what each uplink says has destinations in the mesh besides this edge
         # (MESH-ADDRESSES), the seq of its last message, uplinks asked for the whole set again.
         self.mesh_addresses: dict[str, set[str]] = {}
@@ -106,7 +106,7 @@ class Edges:
         table = self.uplinks if self.mesh.edge else self.edges
         existing = table.pop(peer_id, None)
         if existing is not None and existing.conn is not state:  # a reconnect: the newer wins
-            self.mesh.replaced_connections += 1
+            self.replaced += 1
             if not self.mesh.edge:
                 self._set_addresses(existing, set())  # its link consumes nothing any more
             error = Error(condition=E.CONNECTION_FORCED, description=f"a newer connection with {peer_id} replaced it")
