@@ -26,9 +26,9 @@ from ..amqp.performatives import Error
 from ..amqp.session import Session
 from .connections import ConnState
 from .filtering import capabilities
+from .grant import message_size_limit
 from .linkrelay import RoutedLink
 from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
-from .policy import message_size_limit
 from .table import KEEP_GONE_MAX, AddressEntry, AddressTable
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ class Links:
         elif target is not None:  # an anonymous target: the relay, routed per message
             answer = honoured_target(None)
         # The router's limit rejects an oversize delivery (as the anchors do); a policy group's
-        # detaches the link with message-size-exceeded (router.core.policy).
+        # detaches the link with message-size-exceeded (router.core.grant).
         limit, link.detach_on_oversize = message_size_limit(conn.policy, self.max_message_size)
         if not link.answer(source=link.remote_source, target=answer, max_message_size=limit):
             if entry is not None:  # refused: the echo would not fit the peer's max-frame-size

@@ -252,7 +252,7 @@ class ConnState:
         self.strip_out = strip in ("out", "both")
         # The TLS session (protocol, cipher: router.net.tls.TlsInfo), given by the network layer; None if plain.
         self.tls: Any = None
-        # What policy granted this client connection at its open (router.core.policy.Grant);
+        # What policy granted this client connection at its open (router.core.grant.Grant);
         # None when policy is off, and on connections between routers.
         self.policy: Any = None
 

@@ -5,7 +5,7 @@ the attach property marking a routed attach between routers, the anchors' dynami
 naming a dynamic terminus's route), Route (a configured route, the route-container connections
 serving it, address rewriting both ways), RemoteRoute (a route other routers advertise), and
 reading an attach's routing address and passing its termini and properties on.
-Must not touch: pairs and their life cycle (router.core.linkroute), the relay (linkrelay.py).
+Must not touch: pairs and their life cycle (router.core.linkpairs), the relay (linkrelay.py).
 """
 
 from __future__ import annotations

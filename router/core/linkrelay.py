@@ -12,7 +12,8 @@ Owns: RoutedLink and RoutedDelivery (the records), the per-session maps of route
 giving every delivery still unsettled when a pair breaks an outcome its sender can act on
 (transport §2.6.12: a delivery the router holds because credit shrank is released; one that went
 on towards the container is modified, delivery-failed: it may or may not have arrived).
-Must not touch: attach matching and the pair's life cycle (router.core.linkroute), other links.
+Must not touch: attach matching (router.core.linkroute) and the pair's life cycle
+(router.core.linkpairs), other links.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class RoutedLink:
 class Relay:
     """The per-message half of link routing; see the module docstring."""
 
-    # LinkRoutes.fail_pair, set by LinkRoutes: a pair that cannot go on (what one side sent
+    # LinkPairs.fail_pair, set by LinkRoutes: a pair that cannot go on (what one side sent
     # cannot be written to the other) is detached on both sides with the error.
     fail_pair: Callable[[RoutedLink, Error], None]
 
@@ -169,7 +170,7 @@ class Relay:
         ctx: RoutedLink = event.link.context
         other = ctx.peer
         if other is None or other.gone or not other.link.locally_attached or not alive(other.link):
-            return  # not paired yet: the pair's set-up reads the credit (linkroute.py)
+            return  # not paired yet: the pair's set-up reads the credit (linkpairs.py)
         link = event.link
         if link.is_sender:  # the receiver's credit or drain: to the sender's side
             self.flush_held(ctx)

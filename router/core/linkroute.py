@@ -16,32 +16,28 @@ attach between routers carries the attach property `mesh.link-route`.
 
 Owns: the configured routes and their matching (router.core.addressing; what a route is, the
 reserved forms and address rewriting are linkmatch.py), which route-container
-connections serve which route, the routes other routers advertise, choosing where an attach
-goes, rewriting the termini for the container (del_external_prefix, then add_external_prefix;
-undone in the answer), answering or refusing the client's attach, and tearing pairs down (a detach is
-relayed with its error; a lost connection detaches the other side with amqp:not-found naming
-what was lost, after the outcomes of what was in flight: linkrelay.fail_unsettled).
-Collaborators (given by RouterCore): the mesh (its node, routes and peers), Touched, the router id.
+connections serve which route and advertising it to the mesh, the routes other routers
+advertise, choosing where an attach goes or refusing it. The pair's life from there (the attach
+passed on and answered, its teardown, a graceful stop's part) is linkpairs.py's, what it relays
+linkrelay.py's; LinkRoutes is their surface for the other units.
+Collaborators (given by RouterCore): the mesh (its node, routes and peers), Touched (for the pairs
+and the relay), the router id.
 Must not touch: message bytes, other links, the topology protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..amqp import errors as E
-from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
-from ..amqp.errors import LocalUsageError
 from ..amqp.link import Link
 from ..amqp.performatives import Error
-from ..amqp.session import Session
 from ..config.models import LinkRouteConfig
 from .addressing import AddressMatcher
 from .connections import ConnState
-from .linkmatch import (
-    MARK, ROUTED_PROPERTY, NoPath, RemoteRoute, Route, passed_properties, rewrite, routing_address,
-)  # fmt: skip
+from .linkmatch import MARK, ROUTED_PROPERTY, NoPath, RemoteRoute, Route, routing_address
+from .linkpairs import LinkPairs, refuse
 from .linkrelay import Relay, RoutedLink
 
 __all__ = ["MARK", "LinkRoutes", "Route"]
@@ -54,47 +50,19 @@ if TYPE_CHECKING:
 class LinkRoutes:
     def __init__(self, routes: tuple[LinkRouteConfig, ...], mesh: Mesh, touched: Touched, *, router_id: str) -> None:
         self.mesh = mesh
-        self.touched = touched
         self.router_id = router_id
-        self.relay = Relay(touched)
-        self.relay.fail_pair = self.fail_pair
         self.routes: dict[str, Route] = {}
         self._local: dict[str, AddressMatcher[Route]] = {"in": AddressMatcher(), "out": AddressMatcher()}
         self._remote: dict[str, AddressMatcher[RemoteRoute]] = {"in": AddressMatcher(), "out": AddressMatcher()}
         self.remote_routes: dict[str, RemoteRoute] = {}
         self._advertised: dict[str, int] = {}  # key -> routes with a container here
         self.containers: list[ConnState] = []  # open route-container connections
-        self._sessions: dict[ConnState, Session] = {}  # our session for routed links on a connection
-        self.pairs: set[RoutedLink] = set()  # the clients' sides of routed pairs (management)
+        self.relay = Relay(touched)
+        self.link_pairs = LinkPairs(self.routes, self.relay, touched)
+        self.relay.fail_pair = self.link_pairs.fail_pair
+        self.pairs: set[RoutedLink] = self.link_pairs.pairs  # the clients' sides of routed pairs (management)
         for config in routes:
             self.add(config)
-
-    # --- a graceful stop -------------------------------------------------------------------------------
-
-    def quiesce(self, connections: Iterable[ConnState]) -> None:
-        """A graceful stop begins: the links on which clients (and routers on the way) send
-        through a route get their credit set to 0 and no more (as RouterCore.quiesce does for
-        other links); what is in flight finishes."""
-        self.relay.quiescing = True
-        for conn in connections:
-            for ctx in conn.routed:
-                link = ctx.link
-                if not ctx.towards_container and not link.is_sender and link.locally_attached and not ctx.gone:
-                    session = link.session
-                    if session.state.local is ACTIVE and session.conn.state.local is ACTIVE and not session.conn.finished:
-                        link.flow(0)
-                        self.touched.touch(conn.engine)
-
-    def in_flight(self, connections: Iterable[ConnState]) -> int:
-        """Routed deliveries taken from a sender and not yet settled (both ways)."""
-        seen: dict[int, int] = {}
-        for conn in connections:
-            for ctx in conn.routed:
-                maps = ctx.link.session.context
-                routed = getattr(maps, "routed", None)
-                if routed is not None:
-                    seen[id(routed)] = len(routed.received)
-        return sum(seen.values())
 
     # --- configuration ------------------------------------------------------------------------------
 
@@ -134,7 +102,7 @@ class LinkRoutes:
                 self._serve(route, conn)
 
     def connection_gone(self, conn: ConnState) -> None:
-        self._sessions.pop(conn, None)
+        self.link_pairs.connection_gone(conn)
         if conn in self.containers:
             self.containers.remove(conn)
             for route in self.routes.values():
@@ -192,29 +160,29 @@ class LinkRoutes:
         address, terminus = routing_address(link)
         if address is None:
             if from_router:
-                _refuse(link, E.INVALID_FIELD, "a routed attach between routers names no address")
+                refuse(link, E.INVALID_FIELD, "a routed attach between routers names no address")
                 return True
             return False
         if address.startswith(MARK):
-            _refuse(link, E.INVALID_FIELD, "this address is reserved for the router's link routes")
+            refuse(link, E.INVALID_FIELD, "this address is reserved for the router's link routes")
             return True
         direction = "out" if link.is_sender else "in"
         found = self._find(address, direction, conn)
         if found is None:
             if from_router:
-                _refuse(link, E.NOT_FOUND, f"no link route for {address} at router {self.router_id}")
+                refuse(link, E.NOT_FOUND, f"no link route for {address} at router {self.router_id}")
                 return True
             return False
         if isinstance(found, NoPath):
-            _refuse(link, E.NOT_FOUND, found.description)
+            refuse(link, E.NOT_FOUND, found.description)
             return True
         far, route = found
         limit = far.listener.max_links_per_connection
         if far.peer is None and far.link_count >= limit:  # the container's connection has its bound too
-            _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
-                    f"link limit ({limit}) reached on the route container's connection for {address}")  # fmt: skip
+            refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
+                   f"link limit ({limit}) reached on the route container's connection for {address}")  # fmt: skip
             return True
-        self._pass_on(conn, link, far, route, address)
+        self.link_pairs.pass_on(conn, link, far, route, address)
         return True
 
     def _find(self, address: str, direction: str, came_from: ConnState) -> tuple[ConnState, Route | None] | NoPath | None:
@@ -237,139 +205,24 @@ class LinkRoutes:
             return NoPath(f"no route container is connected for {address} (link route {name}, direction {direction})")
         return None
 
-    def _session(self, conn: ConnState) -> Session:
-        session = self._sessions.get(conn)
-        if session is None or session.state.local is not ACTIVE or session.state.remote is CLOSED:
-            session = self._sessions[conn] = conn.engine.begin_session()
-        return session
-
-    def _pass_on(self, conn: ConnState, link: Link, far: ConnState, route: Route | None, address: str) -> None:
-        remote = link.remote_attach
-        assert remote is not None
-        source, target = remote.source, remote.target
-        if route is not None:  # to the container itself: its own names
-            source, target = rewrite(source, route.outward), rewrite(target, route.outward)
-        mine = RoutedLink(link, conn, route.name if route is not None else "", address, False)
-        link.context = mine
-        conn.routed.add(mine)
-        self.pairs.add(mine)
-        try:
-            session = self._session(far)
-            name, n = link.name, 1
-            while (name, not link.role) in session.links_by_name:
-                n += 1
-                name = f"{link.name}#{n}"
-            attach = session.attach_receiver if link.is_sender else session.attach_sender
-            other = attach(name, source=source, target=target, snd_settle_mode=remote.snd_settle_mode,
-                           rcv_settle_mode=remote.rcv_settle_mode, max_message_size=remote.max_message_size,
-                           offered_capabilities=remote.offered_capabilities,
-                           desired_capabilities=remote.desired_capabilities,
-                           properties=passed_properties(remote.properties, routed=far.peer is not None))  # fmt: skip
-        except LocalUsageError as exc:
-            self._forget(mine)
-            link.context = None
-            _refuse(link, E.RESOURCE_LIMIT_EXCEEDED, f"cannot pass the attach on to the route container: {exc}")
-            return
-        theirs = RoutedLink(other, far, mine.route, address, True)
-        other.context = theirs
-        far.routed.add(theirs)
-        mine.peer, theirs.peer = theirs, mine
-        self.touched.touch(far.engine)
+    # --- what the pairs do (linkpairs.py) ------------------------------------------------------------
 
     def answered(self, link: Link) -> None:
-        """The far side answered the attach we passed on: answer the client's (or the previous
-        router's) with what it says, and let credit given meanwhile through."""
-        theirs: RoutedLink = link.context
-        mine = theirs.peer
-        remote = link.remote_attach
-        if mine is None or mine.gone or remote is None or mine.link.state.local is not UNINIT:
-            return
-        route = self.routes.get(mine.route)  # (None on a router on the way: "" names no route)
-        source, target = remote.source, remote.target
-        if route is not None:  # the container's names: undo the rewriting
-            source, target = rewrite(source, route.inward), rewrite(target, route.inward)
-        answer: dict[str, Any] = dict(source=source, target=target, snd_settle_mode=remote.snd_settle_mode,
-                                      rcv_settle_mode=remote.rcv_settle_mode, max_message_size=remote.max_message_size,
-                                      offered_capabilities=remote.offered_capabilities,
-                                      desired_capabilities=remote.desired_capabilities,
-                                      properties=passed_properties(remote.properties, routed=mine.conn.peer is not None))  # fmt: skip
-        if mine.link.is_sender:
-            answer["initial_delivery_count"] = 0
-        ok = mine.link.answer(**answer)
-        self.touched.touch(mine.conn.engine)
-        if not ok:  # our answer could not be sent (frame size): the client's link is refused
-            self._break(theirs, mine, Error(condition=E.FRAME_SIZE_TOO_SMALL, description="routed attach too large"))
-            return
-        if mine.link.is_sender and (mine.link.credit > 0 or mine.link.drain):
-            self.relay.pass_credit(mine)  # a receiving client gave credit before the answer came
+        """The far side answered the attach we passed on."""
+        self.link_pairs.answered(link)
 
     def detached(self, link: Link, closed: bool, error: Error | None) -> None:
-        """One side detached: the other side is detached with its error (outcomes first)."""
-        ctx: RoutedLink = link.context
-        other = ctx.peer
-        if not ctx.gone:
-            self.relay.fail_unsettled(ctx)
-            self._forget(ctx)
-        if other is not None and not other.gone:
-            self._forget(other)
-            _detach(other.link, closed, error)
-            self.touched.touch(other.conn.engine)
-        _detach(link, closed, None)
-        self.touched.touch(link.session.conn)
+        """One side of a pair detached."""
+        self.link_pairs.detached(link, closed, error)
 
     def link_gone(self, link: Link) -> None:
         """A routed link's session ended or its connection is over, without a detach."""
-        ctx: RoutedLink = link.context
-        if ctx.gone:
-            return
-        other = ctx.peer
-        if ctx.towards_container:
-            where = "route container" if ctx.conn.peer is None else f"next router ({ctx.conn.peer.id})"
-            error = Error(condition=E.NOT_FOUND,
-                          description=f"routed link lost: the connection to the {where} for {ctx.address} closed")  # fmt: skip
-        else:
-            error = None  # the client is gone: the container sees the link closed
-        if other is not None:
-            self._break(ctx, other, error)
-        else:
-            self._forget(ctx)
+        self.link_pairs.link_gone(link)
 
-    def fail_pair(self, ctx: RoutedLink, error: Error) -> None:
-        """Detach both sides of `ctx`'s pair with `error` (outcomes first)."""
-        other = ctx.peer
-        if ctx.gone:
-            return
-        self.relay.fail_unsettled(ctx)
-        self._forget(ctx)
-        _detach(ctx.link, True, error)
-        self.touched.touch(ctx.conn.engine)
-        if other is not None and not other.gone:
-            self._forget(other)
-            _detach(other.link, True, error)
-            self.touched.touch(other.conn.engine)
+    def quiesce(self, connections: Iterable[ConnState]) -> None:
+        """A graceful stop begins: routed links we receive on get no more credit."""
+        self.link_pairs.quiesce(connections)
 
-    def _break(self, lost: RoutedLink, other: RoutedLink, error: Error | None) -> None:
-        self.relay.fail_unsettled(lost)
-        self._forget(lost)
-        if not other.gone:
-            self._forget(other)
-            _detach(other.link, True, error)
-            self.touched.touch(other.conn.engine)
-
-    def _forget(self, ctx: RoutedLink) -> None:
-        ctx.gone = True
-        ctx.conn.routed.discard(ctx)
-        self.pairs.discard(ctx)
-
-
-def _detach(link: Link, closed: bool, error: Error | None) -> None:
-    session = link.session
-    if link.state.local is CLOSED or session.state.local is not ACTIVE or session.conn.state.local is not ACTIVE:
-        return
-    if session.conn.finished:
-        return
-    link.detach(closed=closed, error=error)
-
-
-def _refuse(link: Link, condition: str, description: str) -> None:
-    link.reject(Error(condition=condition, description=description))
+    def in_flight(self, connections: Iterable[ConnState]) -> int:
+        """Routed deliveries taken from a sender and not yet settled (both ways)."""
+        return self.link_pairs.in_flight(connections)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections import deque
 
     from .annotate import Seen
-    from .policy import Grant
+    from .grant import Grant
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
 
@@ -86,7 +86,7 @@ class InLink(LinkCounts):
         self.peer = peer
         # On such a link: the router annotations read lately, by their bytes (annotate.Seen).
         self.seen: Seen | None = None
-        # A client's link whose messages policy looks at (router.core.policy.Grant.check: the
+        # A client's link whose messages policy looks at (router.core.grant.Grant.check: the
         # user-id, an anonymous link's targets); None, the usual case, costs one test per message.
         self.policy: Grant | None = None
         # An anonymous or inter-router link: the entry its last delivery's address led to, while

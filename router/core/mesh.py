@@ -2,12 +2,10 @@
 applies what it computes to the address table.
 
 Owns: the node of an interior router (created at the first call that brings the time, its instance = that time in
-milliseconds unless given), the peers (one active inter-router connection per neighbour router:
-a second connection claiming a live router's id is refused, a deterministic choice when two
-come up at once; a neighbour silent for its dead interval, sending nothing at all, has its
-connection closed), control messages in and out (an amqp-value map body
-from topology.messages plus the application property `opcode`, sent presettled on the control
-links, queued while a link has no credit), when to tick the node, and applying its events:
+milliseconds unless given), when to tick the node, handing it the neighbours that come and go
+(which connection is a neighbour's: peering.py; a neighbour silent for its dead interval,
+sending nothing at all, has its connection closed: liveness.py) and the control messages that
+arrive (on the wire: meshcontrol.py), sending its messages, and applying its events:
 RoutesChanged -> the routes forwarding reads and the destinations of `_topo` addresses;
 AddressesChanged -> the remote routers of mobile addresses. Producers gain or lose credit when
 an address gains its first or loses its last destination anywhere; deliveries waiting for a
@@ -24,25 +22,22 @@ from typing import TYPE_CHECKING
 
 from topology.config import TopologyConfig
 from topology.events import AddressesChanged, NeighbourSilent, RoutesChanged, TopologyEvent
-from topology.messages import ControlMessage, MalformedMessage, Unsupported, from_map, to_map
 from topology.node import TopologyNode
 from topology.routes import Routes, compute_routes
 
-from ..amqp import errors as E
 from ..amqp.errors import DecodeError
 from ..amqp.events import FlowReceived, TransferReceived
 from ..amqp.link import Link
-from ..amqp.message import Message, decode_message, encode_message
-from ..amqp.messaging import ACCEPTED
-from ..amqp.performatives import Error
 from ..config.models import RouterConfig
 from .connections import ConnState
 from .edge import Edges
-from .interrouter import ControlIn, ControlOut, Peer, answer_attach, attach_links, top_up_control
-from .links import OutLink, alive
+from .interrouter import ControlIn, Peer, answer_attach
+from .links import OutLink
 from .liveness import Liveness
+from .meshcontrol import ControlChannel, decode_control, encode_control
 from .meshread import MeshReadApi
 from .paths import Paths
+from .peering import Peering
 from .table import AddressEntry, AddressTable
 
 if TYPE_CHECKING:
@@ -50,20 +45,6 @@ if TYPE_CHECKING:
     from .touched import Touched
 
 LINK_ROUTE_MARK = "\x00lr/"  # the advertised addresses of link routes (router.core.linkroute.MARK)
-CONTROL_QUEUE_MAX = 4096  # control messages waiting for credit per peer (oldest dropped first)
-CONTROL_MESSAGE_MAX = 16 << 20  # a longer control message closes the connection
-
-
-def encode_control(message: ControlMessage) -> bytes:
-    return encode_message(Message.value(to_map(message), application_properties={"opcode": message.OPCODE}))
-
-
-def decode_control(payload: bytes) -> ControlMessage | Unsupported:
-    try:
-        body = decode_message(payload).body_value
-    except TypeError as exc:
-        raise MalformedMessage("a control message body is one amqp-value section") from exc
-    return from_map(body)
 
 
 class Mesh(MeshReadApi):
@@ -93,20 +74,21 @@ class Mesh(MeshReadApi):
         self._instance = instance
         self.node: TopologyNode | None = None
         self.routes: Routes = compute_routes({}, self.me)
-        self.peers: dict[str, Peer] = {}  # neighbour id -> its active connection
-        self.links: dict[str, OutLink] = {}  # neighbour id -> our data link to it (default priority)
-        # (our data links to a neighbour by priority band: paths.bands, read by remote.on_band)
-        self.priority_bands = config.router.priority_bands
         # Path choices under these routes and links (remote.py): cleared when links change.
         self.paths = Paths(table)
+        self.peering = Peering(self.me, self.paths, closer)
+        self.peers: dict[str, Peer] = self.peering.peers  # neighbour id -> its active connection
+        # Our data link to each neighbour (default priority; by band: paths.bands, read by
+        # remote.on_band). An edge router's Edges replace it with their active uplink's.
+        self.links: dict[str, OutLink] = self.peering.links
+        self.priority_bands = config.router.priority_bands
+        self.control = ControlChannel(touched, closer)
         self.dirty = False  # an input since the last service(): tick the node at once
         self.deadline = math.inf
-        # Counters (management, tests).
+        # Counters (management, tests); the peers' are peering's and edges'.
         self.dropped_loop = 0  # deliveries whose trace shows a loop or is longer than radius + 1
         self.dropped_invalid_origin = 0  # multicast copies not delivered here (duplicate path)
         self.malformed_control = 0
-        self.replaced_connections = 0
-        self.refused_duplicates = 0  # connections claiming the id of a connected, live router
         self.events: list[TopologyEvent] = []  # the node's events, newest last (bounded)
         self.last_change: float | None = None  # when routes last changed (monotonic `now`)
         self.edges = Edges(self, table, closer)
@@ -183,54 +165,17 @@ class Mesh(MeshReadApi):
 
     def peer_opened(self, state: ConnState, cost: int, now: float) -> None:
         """Both opens of an inter-router connection are exchanged and checked."""
-        remote = state.engine.remote_open
-        assert remote is not None
+        assert state.engine.remote_open is not None
         if state.role == "edge":
             self.edges.opened(state, cost, now)
             return
-        peer_id = remote.container_id
         self.start(now)
         node = self.node
         assert node is not None
-        existing = self.peers.get(peer_id)
-        if existing is not None and existing.conn is not state and node.neighbour_heard(peer_id):
-            # The router is connected and alive (its HELLOs arrive): a second connection
-            # claiming its id is refused, whichever side opened it, and the first is untouched
-            # (otherwise anyone reaching an inter-router listener could knock it out). A real
-            # reconnect gets in once the old connection is seen to fail: at once when it drops,
-            # after the dead interval when it goes silent (liveness.py).
-            self.refused_duplicates += 1
-            self.closer.close_connection(state, Error(condition=E.INVALID_FIELD, description=(
-                f"router {peer_id} is already connected (connection #{existing.conn.id}) and alive: "
-                "a second connection claiming its id is refused")), now)  # fmt: skip
-            return
-        if existing is not None and existing.conn is not state:
-            # Two connections to one router before either is established (both routers connect
-            # to each other at once, or a reconnect while the old connection is not heard).
-            # Same direction: the newer wins; otherwise both routers keep the one the smaller
-            # router id opened.
-            keep_new = existing.conn.outgoing == state.outgoing or state.outgoing == (self.me < peer_id)
-            error = Error(condition=E.CONNECTION_FORCED,
-                          description=f"another connection to router {peer_id} is in use")  # fmt: skip
-            self.replaced_connections += 1
-            if not keep_new:
-                self.closer.close_connection(state, error, now)
-                return
-            del self.peers[peer_id]
-            self._forget_links(existing)
-            self.paths.clear()
-            self.closer.close_connection(existing.conn, error, now)
-        peer = Peer(peer_id, state, cost)
-        state.peer = peer
-        self.peers[peer_id] = peer
-        attach_links(self.me, peer, now, self.priority_bands)
-        assert peer.data_out is not None
-        self.links[peer_id] = peer.data_out
-        if peer.bands is not None:
-            self.paths.bands[peer.data_out] = peer.data_out.bands = peer.bands
-        self.paths.clear()
-        node.neighbour_up(peer_id, cost, now=now)
-        self.dirty = True
+        peer = self.peering.opened(state, cost, node, self.priority_bands, now)
+        if peer is not None:
+            node.neighbour_up(peer.id, cost, now=now)
+            self.dirty = True
 
     def peer_gone(self, state: ConnState, now: float) -> None:
         """An inter-router connection closed or failed: the neighbour is lost at once."""
@@ -240,19 +185,9 @@ class Mesh(MeshReadApi):
         state.peer = None
         if peer.edge:
             self.edges.gone(peer, now)
-        elif self.peers.get(peer.id) is peer:
-            del self.peers[peer.id]
-            self._forget_links(peer)
-            self.paths.clear()
-            if self.node is not None:
-                self.node.neighbour_down(peer.id, now=now)
-                self.dirty = True
-
-    def _forget_links(self, peer: Peer) -> None:
-        self.links.pop(peer.id, None)
-        if peer.data_out is not None:
-            self.paths.bands.pop(peer.data_out, None)
-            peer.data_out.bands = None
+        elif self.peering.gone(peer) and self.node is not None:
+            self.node.neighbour_down(peer.id, now=now)
+            self.dirty = True
 
     def peer_attach(self, state: ConnState, link: Link, now: float) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None
@@ -262,45 +197,19 @@ class Mesh(MeshReadApi):
     # --- control messages -------------------------------------------------------------------------
 
     def send_control(self, peer: Peer, payload: bytes) -> None:
-        if len(peer.queue) >= CONTROL_QUEUE_MAX:
-            peer.queue.popleft()  # the protocol recovers (periodic RA, retried requests)
-            peer.dropped += 1
-        peer.queue.append(payload)
-        self._flush_control(peer)
-
-    def _flush_control(self, peer: Peer) -> None:
-        link = peer.control_out
-        if link is None or not peer.queue or not alive(link):
-            return
-        while peer.queue and link.credit > 0:
-            link.send_transfer(b"c", peer.queue.popleft(), settled=True)
-        self.touched.touch(peer.conn.engine)
+        self.control.send(peer, payload)
 
     def on_flow(self, event: FlowReceived) -> None:
-        ctx = event.link.context
-        if type(ctx) is ControlOut:
-            self._flush_control(ctx.peer)
+        self.control.on_flow(event)
 
     def on_transfer(self, event: TransferReceived, now: float) -> None:
         ctx = event.link.context
         if type(ctx) is not ControlIn:
             return
-        peer, link = ctx.peer, event.link
-        if event.aborted:
-            peer.partial.clear()
+        peer = ctx.peer
+        payload = self.control.receive(peer, event, now)
+        if payload is None:
             return
-        peer.partial.append(bytes(event.payload))
-        if not event.settled and not event.more:
-            link.dispose(event.delivery_id, state=ACCEPTED, settled=True)
-        if alive(link):
-            top_up_control(link)
-        if event.more:
-            if sum(map(len, peer.partial)) > CONTROL_MESSAGE_MAX:
-                self.closer.close_connection(peer.conn, Error(condition=E.RESOURCE_LIMIT_EXCEEDED,
-                                           description="control message too large"), now)  # fmt: skip
-            return
-        payload = b"".join(peer.partial)
-        peer.partial.clear()
         if peer.edge:
             self.edges.on_control(peer, payload, now)
             return

@@ -19,6 +19,7 @@ from .links import OutLink
 if TYPE_CHECKING:
     from .edge import Edges
     from .liveness import Liveness
+    from .peering import Peering
     from .table import AddressTable
 
 
@@ -34,13 +35,22 @@ class MeshReadApi:
     dropped_loop: int
     dropped_invalid_origin: int
     malformed_control: int
-    replaced_connections: int
-    refused_duplicates: int
+    peering: Peering
     edges: Edges
     liveness: Liveness
 
     def remote_for(self, key: str) -> frozenset[str]:
         raise NotImplementedError
+
+    @property
+    def replaced_connections(self) -> int:
+        """Connections to a router closed because another to the same router was kept."""
+        return self.peering.replaced + self.edges.replaced
+
+    @property
+    def refused_duplicates(self) -> int:
+        """Connections refused for claiming the id of a connected, live router."""
+        return self.peering.refused_duplicates
 
     def counters(self) -> dict[str, int]:
         """Forwarding and connection counters of the mesh."""
