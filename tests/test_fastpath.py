@@ -18,7 +18,7 @@ from router.amqp import performatives as p
 from router.amqp.decode import decode_at
 from router.amqp.encode import encode
 from router.amqp.errors import DecodeError
-from router.amqp.fastparse import _common_disposition, parse_disposition, parse_flow, parse_transfer
+from router.amqp.fastparse import _common_disposition, parse_disposition, parse_flow, parse_transfer, transfer_tag
 from router.amqp.fastpath import (
     disposition_frame,
     disposition_performative,
@@ -44,9 +44,16 @@ def _general(body: bytes) -> tuple[Any, int] | DecodeError:
 
 def _fast(parse: Any, body: bytes) -> Any:
     try:
-        return parse(body, 3, len(body))  # after the 3-byte smallulong descriptor
+        fields = parse(body, 3, len(body))  # after the 3-byte smallulong descriptor
     except DecodeError as exc:
         return exc
+    return _tag_resolved(body, fields) if parse is parse_transfer else fields
+
+
+def _tag_resolved(buf: bytes, fields: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A transfer's fields with the tag as bytes in place of (tag, tag_at): what a reader of
+    the tag gets (transfer_tag), as the general decoder gives it."""
+    return (*fields[:2], transfer_tag(buf, fields[2], fields[3]), *fields[4:])
 
 
 def _assert_agree(expected: tuple[Any, ...], fast: Any) -> None:
@@ -125,12 +132,12 @@ def test_the_fast_transfer_frame_decodes_to_the_transfer_asked_for(
     assert (value.handle, value.delivery_id, value.delivery_tag, value.message_format or 0,
             bool(value.settled), value.more) == (handle, delivery_id, tag, 0, settled, more)  # fmt: skip
     assert written[stop:] == payload
-    fields = parse_transfer(written, 11, len(written))
+    fields = _tag_resolved(written, parse_transfer(written, 11, len(written)))
     assert fields[:6] == (handle, delivery_id, tag, 0, settled, more) and fields[-1] == stop
     # a delivery tagged with its own delivery-id's bytes, written from their two parts
     own = delivery_id.to_bytes(4, "big")
     assert transfer_frame_own_tag(
-        transfer_middle(channel, handle, 4), own[:3], own[3:], settled, more, len(payload)
+        transfer_middle(channel, handle, 4), own[:3], own[3], settled, more, len(payload)
     ) == transfer_frame(transfer_middle(channel, handle, 4), delivery_id, own, settled, more, len(payload))
 
 

@@ -135,13 +135,14 @@ class TransferReceived:
     last frame of an aborted delivery has `aborted=True` (discard what arrived). `payload` is
     this frame's part of the encoded message, never decoded by the engine: `bytes`, or for
     large frames a `memoryview` of the read it arrived in (keep it only briefly, or copy it).
-    `source` is the bytes the payload is part of (the payload itself, or that read) and
-    `offset` where it starts there: a reader of a large payload's first bytes needs no view
-    sliced and copied (peek.peek_at).
+    `source` is the bytes the frame was read in and `offset` where the payload starts there: a
+    reader of a payload's first bytes needs no view sliced and copied (peek.peek_at).
+    `delivery_tag` is sliced from `source` when first asked for (the router's anycast path
+    never asks): keep an event only as long as its read may stay alive.
     """
 
     __slots__ = (
-        "link", "delivery_id", "delivery_tag", "settled", "more", "aborted", "message_format",
+        "link", "delivery_id", "_tag", "_tag_at", "settled", "more", "aborted", "message_format",
         "state", "rcv_settle_mode", "first", "payload", "source", "offset",
     )  # fmt: skip
 
@@ -149,7 +150,8 @@ class TransferReceived:
         self,
         link: Link,
         delivery_id: int,
-        delivery_tag: bytes,
+        delivery_tag: bytes | None,
+        tag_at: i64,
         settled: bool,
         more: bool,
         aborted: bool,
@@ -161,9 +163,12 @@ class TransferReceived:
         source: bytes,
         offset: i64,
     ) -> None:
+        """`delivery_tag`: the tag, or None while it is still at `tag_at` in `source` (its
+        vbin8 length byte just before)."""
         self.link = link
         self.delivery_id = delivery_id
-        self.delivery_tag = delivery_tag
+        self._tag = delivery_tag
+        self._tag_at = tag_at
         self.settled = settled
         self.more = more
         self.aborted = aborted
@@ -174,6 +179,14 @@ class TransferReceived:
         self.payload = payload
         self.source = source
         self.offset = offset
+
+    @property
+    def delivery_tag(self) -> bytes:
+        tag = self._tag
+        if tag is None:
+            source, at = self.source, self._tag_at
+            tag = self._tag = source[at : at + source[at - 1]]
+        return tag
 
     def __repr__(self) -> str:
         return (

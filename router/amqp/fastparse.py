@@ -118,8 +118,19 @@ def _general(buf: bytes, pos: int, end: int, cls: type) -> Any:
     return value, stop
 
 
-# The delivery-id is -1 when absent (an Optional int would box every delivery-id parsed).
-TransferFields = tuple[int, int, "bytes | None", int, "bool | None", bool, "int | None", Any, bool, bool, int]
+# The delivery-id is -1 when absent (an Optional int would box every delivery-id parsed). The
+# tag: the fast parser gives where it starts in the frame's buffer (`tag_at`; its vbin8 length
+# byte is the one before) and None for the bytes, so that a tag nobody reads (the router's
+# anycast path never does) is never sliced; the general decoder gives the bytes, tag_at -1.
+# Both None and -1: the transfer has no tag.
+TransferFields = tuple[int, int, "bytes | None", i64, int, "bool | None", bool, "int | None", Any, bool, bool, int]
+
+
+def transfer_tag(buf: bytes, tag: bytes | None, tag_at: i64) -> bytes | None:
+    """The delivery-tag of TransferFields' (tag, tag_at) in the frame's buffer `buf`."""
+    if tag_at < 0:
+        return tag
+    return buf[tag_at : tag_at + buf[tag_at - 1]]
 
 
 def parse_transfer(buf: bytes, pos: i64, end: i64) -> TransferFields:
@@ -161,7 +172,7 @@ def parse_transfer(buf: bytes, pos: i64, end: i64) -> TransferFields:
         else:
             return _transfer_general(buf, pos, end)
         delivery_id: i64 = -1
-        tag: bytes | None = None
+        tag_at: i64 = -1
         message_format: i64 = 0
         settled: bool | None = None
         more = aborted = resume = False
@@ -183,9 +194,8 @@ def parse_transfer(buf: bytes, pos: i64, end: i64) -> TransferFields:
         if count > 2:
             c = buf[p]
             if c == 0xA0:
-                n: i64 = buf[p + 1]
-                tag = buf[p + 2 : p + 2 + n]
-                p += 2 + n
+                tag_at = p + 2
+                p = tag_at + buf[p + 1]
             elif c == 0x40:
                 p += 1
             else:
@@ -239,8 +249,8 @@ def parse_transfer(buf: bytes, pos: i64, end: i64) -> TransferFields:
                 return _transfer_general(buf, pos, end)
         if p != stop:
             raise DecodeError("transfer list size disagrees with its fields")
-        return (handle, delivery_id, tag, message_format, settled, more, None, None, resume,
-                aborted, stop)
+        return (handle, delivery_id, None, tag_at, message_format, settled, more, None, None,
+                resume, aborted, stop)
     except IndexError:
         raise DecodeError("truncated transfer") from None
 
@@ -253,7 +263,7 @@ def _transfer_general(buf: bytes, pos: int, end: int) -> TransferFields:
 def transfer_fields(t: Transfer, stop: int) -> TransferFields:
     """The fields of a transfer the general decoder read, as the fast parser gives them."""
     delivery_id = -1 if t.delivery_id is None else t.delivery_id
-    return (t.handle, delivery_id, t.delivery_tag, t.message_format or 0, t.settled,
+    return (t.handle, delivery_id, t.delivery_tag, -1, t.message_format or 0, t.settled,
             t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)
 
 

@@ -89,7 +89,7 @@ def _link_flow(
 
 
 def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end: int) -> None:
-    (handle, delivery_id, tag, message_format, settled, more, rcv_settle_mode, state,
+    (handle, delivery_id, tag, tag_at, message_format, settled, more, rcv_settle_mode, state,
      _resume, aborted, payload_start) = fields  # fmt: skip
     if handle == session.in_handle and session.in_link is not None:
         link = session.in_link
@@ -124,8 +124,8 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
     first = link.in_delivery < 0
     if first:
         expected = session.next_incoming_delivery
-        if delivery_id != expected or tag is None:
-            tag = _check_first_transfer(delivery_id, tag, expected)
+        if delivery_id != expected or (tag is None and tag_at < 0):
+            _check_first_transfer(delivery_id, tag is not None or tag_at >= 0, expected)
         # kept unwrapped (one add per delivery): 2**32 stands for 0 (_check_first_transfer)
         session.next_incoming_delivery = delivery_id + 1
         if link.credit > 0:
@@ -136,7 +136,10 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
             session.conn.link_error(link, E.TRANSFER_LIMIT_EXCEEDED, "transfer without credit")
             return
         link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
-        link.in_tag = tag
+        if more and not aborted:  # the frames that follow carry no tag: theirs is this one
+            if tag is None:
+                tag = buf[tag_at : tag_at + buf[tag_at - 1]]
+            link.in_tag = tag
         link.in_settled = bool(settled)
         link.in_bytes = 0
     else:
@@ -145,7 +148,7 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
                 f"transfer for delivery {delivery_id} interleaves delivery "
                 f"{link.in_delivery} on one link", E.NOT_ALLOWED, "session",
             )  # fmt: skip
-        delivery_id, tag = link.in_delivery, link.in_tag
+        delivery_id, tag, tag_at = link.in_delivery, link.in_tag, -1
         if settled:
             link.in_settled = True
     link.in_delivery = delivery_id if more and not aborted else -1
@@ -154,10 +157,8 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
     payload_size = frame_end - payload_start
     if payload_size > ZERO_COPY_MIN:
         payload: bytes | memoryview = session.conn.read_view(buf)[payload_start:frame_end]
-        source, offset = buf, payload_start
     else:
-        source = buf[payload_start:frame_end]
-        payload, offset = source, 0
+        payload = buf[payload_start:frame_end]
     link.in_bytes += payload_size  # (len() of a bytes | memoryview is a generic call)
     limit = link.max_message_size
     if limit and link.in_bytes > limit and link.detach_on_oversize:
@@ -166,19 +167,18 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
             link, E.MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {limit}"
         )
         return
-    assert tag is not None
     session.conn.events_list().append(
         TransferReceived(
-            link, delivery_id, tag, link.in_settled, more and not aborted, aborted,
-            message_format, state, rcv_settle_mode, first, payload, source, offset,
+            link, delivery_id, tag, tag_at, link.in_settled, more and not aborted, aborted,
+            message_format, state, rcv_settle_mode, first, payload, buf, payload_start,
         )  # fmt: skip
     )
 
 
-def _check_first_transfer(delivery_id: int, tag: bytes | None, expected: int) -> bytes:
+def _check_first_transfer(delivery_id: int, tagged: bool, expected: int) -> None:
     """The rare first transfers: the peer's first delivery (no sequence yet), the sequence
-    wrapping (transport §2.8.10), or a violation (raised). Returns the tag."""
-    if delivery_id < 0 or tag is None:
+    wrapping (transport §2.8.10), or a violation (raised)."""
+    if delivery_id < 0 or not tagged:
         raise E.ProtocolError(
             "first transfer of a delivery lacks delivery-id or delivery-tag",
             E.INVALID_FIELD, "session",
@@ -190,7 +190,6 @@ def _check_first_transfer(delivery_id: int, tag: bytes | None, expected: int) ->
             f"delivery-id {delivery_id} out of sequence (expected {expected & 0xFFFFFFFF})",
             E.INVALID_FIELD, "session",
         )  # fmt: skip
-    return tag
 
 
 def on_disposition(session: Session, fields: DispositionFields) -> None:

@@ -28,7 +28,6 @@ from .fastpath import (
     disposition_frame,
     disposition_performative,
     flow_performative,
-    BYTES,
     frame_header,
     transfer_frame_id,
     transfer_frame_own_tag,
@@ -160,7 +159,7 @@ def write_transfer(
                 out = session.conn.output.buffer()
                 if own_tag:
                     out.append(transfer_frame_own_tag(
-                        middle, session.id_prefix(delivery_id), BYTES[delivery_id & 0xFF], settled, more, size
+                        middle, session.id_prefix(delivery_id), delivery_id & 0xFF, settled, more, size
                     ))  # fmt: skip
                 else:
                     out.append(transfer_frame_id(middle, session.id_bytes(delivery_id), tag, settled, more, size))
