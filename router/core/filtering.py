@@ -32,8 +32,8 @@ _SELECTOR = Symbol(filters.CAPABILITIES[2])
 
 def _fields(fwd: Forward) -> MessageFields | None:
     fields = fwd.fields
-    if fields is None and fwd.frames:
-        fields = fwd.fields = MessageFields(fwd.frames[0])
+    if fields is None and fwd.first is not None:
+        fields = fwd.fields = MessageFields(fwd.first)
     return fields
 
 

@@ -177,7 +177,7 @@ class Forwarder(Waiting):
                         meta = fwd.meta = annotate.kept_from_client(payload, view, address or view.to, address is not None)
                     if meta is None:
                         stripped, view = annotate.strip_client(payload, view)
-                        fwd.frames = [stripped]
+                        fwd.first = stripped
                 except DecodeError as exc:  # a malformed entry: the delivery is rejected, nothing else
                     inl.rejected += 1
                     self.unroutable(fwd, Rejected(error=Error(
@@ -230,16 +230,16 @@ class Forwarder(Waiting):
             for copy in fwd.copies:
                 if copy.out.streaming is copy and alive(copy.out.link):
                     self._stream(copy.out, payload, fwd, copy)
-            if fwd.frames is not None:  # kept only while a copy still waits for credit
-                fwd.frames.append(payload)
+            if fwd.first is not None:  # kept only while a copy still waits for credit
+                fwd.add_frame(payload)
                 if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
-                    fwd.frames = None
+                    fwd.drop_frames()
         elif fwd.out is not None:
             out = fwd.out
             if alive(out.link):
                 self._stream(out, payload, fwd, fwd)
-        elif fwd.entry.local is not None and fwd.frames is not None:  # for an in-process endpoint
-            fwd.frames.append(payload)
+        elif fwd.entry.local is not None and fwd.first is not None:  # for an in-process endpoint
+            fwd.add_frame(payload)
             if fwd.arrived > LOCAL_MESSAGE_LIMIT:
                 self._aborted(fwd)
                 inl.streaming = None
@@ -248,8 +248,8 @@ class Forwarder(Waiting):
                              f"requests to {fwd.entry.address} are limited to {LOCAL_MESSAGE_LIMIT} bytes")  # fmt: skip
             elif fwd.complete:
                 self._deliver_local(fwd)
-        elif fwd.frames is not None and fwd.waiting:  # still waiting for a consumer
-            fwd.frames.append(bytes(payload) if type(payload) is memoryview else payload)
+        elif fwd.first is not None and fwd.waiting:  # still waiting for a consumer
+            fwd.add_frame(bytes(payload) if type(payload) is memoryview else payload)
             fwd.size += len(payload)
             bounds = self.bounds
             bounds.hold(inl.conn, len(payload))
@@ -298,7 +298,7 @@ class Forwarder(Waiting):
                 copy.done = True
             fwd.copies.clear()  # no cycle left between the Forward and its copies (settlement.py)
         fwd.done = True
-        fwd.frames = None
+        fwd.drop_frames()
         forget_inbound(fwd)
         self._release_window(fwd)
 

@@ -75,14 +75,14 @@ class Multicast(Holding):
         if not any(c.sent_frames == 0 and not c.done for c in copies):
             # Every copy is out (or failed): the bytes are not needed again, nor the routing
             # view (one object less per delivery in flight for the garbage collector to walk).
-            fwd.frames = None
+            fwd.drop_frames()
             fwd.view = None
 
     def _send_copy(self, fwd: Forward, out: OutLink, copy: Copy | None) -> None:
         """Send `fwd` on `out` now: as `copy`, or, None, as a copy settled as it is written of a
         delivery with all its frames (nothing to record: a presettled delivery's copy is done,
         an unsettled one's counts as accepted, as _settled_on_send)."""
-        frames = fwd.frames or []
+        frames = fwd.all_frames() or []
         if frames and (fwd.meta is not None or out.rewrites):
             frames = self._egress(fwd, out, frames)
         link = out.link

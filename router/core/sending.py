@@ -173,8 +173,8 @@ class Sending(Settlement):
             return [first, *frames[1:]]
         if not out.conn.strip_out:  # a router-aware consumer gets them (its listener's strip_annotations)
             return self._annotated_for_client(fwd, frames)
-        if meta is not None and meta.raw:
-            frames[0] = annotate.strip(frames[0], meta)
+        if meta is not None and meta.raw:  # stripped once, for every copy to come (meta says so)
+            fwd.first = frames[0] = annotate.strip(frames[0], meta)
         return frames
 
     def _annotated_for_client(self, fwd: Forward, frames: list[Payload]) -> list[Payload]:
@@ -210,22 +210,17 @@ class Sending(Settlement):
         return mode == SND_SETTLED or (fwd.presettled and mode != SND_UNSETTLED)
 
     def _send(self, fwd: Forward, out: OutLink) -> None:
-        frames = fwd.frames
-        assert frames is not None
-        if fwd.meta is not None or out.rewrites:
-            frames = self._egress(fwd, out, frames)
+        first = fwd.first
+        assert first is not None
         link = out.link
         settled = self._presettled_out(fwd, out)
-        last = len(frames) - 1
-        out_id = -1
-        if last and out.band >= 0:  # (a message that waited) on a band link: not all at once
-            out_id = self.send_frames(out, fwd, frames, settled)
+        if fwd.rest is None and fwd.meta is None and not out.rewrites:  # one frame, as it came
+            out_id = link.send_transfer(None, first, settled=settled, more=not fwd.complete,
+                                        message_format=fwd.message_format)  # fmt: skip
         else:
-            for i, frame in enumerate(frames):
-                out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
-                                            message_format=fwd.message_format)  # fmt: skip
+            out_id = self._send_all(fwd, out, settled)
         fwd.out, fwd.out_id = out, out_id
-        fwd.frames = fwd.fields = None
+        fwd.first = fwd.rest = fwd.fields = None
         out.delivered += 1
         if self.flow_on:
             self.flow_sent(fwd, out, self.now)
@@ -258,6 +253,23 @@ class Sending(Settlement):
         elif out.neighbour is None:
             self.handed_over(fwd)
 
+    def _send_all(self, fwd: Forward, out: OutLink, settled: bool) -> int:
+        """_send's frames when there are several, or they change on their way (annotations);
+        the delivery-id."""
+        frames = fwd.all_frames()
+        assert frames is not None
+        if fwd.meta is not None or out.rewrites:
+            frames = self._egress(fwd, out, frames)
+        last = len(frames) - 1
+        if last and out.band >= 0:  # (a message that waited) on a band link: not all at once
+            return self.send_frames(out, fwd, frames, settled)
+        link = out.link
+        out_id = -1
+        for i, frame in enumerate(frames):
+            out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
+                                        message_format=fwd.message_format)  # fmt: skip
+        return out_id
+
     def _settled_on_send(self, record: Forward | Copy) -> None:
         """The consumer asked for presettled deliveries (snd-settle-mode settled): it will send no
         outcome, so the delivery counts as accepted once it is out."""
@@ -279,5 +291,5 @@ class Sending(Settlement):
                 return
             copies.clear()  # no cycle left between the Forward and its copies (settlement.py)
         fwd.done = True
-        fwd.frames = None
+        fwd.drop_frames()
         self._release_window(fwd)

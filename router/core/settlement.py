@@ -244,7 +244,7 @@ class Settlement(ProducerCredit):
         if fwd.done:
             return False
         fwd.done = True
-        fwd.frames = None
+        fwd.drop_frames()
         inl = fwd.in_link
         if inl is None or inl.gone:
             if inl is None and self.router_outcomes:  # a message of the router's own
@@ -334,7 +334,7 @@ class Settlement(ProducerCredit):
             if fwd.in_link is not None:
                 fwd.in_link.dropped += 1
             fwd.done = True
-            fwd.frames = None
+            fwd.drop_frames()
             self._release_window(fwd)
             forget_inbound(fwd)
         else:

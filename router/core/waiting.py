@@ -60,9 +60,10 @@ class Waiting(Multicast):
 
     def _deliver_local(self, fwd: Forward) -> None:
         handler = fwd.entry.local
-        assert handler is not None and fwd.frames is not None
-        payload = bytes(fwd.frames[0]) if len(fwd.frames) == 1 else b"".join(fwd.frames)
-        fwd.frames = None
+        frames = fwd.all_frames()
+        assert handler is not None and frames is not None
+        payload = bytes(frames[0]) if len(frames) == 1 else b"".join(frames)
+        fwd.drop_frames()
         try:
             link_address = fwd.in_link.address if fwd.in_link is not None else None
             self.local_sender = fwd.in_link.conn if fwd.in_link is not None else None
@@ -146,7 +147,7 @@ class Waiting(Multicast):
                 fwd = copy.forward
                 self._send_copy(fwd, out, copy)
                 if not any(c.sent_frames == 0 and not c.done for c in fwd.copies or ()):
-                    fwd.frames = None
+                    fwd.drop_frames()
         if out.neighbour is not None and out.conn.role == "edge":
             self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
