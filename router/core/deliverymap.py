@@ -115,7 +115,14 @@ class DeliveryMap:
                 slots[index] = None
                 self._count -= 1
                 if offset == 0:
-                    self._advance()
+                    # Settled in order, the next record is mostly still held: the ring starts
+                    # there (no call to walk emptied slots, nothing to compact yet).
+                    after = head + 1
+                    if after < COMPACT_AT and after < len(slots) and slots[after] is not None:
+                        self._head = after
+                        self._base = (self._base + 1) & MASK
+                    else:
+                        self._advance()
                 return record
         stragglers = self._stragglers
         if stragglers and delivery_id in stragglers:
