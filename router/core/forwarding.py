@@ -103,7 +103,7 @@ class Forwarder(Waiting):
             self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             return
         entry = inl.entry
-        if inl.policy is not None:  # a client's link under policy (router.core.policy)
+        if inl.policy is not None:  # a client's link under policy (router.core.grant)
             refusal = inl.policy.check(bytes(payload), entry is None)
             if refusal is not None:
                 self._refuse(inl, event, refusal.condition, refusal.description or "")
