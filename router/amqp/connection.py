@@ -12,7 +12,7 @@ to connctl.py's control.
 
     conn = Connection(ConnectionConfig(container_id="c1"))
     conn.receive_data(data, now)   # b"" when the peer closed the stream
-    for event in conn.events(): ...
+    for event in conn.events(): ...   # (and first frames to conn.transfer_sink, if one is set)
     sock.send(conn.data_to_send())
     conn.tick(now) at conn.next_deadline()
 
@@ -33,7 +33,7 @@ from .connctl import control
 from .cutframe import CutFrame
 from .decode import decode_at
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
-from .events import Event, ProtocolViolation, TransportClosed
+from .events import Event, ProtocolViolation, TransferSink, TransportClosed
 from .fastparse import parse_disposition, parse_flow, parse_transfer, u32
 from .frameout import FrameOutput
 from .framing import AMQP_HEADER, EMPTY_FRAME, FRAME_AMQP, MIN_MAX_FRAME_SIZE, frame
@@ -71,6 +71,7 @@ class Connection:
         "output", "_header_out", "_events", "_stage", "_handshake",
         "sessions_by_local", "sessions_by_remote",
         "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay",
+        "transfer_sink", "sunk",
     )  # fmt: skip
 
     def __init__(self, config: ConnectionConfig) -> None:
@@ -93,6 +94,10 @@ class Connection:
         self.output = FrameOutput()  # what the peer gets next (frameout.py)
         self._header_out = False
         self._events: list[Event] = []
+        # Where first frames go instead of becoming events (events.TransferSink; None: all are
+        # events), and whether it took one since the last events().
+        self.transfer_sink: TransferSink | None = None
+        self.sunk = False
         self._stage = _HANDSHAKE
         # Sessions by our channel and by the peer's (the peer's begin and end: connctl.py).
         self.sessions_by_local: dict[int, Session] = {}
@@ -142,8 +147,15 @@ class Connection:
             self._handshake.receive(data, now)
 
     def events(self) -> list[Event]:
+        """The events since the last call (and `sunk` is reset: see events.TransferSink)."""
         events, self._events = self._events, []
+        self.sunk = False
         return events
+
+    @property
+    def now(self) -> float:
+        """The `now` of the bytes being read (receive_data's)."""
+        return self._now
 
     def data_to_send(self) -> bytes:
         data = self.output.take()

@@ -4,7 +4,8 @@ to §2.7.6): their checks, and what they change in the session and its links.
 Owns: our incoming window and next-incoming-id as transfers use them (a session flow when half
 the window is used), the peer's session-scoped delivery-id sequence, a transfer's checks (the
 link attached with the peer as sender, credit we granted, one delivery at a time per link,
-max-message-size) and its TransferReceived event (large payloads as views of the read); the
+max-message-size) and its TransferReceived event (large payloads as views of the read), or
+the first frame offered to the connection's transfer sink (events.TransferSink); the
 peer's incoming window and link credit from its flows (FlowReceived, echoes); a disposition's
 range check (DispositionReceived).
 Collaborators, passed in: the Session (windows, the link registry by the peer's handles, its
@@ -167,7 +168,18 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
             link, E.MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {limit}"
         )
         return
-    session.conn.events_list().append(
+    conn = session.conn
+    events = conn.events_list()
+    sink = conn.transfer_sink
+    if (
+        sink is not None and first and not aborted and len(events) == 0
+        and sink.first_frame(
+            link, delivery_id, link.in_settled, more, message_format, payload, buf, payload_start, conn.now
+        )
+    ):  # fmt: skip
+        conn.sunk = True
+        return
+    events.append(
         TransferReceived(
             link, delivery_id, tag, tag_at, link.in_settled, more and not aborted, aborted,
             message_format, state, rcv_settle_mode, first, payload, buf, payload_start,

@@ -72,47 +72,56 @@ class Forwarder(Waiting):
                 self.mesh.on_transfer(event, now)  # a control message between routers
             return
         if event.first:
-            self._first_frame(inl, event, now)
+            self.first_frame(
+                inl, event.delivery_id, event.settled, event.more, event.aborted, event.message_format,
+                event.payload, event.source, event.offset, now,
+            )  # fmt: skip
         elif inl.discarding:
             inl.discarding = event.more
         elif inl.streaming is not None:
             self._next_frame(inl, inl.streaming, event)
 
-    def _refuse(self, inl: InLink, event: TransferReceived, condition: str, description: str) -> None:
+    def _refuse(
+        self, inl: InLink, delivery_id: int, settled: bool, more: bool, condition: str, description: str
+    ) -> None:  # fmt: skip
         inl.rejected += 1
         if inl.entry is not None:
             inl.entry.rejected += 1
-        inl.discarding = event.more
+        inl.discarding = more
         self.credit_dirty(inl)
-        if not event.settled:
+        if not settled:
             state = Rejected(error=Error(condition=condition, description=description))
-            self.dispose(event.link.session, RECEIVER, event.delivery_id, state, True)
+            self.dispose(inl.link.session, RECEIVER, delivery_id, state, True)
 
-    def _first_frame(self, inl: InLink, event: TransferReceived, now: float) -> None:
+    def first_frame(
+        self, inl: InLink, delivery_id: int, settled: bool, more: bool, aborted: bool, message_format: int,
+        payload: Payload, source: bytes, offset: i64, now: float,
+    ) -> None:  # fmt: skip
+        """A delivery's first frame on producer link `inl` (TransferReceived's fields: from
+        on_transfer, or straight from the connection through RouterCore.first_frame)."""
         inl.delivered += 1
         if inl.link.credit == 0 and inl.zero_credit_since is None:
             inl.zero_credit_since = now  # the producer used its last credit (in this batch)
-        if event.aborted:
+        if aborted:
             return
-        payload = event.payload
         size: i64 = len(payload)
         limit = self.max_message_size
-        # Sizes come from the events: the engine has already read the whole batch, so its link
-        # counters may describe a later delivery.
+        # Sizes come from the frame: the engine may have read the whole batch already, so its
+        # link counters may describe a later delivery.
         if limit and size > limit:
-            self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
+            self._refuse(inl, delivery_id, settled, more, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             return
         entry = inl.entry
         if inl.policy is not None:  # a client's link under policy (router.core.grant)
             refusal = inl.policy.check(bytes(payload), entry is None)
             if refusal is not None:
-                self._refuse(inl, event, refusal.condition, refusal.description or "")
+                self._refuse(inl, delivery_id, settled, more, refusal.condition, refusal.description or "")
                 return
         try:
-            view: RoutingView | None = peek_at(event.source, event.offset, event.offset + size, entry is None)
+            view: RoutingView | None = peek_at(source, offset, offset + size, entry is None)
         except DecodeError as exc:  # malformed, or a first frame cut before the end of its properties
-            if entry is None or not event.more:
-                self._refuse(inl, event, E.DECODE_ERROR, f"malformed message: {exc.description}")
+            if entry is None or not more:
+                self._refuse(inl, delivery_id, settled, more, E.DECODE_ERROR, f"malformed message: {exc.description}")
                 return
             view = None  # a first frame cut inside the properties: route by the link alone
         meta = None
@@ -125,30 +134,29 @@ class Forwarder(Waiting):
                     # the mesh here; `came_from` still stops an echo)
                     meta = annotate.parse(payload, view, inl.peer, inl.seen)
                 except DecodeError as exc:
-                    self._refuse(inl, event, E.DECODE_ERROR, f"malformed router annotations: {exc.description}")
+                    self._refuse(inl, delivery_id, settled, more, E.DECODE_ERROR, f"malformed router annotations: {exc.description}")
                     return
                 to = meta.to
             if not to:
-                self._refuse(inl, event, E.PRECONDITION_FAILED,
+                self._refuse(inl, delivery_id, settled, more, E.PRECONDITION_FAILED,
                              "routing failure: no address (properties.to) on an anonymous link")  # fmt: skip
                 return
             entry = self._lookup(inl, to)
-        settled = event.settled
-        fwd = Forward(inl, event.delivery_id, settled, payload, size, not event.more,
-                      entry if entry is not None else NOWHERE, event.message_format)  # fmt: skip
+        fwd = Forward(inl, delivery_id, settled, payload, size, not more,
+                      entry if entry is not None else NOWHERE, message_format)  # fmt: skip
         if self.flow_on:
             self.flow_arrived(inl, fwd, size, now, meta.flow_trace if meta is not None else None)
-        if fwd.size > inl.size_watch and not event.more:  # a large message: credit by bytes (bounds.py)
+        if fwd.size > inl.size_watch and not more:  # a large message: credit by bytes (bounds.py)
             self.bounds.observe(inl, fwd.size)
         inl.inflight += 1
         inl.held += 1
         fwd.holds_slot = True
         if not settled:
-            maps_of(event.link.session).inbound.put(event.delivery_id, fwd)
+            maps_of(inl.link.session).inbound.put(delivery_id, fwd)
         else:
             inl.presettled += 1
             fwd.entry.presettled += 1
-        if event.more:
+        if more:
             inl.streaming = fwd
         if meta is not None:
             fwd.meta = meta
@@ -223,7 +231,7 @@ class Forwarder(Waiting):
             # Too big after all: abort what went downstream, reject it upstream.
             self._aborted(fwd)
             inl.streaming = None
-            self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
+            self._refuse(inl, event.delivery_id, event.settled, event.more, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             return
         payload = event.payload
         if fwd.copies is not None:
@@ -244,7 +252,7 @@ class Forwarder(Waiting):
                 self._aborted(fwd)
                 inl.streaming = None
                 inl.discarding = event.more
-                self._refuse(inl, event, E.MESSAGE_SIZE_EXCEEDED,
+                self._refuse(inl, event.delivery_id, event.settled, event.more, E.MESSAGE_SIZE_EXCEEDED,
                              f"requests to {fwd.entry.address} are limited to {LOCAL_MESSAGE_LIMIT} bytes")  # fmt: skip
             elif fwd.complete:
                 self._deliver_local(fwd)

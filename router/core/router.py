@@ -38,8 +38,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from mypy_extensions import i64
+
+from ..amqp import errors as E
 from ..amqp import events as ev
 from ..amqp.connection import Connection
+from ..amqp.link import Link
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
 from .admission import Admission
@@ -49,6 +53,7 @@ from .bounds import Bounds
 from .connections import ConnState, login_throttle
 from .coreread import CoreReadApi
 from .forwarding import Forwarder
+from .links import InLink
 from .lifecycle import Lifecycle
 from .linkroute import LinkRoutes
 from .mesh import Mesh
@@ -65,7 +70,7 @@ _DISPOSITION: Final = ev.DispositionReceived
 _FLOW: Final = ev.FlowReceived
 
 
-class RouterCore:
+class RouterCore(ev.TransferSink):
     def __init__(self, config: RouterConfig, *, instance: int | None = None, wall_offset: float = 0.0) -> None:
         """`instance`: the router's boot instance in the inter-router protocol (it must grow
         when the router restarts); by default the wall time of the first `now`, in milliseconds.
@@ -193,6 +198,34 @@ class RouterCore:
             # (`event`: the one being handled, or the last one if the failure came after them)
             self._failed(state, event if events else None)
             raise
+
+    def first_frame(
+        self, link: Link, delivery_id: int, settled: bool, more: bool, message_format: int,
+        payload: bytes | memoryview, source: bytes, offset: i64, now: float,
+    ) -> bool:  # fmt: skip
+        """A producer's first frame, straight from the connection's frame loop (events.TransferSink,
+        installed by the server's drivers): what handle() does with its TransferReceived. Frames
+        of link routes and of the mesh's control links are declined (they stay events)."""
+        inl = link.context
+        if type(inl) is not InLink:
+            return False
+        state = inl.conn
+        state.last_delivery = now
+        forwarder = self.forwarder
+        forwarder.now = now
+        try:
+            forwarder.first_frame(inl, delivery_id, settled, more, False, message_format, payload, source, offset, now)
+        except Exception as exc:
+            # As handle() on a failure: the release of the connection finds what this left half
+            # done. Raised on as the core's failure, never as the peer's (the frame loop takes
+            # a protocol or decode error for a bad frame).
+            self._failed(state, ev.TransferReceived(
+                link, delivery_id, b"", -1, settled, more, False, message_format, None, None, True, payload, source, offset,
+            ))  # fmt: skip
+            if isinstance(exc, (E.ProtocolError, E.DecodeError)):
+                raise RuntimeError(f"the core failed on a transfer: {exc}") from exc
+            raise
+        return True
 
     def _failed(self, state: ConnState, event: ev.Event | None = None) -> None:
         self.ending.failed(state)

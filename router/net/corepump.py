@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import trio
 
 from ..amqp.connection import Connection
-from ..amqp.events import Event
+from ..amqp.events import Event, TransferSink
 from ..config.models import Connector, Listener
 from ..core.router import RouterCore
 from .driver import ConnectionDriver
@@ -75,6 +75,8 @@ class CorePump:
         # natively, not by name as through the protocol (~300 instructions a call). Stand-in
         # cores of tests take the protocol's way.
         self._router: RouterCore | None = core if isinstance(core, RouterCore) else None
+        # What the server's connections hand first frames to (a stand-in core of tests: none)
+        self.sink: TransferSink | None = self._router
         self.clock = clock
         self.drivers: dict[Connection, Any] = {}  # a driver (PumpedDriver) per registered engine
         self.paused: set[PumpedDriver] = set()  # readers the core paused: asked again after each call

@@ -145,8 +145,10 @@ class DriverOutput:
             self._kick_writer()
 
     def _dispatch(self) -> None:
-        events = self.engine.events()
-        if events:
+        engine = self.engine
+        sunk = engine.sunk  # (events() resets it) transfers the engine's sink took: their batch ends here
+        events = engine.events()
+        if events or sunk:
             self._deliver(events)
         self.flush()
 

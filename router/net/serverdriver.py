@@ -37,6 +37,9 @@ class ServerDriver(ConnectionDriver):
         poller: Poller | None = None,
     ) -> None:  # fmt: skip
         self.pump = pump
+        # The core takes first frames as they are parsed (events.TransferSink): this driver
+        # hands on every read's events, none but sunk frames included (_dispatch).
+        engine.transfer_sink = pump.sink
         self.conn_id = conn_id
         self.counters = counters
         self.timeout_s = settings.handshake_timeout_s

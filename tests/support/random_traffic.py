@@ -33,7 +33,7 @@ OPS = st.sampled_from(["producer", "consumer", "detach"] + ["send"] * 5 + ["flow
 CORE_POINTS = [
     ("forwarder", name)
     for name in (
-        "on_transfer", "_first_frame", "_next_frame", "_route", "_send", "_send_copy", "_multicast", "_stream",
+        "on_transfer", "first_frame", "_next_frame", "_route", "_send", "_send_copy", "_multicast", "_stream",
         "_stream_done", "_wait", "consumer_ready", "on_flow", "on_disposition", "consumer_outcome",
         "relay_outcome", "_copy_outcome", "_copy_failed", "handed_over", "_presettled_sent", "unroutable",
         "fail_sent", "consumer_gone", "producer_gone", "_aborted", "reroute", "credit_dirty", "flush",

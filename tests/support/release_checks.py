@@ -56,8 +56,9 @@ def _setattr(target: Any, name: str, value: Any) -> None:
 
 class Watch:
     """Knows whether the core is handling the `doomed` connection's input right now (core.handle
-    wrapped through `patch`: a test's monkeypatch.setattr to have it undone, plain setattr for a
-    core made per example); `armed` turns what a subclass does there on and off."""
+    and core.first_frame, which a server's connections call as they parse, wrapped through
+    `patch`: a test's monkeypatch.setattr to have it undone, plain setattr for a core made per
+    example); `armed` turns what a subclass does there on and off."""
 
     def __init__(self, core: RouterCore, patch: Callable[[Any, str, Any], None] = _setattr) -> None:
         self.doomed: Any = None
@@ -75,6 +76,16 @@ class Watch:
                 self._current = None
 
         patch(core, "handle", tracking_handle)
+        first_frame = core.first_frame
+
+        def tracking_first_frame(link: Any, *fields: Any) -> bool:  # (straight from a server's connection)
+            self._current = link.session.conn
+            try:
+                return first_frame(link, *fields)
+            finally:
+                self._current = None
+
+        patch(core, "first_frame", tracking_first_frame)
 
     def in_doomed(self) -> bool:
         return self.armed and self.doomed is not None and self._current is self.doomed
