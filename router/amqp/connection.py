@@ -1,14 +1,16 @@
 """The sans-IO connection engine (transport §2.4): bytes in, events and bytes out.
 
-Owns: the connection's stage (protocol headers and SASL, AMQP frames, done), frame splitting
-and frame-level checks (max-frame-size, channel-max, doff), the frame loop's dispatch of
-transfer, flow and disposition to their session (sessionin.py), our open/close, idle time-out
-and heartbeats (transport §2.4.5), and turning every peer violation into the right error on the
-wire plus a ProtocolViolation event. The engine never raises on hostile bytes. What it has to
-send is queued in a FrameOutput (frameout.py). Before AMQP frames flow, the protocol headers and
-SASL (transport §2.2, security §5) are a Handshake's (handshake.py), which it drops once they
-do. Every other frame (the peer's open, close, begin, end, attach, detach) the frame loop hands
-to connctl.py's control.
+Owns: the connection's stage (protocol headers and SASL, AMQP frames, held, done), frame
+splitting and frame-level checks (max-frame-size, channel-max, doff), the frame loop's dispatch
+of transfer, flow and disposition to their session (sessionin.py), the read's view for large
+payloads, the events queue, and the output taken for the socket. The engine never raises on
+hostile bytes: what the frame loop catches goes to violations.py. What it has to send is queued
+in a FrameOutput (frameout.py). Before AMQP frames flow, the protocol headers and SASL
+(transport §2.2, security §5) are a Handshake's (handshake.py), which it drops once they do.
+Every other frame (the peer's open, close, begin, end, attach, detach) the frame loop hands to
+connctl.py's control. Cold paths are units of their own, its methods handing over to them: our
+open, close and non-transfer frames (connout.py), idle time-out and heartbeats (keepalive.py),
+our sessions' channels (channels.py).
 
     conn = Connection(ConnectionConfig(container_id="c1"))
     conn.receive_data(data, now)   # b"" when the peer closed the stream
@@ -21,7 +23,6 @@ Must not touch: sockets, clocks (time is a parameter), routing.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,22 +30,24 @@ from typing import Any, Final
 from mypy_extensions import i64
 
 from . import errors as E
+from .channels import claim_channel, forget_session, new_session, sessions_of
 from .connctl import control
+from .connout import send_close, send_frame, send_open
 from .cutframe import CutFrame
 from .decode import decode_at
-from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
-from .events import Event, ProtocolViolation, TransferSink, TransportClosed
+from .endpoints import CLOSED, UNINIT, Halves
+from .events import Event, TransferSink, TransportClosed
 from .fastparse import parse_disposition, parse_flow, parse_transfer, u32
 from .frameout import FrameOutput
-from .framing import AMQP_HEADER, EMPTY_FRAME, FRAME_AMQP, MIN_MAX_FRAME_SIZE, frame
+from .framing import AMQP_HEADER, FRAME_AMQP, MIN_MAX_FRAME_SIZE
 from .handshake import Handshake
+from .keepalive import next_deadline, run_timers
 from .link import Link
-from .performatives import Close, Detach, End, Error, Fields, Open, Symbols, Transfer
+from .performatives import Error, Fields, Open, Symbols, Transfer
 from .sasl import SaslClientConfig, SaslResult, SaslServerConfig
 from .session import Session
 from .sessionin import on_disposition, on_flow, on_transfer
-from .sessionout import MAX_DESCRIPTION_BYTES as _MAX_DESCRIPTION_BYTES
-from .sessionout import wire_error as _wire_error
+from .violations import connection_error, link_error, session_error
 
 _HANDSHAKE: Final = 0  # protocol headers and SASL (the Handshake's)
 _AMQP: Final = 2
@@ -70,7 +73,7 @@ class Connection:
         "_cut", "_read_view", "_read_of",
         "output", "_header_out", "_events", "_stage", "_handshake",
         "sessions_by_local", "sessions_by_remote",
-        "_now", "_last_received", "_last_sent", "_stream_ended", "context", "sasl_failure_delay",
+        "_now", "_last_received", "last_sent", "_stream_ended", "context", "sasl_failure_delay",
         "transfer_sink", "sunk",
     )  # fmt: skip
 
@@ -104,7 +107,7 @@ class Connection:
         self.sessions_by_remote: dict[int, Session] = {}
         self._now = 0.0
         self._last_received = 0.0
-        self._last_sent = 0.0
+        self.last_sent = 0.0  # public: the heartbeat timer restarts it (keepalive.py)
         self._stream_ended = False
         self.context: Any = None
         # Server side: asked with `now` and the failed result when a login fails (the router logs
@@ -160,7 +163,7 @@ class Connection:
     def data_to_send(self) -> bytes:
         data = self.output.take()
         if len(data) != 0:
-            self._last_sent = self._now
+            self.last_sent = self._now
         return data
 
     def chunks_to_send(self) -> list[bytes | memoryview]:
@@ -168,7 +171,7 @@ class Connection:
         payloads, views of the reads they came in, are not copied (FrameOutput.take_chunks)."""
         chunks = self.output.take_chunks()
         if len(chunks) != 0:
-            self._last_sent = self._now
+            self.last_sent = self._now
         return chunks
 
     @property
@@ -182,17 +185,7 @@ class Connection:
             # (but a held-back failed login's outcome has one: the AMQP path pays nothing for it)
             handshake = self._handshake
             return handshake.deadline() if handshake is not None and self._stage == _HELD else None
-        # Asked after every read: no list, no min().
-        deadline: float | None = None
-        idle = self.config.idle_timeout_s
-        if idle and self.remote_open is not None:
-            deadline = self._last_received + idle
-        remote = self.remote_idle_timeout_s
-        if remote and self.state.local is ACTIVE:
-            beat = self._last_sent + remote / 2
-            if deadline is None or beat < deadline:
-                deadline = beat
-        return deadline
+        return next_deadline(self)
 
     def tick(self, now: float) -> None:
         """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""
@@ -201,18 +194,7 @@ class Connection:
             if self._handshake is not None and self._stage == _HELD:
                 self._handshake.tick(now)
             return
-        timeout = self.config.idle_timeout_s
-        if timeout and self.remote_open is not None and now >= self._last_received + timeout:
-            self._connection_error(E.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
-            return
-        remote = self.remote_idle_timeout_s
-        if remote and self.state.local is ACTIVE and now >= self._last_sent + remote / 2:
-            if not self.output.pieces:
-                self.output.pieces.append(EMPTY_FRAME)  # transport §2.4.5
-            # Restart the heartbeat timer now: what is queued goes out next. Left in the past
-            # (frames waiting behind a slow write), the deadline would have the driver tick in
-            # a loop and never read the peer's frames, until our own idle time-out fired.
-            self._last_sent = now
+        run_timers(self, now)
 
     # --- application commands ------------------------------------------------------------------
 
@@ -225,49 +207,22 @@ class Connection:
         properties: Fields | None = None,
     ) -> None:
         """Send our open (transport §2.7.1)."""
-        self.state.local_input(Input.OPEN)
-        idle = self.config.idle_timeout_s
-        self.output.defer_first(frame(
-            0,
-            Open(
-                container_id=self.config.container_id,
-                hostname=hostname,
-                max_frame_size=self.config.max_frame_size,
-                channel_max=self.config.channel_max,
-                # Advertise half our threshold, as transport §2.4.5 advises.
-                idle_time_out=int(idle * 500) if idle else None,
-                offered_capabilities=offered_capabilities,
-                desired_capabilities=desired_capabilities,
-                properties=properties,
-            ),
-        ))  # fmt: skip
-        self._release_deferred()
+        send_open(
+            self, hostname=hostname, offered_capabilities=offered_capabilities,
+            desired_capabilities=desired_capabilities, properties=properties,
+        )  # fmt: skip
 
     def close(self, error: Error | None = None) -> None:
         """Send our close (transport §2.7.9); opens first if we never did."""
-        if self.state.local is CLOSED:
-            return
-        if self.state.local_input(Input.CLOSE) is Action.SEND_OPEN_THEN_CLOSE:
-            self.state.local = UNINIT
-            self.open()
-            self.state.local = CLOSED
-        self.write_frame(0, Close(error=error))
-        if self.state.remote is CLOSED or self.failed:
-            self.finished = True
+        send_close(self, error)
 
     def begin_session(self, **begin: Any) -> Session:
         """Create a session and send its begin (arguments as Session.begin)."""
-        if self.state.local is not ACTIVE:
-            raise E.LocalUsageError("connection is not open")
-        session = Session(self, None)
-        session.begin(**begin)
-        return session
+        return new_session(self, **begin)
 
     @property
     def sessions(self) -> list[Session]:
-        unique = {id(s): s for s in self.sessions_by_local.values()}
-        unique.update((id(s), s) for s in self.sessions_by_remote.values())
-        return list(unique.values())
+        return sessions_of(self)
 
     # --- used by sessions and links ------------------------------------------------------------
 
@@ -302,49 +257,27 @@ class Connection:
         self.output.buffer().extend(pieces)
 
     def write_frame(self, channel: int, performative: Any) -> None:
-        """Write one non-transfer frame; no frame may exceed the peer's max-frame-size
-        (transport §2.7.1). A detach, end or close must always go out: an error too large for
-        it (a description quoting the peer's data) is cut down to fit. Any other frame too
-        large raises FrameTooLarge and writes nothing."""
-        data = frame(channel, performative)
-        if len(data) > self.remote_max_frame_size and self.remote_open is not None:
-            error = getattr(performative, "error", None)
-            if isinstance(performative, (Detach, End, Close)) and error is not None:
-                smaller = _wire_error(str(error.condition)[:_MAX_DESCRIPTION_BYTES], error.description or "")
-                data = frame(channel, dataclasses.replace(performative, error=smaller))
-            if len(data) > self.remote_max_frame_size:
-                raise E.FrameTooLarge(
-                    f"{type(performative).__name__} frame of {len(data)} bytes exceeds the "
-                    f"peer's max-frame-size {self.remote_max_frame_size}"
-                )
-        self.write_bytes(data)
+        """Write one non-transfer frame, within the peer's max-frame-size (connout.send_frame)."""
+        send_frame(self, channel, performative)
 
     def allocate_channel(self, session: Session) -> int:
-        limit = min(self.config.channel_max, self.remote_channel_max if self.remote_open else 0xFFFF)
-        for channel in range(len(self.sessions_by_local) + 1):
-            if channel not in self.sessions_by_local:
-                if channel > limit:
-                    break
-                self.sessions_by_local[channel] = session
-                return channel
-        raise E.LocalUsageError(f"no free channel (channel-max {limit})")
+        return claim_channel(self, session)
 
     def release_session(self, session: Session) -> None:
-        if session.channel is not None and self.sessions_by_local.get(session.channel) is session:
-            del self.sessions_by_local[session.channel]
-        remote = session.remote_channel
-        if remote is not None and self.sessions_by_remote.get(remote) is session:
-            del self.sessions_by_remote[remote]
+        forget_session(self, session)
 
     def link_error(self, link: Link, condition: str, description: str) -> None:
         """The peer misused a link: detach it with the condition (transport §2.6.5)."""
-        self._events.append(ProtocolViolation(condition=condition, description=description, scope="link"))
-        if link.state.local is ACTIVE:
-            link.detach(closed=True, error=_wire_error(condition, description))
+        link_error(self, link, condition, description)
 
     # --- the handshake's owner (handshake.HandshakeOwner) ---------------------------------------
 
     def handshake_failed(self) -> None:
+        self.discard_input()
+
+    def discard_input(self) -> None:
+        """Read nothing more: the stream ends (a failed handshake, a connection error)."""
+        self._cut.clear()
         self._stage = _DONE
         self.finished = True
         self._handshake = None
@@ -364,9 +297,9 @@ class Connection:
     def write_amqp_header(self) -> None:
         self.output.pieces.append(AMQP_HEADER)
         self._header_out = True
-        self._release_deferred()
+        self.release_deferred()
 
-    def _release_deferred(self) -> None:
+    def release_deferred(self) -> None:
         # Only a server reads a peer's frames before its own open (a client opens first), so
         # only a server's frames wait for the open.
         if self._header_out and (self.state.local is not UNINIT or not self.config.server):
@@ -464,39 +397,11 @@ class Connection:
                     if exc.scope != "session" or session is None:
                         raise
                     known_channel = -1
-                    self._session_error(session, exc)
+                    session_error(self, session, exc)
         except E.ProtocolError as exc:
-            self._connection_error(exc.condition, exc.description)
+            connection_error(self, exc.condition, exc.description)
             return n
         except E.DecodeError as exc:
-            self._connection_error(E.DECODE_ERROR, exc.description)
+            connection_error(self, E.DECODE_ERROR, exc.description)
             return n
         return at
-
-    def _session_error(self, session: Session, exc: E.ProtocolError) -> None:
-        """End the session with the condition (transport §2.5.5, §2.8.17)."""
-        self._events.append(
-            ProtocolViolation(condition=exc.condition, description=exc.description, scope="session")
-        )
-        if session.state.local is CLOSED:
-            return
-        try:
-            # A session we have not answered yet gets our begin first (transport §2.5.1, as
-            # Session.end does): the end must reach the peer either way.
-            session.end(_wire_error(exc.condition, exc.description))
-        except E.LocalUsageError:  # no channel left to answer on (the peer's channel-max)
-            self._connection_error(exc.condition, exc.description)
-
-    def _connection_error(self, condition: str, description: str) -> None:
-        """Close the connection with the condition and discard all further input."""
-        if self.failed:
-            return
-        self.failed = True
-        self._events.append(
-            ProtocolViolation(condition=condition, description=description, scope="connection")
-        )
-        self._cut.clear()
-        if self.state.local is not CLOSED:
-            self.close(_wire_error(condition, description))
-        self._stage = _DONE
-        self.finished = True

@@ -1,0 +1,61 @@
+"""A connection's sessions by channel (transport §2.5.1, §2.7.1): the sessions we begin and the
+channels they take.
+
+Owns: beginning a session of ours (only on an open connection), the lowest free channel for it
+within both channel-maxes (ours, and the peer's once its open came), releasing a session's
+channels on both sides once it is over, and the list of the connection's sessions.
+Collaborators, passed in: the Connection (its local state, our config, the peer's open and
+channel-max, the session registries by our channel and by the peer's), the Session.
+Must not touch: the peer's begin and end, which fill and empty the registry by the peer's
+channel (connctl.py), a session's own state (session.py), frames, sockets.
+
+Functions taking the connection, not methods of it: the connection keeps the sans-IO surface
+and the frame loop, and its methods begin_session, sessions, allocate_channel and
+release_session hand over to these. Plain functions of a native class argument, so that
+compiled, the call is a direct C call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import errors as E
+from .endpoints import ACTIVE
+from .session import Session
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+
+def new_session(conn: Connection, **begin: Any) -> Session:
+    """Create a session and send its begin (arguments as Session.begin)."""
+    if conn.state.local is not ACTIVE:
+        raise E.LocalUsageError("connection is not open")
+    session = Session(conn, None)
+    session.begin(**begin)
+    return session
+
+
+def sessions_of(conn: Connection) -> list[Session]:
+    unique = {id(s): s for s in conn.sessions_by_local.values()}
+    unique.update((id(s), s) for s in conn.sessions_by_remote.values())
+    return list(unique.values())
+
+
+def claim_channel(conn: Connection, session: Session) -> int:
+    limit = min(conn.config.channel_max, conn.remote_channel_max if conn.remote_open else 0xFFFF)
+    for channel in range(len(conn.sessions_by_local) + 1):
+        if channel not in conn.sessions_by_local:
+            if channel > limit:
+                break
+            conn.sessions_by_local[channel] = session
+            return channel
+    raise E.LocalUsageError(f"no free channel (channel-max {limit})")
+
+
+def forget_session(conn: Connection, session: Session) -> None:
+    if session.channel is not None and conn.sessions_by_local.get(session.channel) is session:
+        del conn.sessions_by_local[session.channel]
+    remote = session.remote_channel
+    if remote is not None and conn.sessions_by_remote.get(remote) is session:
+        del conn.sessions_by_remote[remote]
