@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import errors as E
-from .endpoints import ACTIVE
+from .endpoints import ACTIVE, claim_number
 from .session import Session
 
 if TYPE_CHECKING:
@@ -44,13 +44,7 @@ def sessions_of(conn: Connection) -> list[Session]:
 
 def claim_channel(conn: Connection, session: Session) -> int:
     limit = min(conn.config.channel_max, conn.remote_channel_max if conn.remote_open else 0xFFFF)
-    for channel in range(len(conn.sessions_by_local) + 1):
-        if channel not in conn.sessions_by_local:
-            if channel > limit:
-                break
-            conn.sessions_by_local[channel] = session
-            return channel
-    raise E.LocalUsageError(f"no free channel (channel-max {limit})")
+    return claim_number(conn.sessions_by_local, session, limit, "channel", "channel-max")
 
 
 def forget_session(conn: Connection, session: Session) -> None:

@@ -5,14 +5,15 @@ Every endpoint has a local half (what we sent) and a remote half (what the peer 
 UNINIT -> ACTIVE -> CLOSED, driven by the open-like frame (open, begin, attach) and the
 close-like frame (close, end, detach). A transition not in the table is an error: for the
 remote half it is the peer's protocol violation (the caller answers with the condition below);
-for the local half it is a misuse of the engine by the application.
+for the local half it is a misuse of the engine by the application. Also the numbers endpoints
+are known by on the wire: the lowest free channel of a connection, handle of a session.
 Must not touch: frames, windows, credit.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Final
+from typing import Any, Final
 
 from .errors import ILLEGAL_STATE, LocalUsageError, ProtocolError
 
@@ -88,3 +89,16 @@ class Halves:
 
     def __repr__(self) -> str:
         return f"{self.kind}(local={self.local.name}, remote={self.remote.name})"
+
+
+def claim_number(taken: dict[int, Any], endpoint: Any, limit: int, what: str, bound: str) -> int:
+    """The lowest number not in `taken` and at most `limit`, now `endpoint`'s there (a session's
+    channel, transport §2.5.1; a link's handle, §2.6.2); LocalUsageError naming `what` and the
+    `bound` that limits it when every one is taken."""
+    for number in range(len(taken) + 1):
+        if number not in taken:
+            if number > limit:
+                break
+            taken[number] = endpoint
+            return number
+    raise LocalUsageError(f"no free {what} ({bound} {limit})")

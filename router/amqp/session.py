@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 from mypy_extensions import i64
 
 from . import errors as E
-from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
+from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input, claim_number
 from .events import RemoteAttach, RemoteDetach
 from .fastpath import BYTES
 from .link import Link
@@ -186,14 +186,8 @@ class Session:
     # --- used by links -------------------------------------------------------------------------
 
     def allocate_handle(self, link: Link) -> int:
-        limit = min(self.remote_handle_max, self.handle_max)
-        for handle in range(len(self.links_by_local) + 1):
-            if handle not in self.links_by_local:
-                if handle > limit:
-                    break
-                self.links_by_local[handle] = link
-                return handle
-        raise E.LocalUsageError(f"no free link handle (handle-max {limit})")
+        return claim_number(self.links_by_local, link, min(self.remote_handle_max, self.handle_max),
+                            "link handle", "handle-max")  # fmt: skip
 
     def free_handle(self, link: Link) -> None:
         if link.local_handle is not None and self.links_by_local.get(link.local_handle) is link:
