@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from mypy_extensions import i64, mypyc_attr
 
+from .fastparse import tag_in
 from .performatives import Attach, Begin, Error, Open
 
 if TYPE_CHECKING:
@@ -185,8 +186,7 @@ class TransferReceived:
     def delivery_tag(self) -> bytes:
         tag = self._tag
         if tag is None:
-            source, at = self.source, self._tag_at
-            tag = self._tag = source[at : at + source[at - 1]]
+            tag = self._tag = tag_in(self.source, self._tag_at)
         return tag
 
     def __repr__(self) -> str:

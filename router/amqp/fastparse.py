@@ -126,11 +126,15 @@ def _general(buf: bytes, pos: int, end: int, cls: type) -> Any:
 TransferFields = tuple[int, int, "bytes | None", i64, int, "bool | None", bool, "int | None", Any, bool, bool, int]
 
 
+def tag_in(buf: bytes, tag_at: i64) -> bytes:
+    """The vbin8 delivery-tag whose bytes start at `tag_at` in `buf` (its length the byte before),
+    where parse_transfer found it."""
+    return buf[tag_at : tag_at + buf[tag_at - 1]]
+
+
 def transfer_tag(buf: bytes, tag: bytes | None, tag_at: i64) -> bytes | None:
     """The delivery-tag of TransferFields' (tag, tag_at) in the frame's buffer `buf`."""
-    if tag_at < 0:
-        return tag
-    return buf[tag_at : tag_at + buf[tag_at - 1]]
+    return tag if tag_at < 0 else tag_in(buf, tag_at)
 
 
 def parse_transfer(buf: bytes, pos: i64, end: i64) -> TransferFields:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED
 from .events import DispositionReceived, FlowReceived, TransferReceived
-from .fastparse import DispositionFields, FlowFields, TransferFields
+from .fastparse import DispositionFields, FlowFields, TransferFields, tag_in
 from .performatives import RECEIVER, SENDER
 from .serial import serial_add, serial_diff, serial_lt
 from .sessionout import flush_blocked, write_link_flow, write_session_flow
@@ -138,9 +138,7 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
             return
         link.delivery_count = (link.delivery_count + 1) & 0xFFFFFFFF
         if more and not aborted:  # the frames that follow carry no tag: theirs is this one
-            if tag is None:
-                tag = buf[tag_at : tag_at + buf[tag_at - 1]]
-            link.in_tag = tag
+            link.in_tag = tag if tag is not None else tag_in(buf, tag_at)
         link.in_settled = bool(settled)
         link.in_bytes = 0
     else:
