@@ -18,6 +18,7 @@ from .delivery import Copy, Forward, maps_of
 from .fifo import Fifo
 from .links import OutLink
 from .holding import Holding
+from .sending import write_frames
 
 
 class Multicast(Holding):
@@ -87,11 +88,7 @@ class Multicast(Holding):
             frames = self._egress(fwd, out, frames)
         link = out.link
         settled = self._presettled_out(fwd, out)
-        last = len(frames) - 1
-        out_id = -1
-        for i, frame in enumerate(frames):
-            out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
-                                        message_format=fwd.message_format)  # fmt: skip
+        out_id = write_frames(fwd, link, frames, settled)
         if out.neighbour is None:
             fwd.entry.deliveries_egress += 1
         else:

@@ -25,6 +25,7 @@ from .links import OutLink
 from .settlement import Settlement
 
 if TYPE_CHECKING:
+    from ..amqp.link import Link
     from .bounds import Bounds
     from .mesh import Mesh
     from .paths import Paths
@@ -260,15 +261,9 @@ class Sending(Settlement):
         assert frames is not None
         if fwd.meta is not None or out.rewrites:
             frames = self._egress(fwd, out, frames)
-        last = len(frames) - 1
-        if last and out.band >= 0:  # (a message that waited) on a band link: not all at once
+        if len(frames) > 1 and out.band >= 0:  # (a message that waited) on a band link: not all at once
             return self.send_frames(out, fwd, frames, settled)
-        link = out.link
-        out_id = -1
-        for i, frame in enumerate(frames):
-            out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
-                                        message_format=fwd.message_format)  # fmt: skip
-        return out_id
+        return write_frames(fwd, out.link, frames, settled)
 
     def _settled_on_send(self, record: Forward | Copy) -> None:
         """The consumer asked for presettled deliveries (snd-settle-mode settled): it will send no
@@ -293,3 +288,15 @@ class Sending(Settlement):
         fwd.done = True
         fwd.drop_frames()
         self._release_window(fwd)
+
+
+def write_frames(fwd: Forward, link: Link, frames: list[Payload], settled: bool) -> int:
+    """`frames` of `fwd` (as they are, or as a consumer or router gets them) as one delivery on
+    `link`: more on all but the last, and on the last while the rest is still arriving. Its
+    delivery-id (-1: no frame)."""
+    last = len(frames) - 1
+    out_id = -1
+    for i, frame in enumerate(frames):
+        out_id = link.send_transfer(None, frame, settled=settled, more=i < last or not fwd.complete,
+                                    message_format=fwd.message_format)  # fmt: skip
+    return out_id
