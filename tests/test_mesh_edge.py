@@ -115,7 +115,7 @@ def test_an_edge_fails_over_to_its_next_uplink() -> None:
     h.pump()
     h.cut(h.wire_between("E1", "A"))
     assert isinstance(producer.outcomes[before], Modified)  # in doubt: it was on the lost uplink
-    assert h.cores["E1"].mesh.edges.active == "B" and h.cores["E1"].mesh.edges.failovers == 1
+    assert h.cores["E1"].mesh.edges.active == "B" and h.cores["E1"].mesh.edges.as_edge.failovers == 1
     h.advance(0.5)
     assert h.cores["B"].mesh.node.local_addresses == {"orders"}  # type: ignore[union-attr]
     assert h.cores["A"].mesh.node.routers_for("orders") == {"B"}  # type: ignore[union-attr]
@@ -223,14 +223,15 @@ def test_an_edge_that_misses_a_change_asks_for_the_whole_set() -> None:
     _consumer(h, "A", "kept")
     h.advance(0.5)
     e2 = h.cores["E2"].mesh.edges
+    uplinks = e2.as_edge
     peer = e2.uplinks["B"]
-    seq = e2.mesh_seq["B"]
+    seq = uplinks.mesh_seq["B"]
     # A change from B that skips one: E2 must not trust its set, and asks B for the whole set.
     e2.on_control(peer, encode_mesh_addresses("B", seq + 2, False, ["ghost"], []), h.now)
-    assert "ghost" not in e2.mesh_addresses["B"] and "B" in e2.awaiting_full
+    assert "ghost" not in uplinks.mesh_addresses["B"] and "B" in uplinks.awaiting_full
     h.pump()
-    assert "B" not in e2.awaiting_full
-    assert "kept" in e2.mesh_addresses["B"] and "ghost" not in e2.mesh_addresses["B"]
+    assert "B" not in uplinks.awaiting_full
+    assert "kept" in uplinks.mesh_addresses["B"] and "ghost" not in uplinks.mesh_addresses["B"]
 
 
 def test_mesh_address_messages_round_trip_and_reject_garbage() -> None:

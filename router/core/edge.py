@@ -82,20 +82,14 @@ class Edges:
         retry_s = mesh.topology_config.hello_interval_s
         self.as_edge = Uplinks(mesh, table, self.uplinks, retry_s)
         self.as_interior = EdgeHost(mesh, table, self.edges, retry_s)
-        # Edge: what each uplink says has destinations in the mesh besides this edge, the seq of
-        # its last message, uplinks asked for the whole set again (Uplinks' maps).
+        # Edge: what each uplink says has destinations in the mesh besides this edge (Uplinks'
+        # map, which the mesh reads for each address it reports).
         self.mesh_addresses = self.as_edge.mesh_addresses
-        self.mesh_seq = self.as_edge.mesh_seq
-        self.awaiting_full = self.as_edge.awaiting_full
 
     @property
     def active(self) -> str | None:
         """Edge: the uplink in use."""
         return self.as_edge.active
-
-    @property
-    def failovers(self) -> int:
-        return self.as_edge.failovers
 
     @property
     def deadline(self) -> float:
