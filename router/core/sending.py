@@ -221,7 +221,8 @@ class Sending(Settlement):
         else:
             out_id = self._send_all(fwd, out, settled)
         fwd.out, fwd.out_id = out, out_id
-        fwd.first = fwd.rest = fwd.fields = None
+        fwd.drop_frames()
+        fwd.fields = None
         out.delivered += 1
         if self.flow_on:
             self.flow_sent(fwd, out, self.now)
