@@ -18,7 +18,7 @@ from typing import Any, Final
 from .decode import Buffer, decode_at
 from .errors import DecodeError
 from .messaging import ApplicationProperties, Header, MessageAnnotations, Properties
-from .sections import section_descriptor, skip_value
+from .sections import section_spans
 from .types import Char, Decimal32, Decimal64, Decimal128, Symbol
 
 _HEADER, _ANNOTATIONS, _PROPERTIES, _APPLICATION = 0x70, 0x72, 0x73, 0x74
@@ -63,19 +63,13 @@ class MessageFields:
         self.unreadable = False
         self._decoded: dict[int, Any] = {}
         data = payload if type(payload) is bytes else bytes(payload)  # the skipper reads bytes
-        pos, end = 0, len(data)
-        try:
-            while pos < end:
-                if data[pos] != 0x00:
-                    raise DecodeError(f"expected a message section at offset {pos}")
-                code, value_pos = section_descriptor(data, pos + 1, end)
-                if code > _APPLICATION:  # the body (or footer): never read
-                    break
-                stop = skip_value(data, value_pos, end)
+        pos = 0
+        try:  # up to the body (or footer): never read
+            spans, pos = section_spans(data, _APPLICATION)
+            for code, start, stop in spans:
                 if code in _WANTED:
-                    self.spans[code] = (pos, stop)
-                pos = stop
-        except (DecodeError, IndexError):
+                    self.spans[code] = (start, stop)
+        except DecodeError:
             self.unreadable = True
         self.payload: bytes = data if data is payload else data[:pos]
 

@@ -2,6 +2,7 @@
 
 Owns: `skip_value`, the one bounds-checked skipper every reader of message bytes uses (peek.py's
 routing view, scan_sections, MessageFields, policy, the annotations below); `section_descriptor`;
+`section_spans`, the walk over a message's head that MessageFields and policy share;
 and the message-annotations map at the byte level: its entries located without decoding them
 (`annotation_entries`, keys sorted into kinds by a table the caller gives), the string and
 list-of-strings values read, and strings, lists of strings and whole sections written by hand
@@ -145,6 +146,29 @@ def section_descriptor(payload: bytes, pos: int, end: int) -> tuple[int, int]:
         return _CODE_BY_NAME[descriptor], pos
     raise DecodeError(f"descriptor {descriptor!r} is not a message section")
 
+
+
+def section_spans(data: bytes, last: int) -> tuple[list[tuple[int, int, int]], int]:
+    """Where a message's sections lie, as (code, start, stop), up to the first section whose
+    code is above `last` (found, not skipped: a reader of the head never walks the body), and
+    the offset the walk stopped at. DecodeError when what comes first is not a section, is
+    malformed, or is cut by the end of `data`. (peek.py's routing view and message.py's full
+    scan walk on their own: each checks more per section.)"""
+    spans: list[tuple[int, int, int]] = []
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            if data[pos] != 0x00:
+                raise DecodeError(f"expected a message section at offset {pos}")
+            code, value_pos = section_descriptor(data, pos + 1, end)
+            if code > last:
+                break
+            stop = skip_value(data, value_pos, end)
+            spans.append((code, pos, stop))
+            pos = stop
+    except IndexError:
+        raise DecodeError("message cut short inside its sections") from None
+    return spans, pos
 
 # --- the message-annotations map (messaging §3.2.3), at the byte level ---------------------------
 

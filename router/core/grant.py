@@ -25,7 +25,7 @@ from ..amqp.decode import decode_at
 from ..amqp.errors import DecodeError
 from ..amqp.messaging import Properties
 from ..amqp.performatives import Error
-from ..amqp.sections import section_descriptor, skip_value
+from ..amqp.sections import section_spans
 from ..config.models import PolicyGroup, Vhost
 
 _PROPERTIES = 0x73
@@ -72,21 +72,11 @@ def address_allowed(patterns: tuple[str, ...], address: str, user: str | None) -
 def message_properties(payload: bytes) -> Properties | None:
     """The properties section of an encoded message (at least its first frame), None if it has
     none; DecodeError when malformed or cut before the end of the properties."""
-    pos, end = 0, len(payload)
-    try:
-        while pos < end:
-            if payload[pos] != 0x00:
-                raise DecodeError(f"expected a message section at offset {pos}")
-            code, value = section_descriptor(payload, pos + 1, end)
-            if code > _PROPERTIES:
-                return None
-            stop = skip_value(payload, value, end)
-            if code == _PROPERTIES:
-                properties = decode_at(payload, pos, stop)[0]
-                return properties if isinstance(properties, Properties) else None
-            pos = stop
-    except IndexError:
-        raise DecodeError("message cut short before the end of its properties") from None
+    spans, _ = section_spans(payload, _PROPERTIES)
+    for code, start, stop in spans:
+        if code == _PROPERTIES:
+            properties = decode_at(payload, start, stop)[0]
+            return properties if isinstance(properties, Properties) else None
     return None
 
 
