@@ -19,7 +19,7 @@ import trio
 
 from router.cli.run import GC_YOUNG_THRESHOLD
 from router.management.agent import ManagementAgent
-from router.management.entities import NodeType
+from router.management.router_entities import NodeType
 
 from .support.management import (
     ProcessRouter, cli, cli_json, live_traffic, managed_router, one_line_error, router_with_http,

@@ -14,7 +14,7 @@ from router.management import (
     Connector, ConnectorControl, ConnectorStatusSource, ManagementAgent, ManagementError, etag,
 )  # fmt: skip
 from router.management.agent import ManagementAgent as Agent
-from router.management.entities import NodeType
+from router.management.router_entities import NodeType
 
 from .support.mgmt import StubControl
 

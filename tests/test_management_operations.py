@@ -13,7 +13,7 @@ from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Data, Properties, Rejected
 from router.config.models import AddressConfig, Listener, RouterConfig, RouterSection
 from router.management.agent import ManagementAgent
-from router.management.entities import NodeType
+from router.management.router_entities import NodeType
 
 from .support.mgmt import MgmtHarness, StubControl
 

@@ -1,14 +1,14 @@
 """The management model of the router and its AMQP faces (sans-IO: no sockets, tasks or clock).
 
-One model of manageable entity types (model.py; entities.py, logs.py: operational;
-config_entities.py, address_rules.py, their attributes mapped from the models by fieldmap.py:
-configuration; metrics.py: memory) behind one entry point, the agent (agent.py); two AMQP dialects
-at the management node (node.py): AMQP Management WD14 over the HTTP-over-AMQP mapping
-(amqp_http.py) and the operation dialect of the anchors' tools (operations.py). The HTTP/JSON face
-(http.py; http_resources.py, http_responses.py) and metrics (metrics.py) use the same agent. Who may
-read and write is authz.py's (every face asks `agent.authz` before it acts; the HTTP face learns who
-asks through http_auth.py). docs/management.md describes the types, the attributes and both
-dialects; docs/security.md who may do what.
+One model of manageable entity types (model.py; entities.py, router_entities.py, logs.py:
+operational; config_entities.py, address_rules.py, their attributes mapped from the models by
+fieldmap.py: configuration; metrics.py: memory) behind one entry point, the agent (agent.py); two
+AMQP dialects at the management node (node.py): AMQP Management WD14 over the HTTP-over-AMQP
+mapping (amqp_http.py) and the operation dialect of the anchors' tools (operations.py). The
+HTTP/JSON face (http.py; http_resources.py, http_responses.py) and metrics (metrics.py) use the
+same agent. Who may read and write is authz.py's (every face asks `agent.authz` before it acts; the
+HTTP face learns who asks through http_auth.py). docs/management.md describes the types, the
+attributes and both dialects; docs/security.md who may do what.
 
     agent = ManagementAgent(core, config, control, started_at)   # control: ConfigControl | None
     install(core, agent)            # the node at $management and _local/$management

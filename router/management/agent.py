@@ -24,7 +24,8 @@ from .autolinks import AutoLinkType
 from .link_routes import LinkRouteType
 from .authz import Authorizer
 from .config_entities import ConnectorType, ListenerType
-from .entities import ConnectionType, LinkType, NodeType, RouterAddressType, RouterType
+from .entities import ConnectionType, LinkType, RouterAddressType
+from .router_entities import NodeType, RouterType
 from .logs import LogType
 from .policy_entities import PolicyType, VhostStatsType, VhostType
 from .model import ConfigControl, EntityType, ManagementError, etag

@@ -1,7 +1,8 @@
 """What a manageable entity type is, and the vocabulary every face shares.
 
 Owns: ManagementError (a status code and a description; every failure of the agent is one),
-the reason phrases of the status codes, the shape of a reply (Reply), Attribute and EntityType (names, attributes, operations,
+the reason phrases of the status codes, the shape of a reply (Reply), Attribute (`counters`: the
+read-only counters many types have) and EntityType (names, attributes, operations,
 and the hooks that read, create, update and delete entities), type-name resolution (the anchors'
 long form `org.apache.qpid.dispatch.<short>` and the short form), ETags, and the protocols
 through which configuration changes reach the network layer (ConfigControl, ConnectorControl).
@@ -72,6 +73,11 @@ class Attribute:
         if self.default is not None:
             out["default"] = self.default
         return out
+
+
+def counters(*specs: str) -> tuple[Attribute, ...]:
+    """Read-only counters from "name: description" specs."""
+    return tuple(Attribute(n.strip(), "ulong", d.strip()) for n, _, d in (s.partition(":") for s in specs))
 
 
 # Every entity has these (the anchors' base entity type); WD14's `id` is our `identity`.

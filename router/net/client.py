@@ -33,7 +33,8 @@ from ..amqp.messaging import Source, Target
 from ..amqp.performatives import RECEIVER, Error
 from ..amqp.sasl import SaslClientConfig
 from ..amqp.session import Session
-from .client_links import Delivery, Receiver, Sender, SendTracker
+from .client_links import Sender, SendTracker
+from .client_receiver import Delivery, Receiver
 from .driver import ConnectionDriver
 from .errors import AuthenticationError, ClientError, ConnectionClosed, LinkDetached
 

@@ -6,32 +6,25 @@
     server.shutdown()                             # or cancel run(): both stop gracefully
     server.http_addresses                         # [(http listener name, host, port), ...]
 
-Owns: composing the network side's parts, each with one job, and the router's life cycle. The
-parts: the core pump (corepump.py: events into the core, flushing the connections it touched,
-its timer, the one monotonic clock `clock` the core is called with, trio's by default; the
-wall-clock offset is captured once here), the connection guard (guard.py: one ConnectionDriver
-per connection, confined to it and released however it ends, the handshake time-out), the
-intake (intake.py: TLS and the WebSocket upgrade before AMQP, the engine registered with the
-core), the AMQP listeners and connectors (listeners.py, connectors.py) and their run-time
-control (control.py: the management agent's ConfigControl, and `reload`, applying a changed
-configuration file through the agent), the HTTP listeners (http_server.py serves
-router.management.http: management as JSON, /metrics, /healthz) and the management agent's
-installation (management_face.py). The life cycle: open the listeners, serve, and stop
-gracefully (stop accepting; quiesce the core, no new credit nor links, and wait until no
-delivery is in flight or the drain deadline; close every connection with amqp:connection:forced,
-let writers flush until `drain_s` is up, then drop the sockets; a cancelled run() skips the
-wait for deliveries in flight).
+Owns: composing the network side's parts, each with one job. The parts: the core pump (corepump.py:
+events into the core, flushing the connections it touched, its timer, the one monotonic clock
+`clock` the core is called with, trio's by default; the wall-clock offset is captured once here),
+the connection guard (guard.py: one ConnectionDriver per connection, confined to it and released
+however it ends, the handshake time-out), the intake (intake.py: TLS and the WebSocket upgrade
+before AMQP, the engine registered with the core), the AMQP listeners and connectors (listeners.py,
+connectors.py) and their run-time control (control.py: the management agent's ConfigControl, and
+`reload`, applying a changed configuration file through the agent), the HTTP listeners
+(http_server.py serves router.management.http: management as JSON, /metrics, /healthz) and the
+management agent's installation (management_face.py). The router's life cycle (open the listeners,
+serve, stop gracefully) is serverlife.py's ServerLifecycle, which RouterServer is.
 Must not touch: routing decisions (router.core), protocol rules (router.amqp).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
-
-import trio
 
 from ..amqp.connection import Connection
 from ..config.models import Connector, Listener, RouterConfig, SslProfile
@@ -42,26 +35,18 @@ from .driver import ConnectionDriver
 from .flowtask import FlowTask
 from .guard import ConnectionGuard
 from .guard import _close_reason as _close_reason  # noqa: F401  (tests import it from here)
-from .http_server import serve_http
 from .intake import ConnectionIntake
 from .listeners import AmqpListeners, Bind, ListenerCounters
 from .now import run_clock
 from .poller import Poller
 from .reload import ReloadReport
+from .serverlife import SHUTDOWN_FLUSH_S, BoundAddress, ServerLifecycle
 from .tls import TlsProfiles
 
 __all__ = ["BoundAddress", "Core", "RouterServer"]
 
-log = logging.getLogger(__name__)
 
-SHUTDOWN_FLUSH_S = 2.0  # how long writers may flush the closes before sockets are dropped
-# Of `drain_s`, what is kept for the closes after waiting for deliveries in flight (at most half).
-CLOSE_MARGIN_S = 1.0
-
-BoundAddress = tuple[str, str, int]  # (listener name, host, port)
-
-
-class RouterServer:
+class RouterServer(ServerLifecycle):
     """Serves every listener of `config` with one RouterCore and its management agent (or the
     `core` given, for tests, with the `agent` given or none)."""
 
@@ -84,7 +69,7 @@ class RouterServer:
         graceful stop lets connections finish closing (their outcomes written) before dropping
         them. `bind` and `dial`: how listeners get their sockets and connectors their streams
         (TCP by default; router.testing.memrouter gives memory streams on trio's mock clock)."""
-        self.drain_s = drain_s
+        super().__init__(drain_s)
         if clock is None:  # trio's, read without finding the run each time (now.run_clock)
             clock = run_clock()
         self.clock = clock
@@ -128,12 +113,6 @@ class RouterServer:
             from .. import __version__
 
             self.flow = FlowTask(core, config.flow, clock, __version__)
-        self.addresses: list[BoundAddress] = []
-        self.http_addresses: list[BoundAddress] = []
-        self._stop = trio.Event()
-        self._stopped = trio.Event()
-        self._http_stop = trio.Event()  # set once the AMQP side has stopped
-        self._app: Any = None
 
     @property
     def config(self) -> RouterConfig:
@@ -162,109 +141,6 @@ class RouterServer:
 
     def _stopping(self) -> bool:
         return self._stop.is_set()
-
-    # --- life cycle ------------------------------------------------------------------------------
-
-    async def run(self, *, task_status: trio.TaskStatus[list[BoundAddress]] = trio.TASK_STATUS_IGNORED) -> None:
-        """Bind every listener, serve until shutdown() or cancellation, then stop gracefully."""
-        self._open_configured()  # before anything runs: a port in use fails run() at once
-        if self._installs_agent:
-            from .management_face import install_management
-
-            install_management(self.core, self.agent)
-        async with trio.open_nursery() as nursery:
-            try:
-                await nursery.start(self._serve)
-                for http in self.config.http:
-                    port = await nursery.start(serve_http, self._http_app(), http, self._http_stop)
-                    self.http_addresses.append((http.name, http.host, port))
-                task_status.started(list(self.addresses))
-                await self._stopped.wait()
-            finally:
-                # Cancellation lands here: _serve is shielded and turns this into the same
-                # graceful stop (bounded by SHUTDOWN_FLUSH_S) before run() lets it propagate.
-                # It does not wait for deliveries in flight: the caller wants the stop now (in
-                # `router run`, a second signal or the grace period's end).
-                self.pump.drained.set()
-                self.shutdown()
-                # HTTP stops last: /healthz says 503 while the connections close.
-                self._http_stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        """shutdown() was called (or run() cancelled)."""
-        return self._stop.is_set()
-
-    def shutdown(self) -> None:
-        """Stop accepting, close every connection (amqp:connection:forced), flush, stop."""
-        self._stop.set()
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
-
-    def _open_configured(self) -> None:
-        listeners = self.config.listeners
-        ports = self._listeners.open_all(listeners)
-        self.addresses = [(listener.name, listener.host, port) for listener, port in zip(listeners, ports)]
-
-    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        # Shielded so that cancelling run() cannot cut the connections off mid-flush: run()
-        # asks for a stop instead and this scope finishes it within SHUTDOWN_FLUSH_S.
-        try:
-            with trio.CancelScope(shield=True):
-                async with trio.open_nursery() as connections:
-                    # Accept loops live beside the connections: each has its own cancel scope.
-                    self._listeners.serve(connections, connections)
-                    self._connectors.serve(connections)
-                    connections.start_soon(self.pump.timer)
-                    connections.start_soon(self.poller.run)
-                    if self.flow is not None:
-                        connections.start_soon(self.flow.run, self.pump.after_core)
-                    task_status.started()
-                    await self._stop.wait()
-                    await self._stop_gracefully()
-                    connections.cancel_scope.cancel()
-        finally:
-            self._listeners.close_all()
-            self._stopped.set()
-
-    async def _stop_gracefully(self) -> None:
-        self._listeners.close_all()
-        self._connectors.stop_dialling()  # their open connections close with the others
-        deadline = trio.current_time() + self.drain_s
-        await self.pump.drain_in_flight(deadline - min(CLOSE_MARGIN_S, self.drain_s / 2))
-        pump, drivers = self.pump, self.pump.drivers
-        if self.flow is not None:  # the last records go out while their subscribers are still here
-            try:
-                self.flow.final(self.clock())
-                pump.after_core()
-            except Exception:
-                log.exception("flow records: the last flush failed")
-        log.info("shutting down: closing %d connection(s)", len(drivers))
-        try:
-            self.core.shutdown(self.clock())
-            pump.after_core()
-        except Exception:  # the connections are dropped below all the same
-            log.exception("the core failed to close the connections")
-        with trio.move_on_at(deadline):
-            for driver in list(drivers.values()):
-                await driver.wait_closed()
-        unfinished = sum(1 for driver in drivers.values() if not driver.closed)
-        if unfinished:
-            log.info("dropping %d connection(s) that did not finish closing", unfinished)
-
-    def _http_app(self) -> Any:
-        """The ASGI application of every HTTP listener (one: its metrics registry reads the router
-        once per scrape, whichever listener the scrape came in on)."""
-        if self._app is None:
-            if self.agent is None:
-                raise RuntimeError("HTTP listeners need the management agent (a stand-in core has none)")
-            from .management_face import http_app
-
-            # After an HTTP request the agent may have changed the core (an address rule): flush
-            # what that queued, as after any call into the core.
-            self._app = http_app(self.agent, healthy=lambda: not self.stopping, after_call=self.pump.after_core)
-        return self._app
 
     # --- run-time configuration (the management agent's ConfigControl): control.py's ----------
 
