@@ -84,8 +84,8 @@ class ManagementAgent:
     # --- types ------------------------------------------------------------------------------------
 
     def register(self, etype: EntityType) -> None:
-        """Add an entity type, or replace the one with the same short name (the mesh issue
-        replaces `router.node`)."""
+        """Add an entity type (a face's own, such as the memory type), or replace the one with
+        the same short name."""
         old = next((t for t in self._ordered if t.short_name == etype.short_name), None)
         if old is not None:
             self._ordered[self._ordered.index(old)] = etype

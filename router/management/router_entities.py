@@ -113,8 +113,8 @@ class RouterType(EntityType):
 
 
 class NodeType(EntityType):
-    """Routers of the mesh. The mesh issue registers its own type with this short name; its
-    entities' identity should be their `id` (as for `router`)."""
+    """Routers of the mesh, as this router's routing table knows them; an entity's identity is
+    its `id` (as for `router`)."""
 
     short_name = "router.node"
     description = "Another router in the mesh (none on a standalone router)"

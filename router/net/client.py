@@ -28,7 +28,6 @@ from ..amqp import events as ev
 from ..amqp.connection import Connection, ConnectionConfig
 from ..amqp.errors import NOT_IMPLEMENTED
 from ..amqp.link import Link
-from ..amqp.message import Message
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import RECEIVER, Error
 from ..amqp.sasl import SaslClientConfig

@@ -96,7 +96,7 @@ class RouterServer(ServerLifecycle):
         self._listeners = AmqpListeners(self.intake.serve_stream, bind=bind)
         self._connectors = Connectors(self.intake.serve_outgoing, secure=self.intake.secure_outgoing, dial=dial)
         self.control = NetControl(config, self._listeners, self._connectors, self.tls,
-                                  stopping=self._stopping, after_core=self.pump.after_core)  # fmt: skip
+                                  stopping=lambda: self.stopping, after_core=self.pump.after_core)  # fmt: skip
         if self._installs_agent:
             from .management_face import new_agent  # it loads the agent, which reads the core
 
@@ -138,9 +138,6 @@ class RouterServer(ServerLifecycle):
 
     def _listener_counters(self, name: str) -> ListenerCounters:
         return self._listeners.counters(name)
-
-    def _stopping(self) -> bool:
-        return self._stop.is_set()
 
     # --- run-time configuration (the management agent's ConfigControl): control.py's ----------
 
