@@ -29,8 +29,9 @@ from .performatives import (
     SaslOutcome,
     SaslResponse,
 )
-from .scram import MECHANISMS as SCRAM_MECHANISMS
-from .scram import ScramClient, ScramError, ScramServer, StoredCredentials
+from .scram import ScramClient, ScramError, ScramServer
+from .scram_keys import MECHANISMS as SCRAM_MECHANISMS
+from .scram_keys import StoredCredentials
 
 PlainCheck = Callable[[str, str, str], bool]  # (authzid, username, password) -> accepted
 ScramLookup = Callable[[str, str], StoredCredentials | None]  # (mechanism, username) -> credentials
