@@ -26,7 +26,7 @@ from proton import Message as ProtonMessage
 from proton import SSLDomain
 from proton.utils import BlockingConnection
 
-from router.amqp.scram import make_credentials
+from router.amqp.scram_keys import make_credentials
 from router.config.loader import parse_config
 from router.config.models import Management
 from router.config.users import write_users

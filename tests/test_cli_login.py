@@ -15,7 +15,7 @@ import pytest
 import trio
 import yaml
 
-from router.amqp.scram import StoredCredentials
+from router.amqp.scram_keys import StoredCredentials
 from router.config.users import read_users
 
 from .support.router_process import router_command, router_env

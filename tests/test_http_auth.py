@@ -27,7 +27,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.amqp.scram import make_credentials
+from router.amqp.scram_keys import make_credentials
 from router.config.loader import ConfigError, parse_config
 from router.config.models import RouterConfig
 from router.config.users import write_users

@@ -27,7 +27,8 @@ from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.events import Authenticated, AuthenticationFailed
 from router.amqp.framing import AMQP_HEADER, FRAME_SASL, SASL_HEADER, frame
 from router.amqp.performatives import SaslInit, SaslOutcome
-from router.amqp.sasl import LoginThrottle, SaslClientConfig, SaslServerConfig
+from router.amqp.login_throttle import LoginThrottle
+from router.amqp.sasl import SaslClientConfig, SaslServerConfig
 from router.config.models import FailedLogins, Listener, RouterConfig, RouterSection, User
 from router.management.metrics import metrics_registry
 from router.net.server import RouterServer

@@ -32,7 +32,7 @@ import yaml
 from proton import ConnectionException
 from proton.utils import BlockingConnection
 
-from router.amqp.scram import make_credentials
+from router.amqp.scram_keys import make_credentials
 from router.config.loader import ConfigError, parse_config
 from router.config.users import UsersFileError, hash_password, read_users, write_users
 from router.core.connections import engine_config

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from router.amqp import selector as S
 from router.amqp.selector import SelectorError, matches, parse, render
+from router.amqp.selector_tokens import COMPARISONS, KEYWORDS
 
 
 def check(text: str, **props: Any) -> bool:
@@ -114,7 +115,7 @@ def test_like_is_linear_on_hostile_patterns() -> None:
 
 # --- hypothesis: render/parse round trips, and nothing but SelectorError from any text ----------
 
-_names = st.from_regex(r"[A-Za-z_$][A-Za-z0-9_$.]{0,8}", fullmatch=True).filter(lambda s: s.upper() not in S._KEYWORDS)
+_names = st.from_regex(r"[A-Za-z_$][A-Za-z0-9_$.]{0,8}", fullmatch=True).filter(lambda s: s.upper() not in KEYWORDS)
 _literals = st.one_of(
     st.integers(min_value=S.LONG_MIN, max_value=S.LONG_MAX).map(lambda v: ("lit", v)),
     st.floats(allow_nan=False, allow_infinity=False).map(lambda v: ("lit", v)),
@@ -132,7 +133,7 @@ def _extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         st.tuples(st.sampled_from(["and", "or"]), st.lists(inner, min_size=2, max_size=3)),
         st.tuples(st.just("not"), inner),
         st.tuples(st.just("neg"), _ids),
-        st.tuples(st.just("cmp"), st.sampled_from(list(S._COMPARE)), inner, inner),
+        st.tuples(st.just("cmp"), st.sampled_from(list(COMPARISONS)), inner, inner),
         chain(["+", "-"]),
         chain(["*", "/"]),
         st.tuples(st.just("between"), st.booleans(), inner, inner, inner),

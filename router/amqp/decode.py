@@ -1,7 +1,9 @@
 """AMQP 1.0 decoder for every primitive type (types §1.6) and described values.
 
-Owns: turning bytes into values, and the header checks of arrays (`array_header`,
-`check_array_count`, `array_element_ok`) that the skipper of router/amqp/sections.py shares.
+Owns: turning bytes into values: the constructor table and its dispatch (`decode_at`), lists,
+maps, arrays and described values, the nesting and zero-width caps, and the header checks of
+arrays (`array_header`, `check_array_count`, `array_element_ok`) that the skipper of
+router/amqp/sections.py shares. The scalars' bodies are decode_scalars.py's.
 Finding where an encoded value ends without building it is sections.py's `skip_value`.
 Decoders never trust lengths: every read is bounds-checked against `end`, sizes and counts are
 checked for consistency, nesting depth is capped, and all failures raise DecodeError
@@ -13,30 +15,12 @@ Must not touch: encoding, framing.
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
+from .decode_scalars import SCALAR_BODIES, BodyDecoder, Buffer, need
 from .errors import DecodeError
-from .types import (
-    Array,
-    Byte,
-    Char,
-    Decimal32,
-    Decimal64,
-    Decimal128,
-    Described,
-    Float,
-    Int,
-    Long,
-    Short,
-    Symbol,
-    Timestamp,
-    UByte,
-    UInt,
-    ULong,
-    UShort,
-)
+from .types import Array, Described, Symbol, ULong
 
 MAX_DEPTH: Final = 64
 # An array of zero-width elements (null, true, uint0 ...) costs nothing on the wire; cap their
@@ -48,19 +32,6 @@ MAX_ZERO_WIDTH_COUNT: Final = 65536
 # completion in one thread; two threads decoding at once could only share one allowance.
 _zero_width_left = [MAX_ZERO_WIDTH_COUNT]
 
-Buffer = bytes | bytearray | memoryview  # what decoders read from (indexing gives ints)
-BodyDecoder = Callable[[Buffer, int, int, int], tuple[Any, int]]
-
-_B = struct.Struct(">B").unpack_from
-_H = struct.Struct(">H").unpack_from
-_I = struct.Struct(">I").unpack_from
-_Q = struct.Struct(">Q").unpack_from
-_b = struct.Struct(">b").unpack_from
-_h = struct.Struct(">h").unpack_from
-_i = struct.Struct(">i").unpack_from
-_q = struct.Struct(">q").unpack_from
-_f = struct.Struct(">f").unpack_from
-_d = struct.Struct(">d").unpack_from
 _II = struct.Struct(">II").unpack_from
 
 _DESCRIBED: dict[Any, Callable[[Any], Any]] = {}
@@ -72,100 +43,17 @@ def register_described(descriptors: tuple[Any, ...], build: Callable[[Any], Any]
         _DESCRIBED[descriptor] = build
 
 
-def _need(pos: int, n: int, end: int) -> None:
-    if pos + n > end:
-        raise DecodeError(f"truncated value: need {n} bytes at offset {pos}, have {end - pos}")
-
-
-def _fixed(width: int, unpack: Callable[[Buffer, int], tuple[Any, ...]], wrap: Any) -> BodyDecoder:
-    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        if pos + width > end:
-            _need(pos, width, end)
-        return wrap(unpack(buf, pos)[0]), pos + width
-
-    return body
-
-
-def _constant(value: Any) -> BodyDecoder:
-    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        return value, pos
-
-    return body
-
-
-def _boolean(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-    _need(pos, 1, end)
-    octet = buf[pos]
-    if octet > 1:
-        raise DecodeError(f"boolean octet must be 0 or 1, got {octet}")
-    return octet == 1, pos + 1
-
-
-def _char(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-    _need(pos, 4, end)
-    code = _I(buf, pos)[0]
-    if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-        raise DecodeError(f"char is not a Unicode scalar value: {code:#x}")
-    return Char(chr(code)), pos + 4
-
-
-def _uuid(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-    _need(pos, 16, end)
-    return uuid.UUID(bytes=bytes(buf[pos : pos + 16])), pos + 16
-
-
-def _decimal128(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-    _need(pos, 16, end)
-    return Decimal128(bytes(buf[pos : pos + 16])), pos + 16
-
-
-def _span(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int]:
-    """(start, stop) of a variable-width value's bytes after its size prefix."""
-    if wide:
-        _need(pos, 4, end)
-        size = _I(buf, pos)[0]
-        pos += 4
-    else:
-        _need(pos, 1, end)
-        size = buf[pos]
-        pos += 1
-    _need(pos, size, end)
-    return pos, pos + size
-
-
-def _variable(convert: Callable[[bytes], Any], wide: bool) -> BodyDecoder:
-    def body(buf: Buffer, pos: int, end: int, depth: int) -> tuple[Any, int]:
-        start, stop = _span(buf, pos, end, wide)
-        return convert(bytes(buf[start:stop])), stop
-
-    return body
-
-
-def _utf8(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"string is not valid UTF-8: {exc.reason}") from None
-
-
-def _ascii_symbol(data: bytes) -> Symbol:
-    try:
-        return Symbol(data.decode("ascii"))
-    except UnicodeDecodeError:
-        raise DecodeError("symbol is not ASCII") from None
-
-
 def _compound_header(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
     """(count, first item offset, stop) of a list/map body, checking size against count."""
     if wide:
-        _need(pos, 8, end)
+        need(pos, 8, end)
         size, count = _II(buf, pos)
         if size < 4:
             raise DecodeError(f"compound size {size} smaller than its count field")
         stop = pos + 4 + size
         pos += 8
     else:
-        _need(pos, 2, end)
+        need(pos, 2, end)
         size, count = buf[pos], buf[pos + 1]
         if size < 1:
             raise DecodeError("compound size 0 leaves no room for its count")
@@ -226,10 +114,10 @@ def _array(wide: bool) -> BodyDecoder:
         if depth >= MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}")
         descriptor = None
-        _need(pos, 1, stop)
+        need(pos, 1, stop)
         if buf[pos] == 0x00:
             descriptor, pos = decode_at(buf, pos + 1, stop, depth + 1)
-            _need(pos, 1, stop)
+            need(pos, 1, stop)
         code = buf[pos]
         element = _BODIES[code]
         element_type = _TYPE_NAMES.get(code)
@@ -263,13 +151,13 @@ def check_array_count(code: int, count: int, room: int) -> None:
 
 def array_header(buf: Buffer, pos: int, end: int, wide: bool) -> tuple[int, int, int]:
     if wide:
-        _need(pos, 8, end)
+        need(pos, 8, end)
         size, count = _II(buf, pos)
         if size < 4:
             raise DecodeError(f"array size {size} smaller than its count field")
         stop, pos = pos + 4 + size, pos + 8
     else:
-        _need(pos, 2, end)
+        need(pos, 2, end)
         size, count = buf[pos], buf[pos + 1]
         if size < 1:
             raise DecodeError("array size 0 leaves no room for its count")
@@ -303,38 +191,8 @@ def _define(code: int, name: str, body: BodyDecoder, zero_width: bool = False) -
     _ZERO_WIDTH[code] = zero_width
 
 
-_define(0x40, "null", _constant(None), True)
-_define(0x41, "boolean", _constant(True), True)
-_define(0x42, "boolean", _constant(False), True)
-_define(0x56, "boolean", _boolean)
-_define(0x50, "ubyte", _fixed(1, _B, UByte))
-_define(0x60, "ushort", _fixed(2, _H, UShort))
-_define(0x70, "uint", _fixed(4, _I, UInt))
-_define(0x52, "uint", _fixed(1, _B, UInt))
-_define(0x43, "uint", _constant(UInt(0)), True)
-_define(0x80, "ulong", _fixed(8, _Q, ULong))
-_define(0x53, "ulong", _fixed(1, _B, ULong))
-_define(0x44, "ulong", _constant(ULong(0)), True)
-_define(0x51, "byte", _fixed(1, _b, Byte))
-_define(0x61, "short", _fixed(2, _h, Short))
-_define(0x71, "int", _fixed(4, _i, Int))
-_define(0x54, "int", _fixed(1, _b, Int))
-_define(0x81, "long", _fixed(8, _q, Long))
-_define(0x55, "long", _fixed(1, _b, Long))
-_define(0x72, "float", _fixed(4, _f, Float))
-_define(0x82, "double", _fixed(8, _d, float))
-_define(0x74, "decimal32", _fixed(4, _I, Decimal32))
-_define(0x84, "decimal64", _fixed(8, _Q, Decimal64))
-_define(0x94, "decimal128", _decimal128)
-_define(0x73, "char", _char)
-_define(0x83, "timestamp", _fixed(8, _q, Timestamp))
-_define(0x98, "uuid", _uuid)
-_define(0xA0, "binary", _variable(bytes, False))
-_define(0xB0, "binary", _variable(bytes, True))
-_define(0xA1, "string", _variable(_utf8, False))
-_define(0xB1, "string", _variable(_utf8, True))
-_define(0xA3, "symbol", _variable(_ascii_symbol, False))
-_define(0xB3, "symbol", _variable(_ascii_symbol, True))
+for scalar in SCALAR_BODIES:  # null, boolean, the numbers, char, timestamp, uuid, binary, string, symbol
+    _define(*scalar)
 _define(0x45, "list", _list0, True)
 _define(0xC0, "list", _list(False))
 _define(0xD0, "list", _list(True))

@@ -1,8 +1,9 @@
-"""AMQP 1.0 encoder for every primitive type (types §1.6) and described values.
+"""AMQP 1.0 encoder for every type (types §1.6) and described values.
 
-Owns: turning Python/AMQP values into bytes, choosing the smallest encoding (smalluint, uint0,
-list0, str8 ...) and building arrays with one shared constructor. Composite types (performatives,
-sections) register their own encoder here with `register_encoder`.
+Owns: turning Python/AMQP values into bytes: the type -> encoder table and its dispatch
+(`encode_value`), lists, maps, described values and arrays (one shared constructor), each in its
+smallest encoding. Scalars are encode_scalars.py's. Composite types (performatives, sections)
+register their own encoder here with `register_encoder`.
 This is the general path used for control frames; transfers, flows and dispositions have a
 hand-written path in fastparse.py (reading) and fastpath.py (writing).
 Must not touch: decoding, framing.
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .encode_scalars import SCALAR_ENCODERS, Encoder, utf8_bytes
 from .errors import EncodeError
 from .types import (
     Array,
@@ -36,141 +38,10 @@ from .types import (
     UShort,
 )
 
-Encoder = Callable[[bytearray, Any], None]
-
 _pack_B = struct.Struct(">B").pack
-_pack_H = struct.Struct(">H").pack
 _pack_I = struct.Struct(">I").pack
-_pack_Q = struct.Struct(">Q").pack
-_pack_b = struct.Struct(">b").pack
-_pack_h = struct.Struct(">h").pack
-_pack_i = struct.Struct(">i").pack
-_pack_q = struct.Struct(">q").pack
-_pack_f = struct.Struct(">f").pack
-_pack_d = struct.Struct(">d").pack
-_pack_BI = struct.Struct(">BI").pack
 _pack_II = struct.Struct(">II").pack
 _pack_BB = struct.Struct(">BB").pack
-
-
-def _enc_null(out: bytearray, value: Any) -> None:
-    out.append(0x40)
-
-
-def _enc_bool(out: bytearray, value: Any) -> None:
-    out.append(0x41 if value else 0x42)
-
-
-def _enc_ubyte(out: bytearray, value: Any) -> None:
-    out += b"\x50" + _pack_B(value)
-
-
-def _enc_ushort(out: bytearray, value: Any) -> None:
-    out += b"\x60" + _pack_H(value)
-
-
-def _enc_uint(out: bytearray, value: Any) -> None:
-    if value == 0:
-        out.append(0x43)
-    elif value < 256:
-        out += b"\x52" + _pack_B(value)
-    else:
-        out += b"\x70" + _pack_I(value)
-
-
-def _enc_ulong(out: bytearray, value: Any) -> None:
-    if value == 0:
-        out.append(0x44)
-    elif value < 256:
-        out += b"\x53" + _pack_B(value)
-    else:
-        out += b"\x80" + _pack_Q(value)
-
-
-def _enc_byte(out: bytearray, value: Any) -> None:
-    out += b"\x51" + _pack_b(value)
-
-
-def _enc_short(out: bytearray, value: Any) -> None:
-    out += b"\x61" + _pack_h(value)
-
-
-def _enc_int(out: bytearray, value: Any) -> None:
-    if -128 <= value <= 127:
-        out += b"\x54" + _pack_b(value)
-    else:
-        out += b"\x71" + _pack_i(value)
-
-
-def _enc_long(out: bytearray, value: Any) -> None:
-    if -128 <= value <= 127:
-        out += b"\x55" + _pack_b(value)
-    elif Long.MIN <= value <= Long.MAX:
-        out += b"\x81" + _pack_q(value)
-    else:
-        raise EncodeError(f"integer out of range for long: {value}")
-
-
-def _enc_float(out: bytearray, value: Any) -> None:
-    out += b"\x72" + _pack_f(value)
-
-
-def _enc_double(out: bytearray, value: Any) -> None:
-    out += b"\x82" + _pack_d(value)
-
-
-def _enc_decimal32(out: bytearray, value: Any) -> None:
-    out += b"\x74" + _pack_I(value)
-
-
-def _enc_decimal64(out: bytearray, value: Any) -> None:
-    out += b"\x84" + _pack_Q(value)
-
-
-def _enc_decimal128(out: bytearray, value: Any) -> None:
-    out += b"\x94" + bytes(value)
-
-
-def _enc_char(out: bytearray, value: Any) -> None:
-    out += b"\x73" + _pack_I(ord(value))
-
-
-def _enc_timestamp(out: bytearray, value: Any) -> None:
-    out += b"\x83" + _pack_q(value)
-
-
-def _enc_uuid(out: bytearray, value: Any) -> None:
-    out += b"\x98" + value.bytes
-
-
-def _variable(out: bytearray, code8: int, data: bytes | bytearray | memoryview) -> None:
-    n = len(data)
-    if n < 256:
-        out += _pack_BB(code8, n)
-    elif n <= 0xFFFFFFFF:
-        out += _pack_BI(code8 + 0x10, n)
-    else:
-        raise EncodeError("variable-width value longer than 2**32-1 bytes")
-    out += data
-
-
-def _enc_binary(out: bytearray, value: Any) -> None:
-    _variable(out, 0xA0, value)
-
-
-def _utf8(value: str) -> bytes:
-    try:
-        return value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise EncodeError(f"string is not valid Unicode: {exc.reason}") from exc
-
-
-def _enc_string(out: bytearray, value: Any) -> None:
-    _variable(out, 0xA1, _utf8(value))
-
-
-def _enc_symbol(out: bytearray, value: Any) -> None:
-    _variable(out, 0xA3, value.encode("ascii"))
 
 
 def _compound(out: bytearray, code8: int, count: int, body: bytearray) -> None:
@@ -209,30 +80,7 @@ def _enc_described(out: bytearray, value: Any) -> None:
 
 
 _ENCODERS: dict[type, Encoder] = {
-    type(None): _enc_null,
-    bool: _enc_bool,
-    UByte: _enc_ubyte,
-    UShort: _enc_ushort,
-    UInt: _enc_uint,
-    ULong: _enc_ulong,
-    Byte: _enc_byte,
-    Short: _enc_short,
-    Int: _enc_int,
-    Long: _enc_long,
-    int: _enc_long,
-    Float: _enc_float,
-    float: _enc_double,
-    Decimal32: _enc_decimal32,
-    Decimal64: _enc_decimal64,
-    Decimal128: _enc_decimal128,
-    Char: _enc_char,
-    Timestamp: _enc_timestamp,
-    uuid.UUID: _enc_uuid,
-    bytes: _enc_binary,
-    bytearray: _enc_binary,
-    memoryview: _enc_binary,
-    str: _enc_string,
-    Symbol: _enc_symbol,
+    **SCALAR_ENCODERS,
     list: _enc_list,
     tuple: _enc_list,
     dict: _enc_map,
@@ -328,7 +176,7 @@ _FIXED_ELEMENTS: dict[str, tuple[int, struct.Struct, Callable[[Any], Any]]] = {
 
 _VARIABLE_ELEMENTS: dict[str, tuple[int, Callable[[Any], bytes]]] = {
     "binary": (0xA0, lambda v: bytes(_check_binary(v))),
-    "string": (0xA1, lambda v: _utf8(_check_string(v))),
+    "string": (0xA1, lambda v: utf8_bytes(_check_string(v))),
     "symbol": (0xA3, lambda v: Symbol(v).encode("ascii")),
 }
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .decode import Buffer, decode_at
+from .decode import decode_at
+from .decode_scalars import Buffer
 from .errors import DecodeError
 from .messaging import ApplicationProperties, Header, MessageAnnotations, Properties
 from .sections import section_spans

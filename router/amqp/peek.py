@@ -15,7 +15,8 @@ from typing import Any, Final
 
 from mypy_extensions import i64, mypyc_attr
 
-from .decode import Buffer, decode_at
+from .decode import decode_at
+from .decode_scalars import Buffer
 from .errors import DecodeError
 from .fastparse import u32
 from .messaging import Header

@@ -1,30 +1,33 @@
-"""SCRAM (RFC 5802) with SHA-256 (RFC 7677) and SHA-1: the key derivations, the stored
-credentials a server keeps, and both sides of the exchange, without I/O.
+"""The SCRAM exchange (RFC 5802) with SHA-256 (RFC 7677) and SHA-1: both sides, without I/O.
 
-Owns: SaltedPassword/ClientKey/StoredKey/ServerKey, the `SCRAM-SHA-256$i:salt$stored:server`
-text form of stored credentials, strict parsing of the peer's messages (sizes, attribute order,
-base64, nonces, the GS2 channel-binding flag) and constant-time comparison of proofs.
-Must not touch: SASL frames (sasl.py carries these messages in sasl-init/-challenge/-response/
--outcome), where credentials are kept (router.config.users).
+Owns: the client's and the server's messages, strict parsing of the peer's (sizes, attribute
+order, base64, nonces, the GS2 channel-binding flag), the proofs and signatures computed from the
+keys and their constant-time comparison, and an unknown user's made-up answer.
+Must not touch: deriving keys or the credentials a server stores (scram_keys.py), SASL frames
+(sasl.py carries these messages in sasl-init/-challenge/-response/-outcome), where credentials
+are kept (router.config.users).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import secrets
-import stringprep
-import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 
-HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-1": "sha1"}
-MECHANISMS = tuple(HASHES)
-DEFAULT_ITERATIONS = 4096  # RFC 7677 §4: at least 4096
-MIN_ITERATIONS = 4096
-MAX_ITERATIONS = 1_000_000  # a hostile server must not make a client spin for minutes
+from .scram_keys import (
+    DEFAULT_ITERATIONS,
+    HASHES,
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    StoredCredentials,
+    derive_keys,
+    from_base64,
+    salted_password,
+    saslprep_or_same,
+    to_base64,
+)
+
 MAX_MESSAGE_BYTES = 2048  # any honest SCRAM message is far shorter
 MAX_USERNAME_BYTES = 255
 NONCE_BYTES = 24
@@ -34,103 +37,13 @@ class ScramError(Exception):
     """The peer's SCRAM message is malformed or does not verify; the text is safe to log."""
 
 
-@dataclass(frozen=True, slots=True)
-class StoredCredentials:
-    """What a server keeps of a password for one SCRAM hash (RFC 5802 §3): enough to check a
-    login, not enough to log in as the user."""
-
-    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-1
-    iterations: int
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-
-    def encode(self) -> str:
-        b64 = _b64
-        return f"{self.mechanism}${self.iterations}:{b64(self.salt)}${b64(self.stored_key)}:{b64(self.server_key)}"
-
-    @classmethod
-    def decode(cls, text: str) -> StoredCredentials:
-        """Parse the `MECHANISM$ITERATIONS:SALT$STOREDKEY:SERVERKEY` form (the one PostgreSQL uses)."""
-        try:
-            mechanism, params, keys = text.split("$")
-            iterations_text, salt_text = params.split(":")
-            stored_text, server_text = keys.split(":")
-            iterations = int(iterations_text)
-            salt, stored, server = (_unb64(t) for t in (salt_text, stored_text, server_text))
-        except (ValueError, ScramError):
-            raise ValueError("not a SCRAM hash (expected MECHANISM$ITERATIONS:SALT$STOREDKEY:SERVERKEY)") from None
-        if mechanism not in HASHES:
-            raise ValueError(f"unknown hash mechanism {mechanism!r} (expected one of {', '.join(MECHANISMS)})")
-        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
-            raise ValueError(f"iterations must be from {MIN_ITERATIONS} to {MAX_ITERATIONS}")
-        size = hashlib.new(HASHES[mechanism]).digest_size
-        if len(stored) != size or len(server) != size or not salt:
-            raise ValueError(f"{mechanism} keys must be {size} bytes and the salt not empty")
-        return cls(mechanism, iterations, salt, stored, server)
-
-
-def saslprep(text: str) -> str:
-    """RFC 4013 SASLprep (stored strings): what passwords are normalised with (RFC 5802 §2.2)."""
-    mapped = "".join(
-        " " if stringprep.in_table_c12(ch) else ch for ch in text if not stringprep.in_table_b1(ch)
-    )
-    normal = unicodedata.normalize("NFKC", mapped)
-    for ch in normal:
-        if (stringprep.in_table_c12(ch) or stringprep.in_table_c21_c22(ch) or stringprep.in_table_c3(ch)
-                or stringprep.in_table_c4(ch) or stringprep.in_table_c5(ch) or stringprep.in_table_c6(ch)
-                or stringprep.in_table_c7(ch) or stringprep.in_table_c8(ch) or stringprep.in_table_c9(ch)
-                or stringprep.in_table_a1(ch)):  # fmt: skip
-            raise ValueError("the password holds a character SASLprep prohibits")
-    if any(stringprep.in_table_d1(ch) for ch in normal):
-        if not (stringprep.in_table_d1(normal[0]) and stringprep.in_table_d1(normal[-1])):
-            raise ValueError("the password mixes text directions in a way SASLprep prohibits")
-        if any(stringprep.in_table_d2(ch) for ch in normal):
-            raise ValueError("the password mixes text directions in a way SASLprep prohibits")
-    return normal
-
-
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """Hi(Normalize(password), salt, i) = PBKDF2-HMAC (RFC 5802 §2.2)."""
-    try:
-        normal = saslprep(password)
-    except ValueError:
-        normal = password  # as RFC 5802 §2.2 allows for unassigned code points: use the string as is
-    return hashlib.pbkdf2_hmac(HASHES[mechanism], normal.encode("utf-8"), salt, iterations)
-
-
-def _keys(mechanism: str, salted: bytes) -> tuple[bytes, bytes, bytes]:
-    """(ClientKey, StoredKey, ServerKey) from SaltedPassword."""
-    name = HASHES[mechanism]
-    client_key = hmac.digest(salted, b"Client Key", name)
-    return client_key, hashlib.new(name, client_key).digest(), hmac.digest(salted, b"Server Key", name)
-
-
-def make_credentials(mechanism: str, password: str, *, iterations: int = DEFAULT_ITERATIONS,
-                     salt: bytes | None = None) -> StoredCredentials:  # fmt: skip
-    salt = salt if salt is not None else secrets.token_bytes(16)
-    _, stored, server = _keys(mechanism, salted_password(mechanism, password, salt, iterations))
-    return StoredCredentials(mechanism, iterations, salt, stored, server)
-
-
-def check_password(credentials: StoredCredentials, password: str) -> bool:
-    """Whether `password` is the one `credentials` were made from (SASL PLAIN checks with this)."""
-    salted = salted_password(credentials.mechanism, password, credentials.salt, credentials.iterations)
-    _, stored, _ = _keys(credentials.mechanism, salted)
-    return hmac.compare_digest(stored, credentials.stored_key)
-
-
 # --- messages -----------------------------------------------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _unb64(text: str) -> bytes:
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return from_base64(text)
+    except ValueError:  # binascii.Error and UnicodeEncodeError are ValueErrors
         raise ScramError("bad base64") from None
 
 
@@ -204,7 +117,7 @@ class ScramServer:
 
     def __init__(self, mechanism: str, lookup: Lookup, fake_key: bytes, *, nonce: str | None = None) -> None:
         self.mechanism = mechanism
-        self._server_nonce = nonce or _b64(secrets.token_bytes(NONCE_BYTES))  # given: the RFCs' test vectors
+        self._server_nonce = nonce or to_base64(secrets.token_bytes(NONCE_BYTES))  # given: the RFCs' test vectors
         self._lookup = lookup
         self._fake_key = fake_key
         self._nonce = ""
@@ -250,7 +163,7 @@ class ScramServer:
             salt = hmac.digest(self._fake_key, user.encode("utf-8"), "sha256")[:16]
             credentials = StoredCredentials(self.mechanism, DEFAULT_ITERATIONS, salt, bytes(size), bytes(size))
         self._nonce = nonce + self._server_nonce
-        self._server_first = f"r={self._nonce},s={_b64(credentials.salt)},i={credentials.iterations}"
+        self._server_first = f"r={self._nonce},s={to_base64(credentials.salt)},i={credentials.iterations}"
         return self._server_first.encode("ascii")
 
     def final(self, message: bytes) -> tuple[bytes, str]:
@@ -277,7 +190,7 @@ class ScramServer:
         if self._authzid not in ("", self._user):  # acting for another user is not supported
             raise ScramError("authorisation identity differs from the user")
         verifier = hmac.digest(credentials.server_key, auth_message, name)
-        return f"v={_b64(verifier)}".encode("ascii"), self._user
+        return f"v={to_base64(verifier)}".encode("ascii"), self._user
 
 
 # --- the client side ------------------------------------------------------------------------------
@@ -294,7 +207,7 @@ class ScramClient:
         self._user = username
         self._password = password
         self._authzid = authzid
-        self._nonce = nonce or _b64(secrets.token_bytes(NONCE_BYTES))
+        self._nonce = nonce or to_base64(secrets.token_bytes(NONCE_BYTES))
         self._first_bare = ""
         self._server_signature: bytes | None = None
         self.verified = False  # the server proved it knows the password
@@ -315,14 +228,14 @@ class ScramClient:
         if not iterations_text.isdigit() or not MIN_ITERATIONS <= int(iterations_text) <= MAX_ITERATIONS:
             raise ScramError(f"server-first: iteration count out of range ({iterations_text[:12]!r})")
         salted = salted_password(self.mechanism, self._password, salt, int(iterations_text))
-        client_key, stored_key, server_key = _keys(self.mechanism, salted)
-        without_proof = f"c={_b64(self._gs2().encode('utf-8'))},r={nonce}"
+        client_key, stored_key, server_key = derive_keys(self.mechanism, salted)
+        without_proof = f"c={to_base64(self._gs2().encode('utf-8'))},r={nonce}"
         auth_message = f"{self._first_bare},{text},{without_proof}".encode("utf-8")
         name = HASHES[self.mechanism]
         signature = hmac.digest(stored_key, auth_message, name)
         proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
         self._server_signature = hmac.digest(server_key, auth_message, name)
-        return f"{without_proof},p={_b64(proof)}".encode("ascii")
+        return f"{without_proof},p={to_base64(proof)}".encode("ascii")
 
     def verify(self, message: bytes) -> None:
         text = _text(message)
@@ -332,10 +245,3 @@ class ScramClient:
         if self._server_signature is None or not hmac.compare_digest(_unb64(verifier), self._server_signature):
             raise ScramError("the server's signature does not verify (it does not know the password)")
         self.verified = True
-
-
-def saslprep_or_same(text: str) -> str:
-    try:
-        return saslprep(text)
-    except ValueError:
-        return text

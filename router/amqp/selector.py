@@ -1,11 +1,12 @@
 """JMS message selectors (the apache.org:selector-filter:string filter, apache-filters.xml):
-parsing into a small tree (evaluating it: selector_eval.py).
+parsing into a small tree (its tokens: selector_tokens.py; evaluating it: selector_eval.py).
 
 Owns: the grammar (the SQL-92 subset of JMS 1.1 §3.8.1: literals, identifiers, comparison,
 arithmetic, AND/OR/NOT with three-valued logic, [NOT] BETWEEN, [NOT] LIKE ... [ESCAPE],
 [NOT] IN, IS [NOT] NULL), `parse(text)` (SelectorError naming the position) and `render(node)`
-(text that parses back to the same tree). Evaluation is selector_eval.py's (`evaluate`,
-`matches`, re-exported here).
+(text that parses back to the same tree). The tokenizer and SelectorError are
+selector_tokens.py's, evaluation is selector_eval.py's (`evaluate`, `matches`); the names callers
+use are re-exported here.
 Identifiers are resolved by the caller's `lookup(name)` (router.amqp.filters maps the JMS and
 `amqp.*` header names and application-properties).
 
@@ -21,6 +22,7 @@ import math
 from typing import Any, Final
 
 from .selector_eval import LONG_MAX, LONG_MIN, Lookup, Node, evaluate, glob_match, like, matches, wrap
+from .selector_tokens import COMPARISONS, SelectorError, Token, tokenize
 
 __all__ = ["LONG_MAX", "LONG_MIN", "MAX_DEPTH", "MAX_SELECTOR_CHARS", "Lookup", "Node", "SelectorError",
            "evaluate", "glob_match", "like", "matches", "parse", "render"]  # fmt: skip
@@ -28,122 +30,13 @@ __all__ = ["LONG_MAX", "LONG_MIN", "MAX_DEPTH", "MAX_SELECTOR_CHARS", "Lookup", 
 MAX_SELECTOR_CHARS: Final = 4096
 MAX_DEPTH: Final = 32
 
-_KEYWORDS: Final = frozenset(("NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "NULL", "TRUE", "FALSE", "ESCAPE"))
-_COMPARE: Final = ("<>", "<=", ">=", "=", "<", ">")
-_DIGITS: Final = "0123456789"
-
-
-class SelectorError(ValueError):
-    """A selector that is not valid (or too big): `position` is the 0-based character offset."""
-
-    def __init__(self, position: int, message: str) -> None:
-        super().__init__(f"invalid selector at position {position}: {message}")
-        self.position = position
-        self.message = message
-
-
-# --- tokens ----------------------------------------------------------------------------------------
-
-Token = tuple[str, Any, int]  # (kind, value, position): kinds "num", "str", "id", "kw", "op", "end"
-
-
-def _tokens(text: str) -> list[Token]:
-    out: list[Token] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in " \t\r\n\f":
-            i += 1
-        elif c == "'":
-            start, i, parts = i, i + 1, []
-            while True:
-                j = text.find("'", i)
-                if j < 0:
-                    raise SelectorError(start, "unterminated string literal")
-                parts.append(text[i:j])
-                if j + 1 < n and text[j + 1] == "'":  # '' is a quote inside the literal
-                    parts.append("'")
-                    i = j + 2
-                    continue
-                i = j + 1
-                break
-            out.append(("str", "".join(parts), start))
-        elif c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
-            i = _number(text, i, out)
-        elif c.isalpha() or c in "_$":
-            start = i
-            while i < n and (text[i].isalnum() or text[i] in "_$."):
-                i += 1
-            word = text[start:i]
-            if not word.isascii() and not word.isidentifier():
-                raise SelectorError(start, f"bad identifier {word!r}")
-            upper = word.upper()
-            out.append(("kw", upper, start) if upper in _KEYWORDS else ("id", word, start))
-        else:
-            for op in (*_COMPARE, "(", ")", ",", "+", "-", "*", "/"):
-                if text.startswith(op, i):
-                    out.append(("op", op, i))
-                    i += len(op)
-                    break
-            else:
-                raise SelectorError(i, f"unexpected character {c!r}")
-    out.append(("end", None, n))
-    return out
-
-
-def _number(text: str, i: int, out: list[Token]) -> int:
-    start, n = i, len(text)
-    if text.startswith(("0x", "0X"), i):
-        i += 2
-        while i < n and text[i] in "0123456789abcdefABCDEF":
-            i += 1
-        digits = text[start + 2 : i]
-        if not digits:
-            raise SelectorError(start, "bad hexadecimal literal")
-        value: int | float = int(digits, 16)
-        if i < n and text[i] in "lL":
-            i += 1
-    else:
-        while i < n and text[i] in _DIGITS:
-            i += 1
-        exact = True
-        if i < n and text[i] == ".":
-            exact = False
-            i += 1
-            while i < n and text[i] in _DIGITS:
-                i += 1
-        if i < n and text[i] in "eE":
-            j = i + 1
-            if j < n and text[j] in "+-":
-                j += 1
-            if j < n and text[j] in _DIGITS:
-                exact = False
-                i = j
-                while i < n and text[i] in _DIGITS:
-                    i += 1
-        literal = text[start:i]
-        if exact:
-            value = int(literal)
-            if i < n and text[i] in "lL":
-                i += 1
-        else:
-            value = float(literal)
-            if i < n and text[i] in "fFdD":
-                i += 1
-    if isinstance(value, int) and value > LONG_MAX + 1:  # (+1: the magnitude of LONG_MIN)
-        raise SelectorError(start, "integer literal out of range")
-    if i < n and (text[i].isalnum() or text[i] in "_$."):
-        raise SelectorError(i, "bad numeric literal")
-    out.append(("num", value, start))
-    return i
-
 
 # --- parsing ---------------------------------------------------------------------------------------
 
 
 class _Parser:
     def __init__(self, text: str) -> None:
-        self.tokens = _tokens(text)
+        self.tokens = tokenize(text)
         self.at = 0
         self.depth = 0
 
@@ -194,7 +87,7 @@ class _Parser:
     def predicate(self) -> Node:
         left = self.sum()
         token = self.peek()
-        if token[0] == "op" and token[1] in _COMPARE:
+        if token[0] == "op" and token[1] in COMPARISONS:
             self.at += 1
             return ("cmp", token[1], left, self.sum())
         if token[0] == "kw" and token[1] == "IS":

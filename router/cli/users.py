@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from ..amqp.scram import StoredCredentials
+from ..amqp.scram_keys import StoredCredentials
 from ..config.users import Credentials, UsersFileError, hash_password, read_users, write_users
 from .common import stderr
 

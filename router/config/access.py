@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from ..amqp.scram import StoredCredentials
+from ..amqp.scram_keys import StoredCredentials
 from .base import Model
 
 

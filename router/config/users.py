@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from ..amqp.sasl import PasswordChecksBusy
-from ..amqp.scram import MECHANISMS, StoredCredentials, check_password, make_credentials
+from ..amqp.scram_keys import MECHANISMS, StoredCredentials, check_password, make_credentials
 from .models import RouterConfig, User
 
 log = logging.getLogger("router.users")

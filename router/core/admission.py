@@ -35,7 +35,7 @@ from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, UNINIT
 from ..amqp.filters import CAPABILITIES as FILTER_CAPABILITIES
 from ..amqp.performatives import Error
-from ..amqp.sasl import LoginThrottle
+from ..amqp.login_throttle import LoginThrottle
 from ..config.models import Connector, Listener, RouterConfig
 from .connections import ConnState, peer_host, throttle_logins
 from .identity import check_router_identity, mesh_link_refusal, warn_open_router_listeners

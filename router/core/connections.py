@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.connection import Connection, ConnectionConfig
-from ..amqp.sasl import SUPPORTED, LoginThrottle, PlainCheck, SaslClientConfig, SaslResult, SaslServerConfig
-from ..amqp.scram import MECHANISMS as SCRAM_MECHANISMS
+from ..amqp.login_throttle import LoginThrottle
+from ..amqp.sasl import SUPPORTED, PlainCheck, SaslClientConfig, SaslResult, SaslServerConfig
+from ..amqp.scram_keys import MECHANISMS as SCRAM_MECHANISMS
 from ..config.models import Connector, FailedLogins, Listener, RouterConfig
 from ..config.users import CredentialStore, credential_store
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ..amqp.connection import Connection
-    from ..amqp.sasl import LoginThrottle
+    from ..amqp.login_throttle import LoginThrottle
     from .attach import Links
     from .bounds import Bounds
     from .connections import ConnState

@@ -29,7 +29,7 @@ from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
-from ..amqp.sasl import LoginThrottle
+from ..amqp.login_throttle import LoginThrottle
 from .connections import ConnState, peer_host
 from .interrouter import detach_breaks
 from .linkrelay import RoutedLink

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..amqp.sasl import LoginThrottle
+from ..amqp.login_throttle import LoginThrottle
 from ..config.models import HttpListener, RouterConfig
 from ..config.users import credential_store
 from .authz import Requester, is_loopback
