@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from router.amqp.message import Message
 from router.amqp.messaging import Accepted, Modified, Properties
 from router.config.models import AddressConfig
-from router.core.edge import decode_addresses, encode_addresses
+from router.core.edgemsg import decode_addresses, encode_addresses
 from router.core.edgemsg import MESH_ADDRESSES, MESH_REQUEST, MeshAddresses, decode, encode_mesh_addresses, encode_request
 from router.testing.meshharness import MeshHarness
 from router.testing.routerharness import Client

@@ -23,7 +23,8 @@ import trio.testing
 from router.amqp.message import Message
 from router.config.models import Connector, Listener, RouterConfig, RouterSection
 from router.net.client import ClientError, connect
-from router.net.server import RouterServer, _close_reason
+from router.net.guard import _close_reason
+from router.net.server import RouterServer
 from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.link import Link
 from router.amqp.session import Session

@@ -25,7 +25,7 @@ from .decode import decode_at
 from .encode import encode_value
 from .errors import DecodeError, EncodeError
 from .messaging import (
-    SECTION_ORDER, AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations,
+    AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations,
     Footer, Header, MessageAnnotations, Properties,
 )  # fmt: skip
 from .sections import section_descriptor, skip_value

@@ -15,7 +15,6 @@ Must not touch: the base manifests (it reads the base's interior.yaml), running 
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any

@@ -26,8 +26,6 @@ from ..amqp.performatives import Error
 from .connections import ConnState
 from .edgehost import EdgeHost
 from .edgemsg import MESH_ADDRESSES, decode
-from .edgemsg import decode_addresses as decode_addresses
-from .edgemsg import encode_addresses as encode_addresses
 from .interrouter import Peer, attach_links
 from .links import OutLink
 from .table import AddressEntry, AddressTable

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 
 from ..config.models import Policy, PolicyGroup, Vhost
 from ..config.loader import problems_of
-from .config_entities import camel, with_config
+from .config_entities import with_config
+from .fieldmap import camel
 from .model import Attribute, EntityType, ManagementError
 
 if TYPE_CHECKING:

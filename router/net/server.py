@@ -34,7 +34,6 @@ from .corepump import Core, CorePump
 from .driver import ConnectionDriver
 from .flowtask import FlowTask
 from .guard import ConnectionGuard
-from .guard import _close_reason as _close_reason  # noqa: F401  (tests import it from here)
 from .intake import ConnectionIntake
 from .listeners import AmqpListeners, Bind, ListenerCounters
 from .now import run_clock
