@@ -49,7 +49,7 @@ async def _router_entity(mgmt: ManagementSession) -> dict[str, Any]:
 async def _sample(r: Router, seconds: float, interval: float, describe: Callable[[], Awaitable[str]]) -> dict[str, Any]:
     start = time.monotonic()
     samples: list[tuple[float, float]] = []
-    while (elapsed := time.monotonic() - start) < seconds:
+    while time.monotonic() - start < seconds:
         await trio.sleep(interval)
         rss = r.rss_bytes() / 2**20
         samples.append((round(time.monotonic() - start, 1), round(rss, 1)))
