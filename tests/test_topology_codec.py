@@ -31,7 +31,7 @@ from topology.messages import (
     from_map,
     to_map,
 )
-from topology.routes import COST_MAX, LinkState
+from topology.graph import COST_MAX, LinkState
 
 from . import strategies as amqp
 

@@ -25,7 +25,7 @@ from router.amqp.encode import encode
 from router.amqp.errors import DecodeError
 from router.amqp.types import Array
 
-from .routes import COST_MAX, LinkState
+from .graph import COST_MAX, LinkState
 
 PROTOCOL_VERSION: Final = 1
 DIGEST_SIZE: Final = 16  # bytes of the address-set digest (mobile.py)

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topology.config import TopologyConfig
+from topology.graph import LinkState
 from topology.messages import ControlMessage, Hello, MalformedMessage, Unsupported, decode_body, encode_body
 from topology.node import TopologyNode
-from topology.routes import LinkState, compute_routes
+from topology.routes import compute_routes
 
 Filter = Callable[[str, str, ControlMessage], bool]  # (sender name, receiver name, message)
 Rewrite = Callable[[str, str, ControlMessage], ControlMessage]
