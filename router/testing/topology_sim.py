@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from topology.codec import MalformedMessage, decode_body, encode_body
 from topology.config import TopologyConfig
 from topology.graph import LinkState
-from topology.messages import ControlMessage, Hello, MalformedMessage, Unsupported, decode_body, encode_body
+from topology.messages import ControlMessage, Hello, Unsupported
 from topology.node import TopologyNode
 from topology.routes import compute_routes
 
