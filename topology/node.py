@@ -28,7 +28,8 @@ from .messages import PROTOCOL_VERSION, ControlMessage, Hello, LinkStateRequest,
 from .messages import MobileAddressRequest, MobileAddressUpdate, RouterAdvert, Unsupported
 from .mobile import MobileDb
 from .neighbours import NeighbourTable
-from .protocol import NEVER, Outgoing, TopologyProtocol
+from .protocol import TopologyProtocol
+from .protocolstate import NEVER, Outgoing
 from .routes import Routes
 
 
