@@ -34,7 +34,8 @@ from rich.table import Table
 
 from router.testing.topology_scale import SIM_DELAY_S, converge, failing_link, geometric, ring_of_rings, warm_network
 from topology.config import TopologyConfig
-from topology.routes import LinkState, compute_routes
+from topology.graph import LinkState
+from topology.routes import compute_routes
 
 SIZES = (100, 1000, 5000)
 SIM_ROUTERS = 1000

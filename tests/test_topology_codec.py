@@ -1,4 +1,4 @@
-"""Control-message bodies (topology/messages.py): every message survives encode -> decode, and
+"""Control-message bodies (topology/codec.py): every message survives encode -> decode, and
 untrusted bodies give a message, `Unsupported` or MalformedMessage, never another exception."""
 
 from __future__ import annotations
@@ -12,26 +12,20 @@ from hypothesis import strategies as st
 from router.amqp.decode import decode
 from router.amqp.encode import encode
 from router.amqp.types import Array, Symbol
+from topology.codec import ID_MAX_LENGTH, SEQ_MAX, MalformedMessage, decode_body, encode_body, from_map, to_map
+from topology.graph import COST_MAX, LinkState
 from topology.messages import (
     DIGEST_SIZE,
-    ID_MAX_LENGTH,
     PROTOCOL_VERSION,
-    SEQ_MAX,
     ControlMessage,
     Hello,
     LinkStateRequest,
     LinkStateUpdate,
-    MalformedMessage,
     MobileAddressRequest,
     MobileAddressUpdate,
     RouterAdvert,
     Unsupported,
-    decode_body,
-    encode_body,
-    from_map,
-    to_map,
 )
-from topology.routes import COST_MAX, LinkState
 
 from . import strategies as amqp
 

@@ -7,10 +7,10 @@ import pytest
 
 from topology.config import TopologyConfig
 from topology.events import AddressesChanged, RoutesChanged
+from topology.graph import LinkState
 from topology.messages import Hello, LinkStateRequest, LinkStateUpdate, MobileAddressRequest, MobileAddressUpdate
 from topology.messages import RouterAdvert
 from topology.node import TopologyNode
-from topology.routes import LinkState
 
 from router.testing.topology_sim import Network
 

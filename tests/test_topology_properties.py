@@ -1,5 +1,6 @@
 """Properties of route computation on random graphs (hypothesis), checked against a brute-force
-reference (tests/support/topology_graphs.py) that shares no code with topology/routes.py:
+reference (tests/support/topology_graphs.py) that shares no code with topology/routes.py or
+topology/graph.py beyond their input type, LinkState:
 
 - the routes do not depend on the order in which the link-state mapping was built;
 - following next hops from any router reaches the destination at exactly costs[D], and the
@@ -15,7 +16,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from topology.routes import LinkState, Routes, compute_routes
+from topology.graph import LinkState
+from topology.routes import Routes, compute_routes
 
 from .support.topology_graphs import Reference, topologies
 
@@ -156,7 +158,7 @@ def test_costs_and_reachability_agree_with_networkx(states: dict[str, LinkState]
     reachability; our own Dijkstra adds only the id tie-breaks networkx does not make."""
     import networkx as nx
 
-    from topology.routes import build_graph
+    from topology.graph import build_graph
 
     graph = build_graph(states)
     for me in states:

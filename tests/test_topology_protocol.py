@@ -10,9 +10,10 @@ import random
 import pytest
 
 from router.amqp.encode import encode
+from topology.codec import to_map
 from topology.config import TopologyConfig
 from topology.events import AddressesChanged, AddressResync, DuplicateRouterId, RouterRestarted, RoutesChanged
-from topology.messages import Hello, MobileAddressUpdate, RouterAdvert, to_map
+from topology.messages import Hello, MobileAddressUpdate, RouterAdvert
 from topology.mobile import digest_of
 
 from router.testing.topology_sim import Network

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from topology.routes import COST_MAX, LinkState, Routes, build_graph, compute_routes
+from topology.graph import COST_MAX, LinkState, build_graph
+from topology.routes import Routes, compute_routes
 
 from router.testing.topology_art import parse_topology, ring
 

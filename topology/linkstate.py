@@ -19,8 +19,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .graph import LinkState
 from .messages import RouterAdvert
-from .routes import LinkState
 
 Key = tuple[int, int]  # (instance, ls seq): compared lexicographically
 

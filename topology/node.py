@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from .config import TopologyConfig
 from .events import AddressesChanged, AddressResync, Counters, DuplicateRouterId, RoutesChanged
 from .events import NeighbourSilent, RouterRestarted, TopologyEvent
+from .graph import LinkState
 from .linkstate import LinkStateDb, Seen
 from .messages import PROTOCOL_VERSION, ControlMessage, Hello, LinkStateRequest, LinkStateUpdate
 from .messages import MobileAddressRequest, MobileAddressUpdate, RouterAdvert, Unsupported
 from .mobile import MobileDb
 from .neighbours import NeighbourTable
-from .protocol import NEVER, Outgoing, TopologyProtocol
-from .routes import LinkState, Routes
+from .protocol import TopologyProtocol
+from .protocolstate import NEVER, Outgoing
+from .routes import Routes
 
 
 

@@ -8,7 +8,7 @@ inter-router connection", "Control messages").
     payload = control.receive(peer, event, now)   # a whole message, or None while it arrives
 
 Owns: the encoding of the topology node's messages (an amqp-value map body from
-topology.messages plus the application property `opcode`), the queue of each peer's messages
+topology.codec plus the application property `opcode`), the queue of each peer's messages
 waiting for credit (bounded: the oldest goes first, the protocol recovers), writing them
 presettled, putting together a message that arrives in several frames (bounded: a longer one
 closes the connection), settling what arrives and keeping credit on the peer's control link.
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from topology.messages import ControlMessage, MalformedMessage, Unsupported, from_map, to_map
+from topology.codec import MalformedMessage, from_map, to_map
+from topology.messages import ControlMessage, Unsupported
 
 from ..amqp import errors as E
 from ..amqp.events import FlowReceived, TransferReceived

@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from topology.routes import LinkState, compute_routes
+from topology.graph import LinkState
+from topology.routes import compute_routes
 
 from .edgemsg import MeshAddresses, encode_addresses, encode_request
 from .interrouter import Peer

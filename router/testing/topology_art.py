@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from topology.routes import LinkState
+from topology.graph import LinkState
 
 _TOKEN = re.compile(
     r"\s*(?:"

@@ -18,9 +18,10 @@ import time
 from typing import Any
 
 from topology.config import TopologyConfig
+from topology.graph import LinkState
 from topology.messages import Hello
 from topology.mobile import EMPTY_DIGEST
-from topology.routes import LinkState, Routes, compute_routes
+from topology.routes import Routes, compute_routes
 
 from .topology_sim import Network
 

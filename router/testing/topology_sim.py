@@ -13,8 +13,9 @@ was sent, and a link that goes down loses what is in flight (a new connection st
 
 Routers are named by their id; `add(name, router_id=...)` gives two routers one id (a
 configuration error the protocol must report). The clock only moves forward, to the next
-message or node deadline. `problems()` says why the network has not converged yet; `rounds`
-counts the longest chain of control messages since `reset_rounds()` (bench/topology.py).
+message or node deadline. `problems()` says why the network has not converged yet
+(topology_converged.py); `rounds` counts the longest chain of control messages since
+`reset_rounds()` (bench/topology.py). The links and the traffic counters are in topology_links.py.
 """
 
 from __future__ import annotations
@@ -24,49 +25,16 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from topology.codec import MalformedMessage, decode_body, encode_body
 from topology.config import TopologyConfig
-from topology.messages import ControlMessage, Hello, MalformedMessage, Unsupported, decode_body, encode_body
+from topology.graph import LinkState
+from topology.messages import ControlMessage, Hello, Unsupported
 from topology.node import TopologyNode
-from topology.routes import LinkState, compute_routes
 
-Filter = Callable[[str, str, ControlMessage], bool]  # (sender name, receiver name, message)
-Rewrite = Callable[[str, str, ControlMessage], ControlMessage]
-
-
-@dataclass
-class Link:
-    """A connection between two routers: each end's configured cost, a one-way delay and the
-    switches. `drop` and `rewrite` see every message sent on the link while it is up."""
-
-    a: str
-    b: str
-    cost_a: int
-    cost_b: int
-    delay: float
-    up: bool = True
-    loss: float = 0.0  # probability of losing each message (seeded)
-    drop: Filter | None = None
-    rewrite: Rewrite | None = None
-    generation: int = 0  # bumped when the connection is re-established
-
-    def other(self, name: str) -> str:
-        return self.b if name == self.a else self.a
-
-    def cost(self, name: str) -> int:
-        return self.cost_a if name == self.a else self.cost_b
-
-
-@dataclass
-class Stats:
-    sent: int = 0  # messages put on a link
-    delivered: int = 0
-    lost: int = 0  # by loss, drop or a link going down
-    malformed: int = 0  # bodies the receiver could not decode
-    ticks: int = 0
-    by_opcode: dict[str, int] = field(default_factory=dict)
+from .topology_converged import ConvergenceCheck
+from .topology_links import Link, Stats
 
 
 class Network:
@@ -94,8 +62,7 @@ class Network:
         self._depth: dict[str, int] = {}
         self.rounds = 0
         self.addresses: dict[str, set[str]] = {}  # name -> the local addresses it should have
-        self._truth_key: frozenset[tuple[str, LinkState]] = frozenset()
-        self._expected: dict[str, Any] = {}  # router id -> the routes the truth gives it
+        self._convergence = ConvergenceCheck()  # problems(): keeps the routes the truth gives
 
     # --- building ------------------------------------------------------------------------------
 
@@ -319,40 +286,7 @@ class Network:
     def problems(self, names: Iterable[str] | None = None, limit: int = 5) -> list[str]:
         """Why the network has not converged (empty when it has): for each router, the link
         states of its partition, its routes and its address table must match the truth."""
-        truth = self.truth()
-        key = frozenset(truth.items())
-        if key != self._truth_key:  # route computation is the slow part of a check
-            self._truth_key, self._expected = key, {}
-        by_id = {node.router_id: node for node in self.nodes.values()}
-        found: list[str] = []
-        for name in sorted(self.nodes) if names is None else names:
-            node = self.nodes[name]
-            me = node.router_id
-            links = {self.nodes[p].router_id: link.cost(name) for p, link in self._adjacent[name].items() if link.up}
-            if dict(node.link_state.peers) != links:
-                found.append(f"{name}: own link state {dict(node.link_state.peers)} != links {links}")
-            if node.local_addresses != self.addresses[name]:
-                found.append(f"{name}: local addresses {sorted(node.local_addresses)} not yet applied")
-            expected = self._expected.get(me)
-            if expected is None:
-                expected = self._expected[me] = compute_routes(truth, me)
-            part = expected.reachable | {me}
-            held = node.link_states()
-            for rid in sorted(part):
-                if held.get(rid) != truth[rid]:
-                    found.append(f"{name}: link state of {rid} is {held.get(rid)}, not {truth[rid]}")
-            if node.routes_pending or not node.routes.same_as(expected):
-                found.append(f"{name}: routes {node.routes} != {expected}")
-            table: dict[str, set[str]] = {}
-            for rid in expected.reachable:
-                for address in by_id[rid].local_addresses:
-                    table.setdefault(address, set()).add(rid)
-            want = {a: frozenset(r) for a, r in sorted(table.items())}
-            if node.address_table() != want:
-                found.append(f"{name}: address table {node.address_table()} != {want}")
-            if len(found) >= limit:
-                break
-        return found
+        return self._convergence.problems(self.truth(), self.nodes, self._adjacent, self.addresses, names, limit)
 
     def events(self, name: str, kind: type | None = None) -> list[Any]:
         """Events the router reported so far (of one type)."""

@@ -3,7 +3,7 @@
 `topologies()` draws link states with small costs (so equal-cost ties are common), asymmetric
 configurations and one-way claims. `Reference` computes, by Floyd-Warshall and the rules in
 docs/mesh-protocol.md ("Routes") applied literally, what `compute_routes` must return: it shares
-no code with topology/routes.py.
+no code with topology/routes.py or topology/graph.py beyond their input type, LinkState.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 
 from hypothesis import strategies as st
 
-from topology.routes import LinkState
+from topology.graph import LinkState
 
 ID_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789"
 

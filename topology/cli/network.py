@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..routes import LinkState, compute_routes
+from ..graph import LinkState
+from ..routes import compute_routes
 
 
 @dataclass
