@@ -13,9 +13,11 @@ Comments cite the reference (reference §3.2, §3.3) and docs/mesh-protocol.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .config import TopologyConfig
 from .events import AddressResync, Counters, DuplicateRouterId, RouterRestarted, TopologyEvent
-from .linkstate import LinkStateDb, Seen
+from .linkstate import Key, LinkStateDb, Seen
 from .messages import ControlMessage, Hello, LinkStateRequest, LinkStateUpdate, MobileAddressRequest, RouterAdvert
 from .mobile import MobileDb
 from .neighbours import NeighbourTable
@@ -153,40 +155,36 @@ class ProtocolState:
     # --- requests ---------------------------------------------------------------------------------
 
     def _request_ls(self, target: str) -> None:
-        key = self._ls.wanted(target)
-        if key is None:
-            self._ls_requests.wanted.discard(target)
-            return
-        self._ls_requests.wanted.add(target)
-        self._next_request = min(self._next_request, self._now + self.config.request_retry_s)
-        if self._ls_requests.should_send(target, key, self._now):
-            neighbour = self._toward(target, None)
-            if neighbour is not None:
-                self._ls_requests.mark_sent(target, key, self._now)
-                self._send(neighbour, LinkStateRequest(
-                    router_id=self.router_id, instance=self.instance, target=target,
-                    target_instance=key[0], ls_seq=key[1],
-                ))  # fmt: skip
+        self._pull(self._ls_requests, target, self._ls.wanted(target), lambda key: LinkStateRequest(
+            router_id=self.router_id, instance=self.instance, target=target,
+            target_instance=key[0], ls_seq=key[1],
+        ))  # fmt: skip
 
     def _request_mobile(self, target: str, reason: str | None) -> None:
         key = self._mobile.wanted(target)
-        if key is None:
-            self._mobile_requests.wanted.discard(target)
-            return
-        if target not in self._mobile_requests.wanted and reason is not None:
+        if key is not None and target not in self._mobile_requests.wanted and reason is not None:
             self.counters.resync_gap += reason == "gap"
             self.counters.resync_digest += reason == "digest"
             self._events.append(AddressResync(router_id=target, reason=reason))
-        self._mobile_requests.wanted.add(target)
+        self._pull(self._mobile_requests, target, key, lambda key: MobileAddressRequest(
+            router_id=self.router_id, instance=self.instance, target=target,
+            target_instance=key[0], mobile_seq=key[1], have_seq=self._mobile.held_seq(target),
+        ))  # fmt: skip
+
+    def _pull(self, requests: RequestTable, target: str, key: Key | None,
+              request: Callable[[Key], ControlMessage]) -> None:  # fmt: skip
+        """Ask the neighbour towards `target` for what we lack of it (`key`: the instance and
+        sequence wanted; None: nothing is wanted any more), at most once per retry interval."""
+        if key is None:
+            requests.wanted.discard(target)
+            return
+        requests.wanted.add(target)
         self._next_request = min(self._next_request, self._now + self.config.request_retry_s)
-        if self._mobile_requests.should_send(target, key, self._now):
+        if requests.should_send(target, key, self._now):
             neighbour = self._toward(target, None)
             if neighbour is not None:
-                self._mobile_requests.mark_sent(target, key, self._now)
-                self._send(neighbour, MobileAddressRequest(
-                    router_id=self.router_id, instance=self.instance, target=target,
-                    target_instance=key[0], mobile_seq=key[1], have_seq=self._mobile.held_seq(target),
-                ))  # fmt: skip
+                requests.mark_sent(target, key, self._now)
+                self._send(neighbour, request(key))
 
     def _note_advert(self, origin: str, instance: int, ls_seq: int, mobile_seq: int, digest: bytes,
                      *, owner: bool) -> None:  # fmt: skip
