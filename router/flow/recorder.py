@@ -25,7 +25,7 @@ from .hist import difference
 from .records import Emitter
 
 if TYPE_CHECKING:
-    from ..core.coreread import AddressSnapshot, ConnectionSnapshot, LinkSnapshot
+    from ..core.snapshots import AddressSnapshot, ConnectionSnapshot, LinkSnapshot
     from ..core.router import RouterCore
 
 OUTCOMES = ("accepted", "rejected", "released", "modified")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .model import Attribute, EntityType, counters
 
 if TYPE_CHECKING:
-    from ..core.coreread import AddressSnapshot, ConnectionSnapshot, LinkSnapshot
+    from ..core.snapshots import AddressSnapshot, ConnectionSnapshot, LinkSnapshot
     from .agent import ManagementAgent
 
 
