@@ -18,7 +18,8 @@ from router.amqp import performatives as p
 from router.amqp.decode import decode_at
 from router.amqp.encode import encode
 from router.amqp.errors import DecodeError
-from router.amqp.fastparse import _common_disposition, parse_disposition, parse_flow, parse_transfer, transfer_tag
+from router.amqp.fastparse import parse_transfer, transfer_tag
+from router.amqp.fastparse_fields import _common_disposition, parse_disposition, parse_flow
 from router.amqp.fastpath import (
     disposition_frame,
     disposition_performative,

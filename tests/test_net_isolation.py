@@ -29,8 +29,8 @@ from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.link import Link
 from router.amqp.session import Session
 from router.core.connections import ConnState
-from router.net import driver as driver_module
 from router.net.driver import ConnectionDriver
+from router.net.driverlife import CLOSE_GRACE_S
 from router.testing.memrouter import MemNetwork, MemRouter
 
 from .rawamqp import (BOOLEAN_TRUE, CLOSE_CODE, HEADER, OPEN, SMALLINT_5, STRING_X, UNKNOWN_PERFORMATIVE, close_with,
@@ -243,7 +243,7 @@ async def test_failed_connections_leave_no_memory_behind(autojump_clock: trio.te
         for _ in range(n):
             await _open_then(mem_router, "decode error")
         await forgotten(mem_router)
-        await trio.sleep(driver_module.CLOSE_GRACE_S + 10 + 1)  # the drivers' and handshake deadlines pass: no event says so
+        await trio.sleep(CLOSE_GRACE_S + 10 + 1)  # the drivers' and handshake deadlines pass: no event says so
         gc.collect()
 
     await batch(20)  # warm-up: caches, logging, lazily built tables

@@ -37,7 +37,8 @@ from .cutframe import CutFrame
 from .decode import decode_at
 from .endpoints import CLOSED, UNINIT, Halves
 from .events import Event, TransferSink, TransportClosed
-from .fastparse import parse_disposition, parse_flow, parse_transfer, u32
+from .fastparse import parse_transfer, u32
+from .fastparse_fields import parse_disposition, parse_flow
 from .frameout import FrameOutput
 from .framing import AMQP_HEADER, FRAME_AMQP, MIN_MAX_FRAME_SIZE
 from .handshake import Handshake

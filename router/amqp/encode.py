@@ -5,7 +5,7 @@ Owns: turning Python/AMQP values into bytes: the type -> encoder table and its d
 smallest encoding. Scalars are encode_scalars.py's. Composite types (performatives, sections)
 register their own encoder here with `register_encoder`.
 This is the general path used for control frames; transfers, flows and dispositions have a
-hand-written path in fastparse.py (reading) and fastpath.py (writing).
+hand-written path in fastparse.py and fastparse_fields.py (reading) and fastpath.py (writing).
 Must not touch: decoding, framing.
 """
 

@@ -1,12 +1,14 @@
-"""The hot path's reading side: the fields of transfer, flow and disposition performatives
-straight from the receive buffer (writing them is fastpath.py's).
+"""The hot path's reading side: the fields of transfer performatives straight from the receive
+buffer, and the uint32 read every reader of frames shares (u32). Flow and disposition are
+fastparse_fields.py's; writing all three is fastpath.py's.
 
-Owns: reading those three performatives' fields with inline branches for the encodings peers
-use (scalars inline, anything unusual handed to the general decoder, which validates every field
-and names what is wrong). The message payload of a transfer is never decoded: it is the slice
-after the performative. Measured on a minimal relay: a generic recursive decoder here cost 3x in
-forwarding rate, so keep this path free of per-field objects and calls where an inline branch
-will do.
+Owns: reading a transfer's fields with inline branches for the encodings peers use (scalars
+inline, anything unusual handed to the general decoder, which validates every field and names
+what is wrong), the tag's place in the frame, and that fallback to the general decoder for all
+three performatives (parse_general). The message payload of a transfer is never decoded: it is
+the slice after the performative. Measured on a minimal relay: a generic recursive decoder here
+cost 3x in forwarding rate, so keep this path free of per-field objects and calls where an
+inline branch will do.
 Must not touch: connection/session/link state (the engine calls these functions).
 """
 
@@ -18,25 +20,11 @@ from mypy_extensions import i64
 
 from .decode import decode_at
 from .errors import DecodeError
-from .messaging import ACCEPTED, RELEASED, Modified, Rejected
-from .performatives import Disposition, Flow, Transfer
+from .performatives import Transfer
 
 DESCRIPTOR_TRANSFER: Final = 0x14
 DESCRIPTOR_FLOW: Final = 0x13
 DESCRIPTOR_DISPOSITION: Final = 0x15
-
-
-# Outcomes whose fields are all absent, as peers send them (messaging §3.4): described list0.
-_EMPTY_OUTCOMES: Final[dict[int, Any]] = {
-    0x24: ACCEPTED,
-    0x25: Rejected(),
-    0x26: RELEASED,
-    0x27: Modified(),
-}
-
-
-# The only described values read_fields gives (other states take the general decoder).
-_OUTCOME_TYPES: Final = frozenset(type(state) for state in _EMPTY_OUTCOMES.values())
 
 
 def u32(buf: bytes, pos: i64) -> i64:
@@ -49,69 +37,10 @@ def u32(buf: bytes, pos: i64) -> i64:
     return (b0 << 24) | (b1 << 16) | (b2 << 8) | b3
 
 
-def read_fields(buf: bytes, pos: int, end: int) -> tuple[list[Any], int] | None:
-    """The fields of the list at `pos` (a performative's body) and the offset after the list.
-
-    Only null, uint, boolean and binary8 fields are read here, which is every field of a
-    typical transfer, flow or disposition. None means some field has another encoding: the
-    caller then decodes the performative with the general, validating decoder.
-    Raises DecodeError on any inconsistency.
-    """
-    try:
-        code = buf[pos]
-        if code == 0xC0:
-            size, count = buf[pos + 1], buf[pos + 2]
-            stop, pos = pos + 2 + size, pos + 3
-        elif code == 0xD0:
-            count, stop, pos = u32(buf, pos + 5), pos + 5 + u32(buf, pos + 1), pos + 9
-        elif code == 0x45:
-            return [], pos + 1
-        else:
-            raise DecodeError(f"performative body must be a list, got constructor {code:#04x}")
-        if stop > end:
-            raise DecodeError("performative list overruns its frame")
-        fields: list[Any] = []
-        append = fields.append
-        for _ in range(count):
-            code = buf[pos]
-            if code == 0x40:
-                append(None)
-                pos += 1
-            elif code == 0x52:
-                append(buf[pos + 1])
-                pos += 2
-            elif code == 0x43:
-                append(0)
-                pos += 1
-            elif code == 0x70:
-                append(u32(buf, pos + 1))
-                pos += 5
-            elif code == 0x41:
-                append(True)
-                pos += 1
-            elif code == 0x42:
-                append(False)
-                pos += 1
-            elif code == 0xA0:
-                n = buf[pos + 1]
-                append(buf[pos + 2 : pos + 2 + n])
-                pos += 2 + n
-            elif code == 0x00 and buf[pos + 1] == 0x53 and buf[pos + 3] == 0x45:
-                state = _EMPTY_OUTCOMES.get(buf[pos + 2])
-                if state is None:
-                    return None
-                append(state)
-                pos += 4
-            else:
-                return None
-        if pos != stop:
-            raise DecodeError("performative list size disagrees with its fields")
-        return fields, stop
-    except IndexError:
-        raise DecodeError("truncated performative") from None
-
-
-def _general(buf: bytes, pos: int, end: int, cls: type) -> Any:
+def parse_general(buf: bytes, pos: int, end: int, cls: type) -> Any:
+    """(performative, offset after it) by the general, validating decoder, for a performative
+    whose list starts at `pos` (its descriptor the three bytes before); DecodeError when it is
+    not a `cls`."""
     value, stop = decode_at(buf, pos - 3, end)
     if type(value) is not cls:
         raise DecodeError(f"expected a {cls.__name__} performative")
@@ -260,7 +189,7 @@ def parse_transfer(buf: bytes, pos: i64, end: i64) -> TransferFields:
 
 
 def _transfer_general(buf: bytes, pos: int, end: int) -> TransferFields:
-    t, stop = _general(buf, pos, end, Transfer)
+    t, stop = parse_general(buf, pos, end, Transfer)
     return transfer_fields(t, stop)
 
 
@@ -269,140 +198,3 @@ def transfer_fields(t: Transfer, stop: int) -> TransferFields:
     delivery_id = -1 if t.delivery_id is None else t.delivery_id
     return (t.handle, delivery_id, t.delivery_tag, -1, t.message_format or 0, t.settled,
             t.more, t.rcv_settle_mode, t.state, t.resume, t.aborted, stop)
-
-
-FlowFields = tuple["int | None", int, int, int, "int | None", "int | None", "int | None",
-                   "int | None", bool, bool]
-
-
-def parse_flow(buf: bytes, pos: int, end: int) -> FlowFields:
-    """(next-incoming-id, incoming-window, next-outgoing-id, outgoing-window, handle,
-    delivery-count, link-credit, available, drain, echo) of a flow (transport §2.7.4)."""
-    parsed = read_fields(buf, pos, end)
-    if parsed is None:
-        fl, _ = _general(buf, pos, end, Flow)
-        return (fl.next_incoming_id, fl.incoming_window, fl.next_outgoing_id,
-                fl.outgoing_window, fl.handle, fl.delivery_count, fl.link_credit, fl.available,
-                fl.drain, fl.echo)
-    f, _ = parsed
-    f += [None] * (10 - len(f))
-    ints = (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7])
-    drain = False if f[8] is None else f[8]  # not `or`: a uint0 must fail the check below
-    echo = False if f[9] is None else f[9]
-    for i, v in enumerate(ints):
-        if (v is None and 1 <= i <= 3) or (v is not None and type(v) is not int):
-            _general(buf, pos, end, Flow)  # raises, naming the field
-            raise DecodeError("flow field has the wrong type or a mandatory field is missing")
-    # properties (a map) is never among the encodings read_fields reads, so must be absent
-    if type(drain) is not bool or type(echo) is not bool or (len(f) > 10 and f[10] is not None):
-        _general(buf, pos, end, Flow)
-        raise DecodeError("flow.drain, flow.echo or flow.properties has the wrong type")
-    return (f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], drain, echo)
-
-
-DispositionFields = tuple[bool, int, "int | None", bool, Any]
-
-
-def _uint_at(buf: bytes, p: i64) -> tuple[i64, i64]:
-    """(value, offset after it) of a uint as peers write it (uint0, smalluint, uint); (-1, p)
-    for any other constructor."""
-    code: i64 = buf[p]
-    if code == 0x52:
-        return buf[p + 1], p + 2
-    if code == 0x43:
-        return 0, p + 1
-    if code == 0x70:
-        return u32(buf, p + 1), p + 5
-    return -1, p
-
-
-def _common_disposition(buf: bytes, pos: i64, end: i64) -> DispositionFields | None:
-    """The disposition every client sends (a list8 of role, first, last or null, settled or
-    null, then null, accepted or released, then a null or boolean batchable), read without a
-    field list; None for any other shape or any inconsistency: the caller then reads it the
-    general way, which also names what is wrong. Never raises."""
-    try:
-        if buf[pos] != 0xC0:
-            return None
-        stop: i64 = pos + 2 + buf[pos + 1]
-        count: i64 = buf[pos + 2]
-        if stop > end or count < 2 or count > 6:
-            return None
-        p = pos + 3
-        code: i64 = buf[p]
-        if code != 0x41 and code != 0x42:
-            return None
-        role = code == 0x41
-        first, p = _uint_at(buf, p + 1)
-        if first < 0:
-            return None
-        last: int | None = None
-        settled = False
-        state: Any = None
-        if count >= 3:
-            if buf[p] == 0x40:
-                p += 1
-            else:
-                value, p = _uint_at(buf, p)
-                if value < 0:
-                    return None
-                last = value
-        if count >= 4:
-            code = buf[p]
-            if code == 0x41:
-                settled = True
-            elif code != 0x42 and code != 0x40:
-                return None
-            p += 1
-        if count >= 5:
-            code = buf[p]
-            if code == 0x00:
-                if buf[p + 1] != 0x53 or buf[p + 3] != 0x45:
-                    return None
-                outcome = buf[p + 2]
-                if outcome == 0x24:
-                    state = ACCEPTED
-                elif outcome == 0x26:
-                    state = RELEASED
-                else:
-                    return None
-                p += 4
-            elif code == 0x40:
-                p += 1
-            else:
-                return None
-        if count == 6:
-            code = buf[p]
-            if code != 0x40 and code != 0x41 and code != 0x42:
-                return None
-            p += 1
-        if p != stop:
-            return None
-        return (role, first, last, settled, state)
-    except IndexError:
-        return None
-
-
-def parse_disposition(buf: bytes, pos: int, end: int) -> DispositionFields:
-    """(role, first, last, settled, state) of a disposition (transport §2.7.6)."""
-    common = _common_disposition(buf, pos, end)
-    if common is not None:
-        return common
-    parsed = read_fields(buf, pos, end)
-    if parsed is None:
-        d, _ = _general(buf, pos, end, Disposition)
-        return (d.role, d.first, d.last, d.settled, d.state)
-    f, _ = parsed
-    f += [None] * (5 - len(f))
-    role, first, last, settled, state = f[0], f[1], f[2], f[3], f[4]
-    if settled is None:
-        settled = False
-    if (
-        type(role) is not bool or type(first) is not int or type(settled) is not bool
-        or (last is not None and type(last) is not int)
-        or (state is not None and type(state) not in _OUTCOME_TYPES)  # int, bool or binary
-        or (len(f) > 5 and f[5] is not None and type(f[5]) is not bool)  # batchable
-    ):  # fmt: skip
-        _general(buf, pos, end, Disposition)  # raises, naming the field
-        raise DecodeError("disposition field has the wrong type or is missing")
-    return (role, first, last, settled, state)

@@ -1,5 +1,5 @@
 """The hot path's writing side: transfer, flow and disposition frames written without building
-performative objects (reading them is fastparse.py's).
+performative objects (reading them is fastparse.py's and fastparse_fields.py's).
 
 Owns: the encoded performatives and frame headers of those three, common outcomes precompiled,
 the constant part of a link's transfer frames (transfer_middle) so that a transfer frame is a

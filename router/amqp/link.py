@@ -1,9 +1,10 @@
 """Link endpoints (transport §2.6): attach/detach, credit and delivery-count, drain, sending.
 
-Owns: one link's state as seen by both halves: our role, handles, termini, settle modes,
-link-credit and delivery-count (transport §2.6.7), the delivery being streamed in or out, and
-the application's commands on a link (attach, detach, flow, send_transfer, abort, dispose).
-Frames go out through the session's writers (sessionout.py), which own windows and ordering.
+Owns: the application's commands on a link: attach (first or answering the peer's), answer,
+reject, detach, flow (credit and drain, transport §2.6.7), complete_drain, set_available,
+send_transfer, abort, dispose. The link's fields and the checks of them are linkstate.py's
+(a Link is a LinkState). Frames go out through the session's writers (sessionout.py), which own
+windows and ordering.
 Must not touch: session windows, connection framing, routing decisions.
 """
 
@@ -11,9 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mypy_extensions import i64
-
-from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Halves, Input
+from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Input
 from .errors import LocalUsageError
 from .performatives import (
     RCV_FIRST,
@@ -28,96 +27,18 @@ from .performatives import (
     Fields,
     Symbols,
 )
+from .linkstate import LinkState
 from .serial import serial_add, serial_lt
 from .sessionout import write_control, write_link_flow, write_transfer
 
 if TYPE_CHECKING:
     from .messaging import DeliveryState
-    from .session import Session
 
 
-class Link:
-    """One link endpoint. `role` is OUR role: SENDER (False) or RECEIVER (True)."""
+class Link(LinkState):
+    """One link endpoint and the application's commands on it (the fields: linkstate.py)."""
 
-    __slots__ = (
-        "session", "name", "role", "state", "local_handle", "remote_handle",
-        "source", "target", "snd_settle_mode", "rcv_settle_mode", "max_message_size",
-        "remote_attach", "remote_closed", "remote_error",
-        "delivery_count", "credit", "drain", "available", "initial_delivery_count",
-        "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
-        "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "detach_on_oversize",
-        "granted_limit", "context",
-    )  # fmt: skip
-
-    def __init__(self, session: Session, name: str, role: bool) -> None:
-        # Counters and delivery-ids are native ints (i64): compiled, their arithmetic on every
-        # transfer is plain machine operations (they are uint32 serials or byte counts).
-        self.session = session
-        self.name = name
-        self.role = role
-        self.state = Halves("link")
-        self.local_handle: int | None = None
-        self.remote_handle: int | None = None
-        self.source: Any = None
-        self.target: Any = None
-        self.snd_settle_mode = SND_MIXED
-        self.rcv_settle_mode = RCV_FIRST
-        self.max_message_size: int | None = None
-        self.remote_attach: Attach | None = None
-        self.remote_closed = False
-        self.remote_error: Error | None = None
-        self.delivery_count: i64 = 0
-        self.credit: i64 = 0
-        self.drain = False
-        self.available: i64 = 0
-        self.initial_delivery_count: i64 = 0
-        self.queued_deliveries: i64 = 0  # sender: deliveries accepted from the app, not yet on the wire
-        self.in_delivery: i64 = -1  # receiver: delivery-id being streamed in, -1 when none
-        self.in_tag = b""
-        self.in_settled = False
-        self.in_bytes: i64 = 0
-        # sender: delivery-id being streamed out, -1 when none (an int, not Optional: mypyc
-        # would box every delivery-id that passes through it)
-        self.out_delivery: i64 = -1
-        self.out_tag = b""
-        # sender: the constant part of this link's common transfer frames (fastpath.transfer_middle)
-        # for tags of out_middle_tag_length bytes; the handle and channel never change once set
-        self.out_middle = b""
-        self.out_middle_tag_length: i64 = -1
-        self.detach_on_oversize = True
-        # receiver: the highest delivery-limit (delivery-count + link-credit) we ever granted
-        self.granted_limit: int | None = None
-        self.context: Any = None  # free for the application (the router hangs its state here)
-
-    def __repr__(self) -> str:
-        role = "receiver" if self.role else "sender"
-        return f"Link({self.name!r}, {role}, handle={self.local_handle}, {self.state!r})"
-
-    @property
-    def is_sender(self) -> bool:
-        return self.role is SENDER
-
-    @property
-    def locally_attached(self) -> bool:
-        return self.state.local is ACTIVE
-
-    @property
-    def remotely_attached(self) -> bool:
-        return self.state.remote is ACTIVE
-
-    @property
-    def active(self) -> bool:
-        return self.state.local is ACTIVE and self.state.remote is ACTIVE
-
-    @property
-    def remote_source(self) -> Any:
-        return self.remote_attach.source if self.remote_attach else None
-
-    @property
-    def remote_target(self) -> Any:
-        return self.remote_attach.target if self.remote_attach else None
-
-    # --- commands ------------------------------------------------------------------------------
+    __slots__ = ()
 
     def attach(
         self,
@@ -325,15 +246,3 @@ class Link:
     ) -> None:
         """Send a disposition for deliveries first..last of this link's session."""
         self.session.disposition(self.role, first, last, state=state, settled=settled)
-
-    def _require_attached(self) -> None:
-        if self.state.local is not ACTIVE:
-            raise LocalUsageError(f"link {self.name!r} is not attached")
-        self._require_session()
-
-    def _require_session(self) -> None:
-        # Ending the session detached the link implicitly, and nothing follows our end or close
-        # (transport §2.5.4 / §2.4.3): no more frames for this link.
-        if self.session.state.local is not ACTIVE:
-            raise LocalUsageError(f"the session of link {self.name!r} has ended")
-        self.session.conn.check_not_closed()

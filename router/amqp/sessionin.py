@@ -13,7 +13,7 @@ connection: events, link errors), the Link a frame is for; sessionout.py writes 
 asks for (flows, held frames the window lets go). The connection's frame loop calls on_transfer,
 on_flow and on_disposition once it has checked the channel (and the session is not ended).
 Must not touch: attach, detach and begin (session.py), what we send (sessionout.py), frame
-parsing (fastparse.py), bytes on the socket.
+parsing (fastparse.py, fastparse_fields.py), bytes on the socket.
 
 Functions taking the session, not methods of it: the per-frame checks are a unit of their own,
 the session keeps its state and registry. Plain functions of a native class argument, so that
@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Final
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED
 from .events import DispositionReceived, FlowReceived, TransferReceived
-from .fastparse import DispositionFields, FlowFields, TransferFields, tag_in
+from .fastparse import TransferFields, tag_in
+from .fastparse_fields import DispositionFields, FlowFields
 from .performatives import RECEIVER, SENDER
 from .serial import serial_add, serial_diff, serial_lt
 from .sessionout import flush_blocked, write_link_flow, write_session_flow

@@ -7,19 +7,12 @@ reader is parked: the poller calls readable(now) when the socket has bytes, whic
 dispatches, and hands the reader its task back for what it must do itself (the end, a pause, a
 failure); a deadline of the reader's cancels the parking.
 
-Owns: the reader task (bytes in, timers, event dispatch), the parked reads the poller makes for
-it, backpressure on reading, and the connection's life (run(), abort()). The writing half (the
-writer task, flush(), backpressure at the socket, the close) is output.py's DriverOutput, which
-this class is. Everything protocol-related is the engine's; everything application-related is
-the `on_events` callback's.
-
-Backpressure on reading (optional, used by the router's server): while the `pause_reading()`
-predicate is true the reader does not read; it looks again when someone calls
-`resume_reading()` (and when an engine timer falls due). On writing: output.py.
-The open deadline (optional, used by the router's server for its handshake time-out): a peer
-whose open has not come by then is dropped (after a call to `on_open_timeout`). It is one more
-deadline of the reader's, not a task of its own: an idle connection holds as little as it can
-(see bench/README.md, "Idle connections").
+Owns: the reader task (bytes in, event dispatch, the loop around the deadlines) and the parked
+reads the poller makes for it. The read pause, the reader's deadlines and what it does when one
+falls due, and the connection's life (run(), abort()) are driverlife.py's DriverLife; the
+writing half (the writer task, flush(), backpressure at the socket, the close) is output.py's
+DriverOutput. This class is both. Everything protocol-related is the engine's; everything
+application-related is the `on_events` callback's.
 Must not touch: protocol decisions, routing, the descriptor and the TLS session (stream.py).
 """
 
@@ -31,14 +24,12 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ..amqp.connection import Connection
-from ..amqp.endpoints import CLOSED
+from .driverlife import DriverLife, PausePredicate
 from .now import trio_now
-from .output import BlockedHandler, DriverOutput, EventHandler
+from .output import BlockedHandler, EventHandler
 from .poller import Poller
 from .stream import SealedStream
 from .tlssession import TlsSession
-
-PausePredicate = Callable[[], bool]
 
 # Bytes asked of the socket per read. 32 KiB cut most 10 KiB messages across two reads (the
 # engine then joins the pieces): 128 KiB took router CPU per 10 KiB message from ~60 to ~30 us
@@ -48,14 +39,9 @@ PausePredicate = Callable[[], bool]
 # unsettled through one router 0.40-0.42 -> 0.50-0.53 of the direct ceiling, a chain of 3
 # 0.20 -> 0.22, 10 KiB messages as fast (+8 % CPU each, compiled); see bench/README.md.
 READ_SIZE = 64 * 1024
-CLOSE_GRACE_S = 2.0  # after our close, how long we wait for the peer's before dropping it
-# When an engine timer falls due while reading is paused we read once before ticking (see
-# _reader). A live peer's bytes are already in the socket buffer, so this bound only matters
-# for a silent peer, whose idle time-out it delays by at most this much.
-PAUSED_TIMER_READ_S = 0.1
 
 
-class ConnectionDriver(DriverOutput):
+class ConnectionDriver(DriverLife):
     """Pumps bytes between `stream` and `engine`, handing events to `on_events`.
 
     Application code running in other tasks may call engine methods and then `wake()` so that
@@ -64,9 +50,8 @@ class ConnectionDriver(DriverOutput):
 
     # No instance dict: every connection has a driver (the dict was ~1.6 KiB of each idle one).
     __slots__ = (
-        "pause_reading", "on_open_timeout", "_initial", "_resume", "_open_deadline",
-        "_reading_paused", "_paused_when_due", "_grace_deadline", "_aborted", "_poller", "_parked",
-        "_parked_scope", "_parked_deadline", "_poll_ended", "_poll_failure",
+        "_initial", "_poller", "_parked", "_parked_scope", "_parked_deadline", "_poll_ended",
+        "_poll_failure",
     )  # fmt: skip
 
     def __init__(
@@ -89,18 +74,11 @@ class ConnectionDriver(DriverOutput):
         `open_deadline` (trio's clock): the connection is dropped if the peer's open has not
         come by then: `on_open_timeout` is called, then run() closes the stream and returns.
         `poller`: reads a TCP stream (plain or under TLS) for the reader while it runs (router.net.poller)."""
-        super().__init__(stream, engine, on_events, read_size, write_high_water, on_output_blocked)
+        super().__init__(
+            stream, engine, on_events, read_size, write_high_water, on_output_blocked,
+            pause_reading, open_deadline, on_open_timeout,
+        )  # fmt: skip
         self._initial = initial
-        self.pause_reading = pause_reading
-        # Made when first needed: most connections never pause (an Event is ~200 bytes on
-        # every idle connection).
-        self._resume: trio.Event | None = None
-        self._open_deadline = open_deadline  # math.inf once the peer's open has come
-        self.on_open_timeout = on_open_timeout
-        self._reading_paused = False
-        self._paused_when_due = False  # the reader was paused when its deadline fell due
-        self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
-        self._aborted = False
         # The poller reads a TCP socket (plain or under TLS; not a WebSocket's) while the reader
         # is parked in its task: `_parked` is that task, `_parked_scope` the reader's cancel scope
         # (its deadline), and what ended the parking is told in `_poll_ended`/`_poll_failure`.
@@ -133,84 +111,6 @@ class ConnectionDriver(DriverOutput):
     @property
     def _receive(self) -> Callable[[], Awaitable[bytes]]:
         return self._stream.receive
-
-    @property
-    def reading_paused(self) -> bool:
-        return self._reading_paused
-
-    def resume_reading(self) -> None:
-        """The `pause_reading` predicate may have changed: a paused reader looks again."""
-        if self._resume is not None:
-            self._resume.set()
-
-    def _pause_wanted(self) -> bool:
-        if self.engine.finished:
-            return False
-        # Once our close is out, what the peer sends can only be its close (or frames the
-        # engine drops): keep reading so that the connection can finish.
-        if self.engine.state.local is CLOSED:
-            return False
-        return self._owner_pauses()
-
-    def _owner_pauses(self) -> bool:
-        """The `pause_reading` predicate, or a subclass overrides this (as `_deliver`)."""
-        pause_reading = self.pause_reading
-        return pause_reading is not None and pause_reading()
-
-    def _should_pause(self) -> bool:
-        # The event is made once the predicate said pause, with no checkpoint between that and
-        # the wait: a resume_reading() after the answer is never missed. Not one per read: an
-        # Event held by every idle connection, and made on every read, cost memory and time.
-        if self._pause_wanted():
-            self._resume = trio.Event()
-            return True
-        return False
-
-    def _reader_deadline(self) -> float:
-        """When the reader must act next: the engine's timer, the peer's open (handshake
-        time-out), or the end of the grace period for the peer's close once ours is out."""
-        engine = self.engine
-        if engine.finished:
-            if self._grace_deadline == math.inf:
-                self._grace_deadline = trio_now() + CLOSE_GRACE_S
-            return self._grace_deadline
-        next_deadline = engine.next_deadline()
-        deadline = math.inf if next_deadline is None else next_deadline
-        open_deadline = self._open_deadline
-        if open_deadline != math.inf:  # until the peer's open has come
-            if engine.remote_open is not None:
-                self._open_deadline = math.inf
-            elif open_deadline < deadline:
-                deadline = open_deadline
-        return deadline
-
-    def abort(self) -> None:
-        """End the connection now, from any task: run() stops reading and writing, closes the
-        stream and returns (the caller of run() then cleans up as after any other end)."""
-        self._aborted = True
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-
-    async def run(self) -> None:
-        try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                try:
-                    if self._aborted:
-                        nursery.cancel_scope.cancel()
-                    if self._wake_pending:  # woken before run(): output is queued already
-                        self._kick_writer()
-                    await self._reader()
-                    # The reader saw the end; give the writer a moment to flush the last frames.
-                    with trio.move_on_after(CLOSE_GRACE_S):
-                        await self.wait_closed()
-                    nursery.cancel_scope.cancel()
-                finally:
-                    self._nursery = None  # closing: no writer starts any more
-        finally:
-            self._set_closed()
-            with trio.CancelScope(shield=True):
-                await self._close_stream()
 
     async def _reader(self) -> None:
         """Read and dispatch until the peer is gone; tick the engine when its timer falls due.
@@ -326,33 +226,3 @@ class ConnectionDriver(DriverOutput):
                 self._hand_back(False)
         except Exception as exc:
             self._hand_back(False, exc)
-
-    async def _at_deadline(self) -> bool:
-        """A deadline of the reader's fell due: act on it. True: the reader is done."""
-        engine = self.engine
-        now = trio_now()
-        if now >= self._open_deadline and engine.remote_open is None and not engine.finished:
-            if self.on_open_timeout is not None:
-                self.on_open_timeout()
-            self.abort()  # run() closes the stream; its caller releases the rest
-            return True
-        if engine.finished:
-            if now < self._grace_deadline:
-                return False
-            engine.receive_data(b"", now)  # our close is out and the peer never answered
-            self._dispatch()
-            return True
-        if self._paused_when_due:
-            # Ticking at once could close a live peer for idle time-out: its frames
-            # (heartbeats included) wait unread in the socket. Read once, then tick.
-            data = None
-            with trio.move_on_after(PAUSED_TIMER_READ_S):
-                data = await self._stream.receive()
-            if data is not None:
-                engine.receive_data(data, now)
-                if not data:
-                    self._dispatch()
-                    return True
-        engine.tick(now)
-        self._dispatch()
-        return False

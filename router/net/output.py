@@ -14,7 +14,7 @@ exceed `write_high_water`, then `on_output_blocked(False)` once they drain below
 holds more to write once what is queued drains.
 
 Owns: the output queue, the writer task, the closed state and closing the stream (once the
-reading half let go of it: `_stop_reads`). Must not touch: reading, timers (driver.py), the
+reading half let go of it: `_stop_reads`). Must not touch: reading (driver.py), timers (driverlife.py), the
 descriptor and the TLS session (stream.py).
 """
 

@@ -1,0 +1,120 @@
+"""A link endpoint's state (transport §2.6): what link.py's Link, which is a LinkState, keeps.
+
+Owns: one link's fields as seen by both halves (our role, handles, termini, settle modes,
+link-credit and delivery-count (transport §2.6.7), the delivery being streamed in or out, the
+application's context), what is read off them (attached, active, the peer's termini), and the
+checks that the link and its session may still send (the errors a command raises otherwise).
+Must not touch: frames and the commands that send them (link.py), session windows, connection
+framing, routing decisions.
+
+Why a base class: the fields are declared once per link and read by every module of the engine;
+the commands of link.py change them. Compiled, both classes are native and a Link's fields are
+the base's: reading them costs what it did in one class.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mypy_extensions import i64
+
+from .endpoints import ACTIVE, Halves
+from .errors import LocalUsageError
+from .performatives import RCV_FIRST, SENDER, SND_MIXED, Attach, Error
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class LinkState:
+    """One link endpoint's state. `role` is OUR role: SENDER (False) or RECEIVER (True)."""
+
+    __slots__ = (
+        "session", "name", "role", "state", "local_handle", "remote_handle",
+        "source", "target", "snd_settle_mode", "rcv_settle_mode", "max_message_size",
+        "remote_attach", "remote_closed", "remote_error",
+        "delivery_count", "credit", "drain", "available", "initial_delivery_count",
+        "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
+        "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "detach_on_oversize",
+        "granted_limit", "context",
+    )  # fmt: skip
+
+    def __init__(self, session: Session, name: str, role: bool) -> None:
+        # Counters and delivery-ids are native ints (i64): compiled, their arithmetic on every
+        # transfer is plain machine operations (they are uint32 serials or byte counts).
+        self.session = session
+        self.name = name
+        self.role = role
+        self.state = Halves("link")
+        self.local_handle: int | None = None
+        self.remote_handle: int | None = None
+        self.source: Any = None
+        self.target: Any = None
+        self.snd_settle_mode = SND_MIXED
+        self.rcv_settle_mode = RCV_FIRST
+        self.max_message_size: int | None = None
+        self.remote_attach: Attach | None = None
+        self.remote_closed = False
+        self.remote_error: Error | None = None
+        self.delivery_count: i64 = 0
+        self.credit: i64 = 0
+        self.drain = False
+        self.available: i64 = 0
+        self.initial_delivery_count: i64 = 0
+        self.queued_deliveries: i64 = 0  # sender: deliveries accepted from the app, not yet on the wire
+        self.in_delivery: i64 = -1  # receiver: delivery-id being streamed in, -1 when none
+        self.in_tag = b""
+        self.in_settled = False
+        self.in_bytes: i64 = 0
+        # sender: delivery-id being streamed out, -1 when none (an int, not Optional: mypyc
+        # would box every delivery-id that passes through it)
+        self.out_delivery: i64 = -1
+        self.out_tag = b""
+        # sender: the constant part of this link's common transfer frames (fastpath.transfer_middle)
+        # for tags of out_middle_tag_length bytes; the handle and channel never change once set
+        self.out_middle = b""
+        self.out_middle_tag_length: i64 = -1
+        self.detach_on_oversize = True
+        # receiver: the highest delivery-limit (delivery-count + link-credit) we ever granted
+        self.granted_limit: int | None = None
+        self.context: Any = None  # free for the application (the router hangs its state here)
+
+    def __repr__(self) -> str:
+        role = "receiver" if self.role else "sender"
+        return f"Link({self.name!r}, {role}, handle={self.local_handle}, {self.state!r})"
+
+    @property
+    def is_sender(self) -> bool:
+        return self.role is SENDER
+
+    @property
+    def locally_attached(self) -> bool:
+        return self.state.local is ACTIVE
+
+    @property
+    def remotely_attached(self) -> bool:
+        return self.state.remote is ACTIVE
+
+    @property
+    def active(self) -> bool:
+        return self.state.local is ACTIVE and self.state.remote is ACTIVE
+
+    @property
+    def remote_source(self) -> Any:
+        return self.remote_attach.source if self.remote_attach else None
+
+    @property
+    def remote_target(self) -> Any:
+        return self.remote_attach.target if self.remote_attach else None
+
+    def _require_attached(self) -> None:
+        if self.state.local is not ACTIVE:
+            raise LocalUsageError(f"link {self.name!r} is not attached")
+        self._require_session()
+
+    def _require_session(self) -> None:
+        # Ending the session detached the link implicitly, and nothing follows our end or close
+        # (transport §2.5.4 / §2.4.3): no more frames for this link.
+        if self.session.state.local is not ACTIVE:
+            raise LocalUsageError(f"the session of link {self.name!r} has ended")
+        self.session.conn.check_not_closed()
