@@ -14,18 +14,13 @@ Must not touch: connection/session/link state (the engine calls these functions)
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from mypy_extensions import i64
 
 from .decode import decode_at
 from .errors import DecodeError
 from .performatives import Transfer
-
-DESCRIPTOR_TRANSFER: Final = 0x14
-DESCRIPTOR_FLOW: Final = 0x13
-DESCRIPTOR_DISPOSITION: Final = 0x15
-
 
 def u32(buf: bytes, pos: i64) -> i64:
     """The big-endian uint32 at `pos`. Byte reads of a `bytes` compile to plain loads (mypyc),

@@ -39,7 +39,7 @@ def read_fields(buf: bytes, pos: int, end: int) -> tuple[list[Any], int] | None:
     """The fields of the list at `pos` (a performative's body) and the offset after the list.
 
     Only null, uint, boolean and binary8 fields are read here, which is every field of a
-    typical transfer, flow or disposition. None means some field has another encoding: the
+    typical flow or disposition. None means some field has another encoding: the
     caller then decodes the performative with the general, validating decoder.
     Raises DecodeError on any inconsistency.
     """

@@ -2,8 +2,8 @@
 
 Owns: the application's commands on a link: attach (first or answering the peer's), answer,
 reject, detach, flow (credit and drain, transport §2.6.7), complete_drain, set_available,
-send_transfer, abort, dispose. The link's fields and the checks of them are linkstate.py's
-(a Link is a LinkState). Frames go out through the session's writers (sessionout.py), which own
+send_transfer, abort, dispose. The link's fields and the checks of them are linkfields.py's
+(a Link is a LinkFields). Frames go out through the session's writers (sessionout.py), which own
 windows and ordering.
 Must not touch: session windows, connection framing, routing decisions.
 """
@@ -27,7 +27,7 @@ from .performatives import (
     Fields,
     Symbols,
 )
-from .linkstate import LinkState
+from .linkfields import LinkFields
 from .serial import serial_add, serial_lt
 from .sessionout import write_control, write_link_flow, write_transfer
 
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from .messaging import DeliveryState
 
 
-class Link(LinkState):
-    """One link endpoint and the application's commands on it (the fields: linkstate.py)."""
+class Link(LinkFields):
+    """One link endpoint and the application's commands on it (the fields: linkfields.py)."""
 
     __slots__ = ()
 

@@ -1,4 +1,4 @@
-"""A link endpoint's state (transport §2.6): what link.py's Link, which is a LinkState, keeps.
+"""A link endpoint's state (transport §2.6): what link.py's Link, which is a LinkFields, keeps.
 
 Owns: one link's fields as seen by both halves (our role, handles, termini, settle modes,
 link-credit and delivery-count (transport §2.6.7), the delivery being streamed in or out, the
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 
-class LinkState:
+class LinkFields:
     """One link endpoint's state. `role` is OUR role: SENDER (False) or RECEIVER (True)."""
 
     __slots__ = (
