@@ -15,10 +15,10 @@ from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Properties
 from router.config.models import AddressConfig
 from router.core import remote
+from router.core.addressentry import AddressEntry
 from router.core.annotate import Record
 from router.core.delivery import Forward, Meta
 from router.core.links import OutLink
-from router.core.table import AddressEntry
 from router.testing.meshharness import MeshHarness
 
 

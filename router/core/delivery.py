@@ -21,9 +21,9 @@ from .deliverymap import DeliveryMap
 Payload = bytes | memoryview
 
 if TYPE_CHECKING:
+    from .addressentry import AddressEntry
     from .annotate import Record
     from .links import InLink, OutLink
-    from .table import AddressEntry
 
 
 class Forward:

@@ -36,10 +36,11 @@ from ..amqp.messaging import RELEASED, Rejected
 from ..amqp.peek import RoutingView, peek_at
 from ..amqp.performatives import RECEIVER, SND_SETTLED, Error
 from . import annotate, remote
+from .addressentry import AddressEntry
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
-from .table import NOWHERE, UNAVAILABLE, AddressEntry, AddressTable
+from .table import NOWHERE, UNAVAILABLE, AddressTable
 from .waiting import Waiting
 
 if TYPE_CHECKING:

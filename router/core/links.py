@@ -19,10 +19,10 @@ from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.types import Symbol
 from ..config.models import Listener
+from .addressentry import AddressEntry
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .fifo import Fifo
-from .table import AddressEntry
 
 if TYPE_CHECKING:
     from collections import deque

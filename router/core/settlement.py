@@ -21,11 +21,11 @@ from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
 from ..amqp.serial import SERIAL_MASK, serial_count, serial_ids_in
+from .addressentry import AddressEntry
 from .credit import ProducerCredit
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .deliverymap import DeliveryMap
 from .links import LinkCounts, OutLink, alive
-from .table import AddressEntry
 
 if TYPE_CHECKING:
     from .linkrelay import Relay
