@@ -26,7 +26,7 @@ from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..config.models import COST_MAX, PRIORITY_LEVELS
 from .addressentry import AddressEntry
-from .annotate import Seen
+from .annotparse import Seen
 from .connections import ConnState
 from .links import InLink, OutLink
 from .paths import PRIORITY_DEFAULT, band_of
