@@ -5,6 +5,7 @@ The Forwarder is one object built in layers, each class deriving from the one be
 module owning one responsibility:
   credit.py      producer credit windows; the flush at the end of a batch
   settlement.py  outcome relay and settlement both ways
+  failures.py    failures reported to the producer (released, delivery-failed), aborts
   sending.py     anycast choices, paths to other routers, sending on a consumer link
   holding.py     band links' frames held while an inter-router connection's output is blocked
   multicast.py   copies of a multicast delivery

@@ -27,11 +27,11 @@ from . import annotate
 from . import filtering
 from .addressentry import AddressEntry
 from .delivery import Copy, Forward, unpin
+from .failures import DELIVERY_FAILED
 from .fifo import Fifo
 from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
 from .multicast import Multicast
-from .settlement import DELIVERY_FAILED
 from .table import AddressTable
 
 if TYPE_CHECKING:
