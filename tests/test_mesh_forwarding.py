@@ -16,7 +16,7 @@ from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Proper
 from router.amqp.peek import peek
 from router.amqp.performatives import Error
 from router.config.models import AddressConfig, Listener
-from router.core import annotate
+from router.core import annotate, annotparse
 from router.core.links import InLink
 from router.testing.meshharness import MeshHarness
 from router.testing.routerharness import Client
@@ -111,8 +111,8 @@ def test_each_delivery_gets_its_own_annotations_when_a_link_carries_many_kinds()
     anonymous, targeted = producer.sender(None), producer.sender("q2")
     h.pump()
     expected: dict[str, list[Any]] = {"q1": [], "q2": []}
-    for i in range(annotate.SEEN_MAX + 50):
-        own = {"x-opt-seq": i % (annotate.SEEN_MAX + 20)} if i % 3 else None
+    for i in range(annotparse.SEEN_MAX + 50):
+        own = {"x-opt-seq": i % (annotparse.SEEN_MAX + 20)} if i % 3 else None
         if i % 2:
             producer.send(targeted, Message.value(i, message_annotations=own))
             expected["q2"].append((i, own))
@@ -130,7 +130,7 @@ def test_each_delivery_gets_its_own_annotations_when_a_link_carries_many_kinds()
         assert routed.pop("x-opt-qd.ingress") == "A" and routed.pop("x-opt-qd.trace") == ["A", "B"]
         assert routed.pop("x-opt-qd.to", None) == ("q2" if message.properties is None else None)
         i = message.body_value
-        assert routed == ({"x-opt-seq": i % (annotate.SEEN_MAX + 20)} if i % 3 else {})
+        assert routed == ({"x-opt-seq": i % (annotparse.SEEN_MAX + 20)} if i % 3 else {})
 
 
 OUTCOMES = [
@@ -326,7 +326,7 @@ def test_router_annotations_are_spliced_without_touching_other_sections() -> Non
     meta = annotate.for_client_delivery(view, "orders", True)
     routed = annotate.for_router(payload, meta, "R1")
     assert routed.endswith(payload[view.annotations_span[1]:])  # type: ignore[index]
-    parsed = annotate.parse(routed, peek(routed), "R1")
+    parsed = annotparse.parse(routed, peek(routed), "R1")
     assert (parsed.to, parsed.ingress, parsed.trace) == ("orders", "R1", ("R1",))
     clean = annotate.strip(routed, parsed)
     assert decode_message(bytes(clean)) == message

@@ -15,10 +15,10 @@ from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Properties
 from router.config.models import AddressConfig
 from router.core import remote
-from router.core.annotate import Record
+from router.core.addressentry import AddressEntry
+from router.core.annotparse import Record
 from router.core.delivery import Forward, Meta
 from router.core.links import OutLink
-from router.core.table import AddressEntry
 from router.testing.meshharness import MeshHarness
 
 
@@ -73,7 +73,7 @@ def test_choices_follow_the_routes_after_a_router_is_lost() -> None:
 
 
 def _transit_meta(trace: tuple[str, ...]) -> Meta:
-    """A delivery's metadata as annotate.parse makes it for a section from router X."""
+    """A delivery's metadata as annotparse.parse makes it for a section from router X."""
     record = Record(None, "X", trace, [])
     meta = Meta("near", False, record.ingress, record.trace, None, 0, True, "X")
     meta.record = record

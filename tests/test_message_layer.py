@@ -1,5 +1,5 @@
 """What the router reads from and rewrites in a message (router.amqp.sections, router.amqp.peek,
-router.core.annotate on top): the one skipper against the full decoder as its oracle, hostile
+router.core.annotate and annotparse on top): the one skipper against the full decoder as its oracle, hostile
 bytes in every reader, and the annotations rewritten with the bare message's bytes untouched
 (messaging §3.2), also as Proton reads them."""
 
@@ -21,7 +21,7 @@ from router.amqp.msgfields import MessageFields
 from router.amqp.peek import peek
 from router.amqp.sections import annotation_entries, read_strings, skip_value
 from router.amqp.types import Array, Described, Symbol, ULong
-from router.core import annotate
+from router.core import annotate, annotparse
 
 # --- the skipper against the decoder ------------------------------------------------------------
 
@@ -225,7 +225,7 @@ def test_a_client_message_is_annotated_for_the_next_router_and_stripped_for_a_co
     got = decode_message(routed)
     assert got.message_annotations == {**own, "x-opt-qd.ingress": "R1", "x-opt-qd.trace": ["R1"], "x-opt-qd.to": "a/b"}
     assert (got.header, got.delivery_annotations, got.properties) == (message.header, message.delivery_annotations, message.properties)
-    meta = annotate.parse(routed, peek(routed), "R1")
+    meta = annotparse.parse(routed, peek(routed), "R1")
     assert (meta.to, meta.ingress, meta.trace) == ("a/b", "R1", ("R1",))
     clean = bytes(annotate.strip(routed, meta))
     assert clean.endswith(_bare(message))
@@ -257,7 +257,7 @@ def test_proton_reads_what_the_router_wrote(had_annotations: bool) -> None:
     expected = {"x-opt-qd.ingress": "R1", "x-opt-qd.trace": ["R1"], "x-opt-qd.to": "q"}
     assert out.annotations == ({"x-opt-app": "v", **expected} if had_annotations else expected)
     assert (out.address, out.durable, out.instructions, out.properties) == ("q", True, {"x-d": 1}, {"k": "v"})
-    parsed = annotate.parse(routed, peek(routed), "R1")
+    parsed = annotparse.parse(routed, peek(routed), "R1")
     back = proton.Message()
     back.decode(bytes(annotate.strip(routed, parsed)))
     assert back.annotations == ({"x-opt-app": "v"} if had_annotations else None)
@@ -271,6 +271,6 @@ def test_a_first_frame_seen_through_a_memoryview_is_rewritten_like_bytes() -> No
         meta = annotate.for_client_delivery(view, "q", True)
         routed = annotate.for_router(payload, meta, "R1")
         assert annotate.for_router(memoryview(payload), annotate.for_client_delivery(view, "q", True), "R1") == routed
-        parsed = annotate.parse(routed, peek(routed), "R1")
-        again = annotate.parse(routed, peek(routed), "R1")
+        parsed = annotparse.parse(routed, peek(routed), "R1")
+        again = annotparse.parse(routed, peek(routed), "R1")
         assert bytes(annotate.strip(memoryview(routed), parsed)) == bytes(annotate.strip(routed, again)) == payload

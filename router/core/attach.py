@@ -24,12 +24,13 @@ from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..amqp.session import Session
+from .addressentry import AddressEntry
 from .connections import ConnState
 from .filtering import capabilities
 from .grant import message_size_limit
 from .linkrelay import RoutedLink
 from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
-from .table import KEEP_GONE_MAX, AddressEntry, AddressTable
+from .table import KEEP_GONE_MAX, AddressTable
 
 if TYPE_CHECKING:
     from .bounds import Bounds

@@ -30,11 +30,12 @@ if TYPE_CHECKING:
 
     from ..amqp.connection import Connection
     from ..amqp.login_throttle import LoginThrottle
+    from .addressentry import AddressEntry
     from .attach import Links
     from .bounds import Bounds
     from .connections import ConnState
     from .forwarding import Forwarder
-    from .table import AddressEntry, AddressTable
+    from .table import AddressTable
 
 
 def zero_credit_seconds(link: InLink | OutLink, now: float) -> int | None:

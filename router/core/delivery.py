@@ -21,9 +21,9 @@ from .deliverymap import DeliveryMap
 Payload = bytes | memoryview
 
 if TYPE_CHECKING:
-    from .annotate import Record
+    from .addressentry import AddressEntry
+    from .annotparse import Record
     from .links import InLink, OutLink
-    from .table import AddressEntry
 
 
 class Forward:
@@ -136,7 +136,7 @@ class Meta:
         # The encoded entries of the annotations that are not router annotations (the client's
         # own), once known: rewriting then needs no second scan.
         self.kept: list[bytes] | None = None
-        # What its annotations said when it came from another router (annotate.Record): the
+        # What its annotations said when it came from another router (annotparse.Record): the
         # sections for the next router and for consumers are built once per distinct record.
         self.record: Record | None = None
         self.flow_trace: str | None = None  # x-opt-qd.flow-trace: the trace id of its hop records

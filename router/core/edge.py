@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp import errors as E
 from ..amqp.performatives import Error
+from .addressentry import AddressEntry
 from .connections import ConnState
 from .edgehost import EdgeHost
 from .edgemsg import MESH_ADDRESSES, decode
 from .interrouter import Peer, attach_links
 from .links import OutLink
-from .table import AddressEntry, AddressTable
+from .table import AddressTable
 from .uplinks import Uplinks
 
 if TYPE_CHECKING:

@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from .addressentry import AddressEntry
 from .edgemsg import EDGE_ADDRESSES, MESH_REQUEST, encode_mesh_addresses
 from .interrouter import Peer
 from .links import OutLink
-from .table import AddressEntry, AddressTable
+from .table import AddressTable
 
 if TYPE_CHECKING:
     from .edge import EdgeMesh

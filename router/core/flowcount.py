@@ -31,7 +31,7 @@ HopSample = tuple[str, str, str, "str | None", "str | None", int, "int | None", 
 
 _OUTCOMES: Final[dict[type, str]] = {Accepted: "accepted", Rejected: "rejected", Released: "released", Modified: "modified"}
 # A module constant: mypyc keeps it in a C static, where the imported name would be looked up
-# in the module's dict on every outcome (as settlement.py's).
+# in the module's dict on every outcome (as outcomes.py's).
 _RELEASED: Final = Released
 
 

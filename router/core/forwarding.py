@@ -5,6 +5,7 @@ The Forwarder is one object built in layers, each class deriving from the one be
 module owning one responsibility:
   credit.py      producer credit windows; the flush at the end of a batch
   settlement.py  outcome relay and settlement both ways
+  failures.py    failures reported to the producer (released, delivery-failed), aborts
   sending.py     anycast choices, paths to other routers, sending on a consumer link
   holding.py     band links' frames held while an inter-router connection's output is blocked
   multicast.py   copies of a multicast delivery
@@ -35,11 +36,12 @@ from ..amqp.events import TransferReceived
 from ..amqp.messaging import RELEASED, Rejected
 from ..amqp.peek import RoutingView, peek_at
 from ..amqp.performatives import RECEIVER, SND_SETTLED, Error
-from . import annotate, remote
+from . import annotate, annotparse, remote
+from .addressentry import AddressEntry
 from .delivery import Copy, Forward, Payload, forget_inbound, maps_of
 from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
-from .table import NOWHERE, UNAVAILABLE, AddressEntry, AddressTable
+from .table import NOWHERE, UNAVAILABLE, AddressTable
 from .waiting import Waiting
 
 if TYPE_CHECKING:
@@ -132,7 +134,7 @@ class Forwarder(Waiting):
                 try:
                     # (from an edge router, `seen` drops ingress and trace: the delivery enters
                     # the mesh here; `came_from` still stops an echo)
-                    meta = annotate.parse(payload, view, inl.peer, inl.seen)
+                    meta = annotparse.parse(payload, view, inl.peer, inl.seen)
                 except DecodeError as exc:
                     self._refuse(inl, delivery_id, settled, more, E.DECODE_ERROR, f"malformed router annotations: {exc.description}")
                     return
@@ -179,10 +181,10 @@ class Forwarder(Waiting):
             if view.annotations_span is not None and inl.peer is None:
                 try:  # peek checked the section's bounds; its entries are read only here
                     if self.flow_on and fwd.hop is None:  # a client may ask for hop records (x-opt-router-trace)
-                        fwd.hop = annotate.client_trace(payload, view, self.new_trace_id)
+                        fwd.hop = annotparse.client_trace(payload, view, self.new_trace_id)
                     if not inl.conn.strip_in:  # a router-aware client's annotations are the router's
                         address = inl.address
-                        meta = fwd.meta = annotate.kept_from_client(payload, view, address or view.to, address is not None)
+                        meta = fwd.meta = annotparse.kept_from_client(payload, view, address or view.to, address is not None)
                     if meta is None:
                         stripped, view = annotate.strip_client(payload, view)
                         fwd.first = stripped

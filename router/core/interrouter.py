@@ -25,11 +25,11 @@ from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..config.models import COST_MAX, PRIORITY_LEVELS
-from .annotate import Seen
+from .addressentry import AddressEntry
+from .annotparse import Seen
 from .connections import ConnState
 from .links import InLink, OutLink
 from .paths import PRIORITY_DEFAULT, band_of
-from .table import AddressEntry
 
 if TYPE_CHECKING:
     from .ports import Credit

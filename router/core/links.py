@@ -19,15 +19,15 @@ from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.types import Symbol
 from ..config.models import Listener
+from .addressentry import AddressEntry
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .fifo import Fifo
-from .table import AddressEntry
 
 if TYPE_CHECKING:
     from collections import deque
 
-    from .annotate import Seen
+    from .annotparse import Seen
     from .grant import Grant
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
@@ -84,7 +84,7 @@ class InLink(LinkCounts):
         # The neighbour router this inter-router data link comes from: deliveries on it are
         # routed by their router annotations (x-opt-qd.to, ingress, trace).
         self.peer = peer
-        # On such a link: the router annotations read lately, by their bytes (annotate.Seen).
+        # On such a link: the router annotations read lately, by their bytes (annotparse.Seen).
         self.seen: Seen | None = None
         # A client's link whose messages policy looks at (router.core.grant.Grant.check: the
         # user-id, an anonymous link's targets); None, the usual case, costs one test per message.

@@ -24,7 +24,8 @@ producer link's deliveries in flight and held in its window, each consumer link'
 connection's unsettled deliveries (and its unsettled bound), each connection's bytes waiting.
 It walks every queue, every session's deliveries and every link: it runs only after a failure.
 Must not touch: the failed connection's own links (release.py), what an outcome means
-(settlement.py: this calls its relay, copy and release operations, as a consumer's loss does).
+(settlement.py, failures.py: this calls their relay, copy, abort and release operations, as a
+consumer's loss does).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING
 from ..amqp.messaging import RELEASED
 from ..amqp.performatives import RECEIVER
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
+from .failures import DELIVERY_FAILED
 from .links import alive
-from .settlement import DELIVERY_FAILED
 
 if TYPE_CHECKING:
     from ..amqp.connection import Connection

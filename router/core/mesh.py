@@ -29,6 +29,7 @@ from ..amqp.errors import DecodeError
 from ..amqp.events import FlowReceived, TransferReceived
 from ..amqp.link import Link
 from ..config.models import RouterConfig
+from .addressentry import AddressEntry
 from .connections import ConnState
 from .edge import Edges
 from .interrouter import ControlIn, Peer, answer_attach
@@ -38,7 +39,7 @@ from .meshcontrol import ControlChannel, decode_control, encode_control
 from .meshread import MeshReadApi
 from .paths import Paths
 from .peering import Peering
-from .table import AddressEntry, AddressTable
+from .table import AddressTable
 
 if TYPE_CHECKING:
     from .ports import ConnectionCloser, LinkRouteAdverts, Routing

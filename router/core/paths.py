@@ -14,7 +14,7 @@ from .table import AddressTable
 
 Candidate = tuple[int, str, OutLink]  # (path cost, destination router, data link to its next hop)
 # (destination routers, where the delivery comes from): the record of its router annotations
-# (annotate.Record: one per distinct section and link, so it fixes ingress, trace and the
+# (annotparse.Record: one per distinct section and link, so it fixes ingress, trace and the
 # neighbour), or None for a delivery that entered the mesh here.
 Key = tuple[frozenset[str], object]
 PATHS_MAX: Final = 1024  # choices remembered per kind (then it starts afresh)

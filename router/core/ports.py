@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 
     from ..amqp.connection import Connection
     from ..amqp.performatives import Error
+    from .addressentry import AddressEntry
     from .connections import ConnState
     from .links import InLink, OutLink
     from .paths import Paths
-    from .table import AddressEntry
 
 
 class ConnectionCloser(Protocol):

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp.events import TransferReceived
 from .delivery import Forward, SessionMaps
+from .failures import DELIVERY_FAILED
 from .links import InLink
 from .mend import Mend
-from .settlement import DELIVERY_FAILED
 
 if TYPE_CHECKING:
     from ..amqp.connection import Connection

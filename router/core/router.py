@@ -46,6 +46,7 @@ from ..amqp.connection import Connection
 from ..amqp.link import Link
 from ..amqp.performatives import Error
 from ..config.models import Connector, Listener, RouterConfig
+from .addressentry import LocalEndpoint
 from .admission import Admission
 from .attach import Links
 from .autolinks import AutoLinks
@@ -60,7 +61,7 @@ from .mesh import Mesh
 from .policy import PolicyUnit
 from .release import ConnectionEnd
 from .stop import GracefulStop
-from .table import AddressTable, LocalEndpoint
+from .table import AddressTable
 from .touched import Touched
 
 # The event classes tested on every event (Final: C statics when compiled, where `ev.X` is an

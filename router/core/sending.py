@@ -5,8 +5,8 @@ outstanding; multicast is multicast.py's), paths to other routers (chosen by rem
 router annotations a delivery gets on its way out (annotate.py: only on deliveries that cross
 routers, stripped for clients), sending a delivery or copy on a consumer link (the unsettled
 bound: bounds.py), presettled and settled-on-send records.
-A layer of the forwarder: credit.py < settlement.py < sending.py < holding.py < multicast.py <
-waiting.py < forwarding.py, each class deriving from the one before (one object, native calls when compiled).
+A layer of the forwarder: credit.py < settlement.py < failures.py < sending.py < holding.py <
+multicast.py < waiting.py < forwarding.py, each class deriving from the one before (one object, native calls when compiled).
 Collaborators: the address table, the mesh (paths, loop counters), Bounds, Touched.
 Must not touch: reading frames (forwarding.py), waiting deliveries (waiting.py), outcomes
 (settlement.py).
@@ -20,9 +20,9 @@ from ..amqp.messaging import ACCEPTED
 from ..amqp.performatives import SND_SETTLED, SND_UNSETTLED
 from . import annotate, filtering, remote
 from .delivery import Copy, Forward, Payload, maps_of, unpin
+from .failures import Failures
 from .fifo import Fifo
 from .links import OutLink
-from .settlement import Settlement
 
 if TYPE_CHECKING:
     from ..amqp.link import Link
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 
-class Sending(Settlement):
+class Sending(Failures):
     """See the module docstring."""
 
     def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, router_id: str) -> None:

@@ -5,9 +5,10 @@ consumer sets without settling, such as received), settlement both ways (a consu
 settle with its outcome keeps its delivery unsettled until the producer settles: the
 "three-ack" pattern; docs/mesh.md, "Outcomes and settlement"), combining multicast copies
 (rejected > accepted > modified > released, settled upstream when every copy is terminal),
-producer-side settlement (rcv-settle-mode second, sender settling first), reporting failures
-(never sent: released; sent but unsettled when the consumer went away: modified with
-delivery-failed), and which dispositions go out (batched by credit.py's flush).
+producer-side settlement (rcv-settle-mode second, sender settling first), and which
+dispositions go out (batched by credit.py's flush). What an outcome counts is outcomes.py's;
+the failures reported (never sent: released; sent but unsettled when the consumer went away:
+modified with delivery-failed) and aborts are the next layer's (failures.py).
 A layer of the forwarder (see forwarding.py); the producers' credit and the flush are credit.py's.
 Must not touch: choosing destinations or sending transfers (sending.py, multicast.py).
 """
@@ -18,29 +19,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.events import DispositionReceived
-from ..amqp.messaging import RELEASED, Accepted, Modified, Rejected, Released, is_terminal
+from ..amqp.messaging import RELEASED, is_terminal
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
 from ..amqp.serial import SERIAL_MASK, serial_count, serial_ids_in
 from .credit import ProducerCredit
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .deliverymap import DeliveryMap
-from .links import LinkCounts, OutLink, alive
-from .table import AddressEntry
+from .links import OutLink, alive
+from .outcomes import count_outcome, outcome_rank
 
 if TYPE_CHECKING:
     from .linkrelay import Relay
 
 
-DELIVERY_FAILED: Final = Modified(delivery_failed=True)
 # A disposition's range walked natively (iterating the range serial_ids_in returns boxes every
 # delivery-id, an allocation each above 256).
 _MASK: Final = SERIAL_MASK
-# The outcome classes as module constants: mypyc keeps them in C statics, where the imported
-# names would be looked up in the module's dict on every delivery.
-_ACCEPTED: Final = Accepted
-_RELEASED: Final = Released
-_MODIFIED: Final = Modified
-_REJECTED: Final = Rejected
 
 
 class Settlement(ProducerCredit):
@@ -119,14 +113,14 @@ class Settlement(ProducerCredit):
             self.unsettled_out(record, out)
         if type(record) is Copy:
             if not record.done:
-                _count(out, state)
+                count_outcome(out, state)
                 if self.flow_on:
                     self.flow_settled(out, record.sent_at, self.now)
                 self._copy_outcome(record, state)
             return
         assert isinstance(record, Forward)
         if not record.done:
-            _count(out, state)
+            count_outcome(out, state)
             if self.flow_on:
                 self.flow_settled(out, record.sent_at, self.now)
             self.relay_outcome(record, state)
@@ -149,7 +143,7 @@ class Settlement(ProducerCredit):
             # states are not combined, as the anchors).
             if terminal and not record.done:
                 self._settle_consumer(out, delivery_id, state)
-                _count(out, state)
+                count_outcome(out, state)
                 if self.flow_on:
                     self.flow_settled(out, record.sent_at, self.now)
                 self._copy_outcome(record, state)
@@ -164,43 +158,14 @@ class Settlement(ProducerCredit):
             if inl is not None and not record.presettled and alive(inl.link) and record.in_session is not None:
                 self.dispose(record.in_session, RECEIVER, record.in_id, state, False)
             return
-        _count(out, state)
+        count_outcome(out, state)
         if self.flow_on:
             self.flow_settled(out, record.sent_at, self.now)
         if not self.relay_outcome(record, state, False):
             self._settle_consumer(out, delivery_id, state)  # no producer will settle it
 
     def end_stream(self, out: OutLink) -> None:
-        """The consumer decided on the delivery `out` is still streaming to it before it was
-        all sent: the rest is not sent, and the delivery ends with an abort (an aborted delivery
-        is settled, transport §2.7.5), so that the link can carry the next one."""
-        self.abort_out(out, -1)
-
-    def abort_out(self, out: OutLink, delivery_id: int) -> None:
-        """End the delivery open on `out` with an abort (transport §2.6.12; an aborted delivery
-        is settled, §2.7.5) so that the link can carry the next one: nothing it holds may follow
-        (holding.py), its record `delivery_id` (-1: none) leaves the session's map, and the link
-        may take deliveries again."""
-        out.streaming = None
-        self.drop_held(out)
-        link = out.link
-        if alive(link) and link.out_delivery >= 0:
-            link.abort()
-            self.touched.touch(out.conn.engine)
-        if delivery_id >= 0:
-            maps = link.session.context
-            if isinstance(maps, SessionMaps):
-                record = maps.outbound.pop(delivery_id)
-                if record is not None:
-                    self.unsettled_out(record, out)
-        self.consumer_ready(out)
-
-    def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
-        """`out` may take deliveries again (forwarding.py sends them)."""
-        raise NotImplementedError
-
-    def drop_held(self, out: OutLink) -> None:
-        """Forget the frames `out` holds (holding.py)."""
+        """End the delivery still streaming on `out` with an abort (failures.py)."""
         raise NotImplementedError
 
     def _settle_consumer(self, out: OutLink, delivery_id: int, state: Any) -> None:
@@ -222,7 +187,7 @@ class Settlement(ProducerCredit):
     def combine_outcome(self, fwd: Forward, state: Any) -> None:
         """One more of `fwd`'s copies has its outcome `state` (a Copy's, or one that left no
         record: multicast.py): the strongest so far is kept; after the last, the producer hears."""
-        rank = _rank(state)
+        rank = outcome_rank(state)
         if rank > fwd.best:
             fwd.best = rank
             fwd.state = state
@@ -252,7 +217,7 @@ class Settlement(ProducerCredit):
                 if told is not None:
                     told(state)
             return False
-        _count(inl, state, fwd.entry)
+        count_outcome(inl, state, fwd.entry)
         if self.flow_on:
             self.flow_outcome(fwd, inl, state, self.now)
         self._release_window(fwd)
@@ -298,13 +263,6 @@ class Settlement(ProducerCredit):
         fwd.presettled = True
         self._settle_downstream(fwd, None)
 
-    def producer_unlinked(self, fwd: Forward) -> None:
-        """`fwd`'s producer went away: a consumer waiting for its settlement is settled now
-        (nobody else would); anything else in flight carries on, its outcome unheard."""
-        if fwd.outcome_sent:
-            fwd.outcome_sent = False
-            self._settle_downstream(fwd, fwd.state)
-
     def _settle_downstream(self, fwd: Forward, state: Any) -> None:
         """Settle what `fwd` sent downstream, if it is still unsettled there."""
         out = fwd.out
@@ -323,68 +281,3 @@ class Settlement(ProducerCredit):
             self.bounds.settled(out)
         if out.neighbour is not None and type(record) is Forward:
             record.entry.settled_on(out)
-
-    # --- failures -------------------------------------------------------------------------------
-
-    def unroutable(self, fwd: Forward, state: Any = RELEASED) -> None:
-        """Nowhere to go (or expired): released for the producer, or dropped if presettled."""
-        entry = fwd.entry
-        if fwd.presettled:
-            entry.dropped += 1
-            if fwd.in_link is not None:
-                fwd.in_link.dropped += 1
-            fwd.done = True
-            fwd.drop_frames()
-            self._release_window(fwd)
-            forget_inbound(fwd)
-        else:
-            entry.released += 1
-            self.relay_outcome(fwd, state)
-
-    def fail_sent(self, out: OutLink) -> None:
-        """`out` is gone: everything sent on it and still unsettled is in doubt (modified with
-        delivery-failed, so the producer may resend)."""
-        maps = out.link.session.context
-        if not isinstance(maps, SessionMaps) or maps.outbound.empty:
-            return
-        for delivery_id, record in maps.outbound.items():
-            if record.out is out:
-                maps.outbound.pop(delivery_id)
-                self.unsettled_out(record, out)
-                if type(record) is Copy:
-                    self._copy_outcome(record, DELIVERY_FAILED)
-                else:
-                    self.relay_outcome(record, DELIVERY_FAILED)
-
-
-def _rank(state: Any) -> int:
-    """The strength of a copy's outcome: rejected 3 > accepted 2 > modified 1 > released and
-    anything else 0 (identity tests of the type: a dict keyed by type hashes it per copy)."""
-    kind = type(state)
-    if kind is _ACCEPTED:
-        return 2
-    if kind is _REJECTED:
-        return 3
-    if kind is _MODIFIED:
-        return 1
-    return 0
-
-
-def _count(link: LinkCounts, state: Any, entry: AddressEntry | None = None) -> None:
-    """Count outcome `state` on `link` and, for a producer's outcome, on its address `entry`
-    (whose `released` counts the router's own releases, not consumers', so it is not bumped)."""
-    kind = type(state)
-    if kind is _ACCEPTED:
-        link.accepted += 1
-        if entry is not None:
-            entry.accepted += 1
-    elif kind is _RELEASED:
-        link.released += 1
-    elif kind is _MODIFIED:
-        link.modified += 1
-        if entry is not None:
-            entry.modified += 1
-    elif kind is _REJECTED:
-        link.rejected += 1
-        if entry is not None:
-            entry.rejected += 1

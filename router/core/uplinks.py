@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from topology.graph import LinkState
 from topology.routes import compute_routes
 
+from .addressentry import AddressEntry
 from .edgemsg import MeshAddresses, encode_addresses, encode_request
 from .interrouter import Peer
-from .table import AddressEntry, AddressTable
+from .table import AddressTable
 
 if TYPE_CHECKING:
     from .edge import EdgeMesh

@@ -25,13 +25,14 @@ from ..amqp.peek import peek
 from ..amqp.performatives import Error
 from . import annotate
 from . import filtering
+from .addressentry import AddressEntry
 from .delivery import Copy, Forward, unpin
+from .failures import DELIVERY_FAILED
 from .fifo import Fifo
 from .linkrelay import RoutedLink
 from .links import InLink, OutLink, alive
 from .multicast import Multicast
-from .settlement import DELIVERY_FAILED
-from .table import AddressEntry, AddressTable
+from .table import AddressTable
 
 if TYPE_CHECKING:
     from .bounds import Bounds
