@@ -15,7 +15,7 @@ Must not touch: writing or stripping sections (annotate.py), routing decisions, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.errors import DecodeError
 from ..amqp.peek import RoutingView
@@ -116,7 +116,7 @@ def _record(payload: Payload, span: tuple[int, int] | None, came_from: str, ente
     return Record(to, ingress if ingress is not None else came_from, tuple(trace), kept, flow_trace)
 
 
-TRACE_ID_MAX = 64
+TRACE_ID_MAX: Final = 64  # a longer trace id (from a client or a router) is not taken
 
 
 def _valid_trace_id(value: Any) -> bool:

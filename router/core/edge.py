@@ -19,11 +19,10 @@ their own), choosing among destinations (sending.py, multicast.py, remote.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..amqp import errors as E
 from ..amqp.performatives import Error
-from .addressentry import AddressEntry
 from .connections import ConnState
 from .edgehost import EdgeHost
 from .edgemsg import MESH_ADDRESSES, decode
@@ -33,36 +32,7 @@ from .table import AddressTable
 from .uplinks import Uplinks
 
 if TYPE_CHECKING:
-    from topology.config import TopologyConfig
-    from topology.routes import Routes
-
-    from .paths import Paths
-    from .ports import ConnectionCloser, Routing
-
-
-class EdgeMesh(Protocol):
-    """The mesh (router.core.mesh), as Edges and its two sides see it: its routes and data links
-    (an edge router's are its uplink's), control messages, counters, and the forwarder as
-    `routing`."""
-
-    me: str
-    edge: bool
-    dirty: bool
-    routes: Routes
-    links: dict[str, OutLink]
-    paths: Paths
-    last_change: float | None
-    malformed_control: int
-    topology_config: TopologyConfig
-    routing: Routing
-
-    def send_control(self, peer: Peer, payload: bytes) -> None: ...
-
-    def remote_for(self, key: str) -> frozenset[str]: ...
-
-    def set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None: ...
-
-    def local_consumers(self, entry: AddressEntry, present: bool) -> None: ...
+    from .ports import ConnectionCloser, EdgeMesh
 
 
 class Edges:

@@ -14,7 +14,7 @@ own and delivers to the edge over it. Telling each edge which mobile addresses h
 other than that edge (MESH-ADDRESSES: the whole set on connect and on request, then the changes
 once per batch of input, computed for the addresses whose destinations changed), and answering
 an edge's requests for the whole set at most once each half `retry_s`.
-Collaborators (given by Edges): the mesh as an edge.EdgeMesh (control messages, a first or last
+Collaborators (given by Edges): the mesh as a ports.EdgeMesh (control messages, a first or last
 consumer of an address, the forwarder as `routing`), the address table, Edges' map of edge
 connections (read only here: Edges adds and removes them), the edges' retry interval.
 Must not touch: an edge router's side (uplinks.py), the connections themselves (edge.py), the
@@ -33,7 +33,7 @@ from .links import OutLink
 from .table import AddressTable
 
 if TYPE_CHECKING:
-    from .edge import EdgeMesh
+    from .ports import EdgeMesh
 
 
 class EdgeHost:

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 LAST_BUCKET: Final = 31
 HOPS_MAX: Final = 10_000  # finished hop samples held between two takes (then dropped, counted)
-TRACE_ID_MAX: Final = 64  # a longer trace id (from a client or a router) is not taken
 
 # (trace_id, ingress, address, prev, next, residence_us, settle_us, outcome)
 HopSample = tuple[str, str, str, "str | None", "str | None", int, "int | None", "str | None"]

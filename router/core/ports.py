@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from topology.config import TopologyConfig
     from topology.routes import Routes
 
     from ..amqp.connection import Connection
     from ..amqp.performatives import Error
     from .addressentry import AddressEntry
     from .connections import ConnState
+    from .interrouter import Peer
     from .links import InLink, OutLink
     from .paths import Paths
 
@@ -63,3 +65,28 @@ class MeshPaths(Protocol):
     routes: Routes
     links: dict[str, OutLink]
     paths: Paths
+
+
+class EdgeMesh(Protocol):
+    """The mesh (router.core.mesh), as Edges and its two sides see it: its routes and data links
+    (an edge router's are its uplink's), control messages, counters, and the forwarder as
+    `routing`."""
+
+    me: str
+    edge: bool
+    dirty: bool
+    routes: Routes
+    links: dict[str, OutLink]
+    paths: Paths
+    last_change: float | None
+    malformed_control: int
+    topology_config: TopologyConfig
+    routing: Routing
+
+    def send_control(self, peer: Peer, payload: bytes) -> None: ...
+
+    def remote_for(self, key: str) -> frozenset[str]: ...
+
+    def set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None: ...
+
+    def local_consumers(self, entry: AddressEntry, present: bool) -> None: ...

@@ -14,7 +14,7 @@ addresses have consumers here (EDGE-ADDRESSES, the whole set, when it changes an
 becomes the one in use); what each uplink says has destinations in the mesh (MESH-ADDRESSES),
 by which this edge's producers get credit, and asking again for an uplink's whole set when a
 change was missed, each `retry_s` until it comes.
-Collaborators (given by Edges): the mesh as an edge.EdgeMesh (its routes, links, path choices,
+Collaborators (given by Edges): the mesh as a ports.EdgeMesh (its routes, links, path choices,
 destinations and control messages), the address table, Edges' map of uplink connections (read
 only here: Edges adds and removes them), the retry interval.
 Must not touch: an interior's side of edge connections (edgehost.py), the connections themselves
@@ -35,7 +35,7 @@ from .interrouter import Peer
 from .table import AddressTable
 
 if TYPE_CHECKING:
-    from .edge import EdgeMesh
+    from .ports import EdgeMesh
 
 
 class Uplinks:
