@@ -18,10 +18,12 @@ What must be wall time (a message's absolute-expiry-time and creation-time, the 
 management timestamps) is converted through `wall_offset` (wall clock minus monotonic clock,
 captured once at start by the network layer; 0 when `now` is wall time, as in harnesses).
 
-Owns: building the units, and the surface above, each call handed to the unit that owns it:
-the per-batch dispatch (`handle`: transfers, dispositions and flows to the forwarder, every
-other event to the life cycles), a failure in the middle of a batch (release.py sweeps after
-it), timers, output blocked and reads paused, in-process endpoints and the router's own messages.
+Owns: the surface above, each call handed to the unit that owns it: the per-batch dispatch
+(`handle`: transfers, dispositions and flows to the forwarder, every other event to the life
+cycles), a failure in the middle of a batch (release.py sweeps after it), timers, output
+blocked, in-process endpoints and the router's own messages. Building the units and wiring
+them, what management reads straight off the core, the core as the units' ConnectionCloser
+(reads paused included): its base, CoreUnits (coreunits.py).
 The rest is the units': connection and session life cycles (lifecycle.py), what may come in and
 what our open offers (admission.py: connection limit, router identities, policy), the graceful
 stop (stop.py), the address table (table.py), Links (attach.py), forwarding and settlement
@@ -44,25 +46,11 @@ from ..amqp import errors as E
 from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.link import Link
-from ..amqp.performatives import Error
-from ..config.models import Connector, Listener, RouterConfig
+from ..config.models import Connector, Listener
 from .addressentry import LocalEndpoint
-from .admission import Admission
-from .attach import Links
-from .autolinks import AutoLinks
-from .bounds import Bounds
-from .connections import ConnState, login_throttle
-from .coreread import CoreReadApi
-from .forwarding import Forwarder
+from .connections import ConnState
+from .coreunits import CoreUnits
 from .links import InLink
-from .lifecycle import Lifecycle
-from .linkroute import LinkRoutes
-from .mesh import Mesh
-from .policy import PolicyUnit
-from .release import ConnectionEnd
-from .stop import GracefulStop
-from .table import AddressTable
-from .touched import Touched
 
 # The event classes tested on every event (Final: C statics when compiled, where `ev.X` is an
 # attribute lookup on the module per event: three per delivery).
@@ -71,82 +59,8 @@ _DISPOSITION: Final = ev.DispositionReceived
 _FLOW: Final = ev.FlowReceived
 
 
-class RouterCore(ev.TransferSink):
-    def __init__(self, config: RouterConfig, *, instance: int | None = None, wall_offset: float = 0.0) -> None:
-        """`instance`: the router's boot instance in the inter-router protocol (it must grow
-        when the router restarts); by default the wall time of the first `now`, in milliseconds.
-        `wall_offset`: wall-clock seconds minus `now` (see the module docstring)."""
-        self.config = config
-        self.wall_offset = wall_offset
-        self.router_id = config.router.id
-        self.connections: dict[Connection, ConnState] = {}
-        self.table = AddressTable(config)
-        self.logins = login_throttle(config.failed_logins)  # failed SASL logins, per peer host
-        self.touched = Touched()
-        limits = config.limits
-        # Unsettled and byte bounds, credit by bytes (router.core.bounds).
-        self.bounds = Bounds(limits.buffered_budget_bytes, self.connections)
-        self.mesh = Mesh(config, self.table, self.touched, self, wall_offset=wall_offset, instance=instance)
-        # Fixed by the configuration; read once (the mesh is interpreted: each attribute read
-        # from here is a dictionary search, and next_deadline asks after every batch).
-        self.meshed: bool = self.mesh.enabled
-        self.forwarder = Forwarder(self.table, self.bounds, self.mesh, self.touched, router_id=self.router_id,
-                                   wall_offset=wall_offset, max_message_size=limits.max_message_size)  # fmt: skip
-        # The forwarder and the bounds, the forwarder and the mesh call each other: the second
-        # of each pair learns of the forwarder once it is built.
-        self.bounds.credit = self.forwarder
-        self.mesh.routing = self.forwarder
-        # Engines whose band links hold frames until their output drains (router.core.holding):
-        # the network layer empties it after each call (router.net.corepump).
-        self.held_output = self.forwarder.held_output
-        self.links = Links(self.table, self.forwarder, self.bounds, self.mesh, router_id=self.router_id,
-                           max_message_size=limits.max_message_size)  # fmt: skip
-        # Links the router attaches itself to brokers' queues (router.core.autolinks).
-        self.autolinks = AutoLinks(self.connections, self.links, self.touched, router_id=self.router_id)
-        for auto_link in config.auto_links:
-            self.autolinks.add(auto_link, 0.0)
-        # Link routes (router.core.linkroute): attaches passed on to route containers.
-        self.link_routes = LinkRoutes(config.link_routes, self.mesh, self.touched, router_id=self.router_id)
-        self.links.link_routes = self.link_routes
-        self.forwarder.relay = self.link_routes.relay
-        self.mesh.link_routes = self.link_routes
-        # Counters of links that are gone (management's router-wide totals): producers' links
-        # and inter-router links we receive on, consumers' links, inter-router links we send on.
-        self.gone_in = self.links.gone_in
-        self.gone_out = self.links.gone_out
-        self.gone_transit = self.links.gone_transit
-        # Vhosts for client connections (router.core.policy); management and a reload replace its rules.
-        self.policy = PolicyUnit(config.policy)
-        # Frozen snapshots for management (router.core.coreread; the mesh's half is core.mesh).
-        self.read = CoreReadApi(self.connections, self.table, self.links, self.forwarder, self.bounds, self.logins)
-        # A connection's end, however it came (router.core.release): after a failure in the
-        # middle of its input too.
-        self.ending = ConnectionEnd(self.connections, self.links, self.forwarder, self.table, self.bounds, self.mesh,
-                                    self.autolinks, self.link_routes, self.policy, self.touched)  # fmt: skip
-        # What may come in and what our open offers; the life cycles; the graceful stop.
-        self.admission = Admission(config, self.connections, self.logins, self.links, self.autolinks,
-                                   self.link_routes, self.mesh, self.policy, self.touched, self)  # fmt: skip
-        self.lifecycle = Lifecycle(self.connections, self.logins, self.admission, self.links, self.autolinks,
-                                   self.link_routes, self.ending, self.touched)  # fmt: skip
-        self.graceful_stop = GracefulStop(self.connections, self.table, self.forwarder, self.links, self.link_routes,
-                                 self.admission, self.lifecycle, self.touched)  # fmt: skip
-        # By listener name, for management's listener connectionsRefused and routersRefused.
-        self.refused_connections = self.admission.refused_connections
-        self.refused_routers = self.admission.refused_routers
-
-    @property
-    def offered_capabilities(self) -> tuple[str, ...]:
-        """What our open offers (router.core.admission); the management node adds its capability."""
-        return self.admission.offered_capabilities
-
-    @offered_capabilities.setter
-    def offered_capabilities(self, capabilities: tuple[str, ...]) -> None:
-        self.admission.offered_capabilities = capabilities
-
-    @property
-    def open_properties(self) -> dict[str, Any]:
-        """The properties of our open; the management node adds its address."""
-        return self.admission.open_properties
+class RouterCore(CoreUnits):
+    """The surface above; the units and their wiring are CoreUnits' (router.core.coreunits)."""
 
     # --- the surface the network layer uses -----------------------------------------------------
 
@@ -283,11 +197,6 @@ class RouterCore(ev.TransferSink):
                 deadline = other
         return deadline
 
-    def close_connection(self, state: ConnState, error: Error, now: float) -> None:
-        """Close a connection ourselves: what is in flight on it is reported first (the mesh
-        calls this as its ports.ConnectionCloser; router.core.lifecycle)."""
-        self.lifecycle.close_connection(state, error, now)
-
     def set_output_blocked(self, engine: Connection, blocked: bool, now: float) -> None:
         """The network layer says whether `engine`'s socket can take more bytes right now."""
         state = self.connections.get(engine)
@@ -298,13 +207,6 @@ class RouterCore(ev.TransferSink):
             # Highest band first, what its band links held included (router.core.holding).
             self.forwarder.release(state, now)
             self.forwarder.flush()
-
-    def read_paused(self, engine: Connection) -> bool:
-        """Whether the network layer should stop reading `engine`'s socket for now: it holds
-        more than its bound, or the router is near its budget and it holds the most
-        (router.core.bounds)."""
-        state = self.connections.get(engine)
-        return state is not None and self.bounds.read_paused(state)
 
     def register_local_endpoint(self, address: str, endpoint: LocalEndpoint, subtree: bool = False) -> None:
         """Serve `address` in-process: every delivery to it goes to `endpoint` (see table.py);
