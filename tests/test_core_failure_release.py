@@ -246,7 +246,7 @@ async def test_a_request_cut_short_at_an_in_process_endpoint_leaves_the_byte_cou
     """A multi-frame request to $management past its size limit is aborted while the endpoint
     collects it: its bytes were never counted as waiting, so none may be taken off (the router's
     byte budget once went negative by the first frame of each: bounds then never bound)."""
-    from router.core.forwarding import LOCAL_MESSAGE_LIMIT
+    from router.core.streaming import LOCAL_MESSAGE_LIMIT
 
     async with router.connect() as client:
         sender = await client.open_sender("$management")

@@ -21,7 +21,7 @@ follows its last frame's writing: a link's frames are never reordered, nothing h
 after the delivery was aborted or its link or connection went away (`drop_held`: the bytes are
 uncounted, the outcome is the caller's, as for any delivery in flight).
 A layer of the forwarder (see forwarding.py).
-Must not touch: choosing links (sending.py, remote.py), reading frames (forwarding.py).
+Must not touch: choosing links (sending.py, remote.py), reading frames (forwarding.py, streaming.py).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Holding(Sending):
         self.held_output: set[Connection] = set()
 
     def _stream_done(self, out: OutLink, record: Forward | Copy) -> None:
-        """The last frame of `record` is written on `out` (forwarding.py)."""
+        """The last frame of `record` is written on `out` (streaming.py)."""
         raise NotImplementedError
 
     # --- holding --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ and messages from the router itself, and what becomes of deliveries when a consu
 producer link goes away (released, modified, or unlinked from their producer).
 Collaborators: the address table, the mesh, Bounds, Touched.
 A layer of the forwarder (see forwarding.py).
-Must not touch: reading frames (forwarding.py), choosing among consumers (sending.py).
+Must not touch: reading frames (forwarding.py, streaming.py), choosing among consumers (sending.py).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Waiting(Multicast):
         self.router_outcomes = {}
 
     def _aborted(self, fwd: Forward) -> None:
-        """The producer aborted `fwd` (forwarding.py)."""
+        """The producer aborted `fwd` (streaming.py)."""
         raise NotImplementedError
 
     # --- in-process endpoints and messages from the router itself -----------------------------

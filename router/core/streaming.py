@@ -1,0 +1,155 @@
+"""Later frames of a streaming delivery (cut-through), aborts, and refusals.
+
+Owns: every frame of a delivery after its first (forwarding.py routes the first): streamed to
+where the first went (the consumer link, each multicast copy's, or held for a band link of a
+blocked connection), kept for an in-process endpoint or while the delivery waits for credit,
+the size limit checked again as the delivery grows (LOCAL_MESSAGE_LIMIT for in-process
+endpoints), the end of a stream (settled as written, handed over to the producer's window),
+a producer's abort carried downstream (transport §2.6.12), and the refusal of a delivery
+(rejected with a condition, the rest of its frames discarded) for forwarding.py's checks too.
+Collaborators: Bounds (sizes shape credit), Touched.
+A layer of the forwarder (see forwarding.py).
+Must not touch: a delivery's first frame, its routing and expiry (forwarding.py), choosing
+among consumers (sending.py), outcome bookkeeping (settlement.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from ..amqp import errors as E
+from ..amqp.events import TransferReceived
+from ..amqp.messaging import Rejected
+from ..amqp.performatives import RECEIVER, SND_SETTLED, Error
+from .delivery import Copy, Forward, Payload, forget_inbound
+from .links import InLink, OutLink, alive
+from .table import AddressTable
+from .waiting import Waiting
+
+if TYPE_CHECKING:
+    from .bounds import Bounds
+    from .mesh import Mesh
+    from .touched import Touched
+
+LOCAL_MESSAGE_LIMIT: Final = 1 << 20  # an in-process endpoint (management) gets requests up to 1 MiB
+
+
+class Streaming(Waiting):
+    """See the module docstring."""
+
+    def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, router_id: str,
+                 max_message_size: int | None) -> None:  # fmt: skip
+        super().__init__(table, bounds, mesh, touched, router_id)
+        self.max_message_size = max_message_size
+
+    def _refuse(
+        self, inl: InLink, delivery_id: int, settled: bool, more: bool, condition: str, description: str
+    ) -> None:  # fmt: skip
+        inl.rejected += 1
+        if inl.entry is not None:
+            inl.entry.rejected += 1
+        inl.discarding = more
+        self.credit_dirty(inl)
+        if not settled:
+            state = Rejected(error=Error(condition=condition, description=description))
+            self.dispose(inl.link.session, RECEIVER, delivery_id, state, True)
+
+    def _next_frame(self, inl: InLink, fwd: Forward, event: TransferReceived) -> None:
+        fwd.arrived += len(event.payload)  # sizes shape the producer's credit (bounds.py)
+        if self.flow_on:
+            self.flow_more_bytes(inl, fwd, len(event.payload))
+        if not event.more:
+            inl.streaming = None
+            fwd.complete = True
+            if not event.aborted:
+                self.bounds.observe(inl, fwd.arrived)
+        elif fwd.arrived > inl.size_watch:
+            self.bounds.growing(inl, fwd.arrived)
+        if fwd.done:
+            return  # its destination went away: the rest has nowhere to go
+        if event.aborted:
+            self._aborted(fwd)
+            return
+        limit = self.max_message_size
+        if limit and fwd.arrived > limit:
+            # Too big after all: abort what went downstream, reject it upstream.
+            self._aborted(fwd)
+            inl.streaming = None
+            self._refuse(inl, event.delivery_id, event.settled, event.more, E.MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
+            return
+        payload = event.payload
+        if fwd.copies is not None:
+            for copy in fwd.copies:
+                if copy.out.streaming is copy and alive(copy.out.link):
+                    self._stream(copy.out, payload, fwd, copy)
+            if fwd.first is not None:  # kept only while a copy still waits for credit
+                fwd.add_frame(payload)
+                if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
+                    fwd.drop_frames()
+        elif fwd.out is not None:
+            out = fwd.out
+            if alive(out.link):
+                self._stream(out, payload, fwd, fwd)
+        elif fwd.entry.local is not None and fwd.first is not None:  # for an in-process endpoint
+            fwd.add_frame(payload)
+            if fwd.arrived > LOCAL_MESSAGE_LIMIT:
+                self._aborted(fwd)
+                inl.streaming = None
+                inl.discarding = event.more
+                self._refuse(inl, event.delivery_id, event.settled, event.more, E.MESSAGE_SIZE_EXCEEDED,
+                             f"requests to {fwd.entry.address} are limited to {LOCAL_MESSAGE_LIMIT} bytes")  # fmt: skip
+            elif fwd.complete:
+                self._deliver_local(fwd)
+        elif fwd.first is not None and fwd.waiting:  # still waiting for a consumer
+            fwd.add_frame(bytes(payload) if type(payload) is memoryview else payload)
+            fwd.size += len(payload)
+            bounds = self.bounds
+            bounds.hold(inl.conn, len(payload))
+            if bounds.over(inl.conn, 0):  # it grew past a byte bound while waiting: released
+                bounds.released_over_budget += 1
+                self._wait_bytes(fwd, -1)  # (it leaves the queue it waits in lazily: done)
+                self.unroutable(fwd)
+
+    def _stream(self, out: OutLink, payload: Payload, fwd: Forward, record: Forward | Copy) -> None:
+        """The next frame of `record` (`fwd` or a copy of it) on `out`, ending it if the last."""
+        if out.conn.output_blocked and out.band >= 0:
+            # A band link of a blocked connection: held until the output drains, when higher
+            # bands go first (holding.py). (Frames it holds always mean a blocked connection.)
+            self.hold(out, payload, fwd, fwd.complete)
+            return
+        out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),
+                               more=not fwd.complete, message_format=fwd.message_format)  # fmt: skip
+        self.touched.touch(out.conn.engine)
+        if fwd.complete:
+            self._stream_done(out, record)
+
+    def _stream_done(self, out: OutLink, record: Forward | Copy) -> None:
+        out.streaming = None
+        fwd = record.forward if type(record) is Copy else record
+        assert isinstance(fwd, Forward)
+        if fwd.presettled:
+            if type(record) is Copy:
+                record.done = True
+            self._presettled_sent(fwd)
+        elif out.link.snd_settle_mode == SND_SETTLED:
+            self._settled_on_send(record)
+        elif type(record) is Forward and out.neighbour is None:
+            self.handed_over(fwd)
+        self.consumer_ready(out)
+
+    def _aborted(self, fwd: Forward) -> None:
+        """The producer aborted a streaming delivery: abort it downstream too (transport §2.6.12)."""
+        for record in fwd.copies if fwd.copies is not None else [fwd]:
+            out = record.out
+            if out is not None and out.streaming is record:
+                self.abort_out(out, record.out_id)
+        if fwd.out is None and fwd.copies is None:
+            self._wait_bytes(fwd, -1)  # it was waiting for credit (removed from the queue lazily)
+        if fwd.copies is not None:
+            for copy in fwd.copies:
+                copy.done = True
+            fwd.copies.clear()  # no cycle left between the Forward and its copies (settlement.py)
+        fwd.done = True
+        fwd.drop_frames()
+        forget_inbound(fwd)
+        self._release_window(fwd)
