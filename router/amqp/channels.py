@@ -10,9 +10,9 @@ Must not touch: the peer's begin and end, which fill and empty the registry by t
 channel (connctl.py), a session's own state (session.py), frames, sockets.
 
 Functions taking the connection, not methods of it: the connection keeps the sans-IO surface
-and the frame loop, and its methods begin_session, sessions, allocate_channel and
-release_session hand over to these. Plain functions of a native class argument, so that
-compiled, the call is a direct C call.
+and the frame loop, and its methods begin_session (connection.py), sessions, allocate_channel
+and release_session (its base's, connbase.py: hence that type here) hand over to these. Plain
+functions of a native class argument, so that compiled, the call is a direct C call.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .endpoints import ACTIVE, claim_number
 from .session import Session
 
 if TYPE_CHECKING:
+    from .connbase import ConnectionBase
     from .connection import Connection
 
 
@@ -36,18 +37,18 @@ def new_session(conn: Connection, **begin: Any) -> Session:
     return session
 
 
-def sessions_of(conn: Connection) -> list[Session]:
+def sessions_of(conn: ConnectionBase) -> list[Session]:
     unique = {id(s): s for s in conn.sessions_by_local.values()}
     unique.update((id(s), s) for s in conn.sessions_by_remote.values())
     return list(unique.values())
 
 
-def claim_channel(conn: Connection, session: Session) -> int:
+def claim_channel(conn: ConnectionBase, session: Session) -> int:
     limit = min(conn.config.channel_max, conn.remote_channel_max if conn.remote_open else 0xFFFF)
     return claim_number(conn.sessions_by_local, session, limit, "channel", "channel-max")
 
 
-def forget_session(conn: Connection, session: Session) -> None:
+def forget_session(conn: ConnectionBase, session: Session) -> None:
     if session.channel is not None and conn.sessions_by_local.get(session.channel) is session:
         del conn.sessions_by_local[session.channel]
     remote = session.remote_channel

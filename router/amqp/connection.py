@@ -10,7 +10,8 @@ in a FrameOutput (frameout.py). Before AMQP frames flow, the protocol headers an
 Every other frame (the peer's open, close, begin, end, attach, detach) the frame loop hands to
 connctl.py's control. Cold paths are units of their own, its methods handing over to them: our
 open, close and non-transfer frames (connout.py), idle time-out and heartbeats (keepalive.py),
-our sessions' channels (channels.py).
+our sessions' channels (channels.py). What the engine holds, its construction, the
+application's commands and the handshake's side of it are its base's (connbase.py).
 
     conn = Connection(ConnectionConfig(container_id="c1"))
     conn.receive_data(data, now)   # b"" when the peer closed the stream
@@ -23,37 +24,28 @@ Must not touch: sockets, clocks (time is a parameter), routing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from mypy_extensions import i64
 
 from . import errors as E
-from .channels import claim_channel, forget_session, new_session, sessions_of
+from .channels import new_session
+from .connbase import STAGE_AMQP, STAGE_DONE, STAGE_HELD, ConnectionBase
 from .connctl import control
-from .connout import send_close, send_frame, send_open
-from .cutframe import CutFrame
 from .decode import decode_at
-from .endpoints import CLOSED, UNINIT, Halves
-from .events import Event, TransferSink, TransportClosed
+from .endpoints import CLOSED
+from .events import Event, TransportClosed
 from .fastparse import parse_transfer, u32
 from .fastparse_fields import parse_disposition, parse_flow
-from .frameout import FrameOutput
-from .framing import AMQP_HEADER, FRAME_AMQP, MIN_MAX_FRAME_SIZE
+from .framing import FRAME_AMQP
 from .handshake import Handshake
 from .keepalive import next_deadline, run_timers
-from .link import Link
-from .performatives import Error, Fields, Open, Symbols, Transfer
-from .sasl import SaslClientConfig, SaslResult, SaslServerConfig
+from .performatives import Transfer
+from .sasl import SaslClientConfig, SaslServerConfig
 from .session import Session
 from .sessionin import on_disposition, on_flow, on_transfer
-from .violations import connection_error, link_error, session_error
-
-_HANDSHAKE: Final = 0  # protocol headers and SASL (the Handshake's)
-_AMQP: Final = 2
-_DONE: Final = 3
-_HELD: Final = 4  # a failed SASL outcome held back until a deadline (login throttling)
+from .violations import connection_error, session_error
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,65 +59,17 @@ class ConnectionConfig:
     sasl_server: SaslServerConfig | None = None  # None: plain AMQP only
 
 
-class Connection:
-    __slots__ = (
-        "config", "state", "remote_open", "remote_error", "failed", "finished", "user",
-        "remote_max_frame_size", "remote_channel_max", "remote_idle_timeout_s",
-        "_cut", "_read_view", "_read_of",
-        "output", "_header_out", "_events", "_stage", "_handshake",
-        "sessions_by_local", "sessions_by_remote",
-        "_now", "_last_received", "last_sent", "_stream_ended", "context", "sasl_failure_delay",
-        "transfer_sink", "sunk",
-    )  # fmt: skip
+class Connection(ConnectionBase):
+    """The engine (the module docstring); what it holds and its cold methods: connbase.py."""
+
+    __slots__ = ()
 
     def __init__(self, config: ConnectionConfig) -> None:
-        if config.max_frame_size < MIN_MAX_FRAME_SIZE:
-            raise E.LocalUsageError(f"max_frame_size must be >= {MIN_MAX_FRAME_SIZE}")
-        self.config = config
-        self.state = Halves("connection")
-        self.remote_open: Open | None = None
-        self.remote_error: Error | None = None
-        self.failed = False
-        self.finished = False
-        self.user: str | None = None
-        self.remote_max_frame_size = MIN_MAX_FRAME_SIZE  # until the peer's open (§2.4.1)
-        self.remote_channel_max = 0
-        self.remote_idle_timeout_s: float | None = None
-        self._cut = CutFrame(config.max_frame_size)  # a frame cut by the end of a read (AMQP stage)
-        # A view of the read being parsed, made once for all its large payloads (read_view)
-        self._read_view: memoryview | None = None
-        self._read_of: bytes | None = None
-        self.output = FrameOutput()  # what the peer gets next (frameout.py)
-        self._header_out = False
-        self._events: list[Event] = []
-        # Where first frames go instead of becoming events (events.TransferSink; None: all are
-        # events), and whether it took one since the last events().
-        self.transfer_sink: TransferSink | None = None
-        self.sunk = False
-        self._stage = _HANDSHAKE
-        # Sessions by our channel and by the peer's (the peer's begin and end: connctl.py).
-        self.sessions_by_local: dict[int, Session] = {}
-        self.sessions_by_remote: dict[int, Session] = {}
-        self._now = 0.0
-        self._last_received = 0.0
-        self.last_sent = 0.0  # public: the heartbeat timer restarts it (keepalive.py)
-        self._stream_ended = False
-        self.context: Any = None
-        # Server side: asked with `now` and the failed result when a login fails (the router logs
-        # it there), how long to hold back the failed
-        # sasl-outcome (seconds; the router's LoginThrottle). The handshake holds it, and the end
-        # of the connection, until that deadline (next_deadline/tick), the engine dropping what
-        # the peer sends meanwhile.
-        self.sasl_failure_delay: Callable[[float, SaslResult], float] | None = None
+        super().__init__(config)
         # Until AMQP frames flow (a client's first protocol header is written here).
-        self._handshake: Handshake | None = Handshake(config, self.output, self)
+        self._handshake = Handshake(config, self.output, self)
 
     # --- the sans-IO surface -------------------------------------------------------------------
-
-    @property
-    def last_received(self) -> float:
-        """When bytes last came from the peer (the `now` given to receive_data; 0.0 before any)."""
-        return self._last_received
 
     def receive_data(self, data: bytes, now: float) -> None:
         """Feed bytes from the peer; b"" means the peer closed its side of the stream."""
@@ -136,15 +80,15 @@ class Connection:
             if not self._stream_ended:
                 self._stream_ended = True
                 clean = self.state.both_closed
-                self._stage = _DONE
+                self._stage = STAGE_DONE
                 self.finished = True
                 self._handshake = None
                 self._events.append(TransportClosed(clean=clean))
             return
-        if self._stage >= _DONE:  # done, or a failed login's outcome held back: nothing to read
+        if self._stage >= STAGE_DONE:  # done, or a failed login's outcome held back: nothing to read
             return
         self._last_received = now
-        if self._stage == _AMQP:
+        if self._stage == STAGE_AMQP:
             if not self.finished:  # both closes exchanged: nothing more is read
                 self._amqp_data(data)
         elif self._handshake is not None:
@@ -182,50 +126,28 @@ class Connection:
 
     def next_deadline(self) -> float | None:
         """When tick() must next be called, or None if no timer runs."""
-        if self._stage != _AMQP or self.failed or self.finished:  # no timers after both closes
+        if self._stage != STAGE_AMQP or self.failed or self.finished:  # no timers after both closes
             # (but a held-back failed login's outcome has one: the AMQP path pays nothing for it)
             handshake = self._handshake
-            return handshake.deadline() if handshake is not None and self._stage == _HELD else None
+            return handshake.deadline() if handshake is not None and self._stage == STAGE_HELD else None
         return next_deadline(self)
 
     def tick(self, now: float) -> None:
         """Run timers: close on local idle time-out, send a heartbeat if the peer needs one."""
         self._now = now
-        if self._stage != _AMQP or self.failed or self.finished:
-            if self._handshake is not None and self._stage == _HELD:
+        if self._stage != STAGE_AMQP or self.failed or self.finished:
+            if self._handshake is not None and self._stage == STAGE_HELD:
                 self._handshake.tick(now)
             return
         run_timers(self, now)
 
-    # --- application commands ------------------------------------------------------------------
-
-    def open(
-        self,
-        *,
-        hostname: str | None = None,
-        offered_capabilities: Symbols | None = None,
-        desired_capabilities: Symbols | None = None,
-        properties: Fields | None = None,
-    ) -> None:
-        """Send our open (transport §2.7.1)."""
-        send_open(
-            self, hostname=hostname, offered_capabilities=offered_capabilities,
-            desired_capabilities=desired_capabilities, properties=properties,
-        )  # fmt: skip
-
-    def close(self, error: Error | None = None) -> None:
-        """Send our close (transport §2.7.9); opens first if we never did."""
-        send_close(self, error)
+    # --- application commands (the rest: connbase.py) --------------------------------------------
 
     def begin_session(self, **begin: Any) -> Session:
-        """Create a session and send its begin (arguments as Session.begin)."""
+        """Create a session of this engine and send its begin (arguments as Session.begin)."""
         return new_session(self, **begin)
 
-    @property
-    def sessions(self) -> list[Session]:
-        return sessions_of(self)
-
-    # --- used by sessions and links ------------------------------------------------------------
+    # --- used by sessions and links in the frame loop (the rest: connbase.py) -------------------
 
     def check_not_closed(self) -> None:
         """Our close must be the last frame we write (transport §2.4.3, Closing a Connection)."""
@@ -248,65 +170,17 @@ class Connection:
         """The pending events, for the hot path to append to without a call per event."""
         return self._events
 
-    def emit(self, event: Event) -> None:
-        self._events.append(event)
-
-    def write_bytes(self, data: bytes) -> None:
-        self.output.buffer().append(data)
-
     def write_pieces(self, *pieces: bytes | memoryview) -> None:
         self.output.buffer().extend(pieces)
 
-    def write_frame(self, channel: int, performative: Any) -> None:
-        """Write one non-transfer frame, within the peer's max-frame-size (connout.send_frame)."""
-        send_frame(self, channel, performative)
-
-    def allocate_channel(self, session: Session) -> int:
-        return claim_channel(self, session)
-
-    def release_session(self, session: Session) -> None:
-        forget_session(self, session)
-
-    def link_error(self, link: Link, condition: str, description: str) -> None:
-        """The peer misused a link: detach it with the condition (transport §2.6.5)."""
-        link_error(self, link, condition, description)
-
-    # --- the handshake's owner (handshake.HandshakeOwner) ---------------------------------------
-
-    def handshake_failed(self) -> None:
-        self.discard_input()
-
-    def discard_input(self) -> None:
-        """Read nothing more: the stream ends (a failed handshake, a connection error)."""
-        self._cut.clear()
-        self._stage = _DONE
-        self.finished = True
-        self._handshake = None
-
-    def hold_failed_login(self) -> None:
-        self._stage = _HELD
+    # --- the frame loop ------------------------------------------------------------------------
 
     def start_amqp(self, rest: bytes) -> None:
-        self._stage = _AMQP
+        """The handshake is over (handshake.HandshakeOwner): AMQP frames flow."""
+        self._stage = STAGE_AMQP
         self._handshake = None
         if rest:  # what followed the header in its read
             self._amqp_data(rest)
-
-    def authenticated(self, user: str | None) -> None:
-        self.user = user
-
-    def write_amqp_header(self) -> None:
-        self.output.pieces.append(AMQP_HEADER)
-        self._header_out = True
-        self.release_deferred()
-
-    def release_deferred(self) -> None:
-        # Only a server reads a peer's frames before its own open (a client opens first), so
-        # only a server's frames wait for the open.
-        if self._header_out and (self.state.local is not UNINIT or not self.config.server):
-            self.output.release()
-
-    # --- input processing ----------------------------------------------------------------------
 
     def _amqp_data(self, data: bytes) -> None:
         """Frames are parsed straight from each read's immutable bytes, so large payloads can be

@@ -12,7 +12,8 @@ Must not touch: the peer's frames (connctl.py), sessions' frames other than thro
 (sessionout.py), the stage, timers, sockets.
 
 Functions taking the connection, not methods of it: the connection keeps the sans-IO surface
-and the frame loop, and its methods open, close and write_frame hand over to these. Plain
+and the frame loop, and its methods open, close and write_frame (its base's, connbase.py: hence
+that type here) hand over to these. Plain
 functions of a native class argument, so that compiled, the call is a direct C call.
 """
 
@@ -28,11 +29,11 @@ from .performatives import Close, Detach, End, Error, Fields, Open, Symbols
 from .sessionout import MAX_DESCRIPTION_BYTES, wire_error
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .connbase import ConnectionBase
 
 
 def send_open(
-    conn: Connection,
+    conn: ConnectionBase,
     *,
     hostname: str | None = None,
     offered_capabilities: Symbols | None = None,
@@ -59,7 +60,7 @@ def send_open(
     conn.release_deferred()
 
 
-def send_close(conn: Connection, error: Error | None = None) -> None:
+def send_close(conn: ConnectionBase, error: Error | None = None) -> None:
     """Send our close (transport §2.7.9); opens first if we never did."""
     if conn.state.local is CLOSED:
         return
@@ -72,7 +73,7 @@ def send_close(conn: Connection, error: Error | None = None) -> None:
         conn.finished = True
 
 
-def send_frame(conn: Connection, channel: int, performative: Any) -> None:
+def send_frame(conn: ConnectionBase, channel: int, performative: Any) -> None:
     """Write one non-transfer frame; no frame may exceed the peer's max-frame-size
     (transport §2.7.1). A detach, end or close must always go out: an error too large for
     it (a description quoting the peer's data) is cut down to fit. Any other frame too

@@ -5,8 +5,9 @@ Owns: detaching a misused link with the condition, ending a session with it (our
 we had not answered the peer's, as Session.end does), closing the connection with it and having
 the connection discard all further input. The engine never raises on hostile bytes: the frame
 loop and the session's checks raise ProtocolError, and land here.
-Collaborators, passed in: the Connection (events, whether it failed already, its local state,
-discarding input), the Session or Link at fault; our close goes out through connout.py.
+Collaborators, passed in: the Connection (typed as its base, connbase.ConnectionBase: events,
+whether it failed already, its local state, discarding input), the Session or Link at fault;
+our close goes out through connout.py.
 Must not touch: deciding what is a violation (the frame loop, connctl.py, sessionin.py), the
 stage (connection.py), sockets.
 
@@ -26,19 +27,19 @@ from .events import ProtocolViolation
 from .sessionout import wire_error
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .connbase import ConnectionBase
     from .link import Link
     from .session import Session
 
 
-def link_error(conn: Connection, link: Link, condition: str, description: str) -> None:
+def link_error(conn: ConnectionBase, link: Link, condition: str, description: str) -> None:
     """The peer misused a link: detach it with the condition (transport §2.6.5)."""
     conn.emit(ProtocolViolation(condition=condition, description=description, scope="link"))
     if link.state.local is ACTIVE:
         link.detach(closed=True, error=wire_error(condition, description))
 
 
-def session_error(conn: Connection, session: Session, exc: E.ProtocolError) -> None:
+def session_error(conn: ConnectionBase, session: Session, exc: E.ProtocolError) -> None:
     """End the session with the condition (transport §2.5.5, §2.8.17)."""
     conn.emit(ProtocolViolation(condition=exc.condition, description=exc.description, scope="session"))
     if session.state.local is CLOSED:
@@ -51,7 +52,7 @@ def session_error(conn: Connection, session: Session, exc: E.ProtocolError) -> N
         connection_error(conn, exc.condition, exc.description)
 
 
-def connection_error(conn: Connection, condition: str, description: str) -> None:
+def connection_error(conn: ConnectionBase, condition: str, description: str) -> None:
     """Close the connection with the condition and discard all further input."""
     if conn.failed:
         return
