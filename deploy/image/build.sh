@@ -50,7 +50,7 @@ base_image "localhost/router-base:$SUITE" python3,python3-venv,passwd
     --python-version 3.11 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --platform any \
     $("$PYTHON" -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))') \
-    setuptools wheel "mypy>=1.10" types-PyYAML types-networkx
+    "setuptools>=77" wheel "mypy>=1.10" types-PyYAML types-networkx
 # ISOLATION=chroot (podman) runs the build steps without an OCI runtime, for hosts where
 # containers cannot start (e.g. nested in a container without cgroup controllers).
 isolation=()
