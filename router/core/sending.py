@@ -222,7 +222,7 @@ class Sending(Failures):
         else:
             out_id = self._send_all(fwd, out, settled)
         fwd.out, fwd.out_id = out, out_id
-        fwd.drop_frames()
+        fwd.first = fwd.rest = None  # (drop_frames: written out, once per message)
         fwd.fields = None
         out.delivered += 1
         if self.flow_on:

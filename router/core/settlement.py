@@ -24,7 +24,6 @@ from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
 from ..amqp.serial import SERIAL_MASK, serial_count, serial_ids_in
 from .credit import ProducerCredit
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
-from .deliverymap import DeliveryMap
 from .links import OutLink, alive
 from .outcomes import count_outcome, outcome_rank
 
@@ -63,10 +62,14 @@ class Settlement(ProducerCredit):
             if event.settled:  # the consumer is done with them: so are we
                 if count <= 2 * len(outbound) + 64:  # (serial_ids_in's rule) no boxed ids
                     for i in range(count):
-                        self._consumer_settled(outbound, (first + i) & _MASK, state)
+                        record = outbound.pop((first + i) & _MASK)
+                        if record is not None:
+                            self.consumer_outcome(record, state)
                 else:
                     for delivery_id in serial_ids_in(first, last, outbound):
-                        self._consumer_settled(outbound, delivery_id, state)
+                        record = outbound.pop(delivery_id)
+                        if record is not None:
+                            self.consumer_outcome(record, state)
             else:  # still unsettled there: an outcome the producer settles, or a state update
                 for delivery_id in serial_ids_in(first, last, outbound):
                     record = outbound.get(delivery_id)
@@ -91,12 +94,6 @@ class Settlement(ProducerCredit):
                     fwd = inbound.pop(delivery_id)
                     if fwd is not None:
                         self._producer_settled(fwd)
-
-    def _consumer_settled(self, outbound: DeliveryMap, delivery_id: int, state: Any) -> None:
-        """The consumer settled `delivery_id` (one of a disposition's range)."""
-        record = outbound.pop(delivery_id)
-        if record is not None:
-            self.consumer_outcome(record, state)
 
     def consumer_outcome(self, record: Forward | Copy, state: Any) -> None:
         """The consumer settled `record` (with `state`, or with none after an earlier outcome)."""
@@ -209,7 +206,9 @@ class Settlement(ProducerCredit):
         if fwd.done:
             return False
         fwd.done = True
-        fwd.drop_frames()
+        # Once per message: the small steps below are written out here, where each call
+        # (drop_frames, _release_window, dispose, forget_inbound) cost more than its body.
+        fwd.first = fwd.rest = None  # (drop_frames)
         inl = fwd.in_link
         if inl is None or inl.gone:
             if inl is None and self.router_outcomes:  # a message of the router's own
@@ -220,20 +219,27 @@ class Settlement(ProducerCredit):
         count_outcome(inl, state, fwd.entry)
         if self.flow_on:
             self.flow_outcome(fwd, inl, state, self.now)
-        self._release_window(fwd)
-        if fwd.presettled or not alive(inl.link):
+        inl.inflight -= 1  # (_release_window)
+        if fwd.holds_slot:
+            inl.held -= 1
+            fwd.holds_slot = False
+        self.credit_dirty(inl)
+        link = inl.link
+        session = fwd.in_session
+        if fwd.presettled or session is None or not alive(link):
             forget_inbound(fwd)
             return False
         fwd.state = state
-        assert fwd.in_session is not None
-        if not settled or inl.link.rcv_settle_mode == RCV_SECOND:
+        if not settled or link.rcv_settle_mode == RCV_SECOND:
             fwd.outcome_sent = True  # settled once the producer has
-            self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, False)
+            self._dispositions.add(session, RECEIVER, fwd.in_id, state, False)
             return True
         # Written before it leaves the map: a failure in between leaves it there, done, with no
         # outcome sent, which the release after a failure reads as untold (router.core.mend).
-        self.dispose(fwd.in_session, RECEIVER, fwd.in_id, state, True)
-        forget_inbound(fwd)
+        self._dispositions.add(session, RECEIVER, fwd.in_id, state, True)
+        maps = session.context  # (forget_inbound)
+        if isinstance(maps, SessionMaps):
+            maps.inbound.pop(fwd.in_id)
         return False
 
     def _settle_producer(self, fwd: Forward) -> None:
