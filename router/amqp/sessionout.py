@@ -29,8 +29,8 @@ from .fastpath import (
     disposition_performative,
     flow_performative,
     frame_header,
+    queue_transfer_own_tag,
     transfer_frame_id,
-    transfer_frame_own_tag,
     transfer_middle,
     transfer_performative,
 )
@@ -158,12 +158,13 @@ def write_transfer(
             if len(middle) != 0:  # the common transfer: one concatenation, one frame
                 out = session.conn.output.buffer()
                 if own_tag:
-                    out.append(transfer_frame_own_tag(
-                        middle, session.id_prefix(delivery_id), delivery_id & 0xFF, settled, more, size
-                    ))  # fmt: skip
+                    queue_transfer_own_tag(
+                        out, middle, session.id_prefix(delivery_id), delivery_id & 0xFF, settled, more,
+                        payload, size,
+                    )  # fmt: skip
                 else:
                     out.append(transfer_frame_id(middle, session.id_bytes(delivery_id), tag, settled, more, size))
-                out.append(payload)
+                    out.append(payload)
                 session.remote_incoming_window -= 1
                 session.next_outgoing_id = (session.next_outgoing_id + 1) & 0xFFFFFFFF
                 return
