@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.amqp.serial import serial_ids_in
+from router.amqp.serial import SERIAL_MASK, serial_ids_in
 from router.core.deliverymap import MASK, DeliveryMap
 
 # An operation: ("put", step) puts the next id (`step` ids after the last one put, 0 = the same
@@ -78,3 +78,7 @@ def test_in_order_settlement_keeps_the_ring_short() -> None:
     assert len(ring) == 250
     assert len(ring._slots) <= 250 + 1024 * 2
     assert not ring._stragglers
+
+
+def test_its_mask_is_the_serial_numbers_one() -> None:
+    assert MASK == SERIAL_MASK  # (a literal in deliverymap.py, for the compiled code's sake)

@@ -18,9 +18,10 @@ from typing import Any, Final
 
 from mypy_extensions import i64
 
-from ..amqp.serial import SERIAL_MASK
-
-MASK: Final = SERIAL_MASK  # delivery-ids are uint32 serial numbers
+# Delivery-ids are uint32 serial numbers (serial.SERIAL_MASK). A literal: compiled, a Final
+# literal is a constant in the code, one set from another module's is a boxed static loaded and
+# tag-checked at every use.
+MASK: Final = 0xFFFFFFFF
 BEHIND: Final = 0x80000000  # an offset from the ring's base this large is an id before the base
 SPAN_MAX: Final = 8192  # the ring's span in ids; older records beyond it become stragglers
 COMPACT_AT: Final = 1024  # emptied slots at the front that are dropped at once
