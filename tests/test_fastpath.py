@@ -162,9 +162,8 @@ def test_an_own_tagged_transfer_is_queued_as_the_frame_and_its_payload(
     payload: bytes | memoryview = memoryview(data) if view else data
     own = delivery_id.to_bytes(4, "big")
     out: list[bytes | memoryview] = list(queued)
-    queue_transfer_own_tag(
-        out, transfer_middle(channel, handle, 4), own[:3], own[3], settled, more, payload, size
-    )  # fmt: skip
+    middle = transfer_middle(channel, handle, 4)
+    queue_transfer_own_tag(out, middle, middle + own[:3], own[:3], own[3], settled, more, payload, size)
     pieces = out[len(queued):]
     assert out[: len(queued)] == queued  # appended after what was queued, which is left as it was
     expected = transfer_frame(transfer_middle(channel, handle, 4), delivery_id, own, settled, more, size) + data
