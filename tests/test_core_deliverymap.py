@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.amqp.serial import serial_ids_in
-from router.core.deliverymap import MASK, DeliveryMap
+from router.amqp.serial import SERIAL_MASK, serial_ids_in
+from router.core.deliverymap import MASK, RING_KEPT, RING_MIN, DeliveryMap
 
 # An operation: ("put", step) puts the next id (`step` ids after the last one put, 0 = the same
 # one again), ("pop", back) pops the id `back` before the last one put, ("get", back) looks it up,
@@ -78,3 +78,74 @@ def test_in_order_settlement_keeps_the_ring_short() -> None:
     assert len(ring) == 250
     assert len(ring._slots) <= 250 + 1024 * 2
     assert not ring._stragglers
+
+
+def test_its_mask_is_the_serial_numbers_one() -> None:
+    assert MASK == SERIAL_MASK  # (a literal in deliverymap.py, for the compiled code's sake)
+
+
+def _ring_shape_holds(ring: DeliveryMap) -> None:
+    """The ring's own invariants: a power of two slots, its span within them, nothing outside
+    the span, and no more than four slots per id of span once above RING_KEPT."""
+    slots, span, head = ring._slots, ring._span, ring._head
+    assert len(slots) >= RING_MIN and len(slots) & (len(slots) - 1) == 0 and ring._mask == len(slots) - 1
+    assert 0 <= span <= len(slots) and 0 <= head < len(slots)
+    inside = {(head + offset) & ring._mask for offset in range(span)}
+    assert all(slots[i] is None for i in range(len(slots)) if i not in inside)
+    assert span == 0 or slots[head] is not None  # the ring starts at a record
+    assert len(slots) <= RING_KEPT or span * 4 >= len(slots)
+
+
+# Batches, so that the ring grows past RING_KEPT, wraps around its slots and shrinks again:
+# ("put", n) puts the next n ids, ("oldest", n) pops the n oldest held, ("pop", back) pops the id
+# `back` before the last one put (out of order), ("skip", n) leaves n ids unused.
+BATCHES = st.lists(
+    st.one_of(
+        st.tuples(st.just("put"), st.sampled_from([1, 3, 17, 200, 1500, 5000])),
+        st.tuples(st.just("oldest"), st.sampled_from([1, 5, 100, 1000, 4000])),
+        st.tuples(st.just("pop"), st.integers(0, 3000)),
+        st.tuples(st.just("skip"), st.sampled_from([1, 7, 700])),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=st.sampled_from([0, 5, MASK - 2000]), span=st.sampled_from([64, 2048, 8192]), ops=BATCHES)
+def test_the_circular_ring_agrees_with_a_dict_through_growing_and_shrinking(
+    start: int, span: int, ops: list[tuple[str, int]]
+) -> None:
+    model: dict[int, object] = {}
+    ring = DeliveryMap(span_max=span)
+    last = (start - 1) & MASK
+    for op, n in ops:
+        if op == "put":
+            for _ in range(n):
+                last = (last + 1) & MASK
+                model[last] = ("record", last)
+                ring.put(last, ("record", last))
+        elif op == "skip":
+            last = (last + n) & MASK
+        elif op == "oldest":  # in the order they were put (offsets from the last one, largest first)
+            for key in sorted(model, key=lambda k: (last - k) & MASK, reverse=True)[:n]:
+                assert ring.pop(key) == model.pop(key)
+        else:
+            key = (last - n) & MASK
+            assert ring.get(key) == model.get(key)
+            assert ring.pop(key) == model.pop(key, None)
+        _ring_shape_holds(ring)
+        assert len(ring) == len(model)
+    assert sorted(ring.items()) == sorted(model.items())
+    for key in model:
+        assert key in ring and ring.get(key) == model[key]
+
+
+def test_a_ring_gives_its_slots_back_as_it_empties() -> None:
+    ring = DeliveryMap()
+    for delivery_id in range(5000):
+        ring.put(delivery_id, delivery_id)
+    assert len(ring._slots) == 8192
+    for delivery_id in range(5000):
+        assert ring.pop(delivery_id) == delivery_id
+        _ring_shape_holds(ring)
+    assert ring.empty and len(ring._slots) <= RING_KEPT  # (kept up to there: the next burst)

@@ -24,6 +24,7 @@ from router.amqp.fastpath import (
     disposition_frame,
     disposition_performative,
     frame_header,
+    queue_transfer_own_tag,
     transfer_frame,
     transfer_frame_own_tag,
     transfer_middle,
@@ -140,6 +141,37 @@ def test_the_fast_transfer_frame_decodes_to_the_transfer_asked_for(
     assert transfer_frame_own_tag(
         transfer_middle(channel, handle, 4), own[:3], own[3], settled, more, len(payload)
     ) == transfer_frame(transfer_middle(channel, handle, 4), delivery_id, own, settled, more, len(payload))
+
+
+@given(
+    channel=st.integers(0, 0xFFFF),
+    handle=st.integers(0, 255),
+    delivery_id=st.integers(0, 0xFFFFFFFF),
+    settled=st.booleans(),
+    more=st.booleans(),
+    # around the table of precomputed frame sizes (2,048 with the 30 bytes of header)
+    size=st.one_of(st.integers(0, 64), st.integers(2000, 2100), st.integers(2100, 20000)),
+    view=st.booleans(),
+    queued=st.lists(st.binary(max_size=8), max_size=2),
+)
+def test_an_own_tagged_transfer_is_queued_as_the_frame_and_its_payload(
+    channel: int, handle: int, delivery_id: int, settled: bool, more: bool, size: int, view: bool,
+    queued: list[bytes],
+) -> None:  # fmt: skip
+    data = bytes(i & 0xFF for i in range(size))
+    payload: bytes | memoryview = memoryview(data) if view else data
+    own = delivery_id.to_bytes(4, "big")
+    out: list[bytes | memoryview] = list(queued)
+    middle = transfer_middle(channel, handle, 4)
+    queue_transfer_own_tag(out, middle, middle + own[:3], own[:3], own[3], settled, more, payload, size)
+    pieces = out[len(queued):]
+    assert out[: len(queued)] == queued  # appended after what was queued, which is left as it was
+    expected = transfer_frame(transfer_middle(channel, handle, 4), delivery_id, own, settled, more, size) + data
+    assert b"".join(pieces) == expected
+    if view or size + 30 >= 2048:  # the payload stays a piece of its own (a view is never copied)
+        assert len(pieces) == 2 and pieces[1] is payload
+    else:  # a small payload in bytes is formatted into its frame
+        assert len(pieces) == 1 and type(pieces[0]) is bytes
 
 
 @given(

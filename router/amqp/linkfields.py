@@ -35,7 +35,8 @@ class LinkFields:
         "remote_attach", "remote_closed", "remote_error",
         "delivery_count", "credit", "drain", "available", "initial_delivery_count",
         "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
-        "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "detach_on_oversize",
+        "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "out_id_prefix", "out_middle_id",
+        "detach_on_oversize",
         "granted_limit", "context",
     )  # fmt: skip
 
@@ -74,6 +75,10 @@ class LinkFields:
         # for tags of out_middle_tag_length bytes; the handle and channel never change once set
         self.out_middle = b""
         self.out_middle_tag_length: i64 = -1
+        # sender: out_middle followed by out_id_prefix, the session's id_prefix of the last own-
+        # tagged transfer (one piece fewer to format per transfer; made again every 256 ids)
+        self.out_id_prefix = b""
+        self.out_middle_id = b""
         self.detach_on_oversize = True
         # receiver: the highest delivery-limit (delivery-count + link-credit) we ever granted
         self.granted_limit: int | None = None

@@ -29,8 +29,8 @@ from .fastpath import (
     disposition_performative,
     flow_performative,
     frame_header,
+    queue_transfer_own_tag,
     transfer_frame_id,
-    transfer_frame_own_tag,
     transfer_middle,
     transfer_performative,
 )
@@ -154,16 +154,21 @@ def write_transfer(
                 assert link.local_handle is not None and session.channel is not None
                 link.out_middle = transfer_middle(session.channel, link.local_handle, n)
                 link.out_middle_tag_length = n
+                link.out_id_prefix = b""  # (out_middle_id is made again from the new middle)
             middle = link.out_middle
             if len(middle) != 0:  # the common transfer: one concatenation, one frame
                 out = session.conn.output.buffer()
                 if own_tag:
-                    out.append(transfer_frame_own_tag(
-                        middle, session.id_prefix(delivery_id), delivery_id & 0xFF, settled, more, size
-                    ))  # fmt: skip
+                    prefix = session.id_prefix(delivery_id)
+                    if link.out_id_prefix is not prefix:  # (the session's, made once per 256 ids)
+                        link.out_id_prefix = prefix
+                        link.out_middle_id = middle + prefix
+                    queue_transfer_own_tag(
+                        out, middle, link.out_middle_id, prefix, delivery_id & 0xFF, settled, more, payload, size
+                    )  # fmt: skip
                 else:
                     out.append(transfer_frame_id(middle, session.id_bytes(delivery_id), tag, settled, more, size))
-                out.append(payload)
+                    out.append(payload)
                 session.remote_incoming_window -= 1
                 session.next_outgoing_id = (session.next_outgoing_id + 1) & 0xFFFFFFFF
                 return

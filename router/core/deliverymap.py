@@ -4,10 +4,13 @@ Owns: the lookup every disposition and settlement does (SessionMaps.inbound and 
 Delivery-ids are serial numbers (RFC 1982, transport §2.8.5 and §2.7.5) handed out one after
 another per session, and most deliveries are settled roughly in the order they were sent: so the
 records sit in a ring indexed by `id - base`, which costs no hashing and no boxing of the id (a
-dict keyed by delivery-id was a fifth of the router's per-message instructions). Records settle
-out of order fine (their slot is emptied). One that lingers while thousands after it come and go
-(a consumer that never settles one delivery) moves to a dict of stragglers, so the ring's span
-stays bounded whatever traffic passes it: memory follows the deliveries held, not the traffic.
+dict keyed by delivery-id was a fifth of the router's per-message instructions), a circular list
+of a power of two slots: a put or pop is a store into it, where a list appended to and cut at its
+front was reallocated as batches came and went. Records settle out of order fine (their slot is
+emptied). One that lingers while thousands after it come and go (a consumer that never settles
+one delivery) moves to a dict of stragglers, so the ring's span stays bounded whatever traffic
+passes it: memory follows the deliveries held, not the traffic (a ring of more than RING_KEPT
+slots gives them back as its span falls below a quarter of them).
 Must not touch: what the records are (router.core.delivery), settlement rules.
 """
 
@@ -18,27 +21,34 @@ from typing import Any, Final
 
 from mypy_extensions import i64
 
-from ..amqp.serial import SERIAL_MASK
-
-MASK: Final = SERIAL_MASK  # delivery-ids are uint32 serial numbers
+# Delivery-ids are uint32 serial numbers (serial.SERIAL_MASK). A literal: compiled, a Final
+# literal is a constant in the code, one set from another module's is a boxed static loaded and
+# tag-checked at every use.
+MASK: Final = 0xFFFFFFFF
 BEHIND: Final = 0x80000000  # an offset from the ring's base this large is an id before the base
 SPAN_MAX: Final = 8192  # the ring's span in ids; older records beyond it become stragglers
-COMPACT_AT: Final = 1024  # emptied slots at the front that are dropped at once
+RING_MIN: Final = 16  # slots of a new ring (a power of two, as every ring's capacity)
+RING_KEPT: Final = 1024  # a ring with more slots gives them back when its span falls below a quarter
 
 
 class DeliveryMap:
     """A mapping of delivery-id to record (never None) with the dict operations the core uses;
     as a collection of delivery-ids it serves serial_ids_in, which bounds a disposition's walk."""
 
-    __slots__ = ("_slots", "_head", "_base", "_count", "_stragglers", "_span_max")
+    __slots__ = ("_slots", "_mask", "_head", "_base", "_span", "_shrink_below", "_count", "_stragglers", "_span_max")
 
     def __init__(self, span_max: int = SPAN_MAX) -> None:
-        # The ring is _slots[_head:]; _slots[_head + i] holds id (_base + i) & MASK, or None.
-        # Offsets and counts are native ints (i64): compiled, the arithmetic of every lookup is
-        # plain machine operations, not a Python int's overflow-checked ones.
-        self._slots: list[Any] = []
+        # The ring: a list of a power of two slots, used circularly (no append, no compaction,
+        # no regrowth per batch): id (_base + i) & MASK is in slot (_head + i) & _mask for i
+        # below _span, or that slot is None; every other slot is None. Offsets and counts are
+        # native ints (i64): compiled, the arithmetic of every lookup is plain machine operations,
+        # not a Python int's overflow-checked ones.
+        self._slots: list[Any] = [None] * RING_MIN
+        self._mask: i64 = RING_MIN - 1
         self._head: i64 = 0
         self._base: i64 = 0
+        self._span: i64 = 0  # 0: the ring is empty
+        self._shrink_below: i64 = 0  # a span below this gives slots back (0 at RING_KEPT or less)
         self._count: i64 = 0  # records held, ring and stragglers
         self._stragglers: dict[int, Any] = {}
         self._span_max = span_max
@@ -54,7 +64,7 @@ class DeliveryMap:
         if not isinstance(delivery_id, int):
             return False
         offset = (delivery_id - self._base) & MASK
-        if offset < len(self._slots) - self._head and self._slots[self._head + offset] is not None:
+        if offset < self._span and self._slots[(self._head + offset) & self._mask] is not None:
             return True
         return delivery_id in self._stragglers
 
@@ -63,39 +73,39 @@ class DeliveryMap:
         return iter([delivery_id for delivery_id, _ in self.items()])
 
     def put(self, delivery_id: int, record: Any) -> None:
-        slots = self._slots
-        if not slots:  # an empty ring starts at this id
-            self._base = delivery_id
         offset: i64 = (delivery_id - self._base) & MASK
-        span: i64 = len(slots) - self._head
+        span = self._span
         if offset < span:
-            index = self._head + offset
+            slots = self._slots
+            index = (self._head + offset) & self._mask
             if slots[index] is None:
                 self._count += 1
             slots[index] = record
             return
-        if offset >= BEHIND:  # before the ring: kept aside
+        if span == 0:  # an empty ring starts at this id
+            self._base = delivery_id
+            offset = 0
+        elif offset >= BEHIND:  # before the ring: kept aside
             if delivery_id not in self._stragglers:
                 self._count += 1
             self._stragglers[delivery_id] = record
             return
-        if offset >= self._span_max:  # the ring moves on; what lingers at its front moves aside
+        elif offset >= self._span_max:  # the ring moves on; what lingers at its front moves aside
             self._shed(delivery_id)
-            if not slots:
+            if self._span == 0:
                 self._base = delivery_id
             offset = (delivery_id - self._base) & MASK
-            span = len(slots) - self._head
-        if offset > span:
-            slots.extend([None] * (offset - span))
-        slots.append(record)
+        if offset > self._mask:
+            self._resize(offset + 1)
+        self._slots[(self._head + offset) & self._mask] = record
+        self._span = offset + 1
         self._count += 1
 
     def get(self, delivery_id: int) -> Any:
         """The record of `delivery_id`, left in place (None if there is none)."""
         offset: i64 = (delivery_id - self._base) & MASK
-        slots = self._slots
-        if offset < len(slots) - self._head:
-            record = slots[self._head + offset]
+        if offset < self._span:
+            record = self._slots[(self._head + offset) & self._mask]
             if record is not None:
                 return record
         stragglers = self._stragglers
@@ -106,21 +116,22 @@ class DeliveryMap:
     def pop(self, delivery_id: int) -> Any:
         """Remove the record of `delivery_id` and return it (None if there is none)."""
         offset: i64 = (delivery_id - self._base) & MASK
-        slots = self._slots
-        head = self._head
-        if offset < len(slots) - head:
-            index = head + offset
+        if offset < self._span:
+            slots = self._slots
+            index = (self._head + offset) & self._mask
             record = slots[index]
             if record is not None:
                 slots[index] = None
                 self._count -= 1
                 if offset == 0:
                     # Settled in order, the next record is mostly still held: the ring starts
-                    # there (no call to walk emptied slots, nothing to compact yet).
-                    after = head + 1
-                    if after < COMPACT_AT and after < len(slots) and slots[after] is not None:
+                    # there (no call to walk emptied slots).
+                    span = self._span - 1
+                    after = (index + 1) & self._mask
+                    if span != 0 and span >= self._shrink_below and slots[after] is not None:
                         self._head = after
                         self._base = (self._base + 1) & MASK
+                        self._span = span
                     else:
                         self._advance()
                 return record
@@ -135,42 +146,52 @@ class DeliveryMap:
     def items(self) -> list[tuple[int, Any]]:
         """Every (delivery-id, record), as a list: the caller may change the map meanwhile."""
         found: list[tuple[int, Any]] = list(self._stragglers.items())
-        slots, base, head = self._slots, self._base, self._head
-        for index in range(head, len(slots)):
-            record = slots[index]
+        slots, base, head, mask = self._slots, self._base, self._head, self._mask
+        for offset in range(self._span):
+            record = slots[(head + offset) & mask]
             if record is not None:
-                found.append(((base + index - head) & MASK, record))
+                found.append(((base + offset) & MASK, record))
         return found
 
     def _advance(self) -> None:
-        """Move the ring's start past the emptied slots at its front."""
+        """Move the ring's start past the emptied slots at its front; a ring whose span fell
+        below a quarter of its slots (above RING_KEPT) gives them back."""
         slots = self._slots
-        head, base = self._head, self._base
-        n: i64 = len(slots)
-        while head < n and slots[head] is None:
-            head += 1
+        head, base, span, mask = self._head, self._base, self._span, self._mask
+        while span > 0 and slots[head] is None:
+            head = (head + 1) & mask
             base += 1
-        self._base = base & MASK
-        if head == n:
-            slots.clear()
-            head = 0
-        elif head >= COMPACT_AT and head * 2 >= n:
-            del slots[:head]
-            head = 0
-        self._head = head
+            span -= 1
+        self._head, self._base, self._span = head, base & MASK, span
+        if span < self._shrink_below:
+            self._resize(span)
+
+    def _resize(self, need: i64) -> None:
+        """The ring in the fewest slots (a power of two, at least RING_MIN) that hold `need`
+        ids from its base, its records moved there in order."""
+        capacity: i64 = RING_MIN
+        while capacity < need:
+            capacity *= 2
+        slots, head, mask = self._slots, self._head, self._mask
+        ring: list[Any] = [None] * capacity
+        for offset in range(self._span):
+            ring[offset] = slots[(head + offset) & mask]
+        self._slots, self._head, self._mask = ring, 0, capacity - 1
+        self._shrink_below = capacity // 4 if capacity > RING_KEPT else 0
 
     def _shed(self, delivery_id: int) -> None:
         """Make room for `delivery_id`: records more than half a span before it become
         stragglers."""
         slots, stragglers = self._slots, self._stragglers
         keep = self._span_max // 2
-        head, base, n = self._head, self._base, len(slots)
-        while head < n and ((delivery_id - base) & MASK) > keep:
+        head, base, span, mask = self._head, self._base, self._span, self._mask
+        while span > 0 and ((delivery_id - base) & MASK) > keep:
             record = slots[head]
             if record is not None:
                 stragglers[base] = record
                 slots[head] = None
-            head += 1
+            head = (head + 1) & mask
             base = (base + 1) & MASK
-        self._head, self._base = head, base
-        self._advance()  # past emptied slots; an emptied ring is cleared
+            span -= 1
+        self._head, self._base, self._span = head, base, span
+        self._advance()  # past emptied slots
