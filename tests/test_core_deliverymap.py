@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.amqp.serial import SERIAL_MASK, serial_ids_in
-from router.core.deliverymap import MASK, RING_KEPT, RING_MIN, DeliveryMap
+from router.core.deliverymap import MASK, RING_EMPTY_KEPT, RING_KEPT, RING_MIN, DeliveryMap
 
 # An operation: ("put", step) puts the next id (`step` ids after the last one put, 0 = the same
 # one again), ("pop", back) pops the id `back` before the last one put, ("get", back) looks it up,
@@ -94,6 +94,7 @@ def _ring_shape_holds(ring: DeliveryMap) -> None:
     assert all(slots[i] is None for i in range(len(slots)) if i not in inside)
     assert span == 0 or slots[head] is not None  # the ring starts at a record
     assert len(slots) <= RING_KEPT or span * 4 >= len(slots)
+    assert span > 0 or len(slots) <= RING_KEPT // 4  # an emptied ring keeps a quarter at most
 
 
 # Batches, so that the ring grows past RING_KEPT, wraps around its slots and shrinks again:
@@ -148,4 +149,21 @@ def test_a_ring_gives_its_slots_back_as_it_empties() -> None:
     for delivery_id in range(5000):
         assert ring.pop(delivery_id) == delivery_id
         _ring_shape_holds(ring)
-    assert ring.empty and len(ring._slots) <= RING_KEPT  # (kept up to there: the next burst)
+    assert ring.empty and len(ring._slots) <= RING_KEPT // 4
+    for delivery_id in range(5000, 5004):  # then lone messages: the burst's slots go
+        ring.put(delivery_id, delivery_id)
+        assert ring.pop(delivery_id) == delivery_id
+    assert ring.empty and len(ring._slots) <= RING_EMPTY_KEPT
+
+
+def test_a_ring_that_empties_between_batches_keeps_a_quarter_of_its_slots() -> None:
+    ring = DeliveryMap()
+    for batch in range(3):
+        for delivery_id in range(batch * 100, batch * 100 + 100):
+            ring.put(delivery_id, delivery_id)
+        assert len(ring._slots) == 128
+        for delivery_id in range(batch * 100, batch * 100 + 100):
+            assert ring.pop(delivery_id) == delivery_id
+        # a quarter kept (more than RING_EMPTY_KEPT slots): the next batch regrows by one step
+        assert ring.empty and len(ring._slots) == 128 // 4 and 128 > RING_EMPTY_KEPT
+        _ring_shape_holds(ring)

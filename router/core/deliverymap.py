@@ -10,7 +10,8 @@ front was reallocated as batches came and went. Records settle out of order fine
 emptied). One that lingers while thousands after it come and go (a consumer that never settles
 one delivery) moves to a dict of stragglers, so the ring's span stays bounded whatever traffic
 passes it: memory follows the deliveries held, not the traffic (a ring of more than RING_KEPT
-slots gives them back as its span falls below a quarter of them).
+slots gives them back as its span falls below a quarter of them, and an emptied ring of more
+than RING_EMPTY_KEPT keeps a quarter of its slots).
 Must not touch: what the records are (router.core.delivery), settlement rules.
 """
 
@@ -29,6 +30,10 @@ BEHIND: Final = 0x80000000  # an offset from the ring's base this large is an id
 SPAN_MAX: Final = 8192  # the ring's span in ids; older records beyond it become stragglers
 RING_MIN: Final = 16  # slots of a new ring (a power of two, as every ring's capacity)
 RING_KEPT: Final = 1024  # a ring with more slots gives them back when its span falls below a quarter
+# An emptied ring with more slots than this keeps a quarter of them, each time it empties: a
+# session whose traffic shrank (or stopped after a burst) gives back what the burst took, while
+# one that streams and empties between batches regrows by one step, not from the smallest ring.
+RING_EMPTY_KEPT: Final = 64
 
 
 class DeliveryMap:
@@ -155,7 +160,8 @@ class DeliveryMap:
 
     def _advance(self) -> None:
         """Move the ring's start past the emptied slots at its front; a ring whose span fell
-        below a quarter of its slots (above RING_KEPT) gives them back."""
+        below a quarter of its slots (above RING_KEPT) gives them back; an emptied one of more
+        than RING_EMPTY_KEPT slots keeps a quarter of them."""
         slots = self._slots
         head, base, span, mask = self._head, self._base, self._span, self._mask
         while span > 0 and slots[head] is None:
@@ -165,6 +171,8 @@ class DeliveryMap:
         self._head, self._base, self._span = head, base & MASK, span
         if span < self._shrink_below:
             self._resize(span)
+        elif span == 0 and self._mask >= RING_EMPTY_KEPT:
+            self._resize((self._mask + 1) // 4)
 
     def _resize(self, need: i64) -> None:
         """The ring in the fewest slots (a power of two, at least RING_MIN) that hold `need`
