@@ -10,7 +10,7 @@ apart (callgrind_control dumps); per message = (LARGE's - SMALL's) / (LARGE - SM
 round trip carries two messages (the request and the reply, each unsettled, each accepted). The
 router's start-up runs uninstrumented.
 
-    python bench/lone.py [--top N] [--small 100] [--large 500] [--keep DIR] [--stream]
+    python bench/lone.py [--top N] [--small 100] [--large 500] [--keep DIR] [--stream [--size B] [--multicast N]]
 
 --stream counts scenario 1 of `python -m bench router` instead: `loadgen send` (1,000
 unsettled) and `loadgen receive` through the router, so messages come in batches; per message =
@@ -18,7 +18,8 @@ unsettled) and `loadgen receive` through the router, so messages come in batches
 bench/instructions.py (no sockets, clients counted too) it counts only the router process, reads,
 writes and trio included: the deterministic figure for that scenario's router CPU, which timed
 runs on a shared machine measure only to ~10 %. (Under valgrind the router is the slowest party,
-so its batches are larger than in a timed run.)
+so its batches are larger than in a timed run.) --stream --multicast 2 counts scenario 8: the
+same sender to a multicast address with two `loadgen receive`; per message, not per copy.
 
 Needs valgrind (Debian: apt-get install -y valgrind) and the load generator's build dependencies.
 """
@@ -39,7 +40,7 @@ if sys.path and Path(sys.path[0]).resolve() == HERE:
 
 from bench.instructions import _exclusive  # noqa: E402
 from bench.loadgen.build import build  # noqa: E402
-from bench.scenarios import BUILD, Router, _finish, _loadgen, through_router  # noqa: E402
+from bench.scenarios import BUILD, Router, _finish, _loadgen, through_multicast, through_router  # noqa: E402
 
 
 def _callgrind(pid: int, *args: str) -> None:
@@ -60,9 +61,12 @@ def _round_trips(binary: Path, r: Router, count: int) -> None:
     _pingpong(binary, r.port, count)
 
 
-def _streamer(size: int) -> Callable[[Path, Router, int], None]:
+def _streamer(size: int, receivers: int = 0) -> Callable[[Path, Router, int], None]:
     def stream(binary: Path, r: Router, count: int) -> None:
-        through_router(binary, r, count, size, False)  # scenario 1's (or 3's) own run
+        if receivers:
+            through_multicast(binary, r, count, size, receivers)  # scenario 8's own run
+        else:
+            through_router(binary, r, count, size, False)  # scenario 1's (or 3's) own run
 
     return stream
 
@@ -73,17 +77,20 @@ def _total(path: Path) -> int:
 
 
 def measure(
-    small: int, large: int, top: int, keep: Path | None = None, stream: bool = False, size: int = 100
-) -> None:
+    small: int, large: int, top: int, keep: Path | None = None, stream: bool = False, size: int = 100,
+    multicast: int = 0,
+) -> None:  # fmt: skip
     binary = build(BUILD)
-    run = _streamer(size) if stream else _round_trips
+    run = _streamer(size, multicast) if stream else _round_trips
     messages_per_count = 1 if stream else 2  # a round trip carries two messages
     with tempfile.TemporaryDirectory() as scratch:
         tmp = keep or Path(scratch)
         tmp.mkdir(parents=True, exist_ok=True)
         out = tmp / "cg.out"
         prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
-        config = {"router": {"id": "lone"}, "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}]}
+        config: dict[str, object] = {"router": {"id": "lone"}, "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}]}
+        if multicast:
+            config["addresses"] = [{"prefix": "mc", "distribution": "multicast"}]  # as scenario 8's router
         r = Router(config, prefix=prefix)
         try:
             pid = r.proc.pid
@@ -101,6 +108,8 @@ def measure(
         per = (_total(second) - _total(first)) / (large - small) / messages_per_count
         fs, fl = _exclusive(first), _exclusive(second)
     what = f"streamed message (router process, {size:,} B, 1,000 unsettled)" if stream else "lone message (router process, request or reply)"
+    if multicast:
+        what += f", multicast to {multicast} receivers"
     print(f"instructions per {what}: {per:,.0f}")
     diffs = sorted(((fl.get(k, 0) - fs.get(k, 0)) / (large - small) / messages_per_count, k) for k in set(fs) | set(fl))
     for value, name in reversed(diffs[-top:] if top > 0 else []):
@@ -115,12 +124,14 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the callgrind dumps here (cg.out.1: SMALL, cg.out.2: LARGE)")
     parser.add_argument("--stream", action="store_true", help="count scenario 1 (send and receive, 1,000 unsettled) instead of ping-pong")
     parser.add_argument("--size", type=int, default=100, help="--stream: message size in bytes (10240: scenario 3)")
+    parser.add_argument("--multicast", type=int, default=0, metavar="N",
+                        help="--stream to a multicast address with N receivers (2: scenario 8)")  # fmt: skip
     args = parser.parse_args()
-    if args.size != 100 and not args.stream:
-        parser.error("--size goes with --stream (ping-pong messages are 100 B)")
+    if (args.size != 100 or args.multicast) and not args.stream:
+        parser.error("--size and --multicast go with --stream (ping-pong messages are 100 B, anycast)")
     small = args.small if args.small is not None else 2000 if args.stream else 100
     large = args.large if args.large is not None else 12000 if args.stream else 500
-    measure(small, large, args.top, args.keep, args.stream, args.size)
+    measure(small, large, args.top, args.keep, args.stream, args.size, args.multicast)
 
 
 if __name__ == "__main__":
