@@ -110,7 +110,9 @@ def test_every_consumer_of_a_copy_is_woken_once_a_round() -> None:
     data = producer.engine.data_to_send()
     producer.router_side.receive_data(data, h.now)
     h.core.handle(producer.router_side, producer.router_side.events(), h.now)
-    assert h.core.take_touched() >= {c.router_side for c in clients}
+    touched = h.core.take_touched()
+    assert len(touched) == len(set(touched))  # each engine once
+    assert set(touched) >= {c.router_side for c in clients}
 
 
 def test_touch_conn_marks_an_engine_once_a_round() -> None:
@@ -121,13 +123,28 @@ def test_touch_conn_marks_an_engine_once_a_round() -> None:
     touched = h.core.touched
     for state in (sa, sb, sa, sb):
         touched.touch_conn(state)
-    assert h.core.take_touched() == {a.router_side, b.router_side}
+    assert h.core.take_touched() == [a.router_side, b.router_side]
     touched.touch_conn(sa)  # a new round marks it again
-    assert h.core.take_touched() == {a.router_side}
+    assert h.core.take_touched() == [a.router_side]
     touched.touch_conn(sb)
     touched.discard(b.router_side)  # nothing more can be written to it
     touched.touch_conn(sb)
-    assert h.core.take_touched() == set()
+    assert h.core.take_touched() == []
+
+
+def test_touch_lists_an_engine_once_a_round() -> None:
+    """By engine (most callers) as by connection state: alternating, repeated, mixed."""
+    h = RouterHarness(CONFIG)
+    a, b = h.connect("a"), h.connect("b")
+    h.core.take_touched()
+    touched = h.core.touched
+    for engine in (a.router_side, b.router_side, a.router_side, a.router_side, b.router_side):
+        touched.touch(engine)
+    touched.touch_conn(h.core.connections[a.router_side])
+    assert h.core.take_touched() == [a.router_side, b.router_side]
+    touched.touch(b.router_side)  # the next round starts empty, and lists it again
+    assert h.core.take_touched() == [b.router_side]
+    assert h.core.take_touched() == []
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(4))), ids=str)

@@ -168,7 +168,7 @@ class RouterCore(CoreUnits):
         self.forwarder.now = now
         self.ending.release(state, now, reattach=not self.admission.stopping)  # never raises
 
-    def take_touched(self) -> set[Connection]:
+    def take_touched(self) -> list[Connection]:
         """The engines that may have output since the last call (the caller wakes their writers)."""
         return self.touched.take()
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import trio
@@ -48,7 +48,7 @@ class Core(Protocol):
     def accept(self, engine: Connection, listener: Listener, *, host: str, tls: Any) -> Any: ...
     def connect(self, engine: Connection, connector: Connector, now: float, *, host: str, tls: Any) -> Any: ...
     def handle(self, engine: Connection, events: list[Event], now: float) -> None: ...
-    def take_touched(self) -> set[Connection]: ...
+    def take_touched(self) -> Iterable[Connection]: ...
     def tick(self, now: float) -> None: ...
     def next_deadline(self) -> float | None: ...
     def set_output_blocked(self, engine: Connection, blocked: bool, now: float) -> None: ...
@@ -123,7 +123,9 @@ class CorePump:
         and move the timer if the core now needs it earlier."""
         drivers = self.drivers
         router = self._router
-        for engine in router.take_touched() if router is not None else self.core.take_touched():
+        # (the router core's list iterated natively; a stand-in's iterable by the protocol)
+        touched = router.take_touched() if router is not None else list(self.core.take_touched())
+        for engine in touched:
             driver = drivers.get(engine)
             if driver is not None:
                 try:
