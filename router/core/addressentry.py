@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import i64
+
 from .fifo import Fifo
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ class AddressEntry:
         # Anycast deliveries that arrived while every consumer was out of credit. Bounded by the
         # producers' credit windows: a producer gets no credit beyond what is in flight.
         self.pending: Fifo[Forward] = Fifo()
-        self.rr = 0
+        self.rr: i64 = 0  # round robin's next turn (native: _pick's modulo is plain arithmetic)
         self.dynamic = dynamic
         # An in-process endpoint (e.g. the management node) that takes every delivery here.
         self.local: LocalEndpoint | None = None

@@ -176,6 +176,11 @@ class OutLink(LinkCounts):
         self.held_last = False
         self.held_by: ConnState | None = None
 
+    def can_take(self) -> bool:
+        """It can take a delivery now: credit, no delivery of its own still streaming, its
+        connection's output not backed up, below its unsettled bound (bounds.py)."""
+        return self.link.credit > 0 and self.streaming is None and not self.conn.output_blocked and not self.stuck
+
     def next_tag(self) -> bytes:
         self.tags = (self.tags + 1) & 0xFFFFFFFF
         return self.tags.to_bytes(4, "big")

@@ -59,7 +59,7 @@ class Multicast(Holding):
         fwd.copies = copies
         fwd.remaining = len(targets)  # (every target, so that no outcome combines before the last)
         for out in targets:
-            ready = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck
+            ready = out.can_take()
             if ready and fwd.complete and self._presettled_out(fwd, out):
                 self._send_copy(fwd, out, None)
                 continue

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mypy_extensions import i64
+
 from ..amqp.messaging import ACCEPTED
 from ..amqp.performatives import SND_SETTLED, SND_UNSETTLED
 from . import annotate, filtering, remote
@@ -191,14 +193,17 @@ class Sending(Failures):
         return [annotate.for_router(frames[0], meta, self.router_id), *frames[1:]]
 
     @staticmethod
-    def _pick(consumers: list[OutLink], rr: int, balanced: bool) -> OutLink | None:
+    def _pick(consumers: list[OutLink], rr: i64, balanced: bool) -> OutLink | None:
         """A consumer that can take a delivery now: round robin (closest, all local consumers
         cost the same) or, balanced, the one with the least outstanding work."""
-        n = len(consumers)
+        n: i64 = len(consumers)
+        if n == 1:  # (most addresses: nothing to choose between)
+            only = consumers[0]
+            return only if only.can_take() else None
         best: OutLink | None = None
         for i in range(n):
             out = consumers[(rr + i) % n]
-            if out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+            if out.can_take():
                 if not balanced:
                     return out
                 if best is None or out.outstanding < best.outstanding:

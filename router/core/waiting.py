@@ -135,7 +135,7 @@ class Waiting(Multicast):
             return
         link = out.link
         pending = out.pending
-        while pending and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+        while pending and out.can_take():
             item = pending.popleft()
             if type(item) is Forward:  # anycast, waiting for an inter-router link's credit
                 if not item.done:
@@ -155,7 +155,7 @@ class Waiting(Multicast):
         if queue and out.entry.filtered:
             nothing_for_it = self._give_matching(out, queue, now)
         else:
-            while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+            while queue and out.can_take():
                 fwd = queue.popleft()
                 if fwd.done:
                     continue
@@ -179,7 +179,7 @@ class Waiting(Multicast):
         True when nothing waiting is left for `out` (a drain can end)."""
         link = out.link
         passed_over: list[Forward] = []
-        while queue and link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.stuck:
+        while queue and out.can_take():
             fwd = queue.popleft()
             if fwd.done:
                 continue
