@@ -189,6 +189,28 @@ def test_disposition_range() -> None:
     assert wire.first == 0 and wire.last == 4 and wire.role is RECEIVER
 
 
+def test_dispositions_both_ways_name_the_right_ids_past_the_first_256() -> None:
+    """A session writes ids past 255 from prefixes it keeps per 256 ids: one for the ids it
+    sends, one for the peer's (its dispositions as receiver); interleaved, each stays right."""
+    pair, cs, ss = connected_pair()
+    out, into = attach_pair(pair, cs, ss, credit=700)  # client -> server
+    _, back = attach_pair(pair, cs, ss, "back", client_sends=False, credit=700)  # server -> client
+    for i in range(600):
+        out.send_transfer(b"a%d" % i, b"x")
+        back.send_transfer(b"b%d" % i, b"y")
+    pair.pump()
+    told_client: list[tuple[int, bool]] = []
+    told_server: list[tuple[int, bool]] = []
+    for d in range(0, 600, 7):  # one by one, alternating the two directions' ids
+        into.dispose(d, state=ACCEPTED)  # the server as receiver: the client's ids
+        back.dispose(599 - d, state=RELEASED)  # the server as sender: its own ids
+        client_events, server_events = pair.pump()
+        told_client += [(e.first, e.role) for e in of_type(client_events, DispositionReceived)]
+        told_server += [(e.first, e.role) for e in of_type(server_events, DispositionReceived)]
+    assert told_client == [x for d in range(0, 600, 7) for x in ((d, RECEIVER), (599 - d, SENDER))]
+    assert told_server == []
+
+
 def test_disposition_with_other_outcomes() -> None:
     pair, cs, ss = connected_pair()
     snd, rcv = attach_pair(pair, cs, ss, credit=1)

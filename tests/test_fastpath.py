@@ -187,6 +187,8 @@ def test_the_fast_disposition_frame_is_the_general_one_or_left_to_it(
 ) -> None:
     last = None if span is None else first + span
     written = disposition_frame(channel, role, first, last, settled, state)
+    if 255 < first <= 0xFFFFFFFF:  # with first's top three bytes given (a session keeps them)
+        assert disposition_frame(channel, role, first, last, settled, state, (first >> 8).to_bytes(3, "big")) == written
     common = (channel < 256 and first <= 0xFFFFFFFF and (last is None or last <= 0xFFFFFFFF)
               and (state is None or type(state) in (m.Accepted, m.Released)))  # fmt: skip
     assert (written != b"") == common

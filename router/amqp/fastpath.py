@@ -222,45 +222,96 @@ def flow_performative(
     return _list(_FLOW_DESCRIPTOR, count, body)
 
 
+_COMMON_STATES: Final[tuple[bytes, ...]] = (b"\x40", _ACCEPTED, _RELEASED)  # by _state_row
+
+
 def _common_state(state: DeliveryState | None) -> bytes:
     """A disposition's state precompiled (none, accepted, released), or b"" for any other."""
+    row = _state_row(state)
+    return b"" if row < 0 else _COMMON_STATES[row]
+
+
+# The outcome classes as module constants: compiled, they are C statics, where the imported names
+# were looked up in the module's dict on every frame.
+_ACCEPTED_CLASS: Final = Accepted
+_RELEASED_CLASS: Final = Released
+
+
+def _state_row(state: DeliveryState | None) -> i64:
+    """The precompiled states as 0 (none), 1 (accepted), 2 (released); -1 for any other."""
     if state is None:
-        return b"\x40"
-    if type(state) is Accepted:
-        return _ACCEPTED
-    if type(state) is Released:
-        return _RELEASED
-    return b""
+        return 0
+    kind = type(state)
+    if kind is _ACCEPTED_CLASS:
+        return 1
+    if kind is _RELEASED_CLASS:
+        return 2
+    return -1
 
 
 # The common disposition frame (transport §2.7.6): accepted, released or no state, on a channel
 # below 256, ids below 2**32: everything but the ids and the list's size comes from tables.
 #   size(4) | doff 2, type 0, channel(2) | descriptor 00 53 15 | list8 size, count 5 |
 #   role | first | last or null | settled | state
+# A disposition of one delivery (most of a lone message's) is five pieces: size, channel, the
+# list's head to the role (with first's uint constructor when it takes four bytes), first, and
+# what follows it; a range has last before that.
 _CHANNEL_HEADS: Final[tuple[bytes, ...]] = tuple(bytes((2, 0, 0, ch)) for ch in range(256))
-# Indexed by the list8 size byte (1 + the body's length; a body is at most 1 + 5 + 5 + 1 + 4).
-_DISPOSITION_LISTS: Final[tuple[bytes, ...]] = tuple(b"\x00\x53\x15\xc0" + bytes((n, 5)) for n in range(32))
+# Indexed by 64 for role true + 32 for a four-byte first + the list8 size byte (1 + the body's
+# length; a body is at most 1 + 5 + 5 + 1 + 4).
+_DISPOSITION_HEADS: Final[tuple[bytes, ...]] = tuple(
+    b"\x00\x53\x15\xc0" + bytes((n, 5)) + role + wide
+    for role in _TRUE_FALSE for wide in (b"", b"\x70") for n in range(32)
+)  # fmt: skip
+# settled and the state, indexed by _state_row + 3 when settled; _DISPOSITION_ONE_TAILS with a
+# null last before them.
+_DISPOSITION_TAILS: Final[tuple[bytes, ...]] = tuple(
+    flag + state for flag in _TRUE_FALSE for state in _COMMON_STATES
+)  # fmt: skip
+_DISPOSITION_ONE_TAILS: Final[tuple[bytes, ...]] = tuple(b"\x40" + tail for tail in _DISPOSITION_TAILS)
 
 
 def disposition_frame(
-    channel: int, role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None
-) -> bytes:
+    channel: int, role: bool, first: int, last: int | None, settled: bool, state: DeliveryState | None,
+    first_prefix: bytes = b"",
+) -> bytes:  # fmt: skip
     """Frame header and performative of a common disposition (see above) in one formatting, or
-    b"" when it is not the common kind (disposition_performative and frame_header then)."""
-    state_bytes = _common_state(state)
-    if len(state_bytes) == 0 or channel > 255 or first > 0xFFFFFFFF:
+    b"" when it is not the common kind (disposition_performative and frame_header then).
+    `first_prefix`: the top three of first's four bytes when the caller keeps them (a session
+    does, Session.id_prefix: made once per 256 ids), else b"" (made here)."""
+    row = _state_row(state)
+    if row < 0 or channel > 255 or first > 0xFFFFFFFF:
         return b""
-    first_bytes = _uint(first)
+    # (ifs, not conditional expressions: mixing i64 and int literals boxes, compiled)
+    if settled:
+        row += 3
+    head: i64 = 0
+    if role:
+        head = 64
+    body_size: i64 = 1  # the role
+    if first < 256:
+        first_bytes = _SMALL_UINTS[first]
+    else:  # (its constructor, 0x70, ends the head: no concatenation per frame)
+        if len(first_prefix) == 0:
+            first_prefix = (first >> 8).to_bytes(3, "big")
+        first_bytes = first_prefix + BYTES[first & 0xFF]
+        head += 32
+        body_size += 1
+    body_size += len(first_bytes)
     if last is None or last == first:
-        last_bytes = b"\x40"
-    elif last > 0xFFFFFFFF:
+        tail = _DISPOSITION_ONE_TAILS[row]
+        body_size += len(tail)
+        return b"%b%b%b%b%b" % (
+            _BE32[14 + body_size], _CHANNEL_HEADS[channel], _DISPOSITION_HEADS[head + body_size + 1], first_bytes, tail,
+        )  # fmt: skip
+    if last > 0xFFFFFFFF:
         return b""
-    else:
-        last_bytes = _uint(last)
-    body_size = 2 + len(first_bytes) + len(last_bytes) + len(state_bytes)  # with role and settled
-    return b"%b%b%b%b%b%b%b%b" % (
-        _BE32[14 + body_size], _CHANNEL_HEADS[channel], _DISPOSITION_LISTS[body_size + 1],
-        _TRUE_FALSE[role], first_bytes, last_bytes, _TRUE_FALSE[settled], state_bytes,
+    last_bytes = _uint(last)
+    tail = _DISPOSITION_TAILS[row]
+    body_size += len(last_bytes) + len(tail)
+    return b"%b%b%b%b%b%b" % (
+        _BE32[14 + body_size], _CHANNEL_HEADS[channel], _DISPOSITION_HEADS[head + body_size + 1],
+        first_bytes, last_bytes, tail,
     )  # fmt: skip
 
 

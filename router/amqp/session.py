@@ -48,7 +48,7 @@ class Session:
         "next_incoming_id", "remote_incoming_window", "remote_outgoing_window",
         "handle_max", "remote_handle_max", "links_by_local", "links_by_remote", "links_by_name",
         "_next_delivery_id", "next_incoming_delivery", "blocked", "context",
-        "in_handle", "in_link", "_id_high", "_id_prefix",
+        "in_handle", "in_link", "_id_high", "_id_prefix", "_in_id_high", "_in_id_prefix",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, channel: int | None) -> None:
@@ -76,6 +76,9 @@ class Session:
         # The top three bytes of the delivery-ids being sent now (id_bytes), and their value.
         self._id_high: i64 = 0
         self._id_prefix = b"\x00\x00\x00"
+        # The same for the peer's delivery-ids, which our dispositions name (in_id_prefix).
+        self._in_id_high: i64 = 0
+        self._in_id_prefix = b"\x00\x00\x00"
         # the delivery-id the peer's next delivery must have (its session-scoped sequence,
         # transport §2.6); -2 until its first delivery sets where the sequence starts: never
         # equal to a parsed delivery-id (-1 when absent), so that the first delivery always
@@ -212,6 +215,15 @@ class Session:
             self._id_high = high
             self._id_prefix = high.to_bytes(3, "big")
         return self._id_prefix
+
+    def in_id_prefix(self, delivery_id: int) -> bytes:
+        """id_prefix for the peer's delivery-ids (a disposition's first, fastpath.disposition_frame),
+        kept apart so that the two sequences do not undo each other's."""
+        high = delivery_id >> 8
+        if high != self._in_id_high:
+            self._in_id_high = high
+            self._in_id_prefix = high.to_bytes(3, "big")
+        return self._in_id_prefix
 
     def link_locally_detached(self, link: Link) -> None:
         if link.state.remote is not ACTIVE:

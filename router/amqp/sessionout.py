@@ -35,7 +35,7 @@ from .fastpath import (
     transfer_performative,
 )
 from .messaging import Modified, Rejected, TransactionalState
-from .performatives import SENDER, Detach, Error
+from .performatives import RECEIVER, SENDER, Detach, Error
 from .serial import serial_add
 
 if TYPE_CHECKING:
@@ -87,7 +87,10 @@ def write_disposition(
     session.conn.check_not_closed()
     channel = session.channel or 0
     # The common kind is at most 30 bytes: it fits any max-frame-size (at least 512).
-    pieces = disposition_frame(channel, role, first, last, settled, state)
+    prefix = b""
+    if 255 < first <= 0xFFFFFFFF:  # its top three bytes, kept by the session per 256 ids
+        prefix = session.in_id_prefix(first) if role is RECEIVER else session.id_prefix(first)
+    pieces = disposition_frame(channel, role, first, last, settled, state, prefix)
     if len(pieces) == 0:
         body = disposition_performative(role, first, last, settled, state)
         if len(body) + 8 > session.conn.remote_max_frame_size:
