@@ -175,6 +175,17 @@ class SessionMaps:
         self.dispositions: list[Any] | None = None
 
 
+def copies_out(fwd: Forward) -> bool:
+    """Every copy of multicast `fwd` is out or failed: its frames are not needed again. (A loop:
+    any() over a generator made an object per delivery.)"""
+    copies = fwd.copies
+    if copies is not None:
+        for copy in copies:
+            if copy.sent_frames == 0 and not copy.done:
+                return False
+    return True
+
+
 def unpin(fwd: Forward) -> None:
     """`fwd` is about to wait: it must not pin the reads it came in, so its frames that are views
     of them become bytes (a new list only when one is: most small messages never were views)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..amqp.messaging import ACCEPTED, RELEASED
 from . import filtering, remote
-from .delivery import Copy, Forward, maps_of
+from .delivery import Copy, Forward, copies_out, maps_of
 from .fifo import Fifo
 from .links import OutLink
 from .holding import Holding
@@ -76,13 +76,11 @@ class Multicast(Holding):
                     out.pending.append(copy)
         if fwd.presettled:
             self._presettled_sent(fwd)  # finished unless a copy still waits or streams
-        for c in copies:  # (a loop: any() over a generator made an object per delivery)
-            if c.sent_frames == 0 and not c.done:
-                return  # a copy still waits: it needs the frames and the routing view
-        # Every copy is out (or failed): the bytes are not needed again, nor the routing view
-        # (one object less per delivery in flight for the garbage collector to walk).
-        fwd.first = fwd.rest = None  # (drop_frames)
-        fwd.view = None
+        if copies_out(fwd):
+            # The bytes are not needed again, nor the routing view (one object less per
+            # delivery in flight for the garbage collector to walk).
+            fwd.first = fwd.rest = None  # (drop_frames)
+            fwd.view = None
 
     def _send_copy(self, fwd: Forward, out: OutLink, copy: Copy | None) -> None:
         """Send `fwd` on `out` now: as `copy`, or, None, as a copy settled as it is written of a

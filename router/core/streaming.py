@@ -21,7 +21,7 @@ from ..amqp import errors as E
 from ..amqp.events import TransferReceived
 from ..amqp.messaging import Rejected
 from ..amqp.performatives import RECEIVER, SND_SETTLED, Error
-from .delivery import Copy, Forward, Payload, forget_inbound
+from .delivery import Copy, Forward, Payload, copies_out, forget_inbound
 from .links import InLink, OutLink, alive
 from .table import AddressTable
 from .waiting import Waiting
@@ -84,7 +84,7 @@ class Streaming(Waiting):
                     self._stream(copy.out, payload, fwd, copy)
             if fwd.first is not None:  # kept only while a copy still waits for credit
                 fwd.add_frame(payload)
-                if not any(c.sent_frames == 0 and not c.done for c in fwd.copies):
+                if copies_out(fwd):
                     fwd.drop_frames()
         elif fwd.out is not None:
             out = fwd.out

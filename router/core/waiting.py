@@ -26,7 +26,7 @@ from ..amqp.performatives import Error
 from . import annotate
 from . import filtering
 from .addressentry import AddressEntry
-from .delivery import Copy, Forward, unpin
+from .delivery import Copy, Forward, copies_out, unpin
 from .failures import DELIVERY_FAILED
 from .fifo import Fifo
 from .linkrelay import RoutedLink
@@ -147,7 +147,7 @@ class Waiting(Multicast):
             if not copy.done and not copy.forward.done:
                 fwd = copy.forward
                 self._send_copy(fwd, out, copy)
-                if not any(c.sent_frames == 0 and not c.done for c in fwd.copies or ()):
+                if copies_out(fwd):
                     fwd.drop_frames()
         if out.neighbour is not None and out.conn.role == "edge":
             self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
