@@ -68,6 +68,8 @@ class FrameOutput:
                 chunks.append(out[index])
                 start = index + 1
         if chunks is None:  # the usual: no views, one chunk
+            if len(out) == 1:
+                return out  # (one frame, most often of a lone message: no join, no new list)
             return [b"".join(out)]
         if start < len(out):
             chunks.append(b"".join(out[start:]))

@@ -137,7 +137,7 @@ class Dispositions:
         written keeps its outcomes for the next take)."""
         batches = self._pending
         if len(batches) == 0:
-            return []
+            return batches  # (empty, and kept: the caller only iterates it)
         self._pending = []
         self._last = None
         for batch in batches:
