@@ -190,8 +190,8 @@ def test_disposition_range() -> None:
 
 
 def test_dispositions_both_ways_name_the_right_ids_past_the_first_256() -> None:
-    """A session writes ids past 255 from prefixes it keeps per 256 ids: one for the ids it
-    sends, one for the peer's (its dispositions as receiver); interleaved, each stays right."""
+    """Ids past 255 in dispositions: the peer's (as receiver, from the top bytes the session
+    keeps per 256 ids) and the session's own (as sender), interleaved, each stays right."""
     pair, cs, ss = connected_pair()
     out, into = attach_pair(pair, cs, ss, credit=700)  # client -> server
     _, back = attach_pair(pair, cs, ss, "back", client_sends=False, credit=700)  # server -> client

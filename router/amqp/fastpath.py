@@ -278,7 +278,7 @@ def disposition_frame(
     """Frame header and performative of a common disposition (see above) in one formatting, or
     b"" when it is not the common kind (disposition_performative and frame_header then).
     `first_prefix`: the top three of first's four bytes when the caller keeps them (a session
-    does, Session.id_prefix: made once per 256 ids), else b"" (made here)."""
+    does for the peer's ids, Session.in_id_prefix: made once per 256 ids), else b"" (made here)."""
     row = _state_row(state)
     if row < 0 or channel > 255 or first > 0xFFFFFFFF:
         return b""

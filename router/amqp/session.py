@@ -217,8 +217,8 @@ class Session:
         return self._id_prefix
 
     def in_id_prefix(self, delivery_id: int) -> bytes:
-        """id_prefix for the peer's delivery-ids (a disposition's first, fastpath.disposition_frame),
-        kept apart so that the two sequences do not undo each other's."""
+        """id_prefix for the peer's delivery-ids (the first of our dispositions as receiver,
+        fastpath.disposition_frame), kept apart so that the two sequences do not undo each other's."""
         high = delivery_id >> 8
         if high != self._in_id_high:
             self._in_id_high = high

@@ -88,8 +88,11 @@ def write_disposition(
     channel = session.channel or 0
     # The common kind is at most 30 bytes: it fits any max-frame-size (at least 512).
     prefix = b""
-    if 255 < first <= 0xFFFFFFFF:  # its top three bytes, kept by the session per 256 ids
-        prefix = session.in_id_prefix(first) if role is RECEIVER else session.id_prefix(first)
+    if role is RECEIVER and 255 < first <= 0xFFFFFFFF:
+        # The peer's id (an outcome for its delivery, once per message a lone producer sends):
+        # its top three bytes as the session keeps them per 256 ids. Ours (as sender: rarer)
+        # are made in disposition_frame, so that they never move id_prefix, which transfers use.
+        prefix = session.in_id_prefix(first)
     pieces = disposition_frame(channel, role, first, last, settled, state, prefix)
     if len(pieces) == 0:
         body = disposition_performative(role, first, last, settled, state)
