@@ -177,7 +177,6 @@ class Waiting(Multicast):
         """consumer_ready for an address with filtered consumers: `out` takes the waiting
         deliveries its filters pass, in order; the others keep their places for other consumers.
         True when nothing waiting is left for `out` (a drain can end)."""
-        link = out.link
         passed_over: list[Forward] = []
         while queue and out.can_take():
             fwd = queue.popleft()
