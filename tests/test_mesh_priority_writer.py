@@ -89,7 +89,7 @@ def _message(body: Any, priority: int) -> Message:
 
 def _producer_conn_bytes(core: RouterCore) -> int:
     """Bytes A holds for its client connections (the producer's byte bound)."""
-    return sum(state.buffered_bytes for state in core.connections.values() if state.role == "normal")
+    return sum(state.held_frame_bytes for state in core.connections.values() if state.role == "normal")
 
 
 def test_a_higher_band_overtakes_a_low_band_stream_held_at_a_blocked_output() -> None:

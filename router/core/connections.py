@@ -188,7 +188,7 @@ class ConnState:
     """The router's state for one connection (hung on `engine.context`)."""
 
     __slots__ = (
-        "engine", "listener", "id", "_in_links", "_out_links", "output_blocked", "buffered_bytes",
+        "engine", "listener", "id", "_in_links", "_out_links", "output_blocked", "buffered_bytes", "held_frame_bytes",
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery", "touch_round",
         "unsettled_out", "unsettled_limit", "stuck",
@@ -219,6 +219,10 @@ class ConnState:
         # bounded by the listener's read_high_water_bytes and shared in the router's budget
         # (router.core.bounds changes it and tells the network layer when to stop reading).
         self.buffered_bytes = 0
+        # Bytes of frames of its deliveries streaming to a blocked output, held by the core
+        # (router.core.holding): they pause reading it past read_high_water too, but take no
+        # room from its waiting deliveries (a delivery is released at the bound, a frame never).
+        self.held_frame_bytes = 0
         # The listener's (or connector's) bound on those bytes, copied from the frozen settings:
         # a native int where the settings model's attribute is a generic lookup (~150
         # instructions) on the path of every delivery that waits.

@@ -1,21 +1,23 @@
-"""Priority bands at the writer: frames held in the router while an inter-router connection's
-output is blocked, so that a higher band's delivery is written before them (docs/mesh.md,
-"Priorities").
+"""Frames held in the router while a connection's output is blocked: a slow consumer never makes
+the router buffer a large message whole, and on an inter-router connection a higher priority
+band's delivery is written before them (docs/mesh.md, "Priorities").
 
-A band link lets a small urgent delivery start while a large one streams on a lower band, but
-what is written is written: bytes already queued below the router (the connection's output, the
-kernel's socket buffers) go out first, in order. So on a connection with band links
-(OutLink.band >= 0):
-- while its output is blocked, the frames of the deliveries streaming on its band links are
-  held here (`hold`), in order, counted against the producer connection's byte bound
-  (bounds.py: past it that connection is no longer read); new deliveries wait as on any blocked
-  connection (bounded by credit);
+Cut-through streaming writes each frame of a delivery as it arrives, and credit bounds
+deliveries, not the frames of one: a consumer that reads slowly (or not at all) would otherwise
+have the rest of a message of any size queued for it. And what is written is written: bytes
+already queued below the router (the connection's output, the kernel's socket buffers) go out
+first, in order. So:
+- while a connection's output is blocked, the frames of the deliveries streaming on its links
+  are held here (`hold`), in order, counted against the producer connection's byte bound
+  (bounds.py: past it that connection is no longer read, as the anchors' Q2 stops reading a
+  producer whose message buffers too much); new deliveries wait as on any blocked connection
+  (bounded by credit);
 - a delivery of several frames sent on a band link at once (it waited for credit) writes at most
   half the write high-water mark and holds the rest (`send_frames`);
-- when the output drains (`release`), the bands are served highest first: each band's held
-  frames, then the deliveries waiting for it, within half the high-water mark; what does not
-  fit stays held and the connection counts as blocked again (the network layer asks the driver
-  to call back when that drains: `held_output`).
+- when the output drains (`release`), band links are served highest first, then the other
+  links: each one's held frames, then the deliveries waiting for it, within half the
+  high-water mark; what does not fit stays held and the connection counts as blocked again
+  (the network layer asks the driver to call back when that drains: `held_output`).
 A delivery's completion (its outcome relay for presettled ones, the link taking the next one)
 follows its last frame's writing: a link's frames are never reordered, nothing held is written
 after the delivery was aborted or its link or connection went away (`drop_held`: the bytes are
@@ -70,7 +72,7 @@ class Holding(Sending):
         out.held_last = last
         out.held_bytes += len(data)
         if out.held_by is not None:
-            self.bounds.hold(out.held_by, len(data))
+            self.bounds.hold_frames(out.held_by, len(data))
 
     def send_frames(self, out: OutLink, fwd: Forward, frames: list[Payload], settled: bool) -> int:
         """Send a delivery of several frames on band link `out`: at most half the write
@@ -92,7 +94,7 @@ class Holding(Sending):
         return out_id
 
     def _blocked_by_held(self, conn: ConnState) -> None:
-        """`conn`'s band links hold frames: it counts as blocked until its output drains."""
+        """`conn`'s links hold frames: it counts as blocked until its output drains."""
         conn.output_blocked = True
         self.held_output.add(conn.engine)
 
@@ -101,7 +103,7 @@ class Holding(Sending):
         if out.held is None:
             return
         if out.held_by is not None:
-            self.bounds.hold(out.held_by, -out.held_bytes)
+            self.bounds.hold_frames(out.held_by, -out.held_bytes)
         out.held = out.held_by = None
         out.held_bytes = 0
         out.held_last = False
@@ -110,12 +112,13 @@ class Holding(Sending):
 
     def release(self, conn: ConnState, now: float) -> None:
         """`conn`'s output drained (it is no longer blocked): its band links, highest band first,
-        write what they hold and take waiting deliveries, within half the write high-water mark;
-        then its other links take deliveries. Stops, blocked again, where the budget ends."""
+        write what they hold and take waiting deliveries; then its other links, each writing
+        what it holds first; all within half the write high-water mark. Stops, blocked again,
+        where the budget ends."""
+        budget = conn.listener.write_high_water // 2
         peer = conn.peer
         bands: list[OutLink] | None = peer.bands if peer is not None else None
         if bands is not None:
-            budget = conn.listener.write_high_water // 2
             for out in reversed(bands):
                 if out.held is not None:
                     budget = self._release_link(out, budget)
@@ -127,6 +130,11 @@ class Holding(Sending):
                     return
         for out in list(conn.out_links):
             if out.band < 0:
+                if out.held is not None:
+                    budget = self._release_link(out, budget)
+                    if out.held is not None:  # the rest waits for the next drain
+                        self._blocked_by_held(conn)
+                        return
                 self.consumer_ready(out, now)
 
     def _release_link(self, out: OutLink, budget: int) -> int:
@@ -148,7 +156,7 @@ class Holding(Sending):
             budget -= size
             out.held_bytes -= size
             if by is not None:
-                self.bounds.hold(by, -size)
+                self.bounds.hold_frames(by, -size)
             link.send_transfer(b"", frame, settled=settled, more=bool(held) or not out.held_last,
                                message_format=fwd.message_format)  # fmt: skip
         self.touched.touch(out.conn.engine)

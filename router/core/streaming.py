@@ -112,9 +112,12 @@ class Streaming(Waiting):
 
     def _stream(self, out: OutLink, payload: Payload, fwd: Forward, record: Forward | Copy) -> None:
         """The next frame of `record` (`fwd` or a copy of it) on `out`, ending it if the last."""
-        if out.conn.output_blocked and out.band >= 0:
-            # A band link of a blocked connection: held until the output drains, when higher
-            # bands go first (holding.py). (Frames it holds always mean a blocked connection.)
+        if out.conn.output_blocked:
+            # Held until the output drains (holding.py), counted against the producer's byte
+            # bound: a consumer that reads slowly, or not at all, never makes the router buffer
+            # a large message whole (past the bound the producer's connection is not read). On
+            # an inter-router connection higher bands go first. (Frames a link holds always
+            # mean a blocked connection.)
             self.hold(out, payload, fwd, fwd.complete)
             return
         out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),

@@ -1,0 +1,145 @@
+"""A large message streamed to a consumer that stops reading (router.core.holding), over real
+sockets with python-qpid-proton at both ends: the router holds the frames its output cannot take
+within the producer connection's byte bound (`read_high_water_bytes`) and then stops reading
+that producer, instead of queueing the rest of the message for the consumer whatever its size;
+once the consumer reads again the whole message arrives intact and the producer hears
+accepted."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import pytest
+import trio
+from proton import Message as ProtonMessage
+from proton.handlers import MessagingHandler
+from proton.reactor import Container
+
+from router.config.models import Listener, RouterConfig, RouterSection
+from router.net.server import RouterServer
+
+from .support.interop import run_container, run_in_thread
+from .support.router_process import core_ready
+
+pytestmark = pytest.mark.skipif(not core_ready(), reason="routing core not importable")
+
+BOUND = 1024 * 1024  # the listener's read_high_water_bytes
+# Every byte says where it belongs: a frame lost, repeated or out of order changes the body.
+BODY = bytes(range(251)) * (24 * 1024 * 1024 // 251)  # ~24 MiB, ~370 frames of 64 KiB
+
+
+def _held(server: RouterServer) -> int:
+    """Bytes of frames the router holds for its connections' streaming deliveries."""
+    return sum(state.held_frame_bytes for state in server.core.connections.values())
+
+
+class StallingConsumer(MessagingHandler):
+    """Takes the first (small) message, then blocks its reactor, reading nothing, until `go` is
+    set; then takes the large one."""
+
+    def __init__(self, url: str, go: threading.Event) -> None:
+        super().__init__(prefetch=10)
+        self.url, self.go = url, go
+        self.attached = threading.Event()
+        self.stalled = threading.Event()
+        self.bodies: list[bytes] = []
+
+    def on_start(self, event: Any) -> None:
+        event.container.create_receiver(event.container.connect(self.url, reconnect=False), "big")
+
+    def on_link_opened(self, event: Any) -> None:
+        self.attached.set()
+
+    def on_message(self, event: Any) -> None:
+        self.bodies.append(bytes(event.message.body))
+        if len(self.bodies) == 1:
+            self.stalled.set()
+            self.go.wait(30)  # the reactor reads nothing meanwhile
+        elif len(self.bodies) == 2:
+            event.connection.close()
+
+
+class Producer(MessagingHandler):
+    """Sends a small message, then the large one; closes once both have their outcome."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.outcomes: list[str] = []
+        self.sent = 0
+
+    def on_start(self, event: Any) -> None:
+        event.container.create_sender(event.container.connect(self.url, reconnect=False), "big")
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit > 0 and self.sent < 2:
+            event.sender.send(ProtonMessage(body=b"first" if self.sent == 0 else BODY))
+            self.sent += 1
+
+    def on_accepted(self, event: Any) -> None:
+        self._outcome(event, "accepted")
+
+    def on_released(self, event: Any) -> None:
+        self._outcome(event, "released")
+
+    def on_rejected(self, event: Any) -> None:
+        self._outcome(event, "rejected")
+
+    def _outcome(self, event: Any, name: str) -> None:
+        self.outcomes.append(name)
+        if len(self.outcomes) == 2:
+            event.connection.close()
+
+
+async def test_a_large_message_to_a_consumer_that_stops_reading_is_held_within_the_bound(
+    nursery: trio.Nursery,
+) -> None:  # fmt: skip
+    config = RouterConfig(
+        router=RouterSection(id="slow"),
+        listeners=(Listener(host="127.0.0.1", port=0, read_high_water_bytes=BOUND, write_high_water_bytes=65536,
+                            socket_buffer_bytes=65536),),  # fmt: skip
+    )
+    server = RouterServer(config)
+    port = (await nursery.start(server.run))[0][2]
+    url = f"amqp://127.0.0.1:{port}"
+    go = threading.Event()
+    consumer, producer = StallingConsumer(url, go), Producer(url)
+    most_held = 0
+
+    async def run(handler: MessagingHandler) -> None:
+        await run_in_thread(functools.partial(run_container, Container(handler), timeout_s=60.0), timeout_s=65.0)
+
+    try:
+        async with trio.open_nursery() as clients:
+            clients.start_soon(run, consumer)
+            with trio.fail_after(10):
+                while not consumer.attached.is_set():
+                    await trio.sleep(0.01)
+            clients.start_soon(run, producer)
+            with trio.fail_after(20):
+                # The consumer took the small one and reads nothing more: the large one's
+                # frames fill what lies below the router, then are held, and at the bound the
+                # producer's connection is no longer read.
+                while not (consumer.stalled.is_set() and server.stats()["reading_paused"] >= 1):
+                    most_held = max(most_held, _held(server))
+                    await trio.sleep(0.005)
+            for _ in range(50):  # paused, it stays within the bound
+                most_held = max(most_held, _held(server))
+                await trio.sleep(0.002)
+            assert BOUND // 2 < most_held <= BOUND + 65536  # at most one frame beyond the bound
+            assert len(consumer.bodies) == 1
+            go.set()
+    finally:
+        go.set()
+    assert consumer.bodies == [b"first", BODY]
+    assert producer.outcomes == ["accepted", "accepted"]
+    with trio.fail_after(5):
+        while server.stats()["connections"]:
+            await trio.sleep(0.01)
+    assert _held(server) == 0 and server.core.bounds.buffered_total == 0
+    assert server.core.bounds.released_over_budget == 0  # held frames never cost a delivery
+    server.shutdown()
+    with trio.fail_after(5):
+        await server.wait_stopped()
