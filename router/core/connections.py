@@ -291,6 +291,11 @@ class ConnState:
         return links
 
     @property
+    def routed_if_any(self) -> set[Any] | None:
+        """Its link-routed links, None while it has had none (no set made to answer)."""
+        return self._routed
+
+    @property
     def link_count(self) -> int:
         return len(self._in_links or ()) + len(self._out_links or ()) + len(self._routed or ())
 

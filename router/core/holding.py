@@ -136,6 +136,10 @@ class Holding(Sending):
                         self._blocked_by_held(conn)
                         return
                 self.consumer_ready(out, now)
+        routed = conn.routed_if_any
+        if routed:  # link-routed links hold what arrived for them while blocked (linkrelay.py)
+            for link in list(routed):
+                self.relay.output_drained(link)
 
     def _release_link(self, out: OutLink, budget: int) -> int:
         """Write `out`'s held frames while `budget` lasts; what is left of it."""

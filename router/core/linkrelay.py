@@ -84,9 +84,10 @@ class RoutedLink:
         self.route = route  # the link route's name; "" on a router on the way to the container's
         self.address = address
         self.towards_container = towards_container
-        # Transfers that arrived for this (sending) link while it had no credit: the receiver
-        # took back credit it had given (transport §2.6.7 allows it). Bounded by the credit the
-        # other side was given, which the engine enforces on the sender.
+        # Transfers that arrived for this (sending) link while it had no credit (the receiver
+        # took back credit it had given, transport §2.6.7 allows it: bounded by the credit the
+        # other side was given, which the engine enforces on the sender) or while its
+        # connection's output was blocked (bounded by the sender's connection's byte bound).
         self.held: deque[tuple[Any, ...]] = deque()
         self.streaming: RoutedDelivery | None = None  # the multi-frame delivery being relayed onto this link
         self.gone = False
@@ -116,11 +117,16 @@ class Relay:
         dst = src.peer
         if dst is None or dst.gone:
             return  # the pair is breaking: the detach that follows tells the sender
-        if dst.held or (event.first and dst.link.credit <= 0):
+        if dst.held or (event.first and dst.link.credit <= 0) or dst.conn.output_blocked:
+            # Held in order: it waits for credit, for what waits before it, or for the output of
+            # a consumer that reads slowly (a streaming delivery's frames would otherwise queue
+            # there whatever the message's size). Counted against the sender's connection:
+            # past its read_high_water it is not read (router.core.bounds).
             payload = event.payload
-            dst.held.append((src, event.delivery_id, event.delivery_tag, bytes(payload) if type(payload) is memoryview
-                             else payload, event.settled, event.more, event.message_format, event.state,
-                             event.aborted, event.first))  # fmt: skip
+            data = bytes(payload) if type(payload) is memoryview else payload
+            dst.held.append((src, event.delivery_id, event.delivery_tag, data, event.settled, event.more,
+                             event.message_format, event.state, event.aborted, event.first))  # fmt: skip
+            src.conn.held_frame_bytes += len(data)
             return
         self._send(src, dst, event.delivery_id, event.delivery_tag, event.payload, event.settled, event.more,
                    event.message_format, event.state, event.aborted, event.first)  # fmt: skip
@@ -159,10 +165,22 @@ class Relay:
         self.touched.touch(dst.conn.engine)
 
     def flush_held(self, dst: RoutedLink) -> None:
-        """Send what waited for `dst`'s credit, as far as the credit goes."""
+        """Send what waited for `dst`'s credit or output, as far as the credit goes."""
         held = dst.held
-        while held and (not held[0][9] or dst.link.credit > 0):
-            self._send(held[0][0], dst, *held.popleft()[1:])
+        while held and (not held[0][9] or dst.link.credit > 0) and not dst.conn.output_blocked:
+            item = held.popleft()
+            _unhold(item)
+            self._send(item[0], dst, *item[1:])
+
+    def output_drained(self, dst: RoutedLink) -> None:
+        """`dst`'s connection takes bytes again: what waited for its output goes out, and the
+        sender's credit follows (as after a flow)."""
+        if not dst.held or dst.gone:
+            return
+        self.flush_held(dst)
+        other = dst.peer
+        if dst.link.is_sender and other is not None and not other.gone and alive(other.link):
+            self.pass_credit(dst)
 
     # --- flow -------------------------------------------------------------------------------------
 
@@ -241,6 +259,7 @@ class Relay:
         for held in (lost.held, other.held if other is not None else ()):
             while held:
                 item = held.popleft()
+                _unhold(item)
                 src, delivery_id, settled, first = item[0], item[1], item[4], item[9]
                 if first and not settled and _session_alive(src.link):
                     self._dispose(src.link, delivery_id, RELEASED, True)
@@ -264,6 +283,11 @@ class Relay:
                     dst_maps = maps_of(record.dst.link.session).routed
                     if dst_maps is not None:
                         dst_maps.sent.pop(record.dst_id, None)
+
+
+def _unhold(item: tuple[Any, ...]) -> None:
+    """A held transfer leaves the held queue: its bytes no longer count against its sender."""
+    item[0].conn.held_frame_bytes -= len(item[3])
 
 
 def _session_alive(link: Link) -> bool:
