@@ -96,6 +96,10 @@ class Producer(MessagingHandler):
             event.connection.close()
 
 
+async def _run(handler: MessagingHandler) -> None:
+    await run_in_thread(functools.partial(run_container, Container(handler), timeout_s=60.0), timeout_s=65.0)
+
+
 async def test_a_large_message_to_a_consumer_that_stops_reading_is_held_within_the_bound(
     nursery: trio.Nursery,
 ) -> None:  # fmt: skip
@@ -111,16 +115,13 @@ async def test_a_large_message_to_a_consumer_that_stops_reading_is_held_within_t
     consumer, producer = StallingConsumer(url, go), Producer(url)
     most_held = 0
 
-    async def run(handler: MessagingHandler) -> None:
-        await run_in_thread(functools.partial(run_container, Container(handler), timeout_s=60.0), timeout_s=65.0)
-
     try:
         async with trio.open_nursery() as clients:
-            clients.start_soon(run, consumer)
+            clients.start_soon(_run, consumer)
             with trio.fail_after(10):
                 while not consumer.attached.is_set():
                     await trio.sleep(0.01)
-            clients.start_soon(run, producer)
+            clients.start_soon(_run, producer)
             with trio.fail_after(20):
                 # The consumer took the small one and reads nothing more: the large one's
                 # frames fill what lies below the router, then are held, and at the bound the
@@ -149,10 +150,6 @@ async def test_a_large_message_to_a_consumer_that_stops_reading_is_held_within_t
 
 
 # --- the same through a link route: the container streams it, the router relays it ------------
-
-
-async def _run(handler: MessagingHandler) -> None:
-    await run_in_thread(functools.partial(run_container, Container(handler), timeout_s=60.0), timeout_s=65.0)
 
 
 @pytest.mark.interop

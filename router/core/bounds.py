@@ -6,8 +6,9 @@ Owns:
   whose connection holds `max_unsettled_per_connection`) is *stuck*: the forwarder sends it
   nothing more (other consumers of the address get the traffic; with none, deliveries wait,
   bounded by the producers' credit) until it settles enough to fall below 7/8 of the bound;
-- the byte accounting of deliveries waiting for credit (per connection and router-wide) and of
-  frames held for deliveries streaming to a blocked output (per connection: holding.py), the
+- the byte accounting of deliveries waiting for credit (per connection and router-wide; frames
+  held for deliveries streaming to a blocked output count too, for pausing reads only:
+  ConnState.held_frame_bytes, kept by holding.py and linkrelay.py), the
   hard bounds at which a delivery that would have to wait is released instead (the connection's
   `read_high_water_bytes`, the router's `buffered_budget_bytes`), and which connections the
   network layer should stop reading (router-wide, once less than 1/32 of the budget is left,
@@ -154,13 +155,6 @@ class Bounds:
                 for inl in self.starved:
                     credit_dirty(inl)
                 self.starved.clear()
-
-    def hold_frames(self, conn: ConnState, nbytes: int) -> None:
-        """`conn`'s deliveries streaming to blocked outputs have `nbytes` more held frames (or
-        fewer, if negative; router.core.holding). Past the connection's read_high_water (with
-        its waiting deliveries) it is not read; unlike waiting deliveries they are never
-        released for room: they belong to deliveries already on their way."""
-        conn.held_frame_bytes += nbytes
 
     def over(self, conn: ConnState, extra: int) -> bool:
         """Whether `conn` holding `extra` more bytes would pass its bound or the router's."""

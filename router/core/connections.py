@@ -220,8 +220,9 @@ class ConnState:
         # (router.core.bounds changes it and tells the network layer when to stop reading).
         self.buffered_bytes = 0
         # Bytes of frames of its deliveries streaming to a blocked output, held by the core
-        # (router.core.holding): they pause reading it past read_high_water too, but take no
-        # room from its waiting deliveries (a delivery is released at the bound, a frame never).
+        # (kept by router.core.holding and, for link routes, linkrelay): they pause reading it
+        # past read_high_water too (bounds.read_paused), but take no room from its waiting
+        # deliveries (a delivery is released at the bound, a frame never).
         self.held_frame_bytes = 0
         # The listener's (or connector's) bound on those bytes, copied from the frozen settings:
         # a native int where the settings model's attribute is a generic lookup (~150

@@ -72,7 +72,7 @@ class Holding(Sending):
         out.held_last = last
         out.held_bytes += len(data)
         if out.held_by is not None:
-            self.bounds.hold_frames(out.held_by, len(data))
+            out.held_by.held_frame_bytes += len(data)  # (bounds.read_paused reads it)
 
     def send_frames(self, out: OutLink, fwd: Forward, frames: list[Payload], settled: bool) -> int:
         """Send a delivery of several frames on band link `out`: at most half the write
@@ -103,7 +103,7 @@ class Holding(Sending):
         if out.held is None:
             return
         if out.held_by is not None:
-            self.bounds.hold_frames(out.held_by, -out.held_bytes)
+            out.held_by.held_frame_bytes -= out.held_bytes
         out.held = out.held_by = None
         out.held_bytes = 0
         out.held_last = False
@@ -160,7 +160,7 @@ class Holding(Sending):
             budget -= size
             out.held_bytes -= size
             if by is not None:
-                self.bounds.hold_frames(by, -size)
+                by.held_frame_bytes -= size
             link.send_transfer(b"", frame, settled=settled, more=bool(held) or not out.held_last,
                                message_format=fwd.message_format)  # fmt: skip
         self.touched.touch(out.conn.engine)
