@@ -4,7 +4,8 @@ Owns: the queue (`pieces`: encoded frames, protocol headers, and payloads append
 views of reads included), the frames that must wait until our protocol header and open are out
 (transport §2.4.1: nothing may precede the open; `release` lets them go first), and taking
 what is queued: joined into one bytes object, or in chunks for a gathered write (writev) that
-leaves the large payload views uncopied.
+leaves the large payload views uncopied; and the count of bytes our sessions hold back for the
+peer's window (`held_bytes`, kept by sessionheld.py), which the driver adds to what is queued.
 Must not touch: encoding frames, frame sizes, when anything is written (connection.py).
 """
 
@@ -14,7 +15,7 @@ Piece = bytes | memoryview
 
 
 class FrameOutput:
-    __slots__ = ("pieces", "ready", "_deferred")
+    __slots__ = ("pieces", "ready", "_deferred", "held_bytes")
 
     def __init__(self) -> None:
         self.pieces: list[Piece] = []  # what goes to the peer next, in order
@@ -22,6 +23,9 @@ class FrameOutput:
         # Frames waiting for the header and our open: the engine may have to write a session's
         # frames (ending it on a session error) before the application opened.
         self._deferred: list[Piece] = []
+        # Bytes of frames our sessions hold until the peer opens its incoming window
+        # (sessionheld.py): not queued here yet, but waiting for the peer all the same.
+        self.held_bytes = 0
 
     def buffer(self) -> list[Piece]:
         """Where frames go now: the output, or the deferred list until `release`. (The hot path

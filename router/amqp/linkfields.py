@@ -36,7 +36,7 @@ class LinkFields:
         "delivery_count", "credit", "drain", "available", "initial_delivery_count",
         "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
         "out_delivery", "out_tag", "out_middle", "out_middle_tag_length", "out_id_prefix", "out_middle_id",
-        "detach_on_oversize",
+        "detach_on_oversize", "held_flow",
         "granted_limit", "context",
     )  # fmt: skip
 
@@ -63,6 +63,7 @@ class LinkFields:
         self.available: i64 = 0
         self.initial_delivery_count: i64 = 0
         self.queued_deliveries: i64 = 0  # sender: deliveries accepted from the app, not yet on the wire
+        self.held_flow: i64 = 0  # sender: a flow of ours waits behind held transfers (sessionheld.py)
         self.in_delivery: i64 = -1  # receiver: delivery-id being streamed in, -1 when none
         self.in_tag = b""
         self.in_settled = False

@@ -31,6 +31,7 @@ from .events import RemoteAttach, RemoteDetach
 from .fastpath import BYTES
 from .link import Link
 from .performatives import RECEIVER, SENDER, Attach, Begin, Detach, End, Error, Fields, Symbols
+from .sessionheld import drop_held
 from .sessionout import write_disposition
 
 if TYPE_CHECKING:
@@ -148,8 +149,7 @@ class Session:
             self.state.local = UNINIT
             self.begin()
             self.state.local = CLOSED
-        if self.blocked:
-            self.blocked.clear()
+        drop_held(self)
         for link in self.links:
             link.queued_deliveries = 0
             # Nothing may follow our end on this session (transport §2.5.4): its links can send

@@ -2,11 +2,11 @@
 application send on it, and when the peer's window lets it go.
 
 Owns: writing transfers (the common one-frame transfer from the link's cached middle, others
-split to the peer's max-frame-size), the queue of frames held while the peer's incoming window
-is closed (`Session.blocked`, in order: transfers, and what must not overtake them: a sender's
-link flows and dispositions) and flushing it as the window opens, session and link flows,
-dispositions (cut to fit the peer's max-frame-size), attach/detach frames (a detach drops its
-link's frames still held), and error descriptions cut to fit a frame (wire_error).
+split to the peer's max-frame-size), what goes to the queue of frames held while the peer's
+incoming window is closed (sessionheld.py keeps it: transfers, and what must not overtake them:
+a sender's link flows and dispositions) and flushing it as the window opens, session and link
+flows, dispositions (cut to fit the peer's max-frame-size), attach/detach frames (a detach drops
+its link's frames still held), and error descriptions cut to fit a frame (wire_error).
 Collaborators, passed in: the Session (windows, next-outgoing-id, the held queue, channel and
 connection), the Link whose frames these are; bytes go to the connection's output.
 Must not touch: what the peer sends (sessionin.py), the link registry, handles and delivery-id
@@ -19,7 +19,6 @@ that compiled, the call per message is a direct C call (no generic receiver, no 
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from . import errors as E
@@ -37,16 +36,15 @@ from .fastpath import (
 from .messaging import Modified, Rejected, TransactionalState
 from .performatives import RECEIVER, SENDER, Detach, Error
 from .serial import serial_add
+from .sessionheld import (
+    LINK_FLOW, TRANSFER, drop_held, held_size, hold_link_flow, hold_ordered, hold_transfer,
+    take_held_flow,
+)  # fmt: skip
 
 if TYPE_CHECKING:
     from .link import Link
     from .messaging import AnyOutcome, DeliveryState
     from .session import Session
-
-# What a held frame is (the first field of a Session.blocked entry)
-_TRANSFER: Final = 0  # (_TRANSFER, (header + performative, payload), link, its delivery's first)
-_ORDERED: Final = 1  # (_ORDERED, frame bytes, None, False)
-_LINK_FLOW: Final = 2  # (_LINK_FLOW, echo, link, False): made when sent, with the counts of then
 
 # Error descriptions often quote the peer's data (a link name, say). The close/end/detach that
 # carries one must fit the peer's max-frame-size, which may be as small as 512 bytes
@@ -100,9 +98,8 @@ def write_disposition(
             body = disposition_performative(role, first, last, settled, fitting_state(state))
         pieces = frame_header(8 + len(body), channel) + body
     # Settling deliveries we sent must not overtake their transfers still in the queue.
-    blocked = session.blocked
-    if role is SENDER and blocked:
-        blocked.append((_ORDERED, pieces, None, False))
+    if role is SENDER and session.blocked:
+        hold_ordered(session, pieces)
     else:
         session.conn.write_bytes(pieces)
 
@@ -115,14 +112,15 @@ def write_control(session: Session, performative: Any, *, ordered: bool) -> None
     session.conn.check_not_closed()
     assert session.channel is not None
     if ordered and isinstance(performative, Detach):
-        _purge_link(session, session.links_by_local.get(performative.handle))
+        link = session.links_by_local.get(performative.handle)
+        if link is not None:
+            drop_held(session, link)
     session.conn.write_frame(session.channel, performative)
 
 
 def write_link_flow(session: Session, link: Link, echo: bool) -> None:
-    blocked = session.blocked
-    if link.role is SENDER and blocked:
-        blocked.append((_LINK_FLOW, echo, link, False))
+    if link.role is SENDER and session.blocked:
+        hold_link_flow(session, link, echo)
     else:
         session.conn.write_bytes(_link_flow_frame(session, link, echo))
 
@@ -215,14 +213,8 @@ def write_transfer(
         session.remote_incoming_window -= len(frames)
         session.next_outgoing_id = serial_add(session.next_outgoing_id, len(frames))
         return
-    blocked = session.blocked
-    if blocked is None:
-        blocked = session.blocked = deque()
-    for i, (body, chunk) in enumerate(frames):
-        pieces = (frame_header(8 + len(body) + len(chunk), channel) + body, chunk)
-        blocked.append((_TRANSFER, pieces, link, first and i == 0))
-    if first:
-        link.queued_deliveries += 1
+    held = [(frame_header(8 + len(body) + len(chunk), channel) + body, chunk) for body, chunk in frames]
+    hold_transfer(session, link, held, first)
     flush_blocked(session)
 
 
@@ -231,33 +223,30 @@ def flush_blocked(session: Session) -> None:
     blocked = session.blocked
     if blocked is None:
         return
+    conn = session.conn
     while blocked:
-        kind, data, link, first = blocked[0]
-        if kind == _TRANSFER:
+        item = blocked[0]
+        kind, data, link, first = item
+        if kind == TRANSFER:
             if session.remote_incoming_window <= 0:
                 return
             session.remote_incoming_window -= 1
             session.next_outgoing_id = serial_add(session.next_outgoing_id, 1)
             if first and link is not None:
                 link.queued_deliveries -= 1
-            session.conn.write_pieces(*data)
-        elif kind == _LINK_FLOW:
+            conn.output.held_bytes -= held_size(item)
+            conn.write_pieces(*data)
+        elif kind == LINK_FLOW:
             assert link is not None
-            session.conn.write_bytes(_link_flow_frame(session, link, bool(data)))
+            conn.output.held_bytes -= held_size(item)
+            conn.write_bytes(_link_flow_frame(session, link, take_held_flow(link)))
         else:
-            session.conn.write_bytes(data)
+            conn.output.held_bytes -= held_size(item)
+            conn.write_bytes(data)
         blocked.popleft()
     # Drained: dropped, so that the hot path's test is `is None` (a deque's truth is a generic
     # call) and an idle session holds no empty deque.
     session.blocked = None
-
-
-def _purge_link(session: Session, link: Link | None) -> None:
-    blocked = session.blocked
-    if link is None or not blocked:
-        return
-    session.blocked = deque(item for item in blocked if item[2] is not link)
-    link.queued_deliveries = 0
 
 
 def _session_fields(session: Session) -> tuple[int | None, int, int, int]:

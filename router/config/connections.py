@@ -21,6 +21,9 @@ from .base import Model, Name
 Port = Annotated[int, Field(ge=0, le=65535, description="TCP port; 0 picks a free one")]
 
 COST_MAX = 2**31 - 1
+# A peer's connection is not read while more than this many times its write high-water mark
+# waits to be written to it (ConnectionSettings.read_pause_unsent).
+READ_PAUSE_UNSENT_FACTOR = 4
 
 
 def is_loopback_host(host: str) -> bool:
@@ -56,7 +59,8 @@ class ConnectionSettings(Model):
     write_high_water_bytes: int = Field(
         default=4 * 1024 * 1024, ge=65536,
         description="send no more deliveries to a connection while this many bytes wait to be written "
-        "(on a connection whose socket buffers are bounded, socket_buffer_bytes, at most twice that bound)",
+        "(on a connection whose socket buffers are bounded, socket_buffer_bytes, at most twice that bound); "
+        "a client's connection is not read while four times this waits",
     )
     # Not bounded by default, not even between routers: a bound caps a long link's throughput
     # (512 KiB at 50 ms: 10 MiB/s), which a site-to-site link must not meet by surprise.
@@ -75,6 +79,17 @@ class ConnectionSettings(Model):
         buffer = self.socket_buffer_bytes
         high = self.write_high_water_bytes
         return min(high, max(65536, 2 * buffer)) if buffer else high
+
+    @property
+    def read_pause_unsent(self) -> int:
+        """Stop reading a peer while more than this waits to be written to it (router.net.
+        driverlife): deliveries stop at the write high-water mark, what passes this bound is
+        what the peer asks for without reading the answers. 0 between routers (interior and
+        edge): each end bounds what its core writes, and two routers that stopped reading each
+        other could wait for ever."""
+        if getattr(self, "role", "normal") in ("inter-router", "edge"):
+            return 0
+        return READ_PAUSE_UNSENT_FACTOR * self.write_high_water
 
 
 class Listener(ConnectionSettings):

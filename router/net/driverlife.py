@@ -3,7 +3,10 @@ the reader must not read, when it must act without a read, and how the connectio
 
 Backpressure on reading (optional, used by the router's server): while the `pause_reading()`
 predicate is true the reader does not read; it looks again when someone calls
-`resume_reading()` (and when an engine timer falls due). On writing: output.py.
+`resume_reading()` (and when an engine timer falls due). Nor does it read while more than
+`read_pause_unsent` bytes wait to be written to the peer (0: no such bound), until a write
+brings them under it: a peer that sends requests the engine answers on its own (echoed flows)
+without reading the answers must not grow them without end. On writing: output.py.
 The open deadline (optional, used by the router's server for its handshake time-out): a peer
 whose open has not come by then is dropped (after a call to `on_open_timeout`). It is one more
 deadline of the reader's, not a task of its own: an idle connection holds as little as it can
@@ -44,7 +47,7 @@ class DriverLife(DriverOutput):
 
     __slots__ = (
         "pause_reading", "on_open_timeout", "_resume", "_open_deadline", "_reading_paused",
-        "_paused_when_due", "_grace_deadline", "_aborted",
+        "_paused_when_due", "_grace_deadline", "_aborted", "read_pause_unsent",
     )  # fmt: skip
 
     def __init__(
@@ -64,6 +67,7 @@ class DriverLife(DriverOutput):
         self._paused_when_due = False  # the reader was paused when its deadline fell due
         self._grace_deadline = math.inf  # once our close is out: until when we wait for the peer's
         self._aborted = False
+        self.read_pause_unsent = 0  # (see the module docstring; set by the server's driver)
 
     @property
     def reading_paused(self) -> bool:
@@ -81,7 +85,14 @@ class DriverLife(DriverOutput):
         # engine drops): keep reading so that the connection can finish.
         if self.engine.state.local is CLOSED:
             return False
+        bound = self.read_pause_unsent
+        if bound != 0 and self._unsent > bound:
+            return True
         return self._owner_pauses()
+
+    def _after_write(self) -> None:
+        if self._reading_paused and self.read_pause_unsent != 0:
+            self.resume_reading()  # (the reader asks again, and pauses again if still above)
 
     def _owner_pauses(self) -> bool:
         """The `pause_reading` predicate, or a subclass overrides this (as `_deliver`)."""

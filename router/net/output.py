@@ -8,10 +8,14 @@ to write: started when a write would block (or output is queued from another tas
 it has written everything. Other streams keep theirs from the first write to the end.
 
 Backpressure (optional, used by the router's server): the writer counts the bytes taken from
-the engine but not yet accepted by the stream, and calls `on_output_blocked(True)` when they
-exceed `write_high_water`, then `on_output_blocked(False)` once they drain below half of it
-(hysteresis, so a connection near the mark does not flap); `expect_drain()` for a caller that
-holds more to write once what is queued drains.
+the engine but not yet accepted by the stream, adds those the engine's sessions hold until the
+peer opens its incoming window (`FrameOutput.held_bytes`: a peer that opens no window is a peer
+that does not read), and calls `on_output_blocked(True)` when they exceed `write_high_water`,
+then `on_output_blocked(False)` once they drain below half of it (hysteresis, so a connection
+near the mark does not flap); `expect_drain()` for a caller that holds more to write once what
+is queued drains. The reader (driverlife.py) stops reading a peer whose unsent bytes pass a
+higher bound, `read_pause_unsent`: what the engine answers on its own (an echoed flow, say)
+does not wait for the output to drain, so a peer that asks without reading is not read further.
 
 Owns: the output queue, the writer task, the closed state and closing the stream (once the
 reading half let go of it: `_stop_reads`). Must not touch: reading (driver.py), timers (driverlife.py), the
@@ -130,18 +134,30 @@ class DriverOutput:
             self.wake()
             return
         # On an error nothing is written: the writer meets the same error and tears down.
+        engine = self.engine
         if stream.sealing:
-            data = self.engine.data_to_send()
-            if not data:
-                return
-            rest = stream.write_now(stream.seal(data))
+            data = engine.data_to_send()
+            rest = stream.write_now(stream.seal(data)) if data else data
         else:  # large payloads go from the reads they arrived in to the socket, never copied
-            chunks = self.engine.chunks_to_send()
-            if not chunks:
-                return
-            rest = stream.gather_now(chunks)
+            chunks = engine.chunks_to_send()
+            rest = stream.gather_now(chunks) if len(chunks) != 0 else b""
         if len(rest) != 0:
             self._queue(rest)
+            self._kick_writer()
+        elif self._output_blocked or engine.output.held_bytes:
+            self._held_changed()
+
+    def _held_changed(self) -> None:
+        """After a direct write, with frames held for the peer's window or the output blocked:
+        the held frames may pass the mark, or (the window opened, their link detached) what
+        blocked the output may have drained. The writer says so, as after any write."""
+        high = self.write_high_water
+        if high is None:
+            return
+        if not self._output_blocked:
+            if self._unsent + self.engine.output.held_bytes > high:
+                self._set_output_blocked(True)
+        else:
             self._kick_writer()
 
     def _dispatch(self) -> None:
@@ -178,7 +194,7 @@ class DriverOutput:
         self._outq.append(data)
         self._unsent += len(data)
         high = self.write_high_water
-        if high is not None and not self._output_blocked and self._unsent > high:
+        if high is not None and not self._output_blocked and self._unsent + self.engine.output.held_bytes > high:
             self._set_output_blocked(True)
 
     def expect_drain(self) -> bool:
@@ -195,6 +211,15 @@ class DriverOutput:
             return False
         self._set_output_blocked(True)
         return True
+
+    def _drained(self) -> bool:
+        """Below half the high-water mark (only asked while the output is blocked, so there is
+        a mark), counting what the engine holds for the peer's window."""
+        high = self.write_high_water
+        return high is not None and self._unsent + self.engine.output.held_bytes < high // 2
+
+    def _after_write(self) -> None:
+        """Bytes were written (the reader's pause may end: driverlife.py)."""
 
     def _set_output_blocked(self, blocked: bool) -> None:
         self._output_blocked = blocked
@@ -243,12 +268,13 @@ class DriverOutput:
                     await self._close_stream()
                     return
                 self._unsent -= size
-                high = self.write_high_water
-                if self._output_blocked and high is not None and self._unsent < high // 2:
+                self._after_write()
+                if self._output_blocked and self._drained():
                     self._set_output_blocked(False)
-            if self._output_blocked and self._unsent == 0:
-                # Blocked by expect_drain while flush() wrote what this writer was woken for:
-                # nothing is left to drain, and this is the last chance to say so.
+            if self._output_blocked and self._drained():
+                # Blocked by expect_drain while flush() wrote what this writer was woken for
+                # (or what the peer's window held went out so): nothing is left to drain, and
+                # this is the last chance to say so.
                 self._set_output_blocked(False)
             if engine.finished and not engine.pending_output:
                 break

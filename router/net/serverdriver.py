@@ -54,6 +54,7 @@ class ServerDriver(ConnectionDriver):
             on_open_timeout=self._handshake_timed_out,
             poller=poller,
         )
+        self.read_pause_unsent = settings.read_pause_unsent
 
     # The driver's hooks, overridden: called natively on every read (callbacks would be calls
     # through Python, and bound methods held by every connection).

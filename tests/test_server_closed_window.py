@@ -1,0 +1,151 @@
+"""Peers that take nothing, over real sockets through the whole server: a consumer whose session
+incoming window stays closed while its link has credit (transport §2.5.6: the router's engine
+must hold the transfers), and a peer that asks for echoed flows without reading the answers.
+Neither may make the router hold more than its bounds for them: the frames a closed window holds
+count as output that has not drained (router/amqp/sessionheld.py, router/net/output.py), so the
+core stops writing there and holds the producer back by credit; a connection whose unsent
+answers pass four write high-water marks is not read further (router/net/driverlife.py). Once
+the peer takes what it was sent, everything arrives and nothing is lost."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+import pytest
+import trio
+
+from router.amqp.connection import Connection, ConnectionConfig
+from router.amqp.fastpath import flow_performative, frame_header
+from router.amqp.message import Message
+from router.amqp.messaging import Source
+from router.amqp.session import Session
+from router.amqp.sessionout import write_session_flow
+from router.config.connections import READ_PAUSE_UNSENT_FACTOR
+from router.net.client import connect
+from router.net.server import RouterServer
+
+from .support.router_process import core_ready, router_config
+
+pytestmark = pytest.mark.skipif(not core_ready(), reason="the routing core cannot route yet")
+
+HIGH_WATER = 256 * 1024  # the listener's write_high_water_bytes
+MESSAGE = 32 * 1024
+
+
+def _window(session: Session, size: int) -> None:
+    """Our session's incoming window, announced to the router at once (a session flow)."""
+    session.incoming_window = session.incoming_window_size = size
+    write_session_flow(session)
+
+
+async def _until(predicate: Any, timeout_s: float = 10.0) -> None:
+    """No event tells us: poll the server's state."""
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = await stream.receive_some(size - len(data))
+        assert chunk, "the router closed the connection"
+        data += chunk
+    return bytes(data)
+
+
+async def test_a_consumer_whose_session_window_stays_closed_holds_back_the_producer(nursery: trio.Nursery) -> None:
+    server = RouterServer(router_config(
+        write_high_water_bytes=HIGH_WATER, read_high_water_bytes=1024 * 1024, link_capacity=50,
+    ))  # fmt: skip
+    port = (await nursery.start(server.run))[0][2]
+    count = 200
+    async with connect("127.0.0.1", port) as consumer, connect("127.0.0.1", port) as producer:
+        assert consumer.session is not None
+        _window(consumer.session, 0)  # (sent before the attach: the router knows it first)
+        receiver = await consumer.open_receiver("closed", credit=count)  # credit for them all
+        sender = await producer.open_sender("closed")
+        trackers: list[Any] = []
+
+        async def produce() -> None:
+            for i in range(count):
+                trackers.append(await sender.start_send(Message.data(b"%08d" % i * (MESSAGE // 8))))
+
+        nursery.start_soon(produce)
+
+        def held() -> int:  # what the router's engines hold for closed windows
+            return max(engine.output.held_bytes for engine in server._drivers)
+
+        await _until(lambda: held() > 0 and server.stats()["output_blocked"] and sender.link.credit == 0)
+        # The core stopped at the mark: what the window holds is one batch past it at most.
+        assert HIGH_WATER < held() <= HIGH_WATER + 4 * (MESSAGE + 100)
+        assert len(trackers) < count
+        assert server.core.bounds.released_over_budget == 0
+
+        _window(consumer.session, 2048)
+        consumer.driver.wake()
+        with trio.fail_after(20):
+            bodies = []
+            for _ in range(count):
+                delivery = await receiver.receive()
+                bodies.append(delivery.message.body_bytes)
+                receiver.accept(delivery)
+            while len(trackers) < count:
+                await trio.sleep(0.01)
+            outcomes = {type(await tracker.wait()).__name__ for tracker in trackers}
+        assert outcomes == {"Accepted"}
+        assert [body[:8] for body in bodies] == [b"%08d" % i for i in range(count)]
+        await _until(lambda: server.stats()["output_blocked"] == 0 and held() == 0)
+
+
+async def test_a_peer_that_asks_for_echoes_without_reading_them_is_not_read_further(nursery: trio.Nursery) -> None:
+    # Small socket buffers on both ends, so that little hides below the router.
+    high = 65536
+    server = RouterServer(router_config(write_high_water_bytes=high, socket_buffer_bytes=high))
+    port = (await nursery.start(server.run))[0][2]
+    peer = trio.socket.socket()
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, high)
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, high)
+    await peer.connect(("127.0.0.1", port))
+    stream = trio.SocketStream(peer)
+    engine = Connection(ConnectionConfig(container_id="asks-without-reading"))
+    engine.open(hostname="127.0.0.1")
+    session = engine.begin_session()
+    session.attach_receiver("echoes", source=Source(address="anything"))
+    await stream.send_all(engine.data_to_send())
+    await _until(lambda: len(server.core.connections) == 1 and any(d.engine.sessions_by_local for d in server._drivers.values()))
+    (driver,) = server._drivers.values()
+    # flow(next-incoming-id 0, window 2048, next-outgoing-id 0, window 2048, handle 0, credit 10, echo)
+    body = flow_performative(0, 2048, 0, 2048, handle=0, delivery_count=0, link_credit=10, available=None, drain=False, echo=True)
+    asks = 100_000
+    flood = (frame_header(8 + len(body), 0) + body) * asks
+    sent = trio.Event()
+
+    async def ask() -> None:
+        await stream.send_all(flood)
+        sent.set()
+
+    nursery.start_soon(ask)
+    bound = READ_PAUSE_UNSENT_FACTOR * high
+    await _until(lambda: driver.reading_paused)
+    assert not sent.is_set()  # the router stopped taking them
+    # What waits for us: past the bound by the answers to one read at most.
+    assert bound < driver.unsent_bytes <= bound + 4 * 65536
+
+    # We read now: the router reads again, and every ask has its answer (after the protocol
+    # header, the router's open, begin and attach).
+    expected = 3 + asks
+    with trio.fail_after(30):
+        received = bytearray(await _receive_exactly(stream, 8))
+        assert received == b"AMQP\x00\x01\x00\x00"
+        frames = 0
+        while frames < expected:
+            head = await _receive_exactly(stream, 4)
+            size = struct.unpack(">I", head)[0]
+            await _receive_exactly(stream, size - 4)
+            frames += 1
+    await sent.wait()
+    assert not driver.reading_paused and driver.unsent_bytes == 0
+    await stream.aclose()
