@@ -83,6 +83,9 @@ async def test_a_consumer_whose_session_window_stays_closed_holds_back_the_produ
         assert HIGH_WATER < held() <= HIGH_WATER + 4 * (MESSAGE + 100)
         assert len(trackers) < count
         assert server.core.bounds.released_over_budget == 0
+        # An operator sees why (management's connection entities, `router stat connections`).
+        (row,) = [c for c in server.agent.entities("connection") if c["windowHeldBytes"]]
+        assert row["outputBlocked"] is True and row["windowHeldBytes"] == held()
 
         _window(consumer.session, 2048)
         consumer.driver.wake()

@@ -69,7 +69,8 @@ VIEWS: dict[ViewName, View] = {
     ViewName.connections: View("connection", "Connections", (
         ("id", "identity"), ("host", "host"), ("container", "container"), ("role", "role"), ("proto", "protocol"),
         ("dir", "dir"), ("listener", "listener"), ("sasl", "sasl"), ("user", "user"), ("encrypted", "isEncrypted"),
-        ("links", "linkCount"), ("status", "operStatus"), ("last dlv", "lastDlvSeconds"), ("uptime", "uptimeSeconds"),
+        ("links", "linkCount"), ("status", "operStatus"), ("blocked", "outputBlocked"),
+        ("last dlv", "lastDlvSeconds"), ("uptime", "uptimeSeconds"),
     )),
     ViewName.links: View("router.link", "Router Links", (
         ("type", "linkType"), ("dir", "linkDir"), ("conn id", "connectionId"), ("id", "identity"),

@@ -126,7 +126,9 @@ class CoreReadApi:
             # wall clock does.
             uptime_s=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
             last_delivery_s=max(0, int(now - state.last_delivery)) if state.last_delivery != NEVER else None,
-            link_count=state.link_count,
+            link_count=state.link_count, output_blocked=state.output_blocked,
+            buffered_bytes=state.buffered_bytes, held_frame_bytes=state.held_frame_bytes,
+            window_held_bytes=engine.output.held_bytes,
         )  # fmt: skip
 
     def links(self, now: float) -> list[LinkSnapshot]:

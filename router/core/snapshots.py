@@ -61,6 +61,13 @@ class ConnectionSnapshot:
     uptime_s: int  # since the peer's open (0 before it)
     last_delivery_s: int | None  # since a transfer last came in or went out (None: none yet)
     link_count: int
+    # Backpressure: the router sends it no more deliveries (its output has not drained); bytes
+    # of its deliveries waiting for consumer credit; later frames of its deliveries held while
+    # their consumers' output is blocked; frames waiting for it to open its session window.
+    output_blocked: bool
+    buffered_bytes: int
+    held_frame_bytes: int
+    window_held_bytes: int
 
 
 @dataclass(frozen=True, slots=True)

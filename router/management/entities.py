@@ -59,10 +59,16 @@ class ConnectionType(EntityType):
         Attribute("opened", "boolean", "The open handshake completed"),
         Attribute("operStatus", "string", "up or closing"),
         Attribute("adminStatus", "string", "enabled"),
+        Attribute("outputBlocked", "boolean",
+                  "The router sends it no more deliveries for now: what it was sent has not drained "
+                  "(it reads slowly, or keeps its session window closed)"),
     ) + counters(
         "uptimeSeconds: Seconds since the peer's open",
         "lastDlvSeconds: Seconds since a transfer last came in or went out on it (null: none yet)",
         "linkCount: Attached links",
+        "bufferedBytes: Bytes of its deliveries the router holds, waiting for consumer credit",
+        "heldFrameBytes: Bytes of later frames of its deliveries held while their consumers' output is blocked",
+        "windowHeldBytes: Bytes waiting for it to open its session incoming window",
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -79,6 +85,8 @@ class ConnectionType(EntityType):
             sslProto=c.tls_protocol, sslCipher=c.tls_cipher, properties=c.properties, opened=c.opened,
             operStatus="closing" if c.closing else "up", adminStatus="enabled",
             uptimeSeconds=c.uptime_s, lastDlvSeconds=c.last_delivery_s, linkCount=c.link_count,
+            outputBlocked=c.output_blocked, bufferedBytes=c.buffered_bytes, heldFrameBytes=c.held_frame_bytes,
+            windowHeldBytes=c.window_held_bytes,
         )  # fmt: skip
 
 
