@@ -1,9 +1,13 @@
 """ConnectionDriver backpressure over in-memory streams: paused reading (resumed on request,
 timers still served, a silent peer still timed out) and the writer's high-water reports; and
-over a socket, the direct read never touching a descriptor closed under it."""
+over a socket, the same timers served without reading a paused peer, and the direct read never
+touching a descriptor closed under it."""
 
 from __future__ import annotations
 
+import fcntl
+import struct
+import termios
 from collections.abc import Callable
 
 import trio
@@ -121,6 +125,66 @@ async def test_paused_reader_still_times_out_a_silent_peer(
     closes = [event for event in client.events() if isinstance(event, ev.RemoteClose)]
     assert closes and closes[0].error is not None
     assert closes[0].error.condition == E.RESOURCE_LIMIT_EXCEEDED
+
+
+async def test_a_paused_reader_on_a_socket_keeps_a_live_peer_without_reading_it(nursery: trio.Nursery) -> None:
+    """Over a socket the paused reader looks whether the peer's bytes wait, without reading
+    them: a read at every timer would take in a read's worth of what the pause holds back each
+    time (a producer's frames, held for as long as a consumer stalls). The server closes peers
+    silent for 0.2 s; the client heartbeats; paused for ten idle time-outs, the server reads
+    nothing and keeps the connection; resumed, it reads what waited."""
+    a, b = trio.socket.socketpair()
+    server, seen = _server(idle_timeout_s=0.2), list[ev.Event]()
+    paused = Paused(False)
+    driver = ConnectionDriver(trio.SocketStream(b), server, _opener(server, seen), pause_reading=paused)
+    nursery.start_soon(driver.run)
+    client = _client()
+    client_driver = ConnectionDriver(trio.SocketStream(a), client, lambda _events: None)
+    nursery.start_soon(client_driver.run)
+    client.open()
+    client_driver.wake()
+    with trio.fail_after(5):
+        while client.remote_open is None:
+            await trio.sleep(0.01)
+    paused.paused = True
+    driver.resume_reading()  # (it looks at the predicate again)
+    received = server.last_received
+    await trio.sleep(2.0)  # ten idle time-outs, about twenty heartbeats waiting unread
+    assert server.state.local is ACTIVE and not server.failed
+    assert not any(isinstance(event, ev.RemoteClose) for event in seen)
+    assert server.last_received > received  # not idle: its bytes wait ...
+    assert _unread(b) >= 8 * 10  # ... unread (an empty frame is 8 bytes)
+    paused.paused = False
+    driver.resume_reading()
+    with trio.fail_after(5):
+        while _unread(b):
+            await trio.sleep(0.01)
+
+
+async def test_a_paused_reader_on_a_socket_still_times_out_a_silent_peer(nursery: trio.Nursery) -> None:
+    a, b = trio.socket.socketpair()
+    server, seen = _server(idle_timeout_s=0.4), list[ev.Event]()
+    paused = Paused(False)
+    nursery.start_soon(ConnectionDriver(trio.SocketStream(b), server, _opener(server, seen), pause_reading=paused).run)
+    client = _client()  # driven by hand: after the open it says nothing
+    client.open()
+    await a.send(client.data_to_send())
+    while client.remote_open is None:
+        client.receive_data(await a.recv(65536), trio.current_time())
+    paused.paused = True
+    received = b""
+    with trio.fail_after(3):
+        while data := await a.recv(65536):
+            received += data
+    client.receive_data(received, trio.current_time())
+    closes = [event for event in client.events() if isinstance(event, ev.RemoteClose)]
+    assert closes and closes[0].error is not None
+    assert closes[0].error.condition == E.RESOURCE_LIMIT_EXCEEDED
+
+
+def _unread(sock: trio.socket.SocketType) -> int:
+    """Bytes the kernel holds for `sock` that nobody has read."""
+    return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
 
 
 async def test_writer_reports_high_water_and_drain(nursery: trio.Nursery) -> None:

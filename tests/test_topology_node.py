@@ -195,6 +195,28 @@ def test_ticking_at_the_deadline_always_makes_progress() -> None:
     assert "B" not in a.neighbours
 
 
+def test_a_neighbour_the_owner_does_not_read_is_not_judged_silent() -> None:
+    """Its HELLOs wait unread behind data the owner holds back (backpressure): while held it
+    stays a two-way neighbour; one never heard is not made heard; released, its dead interval
+    runs again from the last hold."""
+    from topology.events import NeighbourSilent
+
+    a = TopologyNode("A", 1, TopologyConfig(hello_interval_s=1.0, dead_interval_s=3.0))
+    two_way(a, "B", now=0.0)
+    a.neighbour_up("C", now=0.0)  # C never says HELLO
+    for t in range(1, 30):
+        a.hold_neighbour("B", float(t))
+        a.hold_neighbour("C", float(t))
+        a.tick(float(t))
+    silent = [e.router_id for e in a.take_events() if isinstance(e, NeighbourSilent)]
+    assert silent == ["C"] and dict(a.neighbours) == {"B": 1}
+    a.tick(31.9)
+    assert dict(a.neighbours) == {"B": 1}
+    a.tick(32.0)  # three seconds after the last hold
+    assert [e.router_id for e in a.take_events() if isinstance(e, NeighbourSilent)] == ["B"]
+    assert dict(a.neighbours) == {}
+
+
 def test_a_silent_neighbour_is_reported_once_after_its_dead_interval() -> None:
     from topology.events import NeighbourSilent
 

@@ -9,6 +9,8 @@ sending (node.py), I/O.
 Dead interval: the configured `dead_interval_s`, stretched for a neighbour whose own hello
 interval is longer than ours by the same ratio (so a router configured with a 5 s hello is not
 declared dead by one using 1 s / 3 s). A dropped connection (`down`) removes a neighbour at once.
+A neighbour this router does not read for now (`hold`: its HELLOs wait unread behind data the
+router has no room for) is not judged: it stays as last heard.
 A neighbour silent for its dead interval (or never heard within it after its connection came up)
 is also reported once by `silent`: its connection is up but useless (a frozen router), and the
 node's owner closes it (topology.events.NeighbourSilent).
@@ -74,6 +76,14 @@ class NeighbourTable:
         ratio = self.dead_interval_s / self.hello_interval_s
         neighbour.dead_s = max(self.dead_interval_s, ratio * message.hello_interval_ms / 1000.0)
         return fresh
+
+    def hold(self, neighbour_id: str, now: float) -> None:
+        """This router is not reading `neighbour_id`'s connection now (backpressure: its owner
+        holds too much from it): its HELLOs wait unread, so its silence would be ours. A heard
+        neighbour stays heard, as if a HELLO came now; one not heard stays so."""
+        neighbour = self.connected.get(neighbour_id)
+        if neighbour is not None and neighbour.heard_at is not None and now > neighbour.heard_at:
+            neighbour.heard_at = now
 
     def expire(self, now: float) -> bool:
         """Forget neighbours silent for longer than their dead interval; True if any were."""

@@ -70,6 +70,11 @@ class TopologyNode(TopologyProtocol):
             self._mobile_requests.forget_neighbour(neighbour_id)
             self._refresh_own()
 
+    def hold_neighbour(self, neighbour_id: str, now: float) -> None:
+        """The owner does not read `neighbour_id`'s connection now: its silence is not its own
+        (neighbours.NeighbourTable.hold). Called before tick() while that lasts."""
+        self._neighbours.hold(neighbour_id, now)
+
     def set_local_addresses(self, added: Iterable[str] = (), removed: Iterable[str] = ()) -> None:
         """Mobile addresses that gained their first / lost their last local consumer. Changes are
         merged until the next tick, which floods one differential MAU (ValueError on misuse)."""

@@ -103,6 +103,11 @@ class ConnectionBase:
         """When bytes last came from the peer (the `now` given to receive_data; 0.0 before any)."""
         return self._last_received
 
+    def peer_not_idle(self, now: float) -> None:
+        """The peer's bytes wait unread (its reader is paused by the application's
+        backpressure): it is not idle, whatever the local idle time-out would say."""
+        self._last_received = now
+
     # --- application commands ------------------------------------------------------------------
 
     def open(

@@ -117,6 +117,12 @@ class Mesh(MeshReadApi):
         self.dirty = False
         liveness = self.liveness
         liveness.serviced(now)
+        for peer in self.peers.values():
+            # Not read now (it holds too much for a consumer that is slow: bounds.read_paused):
+            # its HELLOs wait unread, which must not take it out of the routes (liveness.py
+            # already keeps its connection open).
+            if self.closer.read_paused(peer.conn.engine):
+                node.hold_neighbour(peer.id, now)
         node.tick(now)
         outgoing = node.take_outgoing()
         if outgoing:

@@ -14,7 +14,7 @@ deadline of the reader's, not a task of its own: an idle connection holds as lit
 
 Owns: the read pause (the predicate, resume_reading), the reader's deadlines (the engine's
 timer, the peer's open, the grace for the peer's close once ours is out) and what it does when
-one falls due (the handshake time-out, the engine's tick, a paused reader's one read before it),
+one falls due (the handshake time-out, the engine's tick, a paused reader's look at the peer before it),
 and the connection's life: run() (the reader, then the writer's last flush, then the close) and
 abort(). Must not touch: the reads themselves and the poller's parking (driver.py), writing
 (output.py), the descriptor and the TLS session (stream.py), protocol decisions.
@@ -35,9 +35,10 @@ from .output import BlockedHandler, DriverOutput, EventHandler
 PausePredicate = Callable[[], bool]
 
 CLOSE_GRACE_S = 2.0  # after our close, how long we wait for the peer's before dropping it
-# When an engine timer falls due while reading is paused we read once before ticking (see
-# _at_deadline). A live peer's bytes are already in the socket buffer, so this bound only
-# matters for a silent peer, whose idle time-out it delays by at most this much.
+# When an engine timer falls due while reading is paused we look whether the peer's bytes wait
+# (a socket: readable, not read) or read once (other streams) before ticking (see _at_deadline).
+# A live peer's bytes are already in the socket buffer, so this bound only matters for a silent
+# peer, whose idle time-out it delays by at most this much.
 PAUSED_TIMER_READ_S = 0.1
 
 
@@ -176,15 +177,22 @@ class DriverLife(DriverOutput):
             return True
         if self._paused_when_due:
             # Ticking at once could close a live peer for idle time-out: its frames
-            # (heartbeats included) wait unread in the socket. Read once, then tick.
-            data = None
-            with trio.move_on_after(PAUSED_TIMER_READ_S):
-                data = await self._stream.receive()
-            if data is not None:
-                engine.receive_data(data, now)
-                if not data:
-                    self._dispatch()
-                    return True
+            # (heartbeats included) wait unread in the socket. A socket that is readable says
+            # so without a read: a read would take in more of what the pause holds back (a
+            # read's worth more held at every timer, for as long as the pause lasts). Other
+            # streams cannot tell: read once, then tick.
+            waiting = await self._stream.peer_waiting(PAUSED_TIMER_READ_S)
+            if waiting:
+                engine.peer_not_idle(now)
+            elif waiting is None:
+                data = None
+                with trio.move_on_after(PAUSED_TIMER_READ_S):
+                    data = await self._stream.receive()
+                if data is not None:
+                    engine.receive_data(data, now)
+                    if not data:
+                        self._dispatch()
+                        return True
         engine.tick(now)
         self._dispatch()
         return False

@@ -130,27 +130,29 @@ class DriverOutput:
         without blocking; the rest goes to the writer task. Nothing is interleaved: this only
         writes while no write is in progress and nothing is waiting for the writer."""
         stream = self._stream
-        if stream.fd < 0 or self._sending or self._outq or self.engine.finished:
-            self.wake()
-            return
-        # On an error nothing is written: the writer meets the same error and tears down.
         engine = self.engine
-        if stream.sealing:
-            data = engine.data_to_send()
-            rest = stream.write_now(stream.seal(data)) if data else data
-        else:  # large payloads go from the reads they arrived in to the socket, never copied
-            chunks = engine.chunks_to_send()
-            rest = stream.gather_now(chunks) if len(chunks) != 0 else b""
-        if len(rest) != 0:
-            self._queue(rest)
-            self._kick_writer()
-        elif self._output_blocked or engine.output.held_bytes:
+        if stream.fd < 0 or self._sending or self._outq or engine.finished:
+            self.wake()
+        else:
+            # On an error nothing is written: the writer meets the same error and tears down.
+            if stream.sealing:
+                data = engine.data_to_send()
+                rest = stream.write_now(stream.seal(data)) if data else data
+            else:  # large payloads go from the reads they arrived in to the socket, never copied
+                chunks = engine.chunks_to_send()
+                rest = stream.gather_now(chunks) if len(chunks) != 0 else b""
+            if len(rest) != 0:
+                self._queue(rest)
+                self._kick_writer()
+                return
+        if self._output_blocked or engine.output.held_bytes:
             self._held_changed()
 
     def _held_changed(self) -> None:
-        """After a direct write, with frames held for the peer's window or the output blocked:
-        the held frames may pass the mark, or (the window opened, their link detached) what
-        blocked the output may have drained. The writer says so, as after any write."""
+        """After the engine's output was taken, with frames held for the peer's window or the
+        output blocked: the held frames may pass the mark (no byte was queued to say so), or
+        (the window opened, their link detached) what blocked the output may have drained: the
+        writer says so, as after any write."""
         high = self.write_high_water
         if high is None:
             return

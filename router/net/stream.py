@@ -166,6 +166,20 @@ class Stream:
         except _STREAM_ERRORS:
             return b""
 
+    async def peer_waiting(self, timeout_s: float) -> bool | None:
+        """Whether the peer's bytes wait unread (the socket is readable within `timeout_s`),
+        without reading them; None when this stream cannot tell (not a TCP socket)."""
+        fd = self.fd
+        if fd < 0:
+            return None
+        with trio.move_on_after(timeout_s):
+            try:
+                await _wait_readable(fd)
+            except _STREAM_ERRORS:
+                return None
+            return True
+        return False
+
     def read_now(self) -> bytes | None:
         """The poller's read (a TCP socket only, once it said readable): the peer's next bytes;
         None when there is nothing yet, b"" at the end of the stream or on an error."""
