@@ -23,7 +23,7 @@ from router.amqp.messaging import Source
 from router.amqp.session import Session
 from router.amqp.sessionout import write_session_flow
 from router.config.connections import READ_PAUSE_UNSENT_FACTOR
-from router.net.client import connect
+from router.net.client import LinkDetached, connect
 from router.net.server import RouterServer
 
 from .support.router_process import core_ready, router_config
@@ -152,3 +152,39 @@ async def test_a_peer_that_asks_for_echoes_without_reading_them_is_not_read_furt
     await sent.wait()
     assert not driver.reading_paused and driver.unsent_bytes == 0
     await stream.aclose()
+
+
+async def test_a_consumer_that_stalls_a_stream_is_detached_and_its_producer_read_again(nursery: trio.Nursery) -> None:
+    """A consumer taking nothing of a large message streaming to it (its window closed) for the
+    listener's stalled_stream_timeout_s: its link is detached (resource-limit-exceeded), the
+    producer hears modified (delivery-failed: it may send again), the frames held for it are
+    dropped and the producer's connection, paused at its byte bound, is read again."""
+    server = RouterServer(router_config(
+        write_high_water_bytes=HIGH_WATER, read_high_water_bytes=1024 * 1024, stalled_stream_timeout_s=0.5,
+    ))  # fmt: skip
+    port = (await nursery.start(server.run))[0][2]
+    body = bytes(range(251)) * (8 * 1024 * 1024 // 251)
+    async with connect("127.0.0.1", port) as stalled, connect("127.0.0.1", port) as producer:
+        assert stalled.session is not None
+        _window(stalled.session, 0)
+        receiver = await stalled.open_receiver("stream", credit=10)
+        sender = await producer.open_sender("stream")
+        tracker = await sender.start_send(Message.data(body))
+        with trio.fail_after(10):
+            outcome = await tracker.wait()
+        assert type(outcome).__name__ == "Modified" and outcome.delivery_failed
+        with trio.fail_after(5), pytest.raises(LinkDetached) as detached:
+            await receiver.receive()
+        assert detached.value.condition == "amqp:resource-limit-exceeded"
+        assert "stalled_stream_timeout_s" in str(detached.value)
+        await _until(lambda: sum(s.held_frame_bytes for s in server.core.connections.values()) == 0
+                     and server.stats()["reading_paused"] == 0)
+        # The producer sends it again, to a consumer that reads: it arrives whole.
+        async with connect("127.0.0.1", port) as reader:
+            again = await reader.open_receiver("stream", credit=10)
+            tracker = await sender.start_send(Message.data(body))
+            with trio.fail_after(20):
+                delivery = await again.receive()
+                again.accept(delivery)
+                assert type(await tracker.wait()).__name__ == "Accepted"
+            assert delivery.message.body_bytes == body

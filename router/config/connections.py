@@ -62,6 +62,13 @@ class ConnectionSettings(Model):
         "(on a connection whose socket buffers are bounded, socket_buffer_bytes, at most twice that bound); "
         "a client's connection is not read while four times this waits",
     )
+    stalled_stream_timeout_s: float = Field(
+        default=60.0, ge=0,
+        description="detach a consumer's link (amqp:resource-limit-exceeded) that takes nothing of a message "
+        "streaming to it for this long while the router holds that message's frames for it (its output blocked: "
+        "it reads nothing, or keeps its session window closed), so that the message's producer, often another "
+        "router's whole connection, is read again; its producer hears modified. 0 disables; not between routers",
+    )
     # Not bounded by default, not even between routers: a bound caps a long link's throughput
     # (512 KiB at 50 ms: 10 MiB/s), which a site-to-site link must not meet by surprise.
     socket_buffer_bytes: int = Field(
@@ -87,9 +94,14 @@ class ConnectionSettings(Model):
         what the peer asks for without reading the answers. 0 between routers (interior and
         edge): each end bounds what its core writes, and two routers that stopped reading each
         other could wait for ever."""
-        if getattr(self, "role", "normal") in ("inter-router", "edge"):
+        if self.between_routers:
             return 0
         return READ_PAUSE_UNSENT_FACTOR * self.write_high_water
+
+    @property
+    def between_routers(self) -> bool:
+        """A connection to another router of the mesh (interior or edge)."""
+        return getattr(self, "role", "normal") in ("inter-router", "edge")
 
 
 class Listener(ConnectionSettings):

@@ -14,6 +14,7 @@ shape (router.core.links).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,8 @@ from .grant import message_size_limit
 from .linkrelay import RoutedLink
 from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
 from .table import KEEP_GONE_MAX, AddressTable
+
+log = logging.getLogger("router.core")
 
 if TYPE_CHECKING:
     from .bounds import Bounds
@@ -205,6 +208,23 @@ class Links:
         # A link we never answered gets attach-then-detach (transport §2.6.3): Link.detach does it.
         if link.state.local is not CLOSED and conn.state.local is ACTIVE and link.session.state.local is ACTIVE:
             link.detach(closed=closed)
+
+    def detach_stalled(self, out: OutLink, now: float) -> None:
+        """`out`'s consumer took nothing of the message streaming to it for its connection's
+        stalled_stream_timeout_s (holding.stalled): what it had in flight is reported as when a
+        consumer detaches (the stream's producer hears modified, its held frames are dropped),
+        then our detach tells it why."""
+        link = out.link
+        conn = link.session.conn
+        timeout = out.conn.listener.stalled_stream_timeout_s
+        log.warning("connection %d: link %r took nothing of a streaming message for %g s: detaching it",
+                    out.conn.id, link.name, timeout)  # fmt: skip
+        self.link_gone(link, now)
+        if link.state.local is ACTIVE and conn.state.local is ACTIVE and link.session.state.local is ACTIVE:
+            link.detach(closed=True, error=Error(
+                condition=E.RESOURCE_LIMIT_EXCEEDED,
+                description=f"took nothing of a streaming message for {timeout:g} s (stalled_stream_timeout_s)",
+            ))  # fmt: skip
 
     def link_gone(self, link: Link, now: float) -> None:
         ctx = link.context

@@ -28,6 +28,7 @@ Must not touch: choosing links (sending.py, remote.py), reading frames (forwardi
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,8 @@ class Holding(Sending):
         # output is blocked: it asks their drivers to call back when the output drains
         # (router.net.corepump), or releases more at once when everything is written.
         self.held_output: set[Connection] = set()
+        # The links holding frames (holding.stalled looks at them; empty but for blocked streams).
+        self.held_links: set[OutLink] = set()
 
     def _stream_done(self, out: OutLink, record: Forward | Copy) -> None:
         """The last frame of `record` is written on `out` (streaming.py)."""
@@ -67,6 +70,8 @@ class Holding(Sending):
             held = out.held = deque()
             session = fwd.in_session
             out.held_by = session.conn.context if session is not None else None
+            out.held_since = self.now
+            self.held_links.add(out)
         data = payload if type(payload) is bytes else bytes(payload)  # (no read stays pinned)
         held.append(data)
         out.held_last = last
@@ -107,6 +112,26 @@ class Holding(Sending):
         out.held = out.held_by = None
         out.held_bytes = 0
         out.held_last = False
+        self.held_links.discard(out)
+
+    def stalled(self, now: float) -> list[OutLink]:
+        """Consumers' links whose held frames have waited, none written, for their connection's
+        `stalled_stream_timeout_s` (never links to other routers): they pin the frames, and the
+        byte bound of the stream's producer connection, for as long as they take nothing."""
+        return [out for out in self.held_links if self._stall_limit(out) <= now]
+
+    def stall_deadline(self) -> float | None:
+        """When the first of the links holding frames would count as stalled."""
+        limits = [self._stall_limit(out) for out in self.held_links]
+        return min(limits) if limits else None
+
+    @staticmethod
+    def _stall_limit(out: OutLink) -> float:
+        settings = out.conn.listener
+        timeout = settings.stalled_stream_timeout_s
+        if timeout <= 0 or out.neighbour is not None or settings.between_routers:
+            return math.inf
+        return out.held_since + timeout
 
     # --- releasing ------------------------------------------------------------------------------
 
@@ -116,6 +141,7 @@ class Holding(Sending):
         what it holds first; all within half the write high-water mark. Stops, blocked again,
         where the budget ends."""
         budget = conn.listener.write_high_water // 2
+        self.now = now
         peer = conn.peer
         bands: list[OutLink] | None = peer.bands if peer is not None else None
         if bands is not None:
@@ -154,6 +180,8 @@ class Holding(Sending):
             return budget
         settled = self._presettled_out(fwd, out)
         by = out.held_by
+        if budget > 0:
+            out.held_since = self.now  # (frames go out: it is not stalled)
         while held and budget > 0:
             frame = held.popleft()
             size = len(frame)
@@ -168,6 +196,7 @@ class Holding(Sending):
             ends = out.held_last
             out.held = out.held_by = None
             out.held_last = False
+            self.held_links.discard(out)
             if ends:
                 self._stream_done(out, record)
         return budget

@@ -126,7 +126,7 @@ class OutLink(LinkCounts):
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
         "unsettled_limit", "stuck", "stuck_count", "filter", "band", "held", "held_bytes", "held_last", "held_by",
-        "bands",
+        "held_since", "bands",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -175,6 +175,7 @@ class OutLink(LinkCounts):
         self.held_bytes = 0
         self.held_last = False
         self.held_by: ConnState | None = None
+        self.held_since = 0.0  # since when its held frames wait with none written (holding.stalled)
 
     def can_take(self) -> bool:
         """It can take a delivery now: credit, no delivery of its own still streaming, its

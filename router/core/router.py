@@ -37,6 +37,8 @@ Must not touch: sockets, tasks, clocks (time comes in as `now`).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -178,6 +180,10 @@ class RouterCore(CoreUnits):
     def tick(self, now: float) -> None:
         self.forwarder.now = now
         self.forwarder.expire(now)
+        if self.forwarder.held_links:
+            for out in self.forwarder.stalled(now):
+                self.links.detach_stalled(out, now)
+                self.touched.touch(out.conn.engine)
         if self.autolinks.runs and not self.admission.stopping:
             self.autolinks.tick(now)
         if self.meshed:
@@ -191,6 +197,10 @@ class RouterCore(CoreUnits):
         mesh = self.mesh.next_deadline() if self.meshed else None
         if mesh is not None and (deadline is None or mesh < deadline):
             deadline = mesh
+        if self.forwarder.held_links:  # (only while streams are held for blocked consumers)
+            stall = self.forwarder.stall_deadline()
+            if stall is not None and stall != math.inf and (deadline is None or stall < deadline):
+                deadline = stall
         if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)
             other = self.autolinks.next_deadline()
             if other is not None and (deadline is None or other < deadline):
