@@ -18,6 +18,9 @@ first, in order. So:
   links: each one's held frames, then the deliveries waiting for it, within half the
   high-water mark; what does not fit stays held and the connection counts as blocked again
   (the network layer asks the driver to call back when that drains: `held_output`).
+- a consumer's link whose held frames wait with none written for its connection's
+  `stalled_stream_timeout_s` is named by `stalled` (the core detaches it: attach.py), since it
+  would pin them, and its producer connection's byte bound, for as long as it takes nothing.
 A delivery's completion (its outcome relay for presettled ones, the link taking the next one)
 follows its last frame's writing: a link's frames are never reordered, nothing held is written
 after the delivery was aborted or its link or connection went away (`drop_held`: the bytes are
