@@ -18,7 +18,9 @@ from proton import Message as ProtonMessage
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from router.amqp.sessionout import write_session_flow
 from router.config.models import Listener, RouterConfig, RouterSection
+from router.net.client import LinkDetached, connect
 from router.net.server import RouterServer
 
 from .support.interop import run_container, run_in_thread
@@ -201,6 +203,61 @@ async def test_a_link_routed_large_message_to_a_consumer_that_stops_reading_is_h
         with trio.fail_after(5):
             while _held(server) or server.stats()["reading_paused"]:
                 await trio.sleep(0.01)
+        server.shutdown()
+        with trio.fail_after(5):
+            await server.wait_stopped()
+
+
+@pytest.mark.interop
+async def test_a_link_routed_consumer_that_stalls_a_stream_is_detached_and_the_broker_read_again(
+    nursery: trio.Nursery,
+) -> None:  # fmt: skip
+    """The consumer keeps its session window closed (transport §2.5.6): the broker's stream is
+    held within the broker connection's bound, which is then not read, for everyone using that
+    broker. After the consumer listener's stalled_stream_timeout_s taking nothing, the routed
+    pair is detached on both sides (resource-limit-exceeded) and the broker is read again."""
+    with ProtonBroker.running() as broker:
+        config = RouterConfig.model_validate({
+            "router": {"id": "stalled-lr"},
+            "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, "write_high_water_bytes": 65536,
+                           "stalled_stream_timeout_s": 0.5}],
+            "connectors": [{"name": "broker", "host": "127.0.0.1", "port": broker.port, "role": "route-container",
+                            "read_high_water_bytes": BOUND}],
+            "link_routes": [{"prefix": "queue", "direction": "in", "connection": "broker"},
+                            {"prefix": "queue", "direction": "out", "connection": "broker"}],
+        })  # fmt: skip
+        server = RouterServer(config)
+        port = (await nursery.start(server.run))[0][2]
+        with trio.fail_after(10):  # across the broker's socket: no event to await
+            while not server.core.link_routes.containers:
+                await trio.sleep(0.01)
+        url = f"amqp://127.0.0.1:{port}"
+        producer = Producer(url, "queue/big")
+        await _run(producer)  # both queued at the broker
+        assert producer.outcomes == ["accepted", "accepted"]
+        async with connect("127.0.0.1", port) as stalled:
+            session = stalled.session
+            assert session is not None
+            session.incoming_window = session.incoming_window_size = 0
+            write_session_flow(session)
+            receiver = await stalled.open_receiver("queue/big", credit=10)
+            with trio.fail_after(20), pytest.raises(LinkDetached) as detached:
+                await receiver.receive()
+            assert detached.value.condition == "amqp:resource-limit-exceeded"
+        with trio.fail_after(10):
+            while _held(server) or server.stats()["reading_paused"]:
+                await trio.sleep(0.01)
+        # The broker's connection carries the next consumer's messages.
+        again = Producer(url, "queue/next")
+        await _run(again)
+        async with connect("127.0.0.1", port) as reader:
+            next_receiver = await reader.open_receiver("queue/next", credit=10)
+            with trio.fail_after(20):
+                first = await next_receiver.receive()
+                next_receiver.accept(first)
+                second = await next_receiver.receive()
+                next_receiver.accept(second)
+            assert first.message.body_value == b"first" and second.message.body_value == BODY
         server.shutdown()
         with trio.fail_after(5):
             await server.wait_stopped()

@@ -14,7 +14,6 @@ shape (router.core.links).
 
 from __future__ import annotations
 
-import logging
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +29,8 @@ from .connections import ConnState
 from .filtering import capabilities
 from .grant import message_size_limit
 from .linkrelay import RoutedLink
-from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target
+from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target, report_stalled
 from .table import KEEP_GONE_MAX, AddressTable
-
-log = logging.getLogger("router.core")
 
 if TYPE_CHECKING:
     from .bounds import Bounds
@@ -216,15 +213,10 @@ class Links:
         then our detach tells it why."""
         link = out.link
         conn = link.session.conn
-        timeout = out.conn.listener.stalled_stream_timeout_s
-        log.warning("connection %d: link %r took nothing of a streaming message for %g s: detaching it",
-                    out.conn.id, link.name, timeout)  # fmt: skip
+        error = report_stalled(link, out.conn)
         self.link_gone(link, now)
         if link.state.local is ACTIVE and conn.state.local is ACTIVE and link.session.state.local is ACTIVE:
-            link.detach(closed=True, error=Error(
-                condition=E.RESOURCE_LIMIT_EXCEEDED,
-                description=f"took nothing of a streaming message for {timeout:g} s (stalled_stream_timeout_s)",
-            ))  # fmt: skip
+            link.detach(closed=True, error=error)
 
     def link_gone(self, link: Link, now: float) -> None:
         ctx = link.context

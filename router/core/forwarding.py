@@ -69,7 +69,7 @@ class Forwarder(Streaming):
         inl = event.link.context
         if type(inl) is not InLink:
             if type(inl) is RoutedLink:  # link-routed: relayed as it is (router.core.linkrelay)
-                self.relay.on_transfer(event)
+                self.relay.on_transfer(event, now)
             else:
                 self.mesh.on_transfer(event, now)  # a control message between routers
             return

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from ..amqp.connection import Connection
 from .delivery import Copy, Forward, Payload
-from .links import OutLink, alive
+from .links import OutLink, alive, stall_limit
 from .sending import Sending
 
 if TYPE_CHECKING:
@@ -130,11 +130,7 @@ class Holding(Sending):
 
     @staticmethod
     def _stall_limit(out: OutLink) -> float:
-        settings = out.conn.listener
-        timeout = settings.stalled_stream_timeout_s
-        if timeout <= 0 or out.neighbour is not None or settings.between_routers:
-            return math.inf
-        return out.held_since + timeout
+        return math.inf if out.neighbour is not None else stall_limit(out.held_since, out.conn)
 
     # --- releasing ------------------------------------------------------------------------------
 

@@ -196,6 +196,22 @@ class LinkPairs:
             _detach(other.link, True, error)
             self.touched.touch(other.conn.engine)
 
+    def detach_stalled(self, ctx: RoutedLink, error: Error) -> None:
+        """`ctx` took nothing of what it held for its stall time-out (linkrelay.Relay.stalled):
+        it is detached with `error`, its pair's other side as when a client detaches, with no
+        error (that side did nothing wrong, and a container built on Proton's default handlers
+        closes its whole connection on a link error)."""
+        if ctx.gone:
+            return
+        other = ctx.peer
+        if other is not None:
+            self._break(ctx, other, None)
+        else:
+            self.relay.fail_unsettled(ctx)
+            self._forget(ctx)
+        _detach(ctx.link, True, error)
+        self.touched.touch(ctx.conn.engine)
+
     def _break(self, lost: RoutedLink, other: RoutedLink, error: Error | None) -> None:
         self.relay.fail_unsettled(lost)
         self._forget(lost)

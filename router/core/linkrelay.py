@@ -32,7 +32,7 @@ from ..amqp.messaging import RELEASED, Modified
 from ..amqp.performatives import Error
 from ..amqp.serial import serial_ids_in
 from .delivery import maps_of
-from .links import alive
+from .links import alive, stall_limit
 
 if TYPE_CHECKING:
     from .connections import ConnState
@@ -74,7 +74,7 @@ class RoutedLink:
     attached towards the container, on its connection or to the next router."""
 
     __slots__ = ("id", "link", "conn", "peer", "route", "address", "towards_container", "held", "streaming",
-                 "gone", "delivered", "settled_count")  # fmt: skip
+                 "gone", "delivered", "settled_count", "held_since", "written", "written_seen")  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, route: str, address: str | None, towards_container: bool) -> None:
         self.id = next(_ids)
@@ -89,6 +89,10 @@ class RoutedLink:
         # other side was given, which the engine enforces on the sender) or while its
         # connection's output was blocked (bounded by the sender's connection's byte bound).
         self.held: deque[tuple[Any, ...]] = deque()
+        # The stall watch (Relay.stalled): since when what is held waits with nothing written,
+        # and the held transfers written in all (and as last seen by the watch).
+        self.held_since = 0.0
+        self.written = self.written_seen = 0
         self.streaming: RoutedDelivery | None = None  # the multi-frame delivery being relayed onto this link
         self.gone = False
         self.delivered = 0  # deliveries relayed onto this link (management)
@@ -107,12 +111,13 @@ class Relay:
 
     def __init__(self, touched: Touched) -> None:
         self.touched = touched
+        self.held_links: set[RoutedLink] = set()  # links that held transfers (the stall watch's)
         # A graceful stop began (RouterCore.quiesce): senders towards the router get no more credit.
         self.quiescing = False
 
     # --- transfers ----------------------------------------------------------------------------------
 
-    def on_transfer(self, event: TransferReceived) -> None:
+    def on_transfer(self, event: TransferReceived, now: float) -> None:
         src: RoutedLink = event.link.context
         dst = src.peer
         if dst is None or dst.gone:
@@ -124,6 +129,9 @@ class Relay:
             # past its read_high_water it is not read (router.core.bounds).
             payload = event.payload
             data = bytes(payload) if type(payload) is memoryview else payload
+            if not dst.held:
+                dst.held_since = now
+                self.held_links.add(dst)
             dst.held.append((src, event.delivery_id, event.delivery_tag, data, event.settled, event.more,
                              event.message_format, event.state, event.aborted, event.first))  # fmt: skip
             src.conn.held_frame_bytes += len(data)
@@ -170,7 +178,29 @@ class Relay:
         while held and (not held[0][9] or dst.link.credit > 0) and not dst.conn.output_blocked:
             item = held.popleft()
             _unhold(item)
+            dst.written += 1
             self._send(item[0], dst, *item[1:])
+
+    def stalled(self, now: float) -> list[RoutedLink]:
+        """Links holding transfers because their connection's output is blocked that wrote none
+        of them for that connection's stalled_stream_timeout_s (what waits for credit is not
+        stalled: the receiver may take credit back): they pin what they hold, and the sending
+        connection's byte bound, for as long as they take nothing (a broker's connection, for
+        a link-routed consumer). The core detaches them (linkpairs.detach_stalled)."""
+        found = []
+        for dst in list(self.held_links):
+            if not dst.held or dst.gone:
+                self.held_links.discard(dst)
+            elif dst.written != dst.written_seen or not dst.conn.output_blocked:
+                dst.written_seen, dst.held_since = dst.written, now  # moving, or waiting for credit
+            elif stall_limit(dst.held_since, dst.conn) <= now:
+                found.append(dst)
+        return found
+
+    def stall_deadline(self) -> float | None:
+        """When the watch must look again at the links holding transfers."""
+        limits = [stall_limit(dst.held_since, dst.conn) for dst in self.held_links if dst.held]
+        return min(limits) if limits else None
 
     def output_drained(self, dst: RoutedLink) -> None:
         """`dst`'s connection takes bytes again: what waited for its output goes out, and the

@@ -11,18 +11,24 @@ Must not touch: message bytes, disposition bookkeeping (forwarder/settlement).
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp.endpoints import ACTIVE
+from ..amqp.errors import RESOURCE_LIMIT_EXCEEDED
 from ..amqp.filters import ConsumerFilter
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
+from ..amqp.performatives import Error
 from ..amqp.types import Symbol
 from ..config.models import Listener
 from .addressentry import AddressEntry
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .fifo import Fifo
+
+log = logging.getLogger("router.core")
 
 if TYPE_CHECKING:
     from collections import deque
@@ -242,3 +248,22 @@ def alive(link: Link) -> bool:
     )
 
 
+def stall_limit(held_since: float, conn: ConnState) -> float:
+    """When frames held for a link of `conn` since `held_since`, none written, count as
+    stalled: its listener's stalled_stream_timeout_s later; never (inf) when that is 0 or the
+    connection is to another router (holding.py, linkrelay.py)."""
+    settings = conn.listener
+    timeout = settings.stalled_stream_timeout_s
+    if timeout <= 0 or settings.between_routers:
+        return math.inf
+    return held_since + timeout
+
+
+def report_stalled(link: Link, conn: ConnState) -> Error:
+    """Log that `link` of `conn` took nothing of what the router held for it for its
+    stalled_stream_timeout_s; the error its detach carries."""
+    timeout = conn.listener.stalled_stream_timeout_s
+    log.warning("connection %d: link %r took nothing of a streaming message for %g s: detaching it",
+                conn.id, link.name, timeout)  # fmt: skip
+    return Error(condition=RESOURCE_LIMIT_EXCEEDED,
+                 description=f"took nothing of a streaming message for {timeout:g} s (stalled_stream_timeout_s)")  # fmt: skip

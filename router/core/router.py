@@ -52,7 +52,7 @@ from ..config.models import Connector, Listener
 from .addressentry import LocalEndpoint
 from .connections import ConnState
 from .coreunits import CoreUnits
-from .links import InLink
+from .links import InLink, report_stalled
 
 # The event classes tested on every event (Final: C statics when compiled, where `ev.X` is an
 # attribute lookup on the module per event: three per delivery).
@@ -184,6 +184,10 @@ class RouterCore(CoreUnits):
             for out in self.forwarder.stalled(now):
                 self.links.detach_stalled(out, now)
                 self.touched.touch(out.conn.engine)
+        relay = self.link_routes.relay
+        if relay.held_links:
+            for routed in relay.stalled(now):
+                self.link_routes.link_pairs.detach_stalled(routed, report_stalled(routed.link, routed.conn))
         if self.autolinks.runs and not self.admission.stopping:
             self.autolinks.tick(now)
         if self.meshed:
@@ -198,9 +202,9 @@ class RouterCore(CoreUnits):
         if mesh is not None and (deadline is None or mesh < deadline):
             deadline = mesh
         if self.forwarder.held_links:  # (only while streams are held for blocked consumers)
-            stall = self.forwarder.stall_deadline()
-            if stall is not None and stall != math.inf and (deadline is None or stall < deadline):
-                deadline = stall
+            deadline = _earlier(deadline, self.forwarder.stall_deadline())
+        if self.link_routes.relay.held_links:  # (link-routed transfers held, likewise)
+            deadline = _earlier(deadline, self.link_routes.relay.stall_deadline())
         if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)
             other = self.autolinks.next_deadline()
             if other is not None and (deadline is None or other < deadline):
@@ -252,3 +256,10 @@ class RouterCore(CoreUnits):
     def shutdown(self, now: float) -> None:
         """Graceful stop: release what is in flight and close every connection (forced)."""
         self.graceful_stop.shutdown(now)
+
+
+def _earlier(deadline: float | None, other: float | None) -> float | None:
+    """The earlier of two deadlines (None and inf: none)."""
+    if other is None or other == math.inf:
+        return deadline
+    return other if deadline is None or other < deadline else deadline
