@@ -154,6 +154,29 @@ async def test_a_large_message_to_a_consumer_that_stops_reading_is_held_within_t
 # --- the same through a link route: the container streams it, the router relays it ------------
 
 
+async def _routing_to(broker: ProtonBroker, nursery: trio.Nursery, **listener: Any) -> tuple[RouterServer, int]:
+    """A router whose `queue` prefix is link-routed to `broker` (its connection bound to BOUND),
+    its client listener with `listener`'s settings, once the broker is connected and a Producer
+    has queued its two messages at `queue/big` through it."""
+    config = RouterConfig.model_validate({
+        "router": {"id": "lr"},
+        "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, "write_high_water_bytes": 65536, **listener}],
+        "connectors": [{"name": "broker", "host": "127.0.0.1", "port": broker.port, "role": "route-container",
+                        "read_high_water_bytes": BOUND}],
+        "link_routes": [{"prefix": "queue", "direction": "in", "connection": "broker"},
+                        {"prefix": "queue", "direction": "out", "connection": "broker"}],
+    })  # fmt: skip
+    server = RouterServer(config)
+    port = (await nursery.start(server.run))[0][2]
+    with trio.fail_after(10):  # across the broker's socket: no event to await
+        while not server.core.link_routes.containers:
+            await trio.sleep(0.01)
+    producer = Producer(f"amqp://127.0.0.1:{port}", "queue/big")
+    await _run(producer)
+    assert producer.outcomes == ["accepted", "accepted"]
+    return server, port
+
+
 @pytest.mark.interop
 async def test_a_link_routed_large_message_to_a_consumer_that_stops_reading_is_held_within_the_bound(
     nursery: trio.Nursery,
@@ -161,24 +184,8 @@ async def test_a_link_routed_large_message_to_a_consumer_that_stops_reading_is_h
     # (Not the Proton C example broker: a message it receives in several frames comes back
     # corrupted, with or without a router between.)
     with ProtonBroker.running() as broker:
-        config = RouterConfig.model_validate({
-            "router": {"id": "slow-lr"},
-            "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, "write_high_water_bytes": 65536,
-                           "socket_buffer_bytes": 65536}],
-            "connectors": [{"name": "broker", "host": "127.0.0.1", "port": broker.port, "role": "route-container",
-                            "read_high_water_bytes": BOUND}],
-            "link_routes": [{"prefix": "queue", "direction": "in", "connection": "broker"},
-                            {"prefix": "queue", "direction": "out", "connection": "broker"}],
-        })  # fmt: skip
-        server = RouterServer(config)
-        port = (await nursery.start(server.run))[0][2]
-        with trio.fail_after(10):  # across the broker's socket: no event to await
-            while not server.core.link_routes.containers:
-                await trio.sleep(0.01)
+        server, port = await _routing_to(broker, nursery, socket_buffer_bytes=65536)
         url = f"amqp://127.0.0.1:{port}"
-        producer = Producer(url, "queue/big")
-        await _run(producer)  # both queued at the broker
-        assert producer.outcomes == ["accepted", "accepted"]
         go = threading.Event()
         consumer = StallingConsumer(url, go, "queue/big")
         most_held = 0
@@ -214,27 +221,11 @@ async def test_a_link_routed_consumer_that_stalls_a_stream_is_detached_and_the_b
 ) -> None:  # fmt: skip
     """The consumer keeps its session window closed (transport §2.5.6): the broker's stream is
     held within the broker connection's bound, which is then not read, for everyone using that
-    broker. After the consumer listener's stalled_stream_timeout_s taking nothing, the routed
-    pair is detached on both sides (resource-limit-exceeded) and the broker is read again."""
+    broker. After the consumer listener's stalled_stream_timeout_s taking nothing, its link is
+    detached (resource-limit-exceeded; the broker's side plainly) and the broker is read again."""
     with ProtonBroker.running() as broker:
-        config = RouterConfig.model_validate({
-            "router": {"id": "stalled-lr"},
-            "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, "write_high_water_bytes": 65536,
-                           "stalled_stream_timeout_s": 0.5}],
-            "connectors": [{"name": "broker", "host": "127.0.0.1", "port": broker.port, "role": "route-container",
-                            "read_high_water_bytes": BOUND}],
-            "link_routes": [{"prefix": "queue", "direction": "in", "connection": "broker"},
-                            {"prefix": "queue", "direction": "out", "connection": "broker"}],
-        })  # fmt: skip
-        server = RouterServer(config)
-        port = (await nursery.start(server.run))[0][2]
-        with trio.fail_after(10):  # across the broker's socket: no event to await
-            while not server.core.link_routes.containers:
-                await trio.sleep(0.01)
+        server, port = await _routing_to(broker, nursery, stalled_stream_timeout_s=0.5)
         url = f"amqp://127.0.0.1:{port}"
-        producer = Producer(url, "queue/big")
-        await _run(producer)  # both queued at the broker
-        assert producer.outcomes == ["accepted", "accepted"]
         async with connect("127.0.0.1", port) as stalled:
             session = stalled.session
             assert session is not None
