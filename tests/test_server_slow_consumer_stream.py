@@ -145,6 +145,7 @@ async def test_a_large_message_to_a_consumer_that_stops_reading_is_held_within_t
         while server.stats()["connections"]:
             await trio.sleep(0.01)
     assert _held(server) == 0 and server.core.bounds.buffered_total == 0
+    assert not server.core.forwarder.held_links  # (the stall watch keeps no link it held for)
     assert server.core.bounds.released_over_budget == 0  # held frames never cost a delivery
     server.shutdown()
     with trio.fail_after(5):
@@ -210,6 +211,7 @@ async def test_a_link_routed_large_message_to_a_consumer_that_stops_reading_is_h
         with trio.fail_after(5):
             while _held(server) or server.stats()["reading_paused"]:
                 await trio.sleep(0.01)
+        assert not server.core.link_routes.relay.held_links  # (the stall watch lets them go)
         server.shutdown()
         with trio.fail_after(5):
             await server.wait_stopped()

@@ -198,8 +198,14 @@ class Relay:
         return found
 
     def stall_deadline(self) -> float | None:
-        """When the watch must look again at the links holding transfers."""
-        limits = [stall_limit(dst.held_since, dst.conn) for dst in self.held_links if dst.held]
+        """When the watch must look again at the links holding transfers (those that hold
+        nothing now, or are gone, leave it)."""
+        limits = []
+        for dst in list(self.held_links):
+            if not dst.held or dst.gone:
+                self.held_links.discard(dst)
+            else:
+                limits.append(stall_limit(dst.held_since, dst.conn))
         return min(limits) if limits else None
 
     def output_drained(self, dst: RoutedLink) -> None:

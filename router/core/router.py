@@ -38,7 +38,6 @@ Must not touch: sockets, tasks, clocks (time comes in as `now`).
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from typing import Any, Final
 
