@@ -211,6 +211,17 @@ async def test_slow_consumer_blocks_output_and_credit_holds_the_producer(nursery
         assert server.stats() == {"connections": 2, "reading_paused": 0, "output_blocked": 0}
 
 
+async def test_the_log_names_a_connection_by_its_management_identity(
+    router_server: tuple[RouterServer, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    server, port = router_server
+    caplog.set_level("INFO", logger="router.net.server")
+    async with connect("127.0.0.1", port) as client:
+        await client.open_receiver("anything", credit=1)
+        (entity,) = [c for c in server.agent.entities("connection") if c.get("role") == "normal"]
+        assert f"connection {entity['identity']} from 127.0.0.1:" in caplog.text
+
+
 async def test_connections_know_the_peer_address(router_server: tuple[RouterServer, int]) -> None:
     """Management's connection entities show where each peer connected from."""
     server, port = router_server

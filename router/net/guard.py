@@ -75,6 +75,11 @@ class ConnectionGuard:
         pump = self.pump
         try:
             engine = register()
+            # Named as the core names it (management's connection identity, the core's own log
+            # lines) once it has one.
+            core_id = getattr(engine.context, "id", None)
+            if isinstance(core_id, int):
+                conn_id = core_id
             log.info("connection %d %s", conn_id, label)
             # Driven here, not in a coroutine of its own: every coroutine frame held while the
             # connection waits is memory of every idle connection.
