@@ -5,7 +5,9 @@ Neither may make the router hold more than its bounds for them: the frames a clo
 count as output that has not drained (router/amqp/sessionheld.py, router/net/output.py), so the
 core stops writing there and holds the producer back by credit; a connection whose unsent
 answers pass four write high-water marks is not read further (router/net/driverlife.py). Once
-the peer takes what it was sent, everything arrives and nothing is lost."""
+the peer takes what it was sent, everything arrives and nothing is lost. A consumer that takes
+nothing for stalled_stream_timeout_s is detached; a producer paused meanwhile is not read at its
+timers (heartbeats) either."""
 
 from __future__ import annotations
 
@@ -188,3 +190,26 @@ async def test_a_consumer_that_stalls_a_stream_is_detached_and_its_producer_read
                 again.accept(delivery)
                 assert type(await tracker.wait()).__name__ == "Accepted"
             assert delivery.message.body_bytes == body
+
+
+async def test_a_paused_producer_is_not_read_at_its_heartbeat_timers(nursery: trio.Nursery) -> None:
+    """The producer's connection is paused at its byte bound (frames held for a consumer whose
+    window is closed); it asked for heartbeats every 0.2 s (idle time-out 0.4 s), so the
+    router's timers for it fall due again and again. Each used to read once, taking in another
+    read's worth of the message to hold; now the router only looks that the peer's bytes wait."""
+    server = RouterServer(router_config(write_high_water_bytes=HIGH_WATER, read_high_water_bytes=1024 * 1024))
+    port = (await nursery.start(server.run))[0][2]
+    async with connect("127.0.0.1", port) as stalled, connect("127.0.0.1", port, idle_timeout_s=0.4) as producer:
+        assert stalled.session is not None
+        _window(stalled.session, 0)
+        await stalled.open_receiver("stream", credit=10)
+        tracker = await (await producer.open_sender("stream")).start_send(Message.data(bytes(24 * 1024 * 1024)))
+        await _until(lambda: server.stats()["reading_paused"] == 1)
+
+        def held() -> int:
+            return sum(state.held_frame_bytes for state in server.core.connections.values())
+
+        before = held()
+        await trio.sleep(1.5)  # about seven heartbeat timers of the producer's connection
+        assert held() - before < 65536
+        assert server.stats()["reading_paused"] == 1 and not tracker.settled
