@@ -8,8 +8,8 @@ sessions), so that whoever writes to the connection sees frames that wait for th
 output that has not drained (a peer that opens no window slows its writer as a peer that does
 not read does: router/net/output.py), and at most one held flow per link however many the peer
 asks for (an echo flood while the window is closed would otherwise grow the queue without end).
-Collaborators, passed in: the Session (its window, next-outgoing-id, channel and connection)
-and the Link whose frames these are; bytes go to the connection's output.
+Collaborators, passed in: the Session (its held queue and its connection, whose FrameOutput
+keeps the count) and the Link whose frames these are.
 Must not touch: encoding frames and sending held ones as the window opens (sessionout.py),
 what the peer sends (sessionin.py).
 """
@@ -36,6 +36,7 @@ LINK_FLOW_HELD_BYTES: Final = 128
 FLOW_NONE: Final = 0
 FLOW_HELD: Final = 1
 FLOW_HELD_ECHO: Final = 2
+
 
 def hold_transfer(session: Session, link: Link, frames: list[tuple[bytes, Any]], first: bool) -> None:
     """The frames of one transfer (header + performative, payload) wait for the window."""
