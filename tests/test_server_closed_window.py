@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 
+from router.amqp import events as ev
 from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.fastpath import flow_performative, frame_header
 from router.amqp.message import Message
@@ -25,7 +26,9 @@ from router.amqp.messaging import Source
 from router.amqp.session import Session
 from router.amqp.sessionout import write_session_flow
 from router.config.connections import READ_PAUSE_UNSENT_FACTOR
+from router.config.models import RouterConfig
 from router.net.client import LinkDetached, connect
+from router.net.driver import ConnectionDriver
 from router.net.server import RouterServer
 
 from .support.router_process import core_ready, router_config
@@ -199,7 +202,9 @@ async def test_a_paused_producer_is_not_read_at_its_heartbeat_timers(nursery: tr
     read's worth of the message to hold; now the router only looks that the peer's bytes wait."""
     server = RouterServer(router_config(write_high_water_bytes=HIGH_WATER, read_high_water_bytes=1024 * 1024))
     port = (await nursery.start(server.run))[0][2]
-    async with connect("127.0.0.1", port) as stalled, connect("127.0.0.1", port, idle_timeout_s=0.4) as producer:
+    # (The consumer closes first, on the way out: the producer's close waits behind the rest of
+    # its message, unread while the router holds the maximum from it.)
+    async with connect("127.0.0.1", port, idle_timeout_s=0.4) as producer, connect("127.0.0.1", port) as stalled:
         assert stalled.session is not None
         _window(stalled.session, 0)
         await stalled.open_receiver("stream", credit=10)
@@ -213,3 +218,65 @@ async def test_a_paused_producer_is_not_read_at_its_heartbeat_timers(nursery: tr
         await trio.sleep(1.5)  # about seven heartbeat timers of the producer's connection
         assert held() - before < 65536
         assert server.stats()["reading_paused"] == 1 and not tracker.settled
+
+
+class WindowlessBroker:
+    """A broker double on our engine, over a socket: it takes the router's auto-link attaches (as
+    the queue's receiver, with credit), keeps its session incoming window closed, answers
+    detaches, and counts what it saw."""
+
+    def __init__(self) -> None:
+        self.engine = Connection(ConnectionConfig(container_id="windowless-broker"))
+        self.attaches = 0
+        self.detach_errors: list[str | None] = []
+        self.attached = trio.Event()
+
+    def on_events(self, events: list[Any]) -> None:
+        for event in events:
+            if isinstance(event, ev.RemoteBegin) and event.session.state.local.name == "UNINIT":
+                event.session.begin(incoming_window=0)  # (the router begins the auto-link's session)
+            elif isinstance(event, ev.RemoteAttach) and event.link.state.local.name == "UNINIT":
+                link = event.link
+                link.attach(source=link.remote_source, target=link.remote_target)
+                link.flow(100)
+                self.attaches += 1
+                self.attached.set()
+            elif isinstance(event, ev.RemoteDetach):
+                self.detach_errors.append(event.error.condition if event.error is not None else None)
+                if event.link.state.local.name == "ACTIVE":
+                    event.link.detach()
+
+
+async def test_an_auto_link_to_a_broker_that_takes_nothing_is_detached_and_attached_again(nursery: trio.Nursery) -> None:
+    """The broker closes its session window while the router streams it a message (as a broker
+    under a memory alarm): after the route-container listener's stalled_stream_timeout_s the
+    auto-link is detached (the producer hears modified, the router holds nothing), and attached
+    again after its retry back-off."""
+    config = RouterConfig.model_validate({
+        "router": {"id": "autolinked"},
+        "listeners": [
+            {"name": "amqp", "host": "127.0.0.1", "port": 0, "write_high_water_bytes": HIGH_WATER},
+            {"name": "brokers", "host": "127.0.0.1", "port": 0, "role": "route-container",
+             "write_high_water_bytes": HIGH_WATER, "stalled_stream_timeout_s": 0.5},
+        ],
+        "auto_links": [{"address": "orders", "direction": "out", "connection": "brokers", "retry_initial_s": 0.2}],
+    })  # fmt: skip
+    server = RouterServer(config)
+    ports = {name: port for name, _, port in await nursery.start(server.run)}
+    broker = WindowlessBroker()
+    driver = ConnectionDriver(await trio.open_tcp_stream("127.0.0.1", ports["brokers"]), broker.engine, broker.on_events)
+    nursery.start_soon(driver.run)
+    broker.engine.open(hostname="127.0.0.1")
+    driver.wake()
+    with trio.fail_after(10):
+        await broker.attached.wait()
+    async with connect("127.0.0.1", ports["amqp"]) as producer:
+        sender = await producer.open_sender("orders")
+        tracker = await sender.start_send(Message.data(bytes(8 * 1024 * 1024)))
+        with trio.fail_after(10):
+            outcome = await tracker.wait()
+        assert type(outcome).__name__ == "Modified" and outcome.delivery_failed
+        await _until(lambda: broker.attaches == 2)  # attached again after the back-off
+    assert broker.detach_errors == ["amqp:resource-limit-exceeded"]
+    assert sum(state.held_frame_bytes for state in server.core.connections.values()) == 0
+    assert server.stats()["reading_paused"] == 0
