@@ -227,23 +227,21 @@ def flush_blocked(session: Session) -> None:
     while blocked:
         item = blocked[0]
         kind, data, link, first = item
+        if kind == TRANSFER and session.remote_incoming_window <= 0:
+            return
+        blocked.popleft()
+        conn.output.held_bytes -= held_size(item)
         if kind == TRANSFER:
-            if session.remote_incoming_window <= 0:
-                return
             session.remote_incoming_window -= 1
             session.next_outgoing_id = serial_add(session.next_outgoing_id, 1)
             if first and link is not None:
                 link.queued_deliveries -= 1
-            conn.output.held_bytes -= held_size(item)
             conn.write_pieces(*data)
         elif kind == LINK_FLOW:
             assert link is not None
-            conn.output.held_bytes -= held_size(item)
             conn.write_bytes(_link_flow_frame(session, link, take_held_flow(link)))
         else:
-            conn.output.held_bytes -= held_size(item)
             conn.write_bytes(data)
-        blocked.popleft()
     # Drained: dropped, so that the hot path's test is `is None` (a deque's truth is a generic
     # call) and an idle session holds no empty deque.
     session.blocked = None

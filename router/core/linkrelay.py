@@ -188,25 +188,23 @@ class Relay:
         connection's byte bound, for as long as they take nothing (a broker's connection, for
         a link-routed consumer). The core detaches them (linkpairs.detach_stalled)."""
         found = []
-        for dst in list(self.held_links):
-            if not dst.held or dst.gone:
-                self.held_links.discard(dst)
-            elif dst.written != dst.written_seen or not dst.conn.output_blocked:
+        for dst in self._holding():
+            if dst.written != dst.written_seen or not dst.conn.output_blocked:
                 dst.written_seen, dst.held_since = dst.written, now  # moving, or waiting for credit
             elif stall_limit(dst.held_since, dst.conn) <= now:
                 found.append(dst)
         return found
 
     def stall_deadline(self) -> float | None:
-        """When the watch must look again at the links holding transfers (those that hold
-        nothing now, or are gone, leave it)."""
-        limits = []
-        for dst in list(self.held_links):
-            if not dst.held or dst.gone:
-                self.held_links.discard(dst)
-            else:
-                limits.append(stall_limit(dst.held_since, dst.conn))
+        """When the watch must look again at the links holding transfers."""
+        limits = [stall_limit(dst.held_since, dst.conn) for dst in self._holding()]
         return min(limits) if limits else None
+
+    def _holding(self) -> list[RoutedLink]:
+        """The watched links that still hold transfers (the others leave the watch)."""
+        for dst in [dst for dst in self.held_links if not dst.held or dst.gone]:
+            self.held_links.discard(dst)
+        return list(self.held_links)
 
     def output_drained(self, dst: RoutedLink) -> None:
         """`dst`'s connection takes bytes again: what waited for its output goes out, and the
