@@ -51,12 +51,13 @@ def test_each_router_attaches_a_control_and_a_data_link_and_answers_the_peers() 
         assert peer.control_out is not None and peer.control_out.active
         assert isinstance(peer.control_out.context, ControlOut)
         state = peer.conn
-        # one data link per priority band each way (docs/mesh.md, "Priorities"): the default
-        # priority's shares the control link's session, every other band has a session of its own
+        # one data link per priority band each way (docs/mesh.md, "Priorities"), each in a
+        # session of its own, apart from the control link's (a band's window shuts alone)
         assert len(state.out_links) == len(state.in_links) == PRIORITY_BANDS_DEFAULT
         assert peer.bands is not None and set(peer.bands) == state.out_links and peer.data_out in peer.bands
-        assert peer.data_out.link.session is peer.control_out.session
-        assert len({out.link.session for out in peer.bands}) == PRIORITY_BANDS_DEFAULT
+        sessions = {out.link.session for out in peer.bands}
+        assert len(sessions) == PRIORITY_BANDS_DEFAULT and peer.control_out.session not in sessions
+        assert all(s.watch_window for s in sessions) and not peer.control_out.session.watch_window
         for data_out in state.out_links:
             assert isinstance(data_out, OutLink) and data_out.neighbour == other and data_out.link.active
             # the receiving side grants a generous window at once, whatever the destinations

@@ -244,6 +244,19 @@ class DispositionReceived:
         )
 
 
+class WindowChanged:
+    """The peer opened or shut its incoming window on a session whose `watch_window` is set
+    (transport §2.5.6; read `session.remote_incoming_window`): its transfers wait until it opens."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def __repr__(self) -> str:
+        return f"WindowChanged({self.session!r}, open={self.session.remote_incoming_window > 0})"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProtocolViolation:
     """The peer broke the protocol; the engine already queued the close/end/detach carrying
@@ -265,5 +278,5 @@ class TransportClosed:
 Event = (
     Authenticated | AuthenticationFailed | RemoteOpen | RemoteClose | RemoteBegin | RemoteEnd
     | RemoteAttach | RemoteDetach | FlowReceived | TransferReceived | DispositionReceived
-    | ProtocolViolation | TransportClosed
+    | WindowChanged | ProtocolViolation | TransportClosed
 )  # fmt: skip

@@ -49,6 +49,7 @@ class Session:
         "handle_max", "remote_handle_max", "links_by_local", "links_by_remote", "links_by_name",
         "_next_delivery_id", "next_incoming_delivery", "blocked", "context",
         "in_handle", "in_link", "_id_high", "_id_prefix", "_in_id_high", "_in_id_prefix",
+        "window_shut", "watch_window",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, channel: int | None) -> None:
@@ -94,6 +95,14 @@ class Session:
         # (sessionin.on_transfer). Forgotten whenever links_by_remote changes.
         self.in_handle: i64 = -1
         self.in_link: Link | None = None
+        # Our incoming window as announced is 0 while the application has shut it (sessionout
+        # shut_window): frames the peer sent before it heard so are still taken (incoming_window
+        # counts what was granted). A router shuts a priority band's session this way while it
+        # holds too much of what came on it (router.core.bandwindow).
+        self.window_shut = False
+        # Report the peer opening or shutting its incoming window (events.WindowChanged): set by
+        # an application that holds frames for it itself (a router's data links to another).
+        self.watch_window = False
 
     def __repr__(self) -> str:
         return f"Session(channel={self.channel}, remote={self.remote_channel}, {self.state!r})"

@@ -6,7 +6,8 @@ the window is used), the peer's session-scoped delivery-id sequence, a transfer'
 link attached with the peer as sender, credit we granted, one delivery at a time per link,
 max-message-size) and its TransferReceived event (large payloads as views of the read), or
 the first frame offered to the connection's transfer sink (events.TransferSink); the
-peer's incoming window and link credit from its flows (FlowReceived, echoes); a disposition's
+peer's incoming window and link credit from its flows (FlowReceived, echoes; WindowChanged when
+a watched session's window opens or shuts); a disposition's
 range check (DispositionReceived).
 Collaborators, passed in: the Session (windows, the link registry by the peer's handles, its
 connection: events, link errors), the Link a frame is for; sessionout.py writes what a frame
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED
-from .events import DispositionReceived, FlowReceived, TransferReceived
+from .events import DispositionReceived, FlowReceived, TransferReceived, WindowChanged
 from .fastparse import TransferFields, tag_in
 from .fastparse_fields import DispositionFields, FlowFields
 from .performatives import RECEIVER, SENDER
@@ -46,6 +47,7 @@ def on_flow(session: Session, fields: FlowFields) -> None:
     # transport §2.5.6: remote-incoming-window = next-incoming-id + incoming-window
     #                                            - next-outgoing-id
     base = session.next_outgoing_id if next_in is None else next_in
+    was_open = session.remote_incoming_window > 0
     session.remote_incoming_window = serial_diff(serial_add(base, in_window), session.next_outgoing_id)
     session.remote_outgoing_window = out_window
     # Frames on a session or link must follow our begin/attach (transport §2.5.1, §2.6.3):
@@ -61,6 +63,8 @@ def on_flow(session: Session, fields: FlowFields) -> None:
             if echo and link.state.local is ACTIVE:
                 write_link_flow(session, link, False)
     flush_blocked(session)
+    if session.watch_window and (session.remote_incoming_window > 0) != was_open:
+        session.conn.emit(WindowChanged(session))
 
 
 def _link_flow(

@@ -5,8 +5,9 @@ Owns: writing transfers (the common one-frame transfer from the link's cached mi
 split to the peer's max-frame-size), what goes to the queue of frames held while the peer's
 incoming window is closed (sessionheld.py keeps it: transfers, and what must not overtake them:
 a sender's link flows and dispositions) and flushing it as the window opens, session and link
-flows, dispositions (cut to fit the peer's max-frame-size), attach/detach frames (a detach drops
-its link's frames still held), and error descriptions cut to fit a frame (wire_error).
+flows (our incoming window announced as 0 while the application shuts it: shut_window),
+dispositions (cut to fit the peer's max-frame-size), attach/detach frames (a detach drops its
+link's frames still held), and error descriptions cut to fit a frame (wire_error).
 Collaborators, passed in: the Session (windows, next-outgoing-id, the held queue, channel and
 connection), the Link whose frames these are; bytes go to the connection's output.
 Must not touch: what the peer sends (sessionin.py), the link registry, handles and delivery-id
@@ -22,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from . import errors as E
-from .endpoints import ACTIVE, UNINIT
+from .endpoints import ACTIVE, CLOSED, UNINIT
 from .fastpath import (
     disposition_frame,
     disposition_performative,
@@ -249,7 +250,19 @@ def flush_blocked(session: Session) -> None:
 
 def _session_fields(session: Session) -> tuple[int | None, int, int, int]:
     next_incoming = session.next_incoming_id if session.state.remote is not UNINIT else None
-    return next_incoming, session.incoming_window, session.next_outgoing_id, session.outgoing_window
+    window = 0 if session.window_shut else session.incoming_window
+    return next_incoming, window, session.next_outgoing_id, session.outgoing_window
+
+
+def shut_window(session: Session, shut: bool) -> None:
+    """Announce our incoming window as 0 (`shut`), or open it again (transport §2.5.6): the peer
+    sends no more transfers on the session until it is open. What it sent before it heard is
+    still taken: the window shrinks at the peer, not the frames already on their way."""
+    if session.window_shut == shut:
+        return
+    session.window_shut = shut
+    if session.state.local is ACTIVE and session.conn.state.local is not CLOSED:
+        write_session_flow(session)
 
 
 def _link_flow_frame(session: Session, link: Link, echo: bool) -> bytes:

@@ -54,7 +54,8 @@ class ConnectionSettings(Model):
         default=16 * 1024 * 1024, ge=65536,
         description="message bytes the router holds for one connection's producers at most (waiting for consumer "
         "credit): their credit is sized to fit (a full window of 250 single-frame messages of 64 KiB by default), "
-        "what a first window brings beyond it is released, and a peer past it is no longer read",
+        "what a first window brings beyond it is released, and a peer past it is no longer read (between routers, "
+        "frames held for blocked consumers first stop the priority band they came on: docs/mesh.md)",
     )
     write_high_water_bytes: int = Field(
         default=4 * 1024 * 1024, ge=65536,
@@ -66,8 +67,9 @@ class ConnectionSettings(Model):
         default=60.0, ge=0,
         description="detach a consumer's link (amqp:resource-limit-exceeded) that takes nothing of a message "
         "streaming to it for this long while the router holds that message's frames for it (its output blocked: "
-        "it reads nothing, or keeps its session window closed), so that the message's producer, often another "
-        "router's whole connection, is read again; its producer hears modified. 0 disables; not between routers",
+        "it reads nothing, or keeps its session window closed), so that the message's producer (a client's "
+        "connection, or another router's priority band) is read again; its producer hears modified. "
+        "0 disables; not between routers",
     )
     # Not bounded by default, not even between routers: a bound caps a long link's throughput
     # (512 KiB at 50 ms: 10 MiB/s), which a site-to-site link must not meet by surprise.

@@ -166,9 +166,10 @@ class Bounds:
     def read_paused(self, conn: ConnState) -> bool:
         """Whether the network layer should stop reading `conn` for now."""
         held = conn.buffered_bytes
-        if held + conn.held_frame_bytes > conn.read_high_water:
+        if held + conn.held_frame_bytes > conn.held_pause_above:
             # With waiting deliveries alone it cannot happen to a peer that respects credit (a
-            # last resort); frames held for a slow consumer's stream bring it here (holding.py).
+            # last resort); frames held for a slow consumer's stream bring a client here
+            # (holding.py). Between routers the band's window shuts first (bandwindow.py).
             return True
         if held <= 0:
             return False  # a connection holding nothing is never paused

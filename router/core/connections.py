@@ -27,6 +27,7 @@ from ..amqp.sasl import SUPPORTED, PlainCheck, SaslClientConfig, SaslResult, Sas
 from ..amqp.scram_keys import MECHANISMS as SCRAM_MECHANISMS
 from ..config.models import Connector, FailedLogins, Listener, RouterConfig
 from ..config.users import CredentialStore, credential_store
+from .bandwindow import held_pause_above
 
 if TYPE_CHECKING:
     from .links import InLink, OutLink
@@ -192,7 +193,7 @@ class ConnState:
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery", "touch_round",
         "unsettled_out", "unsettled_limit", "stuck",
-        "tls", "policy", "_routed", "read_high_water",
+        "tls", "policy", "_routed", "read_high_water", "held_pause_above",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -228,6 +229,12 @@ class ConnState:
         # a native int where the settings model's attribute is a generic lookup (~150
         # instructions) on the path of every delivery that waits.
         self.read_high_water: int = listener.read_high_water_bytes
+        # Waiting and held bytes past which it is not read (bounds.read_paused): the same bound,
+        # but between routers, whose bands shut first, far enough above it for what a neighbour
+        # sent before it heard (router.core.bandwindow).
+        self.held_pause_above: int = held_pause_above(
+            listener.read_high_water_bytes, listener.write_high_water, listener.between_routers
+        )
         # Unsettled deliveries sent on this connection's consumer links, and their bound
         # (router.core.bounds): at the bound every consumer link of the connection is stuck.
         self.unsettled_out = 0

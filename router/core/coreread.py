@@ -114,6 +114,7 @@ class CoreReadApi:
     def _connection(state: ConnState, now: float) -> ConnectionSnapshot:
         engine, remote = state.engine, state.engine.remote_open
         tls = state.tls
+        sessions = engine.sessions
         return ConnectionSnapshot(
             id=state.id, container_id=remote.container_id if remote is not None else None, host=state.host,
             role=state.role, outgoing=state.outgoing, config_name=state.listener.name,
@@ -129,6 +130,8 @@ class CoreReadApi:
             link_count=state.link_count, output_blocked=state.output_blocked,
             buffered_bytes=state.buffered_bytes, held_frame_bytes=state.held_frame_bytes,
             window_held_bytes=engine.output.held_bytes,
+            shut_windows=sum(1 for s in sessions if s.window_shut),
+            peer_shut_windows=sum(1 for out in state.out_links if out.window_shut),
         )  # fmt: skip
 
     def links(self, now: float) -> list[LinkSnapshot]:

@@ -162,7 +162,7 @@ class Copy:
 class SessionMaps:
     """Per session (hung on `session.context`): deliveries by delivery-id, each direction."""
 
-    __slots__ = ("inbound", "outbound", "routed", "dispositions")
+    __slots__ = ("inbound", "outbound", "routed", "dispositions", "held_bytes", "shut_above")
 
     def __init__(self) -> None:
         self.inbound = DeliveryMap()  # Forwards received here, outcome not yet settled upstream
@@ -173,6 +173,11 @@ class SessionMaps:
         # The dispositions the router owes on this session, one DispositionBatch per role and
         # settled flag (router.core.dispositions), reused batch after batch; None until one.
         self.dispositions: list[Any] | None = None
+        # A peer router's priority band (router.core.bandwindow): bytes of frames that came on
+        # this session and wait in this router for a blocked consumer, and how many shut its
+        # incoming window (0: a session that is never shut; -1: the control link's).
+        self.held_bytes = 0
+        self.shut_above = 0
 
 
 def copies_out(fwd: Forward) -> bool:

@@ -18,6 +18,9 @@ first, in order. So:
   links: each one's held frames, then the deliveries waiting for it, within half the
   high-water mark; what does not fit stays held and the connection counts as blocked again
   (the network layer asks the driver to call back when that drains: `held_output`).
+- a data link to another router whose session window that router shut (bandwindow.py) holds
+  the frames streaming on it the same way, and takes no delivery, until it opens
+  (`window_changed`), whatever its connection's output says;
 - a consumer's link whose held frames wait with none written for its connection's
   `stalled_stream_timeout_s` is named by `stalled` (the core detaches it: attach.py), since it
   would pin them, and its producer connection's byte bound, for as long as it takes nothing.
@@ -36,11 +39,13 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..amqp.connection import Connection
+from .bandwindow import count_held
 from .delivery import Copy, Forward, Payload
 from .links import OutLink, alive, stall_limit
 from .sending import Sending
 
 if TYPE_CHECKING:
+    from ..amqp.session import Session
     from .bounds import Bounds
     from .connections import ConnState
     from .mesh import Mesh
@@ -73,6 +78,7 @@ class Holding(Sending):
             held = out.held = deque()
             session = fwd.in_session
             out.held_by = session.conn.context if session is not None else None
+            out.held_in = session
             out.held_since = self.now
             self.held_links.add(out)
         data = payload if type(payload) is bytes else bytes(payload)  # (no read stays pinned)
@@ -81,6 +87,7 @@ class Holding(Sending):
         out.held_bytes += len(data)
         if out.held_by is not None:
             out.held_by.held_frame_bytes += len(data)  # (bounds.read_paused reads it)
+            count_held(out.held_in, len(data), self.touched)  # (a neighbour's band: bandwindow.py)
 
     def send_frames(self, out: OutLink, fwd: Forward, frames: list[Payload], settled: bool) -> int:
         """Send a delivery of several frames on band link `out`: at most half the write
@@ -112,7 +119,8 @@ class Holding(Sending):
             return
         if out.held_by is not None:
             out.held_by.held_frame_bytes -= out.held_bytes
-        out.held = out.held_by = None
+            count_held(out.held_in, -out.held_bytes, self.touched)
+        out.held = out.held_by = out.held_in = None
         out.held_bytes = 0
         out.held_last = False
         self.held_links.discard(out)
@@ -145,6 +153,8 @@ class Holding(Sending):
         bands: list[OutLink] | None = peer.bands if peer is not None else None
         if bands is not None:
             for out in reversed(bands):
+                if out.window_shut:
+                    continue  # (its neighbour opens it: window_changed)
                 if out.held is not None:
                     budget = self._release_link(out, budget)
                     if out.held is not None:  # no room left: lower bands wait for the next drain
@@ -154,7 +164,7 @@ class Holding(Sending):
                 if conn.output_blocked:  # (it sent a delivery of several frames and holds some)
                     return
         for out in list(conn.out_links):
-            if out.band < 0:
+            if out.band < 0 and not out.window_shut:
                 if out.held is not None:
                     budget = self._release_link(out, budget)
                     if out.held is not None:  # the rest waits for the next drain
@@ -165,6 +175,27 @@ class Holding(Sending):
         if routed:  # link-routed links hold what arrived for them while blocked (linkrelay.py)
             for link in list(routed):
                 self.relay.output_drained(link)
+
+    def window_changed(self, session: Session, now: float) -> None:
+        """A neighbour shut or opened its incoming window on the session of one of our data
+        links (bandwindow.py): the link takes deliveries and writes what it holds only while
+        it is open; opened, what it held goes first, within half the write high-water mark."""
+        shut = session.remote_incoming_window <= 0
+        self.now = now
+        for link in session.links:
+            out = link.context
+            if type(out) is not OutLink or out.neighbour is None or out.window_shut == shut:
+                continue
+            out.window_shut = shut
+            conn = out.conn
+            if shut or conn.output_blocked:
+                continue  # (the output's drain releases it: release)
+            if out.held is not None:
+                self._release_link(out, conn.listener.write_high_water // 2)
+                if out.held is not None:
+                    self._blocked_by_held(conn)
+                    continue
+            self.consumer_ready(out, now)
 
     def _release_link(self, out: OutLink, budget: int) -> int:
         """Write `out`'s held frames while `budget` lasts; what is left of it."""
@@ -188,12 +219,13 @@ class Holding(Sending):
             out.held_bytes -= size
             if by is not None:
                 by.held_frame_bytes -= size
+                count_held(out.held_in, -size, self.touched)
             link.send_transfer(b"", frame, settled=settled, more=bool(held) or not out.held_last,
                                message_format=fwd.message_format)  # fmt: skip
         self.touched.touch(out.conn.engine)
         if not held:
             ends = out.held_last
-            out.held = out.held_by = None
+            out.held = out.held_by = out.held_in = None
             out.held_last = False
             self.held_links.discard(out)
             if ends:

@@ -6,11 +6,11 @@ Owns: the connection properties a router puts in its open (`mesh.role`, `mesh.ve
 bad cost: each refused with a clear condition), and the links each router attaches on an
 inter-router connection: one control link (`qd.router` capability; HELLO, RA, ... as AMQP
 messages) and data links (`qd.router-data`, anonymous target: every routed delivery) per
-direction: one per priority band (docs/mesh.md, "Priorities"), the default priority's in the
-control link's session, every other band in a session of its own. Each router attaches its own
-sending links and answers the peer's: the setup is symmetric, so it does not matter which side
-connected, and the number of bands is the sender's choice (the receiver takes any data link,
-up to one per priority level).
+direction: one per priority band (docs/mesh.md, "Priorities"), each in a session of its own
+(the control link too: a band's window can be shut alone, router.core.bandwindow). Each
+router attaches its own sending links and answers the peer's: the setup is symmetric, so it
+does not matter which side connected, and the number of bands is the sender's choice (the
+receiver takes any data link, up to one per priority level).
 Must not touch: the topology protocol (router.core.mesh drives it), routing decisions.
 """
 
@@ -27,6 +27,7 @@ from ..amqp.performatives import Error
 from ..config.models import COST_MAX, PRIORITY_LEVELS
 from .addressentry import AddressEntry
 from .annotparse import Seen
+from .bandwindow import control_session, data_session
 from .connections import ConnState
 from .links import InLink, OutLink
 from .paths import PRIORITY_DEFAULT, band_of
@@ -134,9 +135,10 @@ def check_open(state: ConnState, router_id: str, mode: str) -> tuple[Error | Non
 
 
 def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None:
-    """Attach our sending links to `peer`: control and the default priority's data link in a
-    session of our own, and with `bands` > 1 the data link of every other band in a session
-    of its own (their deliveries never queue behind each other's)."""
+    """Attach our sending links to `peer`: control in a session of our own, and the data link of
+    each band (one with `bands` 1) in a session of its own: their deliveries never queue behind
+    each other's, and the peer can stop one band by shutting its session's window without
+    stopping the control link (router.core.bandwindow)."""
     conn = peer.conn
     session = conn.engine.begin_session()
     control = session.attach_sender(f"{router_id}>{peer.id}/control", source=Source(address=None),
@@ -147,7 +149,9 @@ def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None
     links: dict[int, OutLink] = {}
     for band in [default, *(b for b in range(bands) if b != default)]:  # /data first: a peer keeps it
         name = f"{router_id}>{peer.id}/data" if band == default else f"{router_id}>{peer.id}/data.{band}"
-        data = (session if band == default else conn.engine.begin_session()).attach_sender(
+        band_session = conn.engine.begin_session()
+        band_session.watch_window = True  # (Holding.window_changed)
+        data = band_session.attach_sender(
             name, source=Source(address=None), target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
         private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
         out = OutLink(data, conn, private, neighbour=peer.id)
@@ -203,6 +207,7 @@ def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *,
         if not link.answer(source=link.remote_source, target=link.remote_target):
             return  # refused: the echo would not fit the peer's max-frame-size
         link.context = ControlIn(peer)
+        control_session(link.session)
         link.flow(CONTROL_CREDIT)
     elif DATA_CAPABILITY in caps:
         if peer.data_in >= DATA_LINKS_IN_MAX:
@@ -221,6 +226,7 @@ def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *,
         inl.zero_credit_since = now  # until the flush gives it its window
         link.context = inl
         conn.in_links.add(inl)
+        data_session(link.session, conn)  # (its window shuts while too much of it waits here)
         credit.credit_dirty(inl)  # a window at once: not tied to destinations
     else:
         link.reject(_refusal(f"unknown inter-router link capabilities {list(caps)}"))

@@ -33,6 +33,7 @@ log = logging.getLogger("router.core")
 if TYPE_CHECKING:
     from collections import deque
 
+    from ..amqp.session import Session
     from .annotparse import Seen
     from .grant import Grant
 
@@ -132,7 +133,7 @@ class OutLink(LinkCounts):
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
         "unsettled_limit", "stuck", "stuck_count", "filter", "band", "held", "held_bytes", "held_last", "held_by",
-        "held_since", "bands",
+        "held_in", "held_since", "bands", "window_shut",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -181,12 +182,20 @@ class OutLink(LinkCounts):
         self.held_bytes = 0
         self.held_last = False
         self.held_by: ConnState | None = None
+        # The session those frames came on (router.core.bandwindow counts them per session too).
+        self.held_in: Session | None = None
         self.held_since = 0.0  # since when its held frames wait with none written (holding.stalled)
+        # A data link to another router whose session the peer shut (router.core.bandwindow):
+        # it takes no delivery and holds its streaming frames until the peer opens it again.
+        self.window_shut = False
 
     def can_take(self) -> bool:
         """It can take a delivery now: credit, no delivery of its own still streaming, its
         connection's output not backed up, below its unsettled bound (bounds.py)."""
-        return self.link.credit > 0 and self.streaming is None and not self.conn.output_blocked and not self.stuck
+        return (
+            self.link.credit > 0 and self.streaming is None and not self.conn.output_blocked and not self.stuck
+            and not self.window_shut
+        )  # fmt: skip
 
     def next_tag(self) -> bytes:
         self.tags = (self.tags + 1) & 0xFFFFFFFF

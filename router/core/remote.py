@@ -37,7 +37,10 @@ Choice = tuple[OutLink, int, bool]  # (data link, value, it can take a delivery 
 
 
 def usable(out: OutLink) -> bool:
-    return out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.gone
+    return (
+        out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.gone
+        and not out.window_shut
+    )  # fmt: skip
 
 
 def priority(paths: Paths, fwd: Forward) -> int:
@@ -162,7 +165,7 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None =
             out = on_band(paths, out, fwd)
         count = entry.out_last_count if entry.out_last is out else counts.get(out)  # (usually the last link)
         value = cost + (count.n if count is not None else 0)
-        ok = out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked
+        ok = usable(out)
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
             choice = (out, value, ok)
     return choice

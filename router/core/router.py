@@ -58,6 +58,7 @@ from .links import InLink, report_stalled
 _TRANSFER: Final = ev.TransferReceived
 _DISPOSITION: Final = ev.DispositionReceived
 _FLOW: Final = ev.FlowReceived
+_WINDOW: Final = ev.WindowChanged
 
 
 class RouterCore(CoreUnits):
@@ -102,6 +103,8 @@ class RouterCore(CoreUnits):
                     forwarder.on_disposition(event)  # type: ignore[arg-type]
                 elif t is _FLOW:
                     forwarder.on_flow(event, now)  # type: ignore[arg-type]
+                elif t is _WINDOW:
+                    forwarder.window_changed(event.session, now)  # type: ignore[union-attr]
                 else:
                     self.lifecycle.event(state, event, now)
             if meshed and (mesh.dirty or now >= mesh.deadline):

@@ -68,6 +68,10 @@ class ConnectionSnapshot:
     buffered_bytes: int
     held_frame_bytes: int
     window_held_bytes: int
+    # Between routers (router.core.bandwindow): its sessions (priority bands) whose incoming
+    # window this router has shut, and ours the peer has shut.
+    shut_windows: int
+    peer_shut_windows: int
 
 
 @dataclass(frozen=True, slots=True)

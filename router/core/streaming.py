@@ -112,12 +112,13 @@ class Streaming(Waiting):
 
     def _stream(self, out: OutLink, payload: Payload, fwd: Forward, record: Forward | Copy) -> None:
         """The next frame of `record` (`fwd` or a copy of it) on `out`, ending it if the last."""
-        if out.conn.output_blocked:
+        if out.conn.output_blocked or out.window_shut:
             # Held until the output drains (holding.py), counted against the producer's byte
             # bound: a consumer that reads slowly, or not at all, never makes the router buffer
             # a large message whole (past the bound the producer's connection is not read). On
-            # an inter-router connection higher bands go first. (Frames a link holds always
-            # mean a blocked connection.)
+            # an inter-router connection higher bands go first, and a band whose session the
+            # neighbour shut holds its frames until it opens (bandwindow.py). (Frames a link
+            # holds always mean a blocked connection or a shut band.)
             self.hold(out, payload, fwd, fwd.complete)
             return
         out.link.send_transfer(b"", payload, settled=self._presettled_out(fwd, out),

@@ -69,6 +69,9 @@ class ConnectionType(EntityType):
         "bufferedBytes: Bytes of its deliveries the router holds, waiting for consumer credit",
         "heldFrameBytes: Bytes of later frames of its deliveries held while their consumers' output is blocked",
         "windowHeldBytes: Bytes waiting for it to open its session incoming window",
+        "shutWindows: Between routers: its priority bands this router has stopped (session window shut) "
+        "while it holds too much of them for blocked consumers",
+        "peerShutWindows: Between routers: this router's priority bands the peer has stopped",
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -86,7 +89,7 @@ class ConnectionType(EntityType):
             operStatus="closing" if c.closing else "up", adminStatus="enabled",
             uptimeSeconds=c.uptime_s, lastDlvSeconds=c.last_delivery_s, linkCount=c.link_count,
             outputBlocked=c.output_blocked, bufferedBytes=c.buffered_bytes, heldFrameBytes=c.held_frame_bytes,
-            windowHeldBytes=c.window_held_bytes,
+            windowHeldBytes=c.window_held_bytes, shutWindows=c.shut_windows, peerShutWindows=c.peer_shut_windows,
         )  # fmt: skip
 
 
