@@ -11,6 +11,8 @@ the whole message arrives and every producer hears accepted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -67,6 +69,24 @@ async def _until(check: object, seconds: float = 30) -> None:
             await trio.sleep(0.1)
 
 
+async def _urgent_arrives(urgent: Any, hurry: Any) -> None:
+    with trio.fail_after(10):
+        got = await urgent.receive()
+        urgent.accept(got)
+        assert isinstance(await hurry.wait(), Accepted)
+
+
+async def _big_arrives_once_read(stalled: Any, big: Any, tracker: Any) -> None:
+    """The stalled consumer opens its window: the whole message arrives, its producer hears accepted."""
+    _window(stalled.session, 2048)
+    stalled.driver.wake()
+    with trio.fail_after(60):
+        delivery = await big.receive()
+        big.accept(delivery)
+        assert isinstance(await tracker.wait(), Accepted)
+    assert delivery.message.body_bytes == BODY
+
+
 async def _mesh(mem_network: MemNetwork, stalled_s: float = 60.0, bands: int = 4) -> tuple[MemRouter, MemRouter]:
     a = await mem_network.start(interior("A", bands=bands))
     to_a = Connector(name="to-a", host="127.0.0.1", port=a.port("ir"), role="inter-router", read_high_water_bytes=BOUND)
@@ -116,23 +136,10 @@ async def test_a_stalled_consumer_of_a_stream_from_another_router_stops_only_its
         hurry = await (await producer.open_sender("urgent")).start_send(
             Message.value("now", header=Header(priority=9)))  # fmt: skip
         if bands > 1:  # a band of its own: it overtakes
-            with trio.fail_after(10):
-                got = await urgent.receive()
-                urgent.accept(got)
-                assert isinstance(await hurry.wait(), Accepted)
-
-        _window(stalled.session, 2048)
-        stalled.driver.wake()
-        with trio.fail_after(60):
-            delivery = await big.receive()
-            big.accept(delivery)
-            assert isinstance(await tracker.wait(), Accepted)
-        assert delivery.message.body_bytes == BODY
+            await _urgent_arrives(urgent, hurry)
+        await _big_arrives_once_read(stalled, big, tracker)
         if bands == 1:  # behind the big one in their band
-            with trio.fail_after(10):
-                got = await urgent.receive()
-                urgent.accept(got)
-                assert isinstance(await hurry.wait(), Accepted)
+            await _urgent_arrives(urgent, hurry)
         await _until(lambda: _shut(b) == 0, 10)
         assert _held(b) == 0 and b.server.stats()["reading_paused"] == 0
         assert _linked(a, b)
@@ -190,19 +197,9 @@ async def test_a_stalled_band_stops_band_by_band_back_along_a_chain_of_routers(
         await trio.sleep(5.0)
         assert _held(b) <= BOUND and _held(a) <= BOUND
         assert [r.server.stats()["reading_paused"] for r in (a, b)] == [0, 0]
-        with trio.fail_after(10):
-            hurry = await (await other.open_sender("urgent")).start_send(
-                Message.value("now", header=Header(priority=9)))  # fmt: skip
-            got = await urgent.receive()
-            urgent.accept(got)
-            assert isinstance(await hurry.wait(), Accepted)
-
-        _window(stalled.session, 2048)
-        stalled.driver.wake()
-        with trio.fail_after(60):
-            delivery = await big.receive()
-            big.accept(delivery)
-            assert isinstance(await tracker.wait(), Accepted)
-        assert delivery.message.body_bytes == BODY
+        hurry = await (await other.open_sender("urgent")).start_send(
+            Message.value("now", header=Header(priority=9)))  # fmt: skip
+        await _urgent_arrives(urgent, hurry)
+        await _big_arrives_once_read(stalled, big, tracker)
         await _until(lambda: _shut(a) + _shut(b) + _shut(c) == 0, 10)
         assert _held(a) + _held(b) + _held(c) == 0
