@@ -419,6 +419,27 @@ def test_reads_pause_the_largest_holders_first_and_never_one_holding_nothing() -
     assert bounds.read_paused(states[1])
 
 
+def test_held_frames_pause_a_client_at_its_bound_and_a_router_only_far_above_it() -> None:
+    """Between routers the band whose frames are held shuts first (router.core.bandwindow): the
+    connection is read on until its bound and four write high-water marks are passed (what a
+    neighbour that ignores the window, or one that cannot be shut, sends)."""
+    from router.amqp.connection import Connection, ConnectionConfig
+    from router.core.connections import ConnState
+
+    h = RouterHarness(_config())
+    settings_ = {"read_high_water_bytes": 1 << 20, "write_high_water_bytes": 1 << 20}
+    client = ConnState(Connection(ConnectionConfig(container_id="c")), Listener(**settings_))
+    router = ConnState(Connection(ConnectionConfig(container_id="r")), Listener(role="inter-router", **settings_))
+    bounds = h.core.bounds
+    for state in (client, router):
+        state.held_frame_bytes = (1 << 20) + 1
+    assert bounds.read_paused(client) and not bounds.read_paused(router)
+    router.held_frame_bytes = 5 << 20
+    assert not bounds.read_paused(router)
+    router.held_frame_bytes += 1
+    assert bounds.read_paused(router)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["send", "settle", "flow", "settle_some"]), st.integers(1, 40)), max_size=30))
 def test_the_unsettled_bound_holds_whatever_the_order(steps: list[tuple[str, int]]) -> None:
