@@ -10,7 +10,9 @@ from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.events import RemoteClose
 from router.amqp.message import Message
 from router.amqp.sasl import SaslServerConfig
-from router.config.models import PRIORITY_BANDS_DEFAULT, Connector, Listener, RouterConfig, RouterSection
+from router.config.models import (
+    PRIORITY_BANDS_DEFAULT, STREAMING_LINKS_DEFAULT, Connector, Listener, RouterConfig, RouterSection,
+)
 from router.core.connections import new_engine, new_outgoing_engine
 from router.core.interrouter import COST_PROPERTY, ROLE_PROPERTY, VERSION_PROPERTY, ControlIn, ControlOut
 from router.core.links import InLink, OutLink
@@ -51,12 +53,16 @@ def test_each_router_attaches_a_control_and_a_data_link_and_answers_the_peers() 
         assert peer.control_out is not None and peer.control_out.active
         assert isinstance(peer.control_out.context, ControlOut)
         state = peer.conn
-        # one data link per priority band each way (docs/mesh.md, "Priorities"), each in a
-        # session of its own, apart from the control link's (a band's window shuts alone)
-        assert len(state.out_links) == len(state.in_links) == PRIORITY_BANDS_DEFAULT
-        assert peer.bands is not None and set(peer.bands) == state.out_links and peer.data_out in peer.bands
-        sessions = {out.link.session for out in peer.bands}
-        assert len(sessions) == PRIORITY_BANDS_DEFAULT and peer.control_out.session not in sessions
+        # one data link per priority band each way (docs/mesh.md, "Priorities") and the
+        # streaming links, each in a session of its own, apart from the control link's (a
+        # band's or a stream's window shuts alone)
+        data_links = PRIORITY_BANDS_DEFAULT + STREAMING_LINKS_DEFAULT
+        assert len(state.out_links) == len(state.in_links) == data_links
+        assert peer.bands is not None and peer.data_out in peer.bands
+        assert set(peer.bands) | set(peer.streams) == state.out_links and len(peer.streams) == STREAMING_LINKS_DEFAULT
+        assert all(out.streams is peer.streams for out in peer.bands)
+        sessions = {out.link.session for out in state.out_links}
+        assert len(sessions) == data_links and peer.control_out.session not in sessions
         assert all(s.watch_window for s in sessions) and not peer.control_out.session.watch_window
         for data_out in state.out_links:
             assert isinstance(data_out, OutLink) and data_out.neighbour == other and data_out.link.active

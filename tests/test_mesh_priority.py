@@ -22,6 +22,9 @@ def _line(*ids: str, bands: dict[str, int] | None = None, **router: Any) -> Mesh
     h = MeshHarness()
     for i, rid in enumerate(ids):
         h.router(rid, instance=i + 1, **router)
+        # (about the bands: large messages stream on their band's link, as with no streaming
+        # link free; tests/test_mesh_streaming_links.py has those)
+        h.cores[rid].mesh.streaming_links = 0
         if bands and rid in bands:  # (a section of its own: the harness's defaults are shared)
             core = h.cores[rid]
             core.mesh.priority_bands = bands[rid]
@@ -195,8 +198,17 @@ def test_management_creates_an_address_priority_and_shows_it_on_the_address() ->
     assert m.op("READ", type="router.address", name="alerts.disk")[2]["priority"] == -1
 
 
-def test_a_peer_attaching_more_data_links_than_levels_is_refused_beyond_them() -> None:
+def refused_attaches(h: MeshHarness, rid: str) -> dict[str, str]:
+    """Pump: the links `rid` attached that its peer refused (detached with an error), by name."""
     from router.amqp.events import RemoteDetach
+
+    seen: list[Any] = []
+    h.tap(rid, lambda events: seen.extend(e for e in events if isinstance(e, RemoteDetach)))
+    h.pump()
+    return {e.link.name: e.error.condition for e in seen if e.error is not None}
+
+
+def test_a_peer_attaching_more_data_links_than_levels_is_refused_beyond_them() -> None:
     from router.amqp.messaging import Source, Target
     from router.core.interrouter import DATA_CAPABILITY, DATA_LINKS_IN_MAX
 
@@ -209,10 +221,7 @@ def test_a_peer_attaching_more_data_links_than_levels_is_refused_beyond_them() -
     extra = [session.attach_sender(f"B>A/extra.{i}", source=Source(address=None),
                                    target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
              for i in range(DATA_LINKS_IN_MAX)]  # fmt: skip
-    seen: list[Any] = []
-    h.tap("B", lambda events: seen.extend(e for e in events if isinstance(e, RemoteDetach)))
-    h.pump()
-    refused = {e.link.name: e.error.condition for e in seen if e.error is not None}
+    refused = refused_attaches(h, "B")
     allowed = DATA_LINKS_IN_MAX - PRIORITY_BANDS_DEFAULT
     # (links B's core did not make: what B then does with them is beside the point here)
     assert refused == {link.name: "amqp:resource-limit-exceeded" for link in extra[allowed:]}

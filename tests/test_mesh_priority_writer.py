@@ -30,6 +30,7 @@ def _line(harness: type[MeshHarness] = MeshHarness) -> MeshHarness:
     h = harness()
     for i, rid in enumerate("ABC"):
         h.router(rid, instance=i + 1)
+        h.cores[rid].mesh.streaming_links = 0  # (band links' holding: no stream on a link of its own)
     # Bounded socket buffers (a LAN mesh's setting): the write high-water mark is bounded too.
     h.link("A", "B", socket_buffer_bytes=512 * 1024)
     h.link("B", "C", socket_buffer_bytes=512 * 1024)

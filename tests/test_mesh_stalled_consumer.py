@@ -29,9 +29,11 @@ BOUND = 1024 * 1024  # read_high_water_bytes of the inter-router connection, bot
 BODY = bytes(range(251)) * (8 * 1024 * 1024 // 251)  # every byte says where it belongs
 
 
-def interior(name: str, *connectors: Connector, stalled_s: float = 60.0, bands: int = 4) -> RouterConfig:
+def interior(
+    name: str, *connectors: Connector, stalled_s: float = 60.0, bands: int = 4, streams: int = 4
+) -> RouterConfig:
     return RouterConfig(
-        router=RouterSection(id=name, mode="interior", priority_bands=bands),
+        router=RouterSection(id=name, mode="interior", priority_bands=bands, streaming_links=streams),
         listeners=(Listener(name="amqp", port=0, stalled_stream_timeout_s=stalled_s),
                    Listener(name="ir", port=0, role="inter-router", read_high_water_bytes=BOUND)),
         connectors=connectors,
@@ -87,23 +89,27 @@ async def _big_arrives_once_read(stalled: Any, big: Any, tracker: Any) -> None:
     assert delivery.message.body_bytes == BODY
 
 
-async def _mesh(mem_network: MemNetwork, stalled_s: float = 60.0, bands: int = 4) -> tuple[MemRouter, MemRouter]:
-    a = await mem_network.start(interior("A", bands=bands))
+async def _mesh(
+    mem_network: MemNetwork, stalled_s: float = 60.0, bands: int = 4, streams: int = 4
+) -> tuple[MemRouter, MemRouter]:
+    a = await mem_network.start(interior("A", bands=bands, streams=streams))
     to_a = Connector(name="to-a", host="127.0.0.1", port=a.port("ir"), role="inter-router", read_high_water_bytes=BOUND)
-    b = await mem_network.start(interior("B", to_a, stalled_s=stalled_s, bands=bands))
+    b = await mem_network.start(interior("B", to_a, stalled_s=stalled_s, bands=bands, streams=streams))
     with trio.fail_after(30):
         while not _linked(a, b):
             await trio.sleep(0.1)
     return a, b
 
 
-@pytest.mark.parametrize("bands", [4, 1])
-async def test_a_stalled_consumer_of_a_stream_from_another_router_stops_only_its_band(
-    autojump_clock: trio.testing.MockClock, mem_network: MemNetwork, bands: int
+@pytest.mark.parametrize(("bands", "streams", "priority"), [(4, 0, 9), (1, 0, 4), (1, 4, 4), (4, 4, 4)])
+async def test_a_stalled_consumer_of_a_stream_from_another_router_stops_only_its_link(
+    autojump_clock: trio.testing.MockClock, mem_network: MemNetwork, bands: int, streams: int, priority: int
 ) -> None:
-    """With four bands an urgent message to another consumer on B overtakes the stalled one;
-    with one band it waits for it, but the control link and the way back still flow."""
-    a, b = await _mesh(mem_network, bands=bands)
+    """Without streaming links the stream stops its band: with four bands an urgent message to
+    another consumer on B overtakes it; with one band it waits for it, but the control link and
+    the way back still flow. With streaming links it stops only its own link: a message of the
+    same priority overtakes it."""
+    a, b = await _mesh(mem_network, bands=bands, streams=streams)
     async with (b.connect() as stalled, b.connect() as fast, a.connect() as producer,
                 a.connect() as listener, b.connect() as talker):  # fmt: skip
         _window(stalled.session, 0)  # (before the attach: the router knows it first)
@@ -134,11 +140,15 @@ async def test_a_stalled_consumer_of_a_stream_from_another_router_stops_only_its
             replies.accept(got)
             assert isinstance(await reply.wait(), Accepted)
         hurry = await (await producer.open_sender("urgent")).start_send(
-            Message.value("now", header=Header(priority=9)))  # fmt: skip
-        if bands > 1:  # a band of its own: it overtakes
+            Message.value("now", header=Header(priority=priority)))  # fmt: skip
+        overtakes = streams > 0 or bands > 1  # (a link of its own, or a band of its own)
+        if overtakes:
             await _urgent_arrives(urgent, hurry)
+        else:
+            await trio.sleep(10.0)
+            assert urgent.buffered == 0  # behind the big one in their band
         await _big_arrives_once_read(stalled, big, tracker)
-        if bands == 1:  # behind the big one in their band
+        if not overtakes:
             await _urgent_arrives(urgent, hurry)
         await _until(lambda: _shut(b) == 0, 10)
         assert _held(b) == 0 and b.server.stats()["reading_paused"] == 0

@@ -37,6 +37,8 @@ def _default_router_id() -> str:
 
 
 PRIORITY_BANDS_DEFAULT = 4
+STREAMING_LINKS_DEFAULT = 4
+STREAMING_LINKS_MAX = 32
 
 
 class RouterSection(Model):
@@ -51,6 +53,12 @@ class RouterSection(Model):
         default=PRIORITY_BANDS_DEFAULT, ge=1, le=PRIORITY_LEVELS,
         description="data links this router sends on to each neighbour, one per band of message priorities "
         "(0-9 mapped evenly onto the bands, docs/mesh.md 'Priorities'); 1: one data link for everything",
+    )  # fmt: skip
+    streaming_links: int = Field(
+        default=STREAMING_LINKS_DEFAULT, ge=0, le=STREAMING_LINKS_MAX,
+        description="data links this router keeps to each neighbour for large messages, each in a session of its own: "
+        "a message that does not fit its first frame streams on a free one, so that a consumer that stalls it stops "
+        "only that link, not its priority band (docs/mesh.md 'Streaming links'); 0: streams go on their band's link",
     )  # fmt: skip
 
     @model_validator(mode="after")

@@ -24,12 +24,12 @@ from ..amqp.endpoints import ACTIVE, CLOSED
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
-from ..config.models import COST_MAX, PRIORITY_LEVELS
+from ..config.models import COST_MAX, PRIORITY_LEVELS, STREAMING_LINKS_MAX
 from .addressentry import AddressEntry
 from .annotparse import Seen
 from .bandwindow import control_session, data_session
 from .connections import ConnState
-from .links import InLink, OutLink
+from .links import STREAM_LINK, InLink, OutLink
 from .paths import PRIORITY_DEFAULT, band_of
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ COST_PROPERTY = "mesh.cost"  # this end's configured cost; the link's is the max
 MESH_VERSION = 1
 CONTROL_CAPABILITY = "qd.router"
 DATA_CAPABILITY = "qd.router-data"
+STREAM_CAPABILITY = "qd.router-stream"  # beside DATA_CAPABILITY: a streaming link (router.core.streamlinks)
 CONTROL_CREDIT = 256  # control messages in flight per direction (topped up at half)
 DATA_WINDOW_MIN = 1000  # the data link's credit window: max(this, 4 x link capacity)
 DATA_LINKS_IN_MAX = PRIORITY_LEVELS  # data links a peer may attach on one connection (one per level)
@@ -49,8 +50,8 @@ DATA_LINKS_IN_MAX = PRIORITY_LEVELS  # data links a peer may attach on one conne
 class Peer:
     """The router at the other end of one inter-router connection."""
 
-    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "bands", "data_in", "queue", "partial", "dropped",
-                 "edge")  # fmt: skip
+    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "bands", "streams", "data_in", "streams_in", "queue",
+                 "partial", "dropped", "edge")  # fmt: skip
 
     def __init__(self, router_id: str, conn: ConnState, cost: int) -> None:
         self.id = router_id
@@ -60,7 +61,10 @@ class Peer:
         self.data_out: OutLink | None = None  # the default priority's data link (the only one of an edge)
         # Our data link of each priority band, lowest first (data_out among them); None: one band.
         self.bands: list[OutLink] | None = None
+        # Our streaming links to it (router.core.streamlinks), each in a session of its own.
+        self.streams: list[OutLink] = []
         self.data_in = 0  # data links the peer attached (bounded: DATA_LINKS_IN_MAX)
+        self.streams_in = 0  # streaming links the peer attached (bounded: STREAMING_LINKS_MAX)
         self.queue: deque[bytes] = deque()  # encoded control messages waiting for credit
         self.partial: list[bytes] = []  # a multi-frame control message arriving
         self.dropped = 0  # control messages dropped because the queue was full
@@ -134,11 +138,12 @@ def check_open(state: ConnState, router_id: str, mode: str) -> tuple[Error | Non
     return None, max(int(cost), state.cost)
 
 
-def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None:
-    """Attach our sending links to `peer`: control in a session of our own, and the data link of
-    each band (one with `bands` 1) in a session of its own: their deliveries never queue behind
+def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1, streams: int = 0) -> None:
+    """Attach our sending links to `peer`: control in a session of our own, the data link of
+    each band (one with `bands` 1) in a session of its own (their deliveries never queue behind
     each other's, and the peer can stop one band by shutting its session's window without
-    stopping the control link (router.core.bandwindow)."""
+    stopping the control link: router.core.bandwindow), and `streams` streaming links, each in
+    a session of its own too (router.core.streamlinks)."""
     conn = peer.conn
     session = conn.engine.begin_session()
     control = session.attach_sender(f"{router_id}>{peer.id}/control", source=Source(address=None),
@@ -149,30 +154,45 @@ def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1) -> None
     links: dict[int, OutLink] = {}
     for band in [default, *(b for b in range(bands) if b != default)]:  # /data first: a peer keeps it
         name = f"{router_id}>{peer.id}/data" if band == default else f"{router_id}>{peer.id}/data.{band}"
-        band_session = conn.engine.begin_session()
-        band_session.watch_window = True  # (Holding.window_changed)
-        data = band_session.attach_sender(
-            name, source=Source(address=None), target=Target(address=None, capabilities=(DATA_CAPABILITY,)))  # fmt: skip
-        private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
-        out = OutLink(data, conn, private, neighbour=peer.id)
-        out.zero_credit_since = now  # no credit until the peer gives some
-        data.context = out
-        conn.out_links.add(out)
-        links[band] = out
+        links[band] = _data_link(peer, name, (DATA_CAPABILITY,), now)
     peer.data_out = links[default]
     peer.bands = [links[band] for band in range(bands)] if bands > 1 else None
     if bands > 1:
         for band, out in links.items():
             out.band = band  # its frames wait for higher bands' while the output is blocked (holding.py)
+    if streams:
+        peer.streams = [_data_link(peer, f"{router_id}>{peer.id}/stream.{i}", (DATA_CAPABILITY, STREAM_CAPABILITY), now)
+                        for i in range(streams)]  # fmt: skip
+        for out in peer.streams:
+            out.band = STREAM_LINK
+        for out in links.values():
+            out.streams = peer.streams  # (Sending._send reads it there)
+
+
+def _data_link(peer: Peer, name: str, capabilities: tuple[str, ...], now: float) -> OutLink:
+    """One of our data links to `peer`, in a session of its own."""
+    conn = peer.conn
+    session = conn.engine.begin_session()
+    session.watch_window = True  # (Holding.window_changed)
+    data = session.attach_sender(name, source=Source(address=None),
+                                 target=Target(address=None, capabilities=capabilities))  # fmt: skip
+    private = AddressEntry(f"-{peer.id}", f"<data link to {peer.id}>", "closest")
+    out = OutLink(data, conn, private, neighbour=peer.id)
+    out.zero_credit_since = now  # no credit until the peer gives some
+    data.context = out
+    conn.out_links.add(out)
+    return out
 
 
 def detach_breaks(peer: object, link: Link) -> bool:
     """Whether the peer detaching `link` on an inter-router connection breaks the connection:
     yes for the control link and the default data link; not for the answer to a detach of ours
     (an attach we refused), nor for a band link of ours (docs/mesh.md, "Priorities": its band
-    falls back to the default data link)."""
+    falls back to the default data link), nor for a streaming link (its stream fails)."""
     if link.state.local is CLOSED:
         return False
+    if isinstance(peer, Peer) and link.context in peer.streams:
+        return False  # (its stream fails; the others, and the bands, carry on)
     if isinstance(peer, Peer) and peer.bands is not None:
         ctx = link.context
         for out in peer.bands:
@@ -210,11 +230,18 @@ def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *,
         control_session(link.session)
         link.flow(CONTROL_CREDIT)
     elif DATA_CAPABILITY in caps:
-        if peer.data_in >= DATA_LINKS_IN_MAX:
+        if STREAM_CAPABILITY in caps:
+            if peer.streams_in >= STREAMING_LINKS_MAX:
+                link.reject(_refusal(f"at most {STREAMING_LINKS_MAX} streaming links per inter-router connection",
+                                     E.RESOURCE_LIMIT_EXCEEDED))  # fmt: skip
+                return
+            peer.streams_in += 1
+        elif peer.data_in >= DATA_LINKS_IN_MAX:
             link.reject(_refusal(f"at most {DATA_LINKS_IN_MAX} data links per inter-router connection",
                                  E.RESOURCE_LIMIT_EXCEEDED))  # fmt: skip
             return
-        peer.data_in += 1
+        else:
+            peer.data_in += 1
         link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
         if not link.answer(source=link.remote_source, target=link.remote_target,
                            max_message_size=max_message_size):  # fmt: skip

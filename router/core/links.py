@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 
 _ids = itertools.count(1)  # link identities (management), unique in this process
 
+# OutLink.band of a streaming link to another router (router.core.streamlinks): below 0 as for
+# any link that is not a band's, apart from -1 for what holding.send_frames must tell.
+STREAM_LINK: Final = -2
+
 # An unsettled bound that is never reached (links between routers). Below 2**62: a larger int
 # is boxed when compiled, and every comparison with it takes the slow path (~100 instructions,
 # two per delivery sent on a data link, one per delivery received on one).
@@ -133,7 +137,7 @@ class OutLink(LinkCounts):
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
         "unsettled_limit", "stuck", "stuck_count", "filter", "band", "held", "held_bytes", "held_last", "held_by",
-        "held_in", "held_since", "bands", "window_shut",
+        "held_in", "held_since", "bands", "streams", "window_shut",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -178,6 +182,9 @@ class OutLink(LinkCounts):
         # first (the mesh's Paths.bands entry, here where remote.on_band reads it without a
         # lookup); None otherwise.
         self.bands: list[OutLink] | None = None
+        # On a neighbour's band links: its streaming links (router.core.streamlinks); None
+        # otherwise (a streaming link's band is STREAM_LINK).
+        self.streams: list[OutLink] | None = None
         self.held: deque[bytes] | None = None
         self.held_bytes = 0
         self.held_last = False

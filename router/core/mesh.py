@@ -83,6 +83,7 @@ class Mesh(MeshReadApi):
         # remote.on_band). An edge router's Edges replace it with their active uplink's.
         self.links: dict[str, OutLink] = self.peering.links
         self.priority_bands = config.router.priority_bands
+        self.streaming_links = config.router.streaming_links
         self.control = ControlChannel(touched, closer)
         self.dirty = False  # an input since the last service(): tick the node at once
         self.deadline = math.inf
@@ -179,7 +180,7 @@ class Mesh(MeshReadApi):
         self.start(now)
         node = self.node
         assert node is not None
-        peer = self.peering.opened(state, cost, node, self.priority_bands, now)
+        peer = self.peering.opened(state, cost, node, self.priority_bands, now, self.streaming_links)
         if peer is not None:
             node.neighbour_up(peer.id, cost, now=now)
             self.dirty = True

@@ -47,7 +47,9 @@ class Peering:
         self.replaced = 0  # connections closed because another to the same router was kept
         self.refused_duplicates = 0  # connections claiming the id of a connected, live router
 
-    def opened(self, state: ConnState, cost: int, node: TopologyNode, bands: int, now: float) -> Peer | None:
+    def opened(
+        self, state: ConnState, cost: int, node: TopologyNode, bands: int, now: float, streams: int = 0
+    ) -> Peer | None:
         """Both opens of an inter-router connection are exchanged and checked: the neighbour's
         Peer with its links attached, or None when this connection is not the one kept."""
         remote = state.engine.remote_open
@@ -84,7 +86,7 @@ class Peering:
         peer = Peer(peer_id, state, cost)
         state.peer = peer
         self.peers[peer_id] = peer
-        attach_links(self.me, peer, now, bands)
+        attach_links(self.me, peer, now, bands, streams)
         assert peer.data_out is not None
         self.links[peer_id] = peer.data_out
         if peer.bands is not None:

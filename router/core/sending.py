@@ -26,6 +26,7 @@ from .delivery import Copy, Forward, Payload, maps_of, unpin
 from .failures import Failures
 from .fifo import Fifo
 from .links import OutLink
+from .streamlinks import instead
 
 if TYPE_CHECKING:
     from ..amqp.link import Link
@@ -219,6 +220,8 @@ class Sending(Failures):
     def _send(self, fwd: Forward, out: OutLink) -> None:
         first = fwd.first
         assert first is not None
+        if (not fwd.complete or fwd.rest is not None) and out.streams is not None:  # a large message to a router
+            out = instead(out.streams) or out  # (on a link of its own: streamlinks.py)
         link = out.link
         settled = self._presettled_out(fwd, out)
         if fwd.rest is None and fwd.meta is None and not out.rewrites:  # one frame, as it came
@@ -268,7 +271,7 @@ class Sending(Failures):
         assert frames is not None
         if fwd.meta is not None or out.rewrites:
             frames = self._egress(fwd, out, frames)
-        if len(frames) > 1 and out.band >= 0:  # (a message that waited) on a band link: not all at once
+        if len(frames) > 1 and out.band != -1:  # (a message that waited) on a band or streaming link: not all at once
             return self.send_frames(out, fwd, frames, settled)
         return write_frames(fwd, out.link, frames, settled)
 

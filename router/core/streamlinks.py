@@ -1,0 +1,37 @@
+"""Streaming links between routers: a large message gets a data link of its own (docs/mesh.md,
+"Streaming links"; the anchors' streaming links, DISPATCH-1545).
+
+A delivery whose first frame does not end it (a message larger than a frame, or one its producer
+streams) may take a long time to cross, and a consumer that reads it slowly, or not at all,
+makes the router serving it hold its frames and stop the session they come on
+(router/core/bandwindow.py). On a band link that would stop every delivery of the band behind
+it. So each router keeps `router.streaming_links` extra data links to each neighbour
+(interrouter.attach_links: capabilities qd.router-data and qd.router-stream, each in a session
+of its own), and such a delivery, about to go on a band link, goes on a free streaming link of
+the same neighbour instead (`instead`): one that can take a delivery now (credit, nothing
+streaming on it, its session open). With none free it goes on its band's link as before.
+The receiving router treats a streaming link as any data link (credit, routing by the
+annotations, bandwindow); it takes at most STREAMING_LINKS_MAX of them per connection.
+A streaming link's frames are released after the band links' when the output drains (it has
+no band: holding.py), and its deliveries count in "balanced" against the streaming link, not
+the band link the choice was made for.
+Collaborators: the OutLinks (their `streams` lists, set by attach_links).
+Must not touch: the choice of the neighbour and band (remote.py), what is written (sending.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..amqp.endpoints import ACTIVE
+
+if TYPE_CHECKING:
+    from .links import OutLink
+
+
+def instead(streams: list[OutLink]) -> OutLink | None:
+    """A streaming link that can take a delivery now (None: none is free)."""
+    for out in streams:
+        if out.can_take() and not out.gone and out.link.state.remote is ACTIVE:
+            return out
+    return None

@@ -1,0 +1,134 @@
+"""Streaming links between routers (router/core/streamlinks.py; docs/mesh.md, "Streaming
+links"): a message larger than its first frame crosses to the next router on a data link of its
+own, each in a session of its own, so that a consumer stalling it stops only that link; small
+messages keep their band's link; with every streaming link busy a stream takes its band's
+link; a streaming link the peer detaches fails only its stream. Sans-IO routers
+(router.testing.meshharness)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.amqp.message import Message, encode_message
+from router.amqp.messaging import Accepted, Modified, Source, Target
+from router.amqp.performatives import Error
+from router.config.models import PRIORITY_BANDS_DEFAULT, STREAMING_LINKS_DEFAULT, STREAMING_LINKS_MAX
+from router.core.interrouter import DATA_CAPABILITY, STREAM_CAPABILITY
+from router.core.paths import band_of
+from router.testing.meshharness import MeshHarness
+
+from .test_mesh_priority import _arrivals, refused_attaches
+
+BIG = bytes(range(256)) * 1200  # ~300 KiB: several frames of 64 KiB
+DEFAULT_BAND = "A>B/data"  # (the default priority's band keeps the plain name)
+
+
+def _pair(streams: int = STREAMING_LINKS_DEFAULT) -> MeshHarness:
+    h = MeshHarness()
+    for i, rid in enumerate("AB"):
+        h.router(rid, instance=i + 1)
+        h.cores[rid].mesh.streaming_links = streams
+    h.link("A", "B")
+    h.converge()
+    return h
+
+
+def _names(arrivals: list[tuple[str, bytes]]) -> list[str]:
+    """The data link each delivery from another router arrived on, in order."""
+    return [name for name, _ in arrivals]
+
+
+def _clients(h: MeshHarness, address: str = "q") -> tuple[Any, Any, Any, Any]:
+    producer, consumer = h.client("A", "p"), h.client("B", "c")
+    rx = consumer.receiver(address)
+    h.advance(0.5)
+    rx.flow(100)
+    tx = producer.sender(address)
+    h.pump()
+    return producer, consumer, tx, rx
+
+
+def test_a_large_message_crosses_on_a_streaming_link_and_small_ones_on_their_band() -> None:
+    h = _pair()
+    at_b = _arrivals(h, "B")
+    producer, consumer, tx, rx = _clients(h)
+    sent = [producer.send(tx, Message.value(body)) for body in ("small", BIG, "small again")]
+    h.pump()
+    assert consumer.bodies(rx) == ["small", BIG, "small again"]
+    assert all(isinstance(producer.outcomes[d], Accepted) for d in sent)
+    assert _names(at_b) == [DEFAULT_BAND, "A>B/stream.0", DEFAULT_BAND]
+
+
+def test_more_streams_at_once_than_streaming_links_take_their_band_and_all_arrive_whole() -> None:
+    h = _pair(streams=2)
+    at_b = _arrivals(h, "B")
+    producers = [h.client("A", f"p{i}") for i in range(3)]
+    consumer = h.client("B", "c")
+    rx = consumer.receiver("q")
+    h.advance(0.5)
+    rx.flow(100)
+    senders = [p.sender("q") for p in producers]
+    h.pump()
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(3)]
+    ids = [tx.send_transfer(b"t", payload[:100_000], more=True) for tx, payload in zip(senders, payloads, strict=True)]
+    h.pump()
+    # three streams under way: two on the streaming links, the third on its band's link
+    assert sorted(_names(at_b)) == sorted(["A>B/stream.0", "A>B/stream.1", DEFAULT_BAND])
+    for tx, payload in zip(senders, payloads, strict=True):
+        tx.send_transfer(b"t", payload[100_000:])
+    h.pump()
+    assert sorted(body[0] for body in consumer.bodies(rx)) == [0, 1, 2]
+    assert all(body[1] == BIG for body in consumer.bodies(rx))
+    assert all(isinstance(p.outcomes[i], Accepted) for p, i in zip(producers, ids, strict=True))
+
+
+def test_a_streaming_link_the_peer_detaches_fails_only_its_stream() -> None:
+    h = _pair()
+    at_b = _arrivals(h, "B")
+    producer, consumer, tx, rx = _clients(h)
+    payload = encode_message(Message.value(BIG))
+    delivery = tx.send_transfer(b"t", payload[:100_000], more=True)
+    h.pump()
+    assert _names(at_b) == ["A>B/stream.0"]
+    wire = h.wire_between("A", "B")
+    b_engine = wire.a if wire.a_core is h.cores["B"] else wire.b
+    (link,) = [lk for s in b_engine.sessions for lk in s.links if lk.name == "A>B/stream.0"]
+    link.detach(error=Error(condition="amqp:internal-error", description="gone"))
+    h.pump()
+    outcome = producer.outcomes[delivery]
+    assert isinstance(outcome, Modified) and outcome.delivery_failed
+    assert "B" in h.cores["A"].mesh.peers  # the connection and the other links carry on
+    tx.send_transfer(b"t", payload[100_000:])  # (the rest of the failed one: discarded)
+    again = producer.send(tx, Message.value(BIG))
+    h.pump()
+    assert isinstance(producer.outcomes[again], Accepted)
+    assert consumer.bodies(rx) == [BIG] and _names(at_b)[-1] == "A>B/stream.1"
+
+
+def test_the_default_band_choice_is_unchanged_by_streaming_links() -> None:
+    """A message of priority 9 that fits one frame keeps its band; a large one streams."""
+    h = _pair()
+    at_b = _arrivals(h, "B")
+    producer, consumer, tx, rx = _clients(h)
+    from router.amqp.messaging import Header
+
+    producer.send(tx, Message.value("urgent", header=Header(priority=9)))
+    producer.send(tx, Message.value(BIG, header=Header(priority=9)))
+    h.pump()
+    top = band_of(9, PRIORITY_BANDS_DEFAULT)
+    assert _names(at_b) == [f"A>B/data.{top}", "A>B/stream.0"]
+    assert consumer.bodies(rx) == ["urgent", BIG]
+
+
+def test_a_peer_attaching_more_streaming_links_than_allowed_is_refused_beyond_them() -> None:
+    h = _pair()
+    wire = h.wire_between("A", "B")
+    b_engine = wire.a if wire.a_core is h.cores["B"] else wire.b
+    extra = []
+    for i in range(STREAMING_LINKS_MAX):
+        session = b_engine.begin_session()
+        extra.append(session.attach_sender(f"B>A/extra.{i}", source=Source(address=None),
+                                           target=Target(address=None, capabilities=(DATA_CAPABILITY, STREAM_CAPABILITY))))  # fmt: skip
+    refused = refused_attaches(h, "B")
+    allowed = STREAMING_LINKS_MAX - STREAMING_LINKS_DEFAULT
+    assert refused == {link.name: "amqp:resource-limit-exceeded" for link in extra[allowed:]}
