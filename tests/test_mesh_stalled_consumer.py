@@ -213,3 +213,28 @@ async def test_a_stalled_band_stops_band_by_band_back_along_a_chain_of_routers(
         await _big_arrives_once_read(stalled, big, tracker)
         await _until(lambda: _shut(a) + _shut(b) + _shut(c) == 0, 10)
         assert _held(a) + _held(b) + _held(c) == 0
+
+
+async def test_a_message_after_a_stalled_stream_reaches_the_same_consumer_after_it(
+    autojump_clock: trio.testing.MockClock, mem_network: MemNetwork
+) -> None:
+    """Streaming links do not reorder one producer's messages to one consumer: the stream's
+    first frame reaches B first, and the small message sent after it on the band link waits at
+    B's consumer link behind the stream (a link takes one delivery at a time)."""
+    a, b = await _mesh(mem_network)
+    async with b.connect() as stalled, a.connect() as producer:
+        _window(stalled.session, 0)
+        big = await stalled.open_receiver("big", credit=10)
+        await _known_at(a, "big")
+        sender = await producer.open_sender("big")
+        tracker = await sender.start_send(Message.data(BODY))
+        await _until(lambda: _shut(b) == 1)
+        done = await sender.start_send(Message.value("done"))
+        await trio.sleep(5.0)
+        assert big.buffered == 0
+        await _big_arrives_once_read(stalled, big, tracker)
+        with trio.fail_after(10):
+            after = await big.receive()
+            big.accept(after)
+            assert isinstance(await done.wait(), Accepted)
+        assert after.message.body_value == "done"
