@@ -38,8 +38,8 @@ def _names(arrivals: list[tuple[str, bytes]]) -> list[str]:
     return [name for name, _ in arrivals]
 
 
-def _clients(h: MeshHarness, address: str = "q") -> tuple[Any, Any, Any, Any]:
-    producer, consumer = h.client("A", "p"), h.client("B", "c")
+def _clients(h: MeshHarness, address: str = "q", at_p: str = "A", at_c: str = "B") -> tuple[Any, Any, Any, Any]:
+    producer, consumer = h.client(at_p, f"p-{address}"), h.client(at_c, f"c-{address}")
     rx = consumer.receiver(address)
     h.advance(0.5)
     rx.flow(100)
@@ -132,3 +132,24 @@ def test_a_peer_attaching_more_streaming_links_than_allowed_is_refused_beyond_th
     refused = refused_attaches(h, "B")
     allowed = STREAMING_LINKS_MAX - STREAMING_LINKS_DEFAULT
     assert refused == {link.name: "amqp:resource-limit-exceeded" for link in extra[allowed:]}
+
+
+def test_edge_connections_have_streaming_links_both_ways() -> None:
+    """An edge router's consumers stall streams as any: interior -> edge and edge -> interior
+    large messages cross on streaming links too, small ones on the data link."""
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("E", mode="edge")
+    h.uplink("E", "A")
+    h.converge()
+    at_e, at_a = _arrivals(h, "E"), _arrivals(h, "A")
+    producer, consumer, tx, rx = _clients(h, "down", "A", "E")
+    sent = [producer.send(tx, Message.value(body)) for body in ("small", BIG)]
+    h.pump()
+    assert consumer.bodies(rx) == ["small", BIG] and all(isinstance(producer.outcomes[d], Accepted) for d in sent)
+    assert _names(at_e) == ["A>E/data", "A>E/stream.0"]
+    up_producer, up_consumer, up_tx, up_rx = _clients(h, "up", "E", "A")
+    up_producer.send(up_tx, Message.value(BIG))
+    h.pump()
+    assert up_consumer.bodies(up_rx) == [BIG]
+    assert _names(at_a)[-1] == "E>A/stream.0"

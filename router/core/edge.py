@@ -81,7 +81,7 @@ class Edges:
         peer.edge = True
         state.peer = peer
         table[peer_id] = peer
-        attach_links(self.mesh.me, peer, now)
+        attach_links(self.mesh.me, peer, now, streams=self.mesh.streaming_links)
         if self.mesh.edge:
             self.as_edge.changed(peer_id, now)
         else:

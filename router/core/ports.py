@@ -82,6 +82,7 @@ class EdgeMesh(Protocol):
     malformed_control: int
     topology_config: TopologyConfig
     routing: Routing
+    streaming_links: int  # (router.core.streamlinks)
 
     def send_control(self, peer: Peer, payload: bytes) -> None: ...
 

@@ -5,8 +5,8 @@ A delivery whose first frame does not end it (a message larger than a frame, or 
 streams) may take a long time to cross, and a consumer that reads it slowly, or not at all,
 makes the router serving it hold its frames and stop the session they come on
 (router/core/bandwindow.py). On a band link that would stop every delivery of the band behind
-it. So each router keeps `router.streaming_links` extra data links to each neighbour
-(interrouter.attach_links: capabilities qd.router-data and qd.router-stream, each in a session
+it. So each router keeps `router.streaming_links` extra data links to each neighbour and each
+edge connection, both ways (interrouter.attach_links: capabilities qd.router-data and qd.router-stream, each in a session
 of its own), and such a delivery, about to go on a band link, goes on a free streaming link of
 the same neighbour instead (`instead`): one that can take a delivery now (credit, nothing
 streaming on it, its session open). With none free it goes on its band's link as before.
