@@ -89,6 +89,7 @@ def test_connections_links_and_addresses_show_live_traffic(router: ProcessRouter
     assert ("host" in header) == any(c["host"] for c in connections)
     assert all(c["host"].startswith("127.0.0.1:") for c in connections)  # the server tells the core
     assert ours["lastDlvSeconds"] is not None and "last dlv" in header  # it carried deliveries
+    assert ours["shutWindows"] == 0 and "shut" in header  # (between routers: bands and streams stopped)
     mine = {link["linkDir"]: link for link in links if link["address"] == "stat.orders"}
     assert mine["in"]["deliveryCount"] == 3 and mine["in"]["acceptedCount"] == 3
     assert mine["out"]["deliveryCount"] == 3 and mine["out"]["acceptedCount"] == 3

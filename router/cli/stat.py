@@ -69,7 +69,7 @@ VIEWS: dict[ViewName, View] = {
     ViewName.connections: View("connection", "Connections", (
         ("id", "identity"), ("host", "host"), ("container", "container"), ("role", "role"), ("proto", "protocol"),
         ("dir", "dir"), ("listener", "listener"), ("sasl", "sasl"), ("user", "user"), ("encrypted", "isEncrypted"),
-        ("links", "linkCount"), ("status", "operStatus"), ("blocked", "outputBlocked"),
+        ("links", "linkCount"), ("status", "operStatus"), ("blocked", "outputBlocked"), ("shut", "shutWindows"),
         ("last dlv", "lastDlvSeconds"), ("uptime", "uptimeSeconds"),
     )),
     ViewName.links: View("router.link", "Router Links", (
