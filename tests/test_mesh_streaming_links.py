@@ -59,7 +59,7 @@ def test_a_large_message_crosses_on_a_streaming_link_and_small_ones_on_their_ban
     assert _names(at_b) == [DEFAULT_BAND, "A>B/stream.0", DEFAULT_BAND]
 
 
-def test_more_streams_at_once_than_streaming_links_take_their_band_and_all_arrive_whole() -> None:
+def test_more_streams_at_once_than_streaming_links_take_their_band_then_the_links_grow() -> None:
     h = _pair(streams=2)
     at_b = _arrivals(h, "B")
     producers = [h.client("A", f"p{i}") for i in range(3)]
@@ -80,6 +80,18 @@ def test_more_streams_at_once_than_streaming_links_take_their_band_and_all_arriv
     assert sorted(body[0] for body in consumer.bodies(rx)) == [0, 1, 2]
     assert all(body[1] == BIG for body in consumer.bodies(rx))
     assert all(isinstance(p.outcomes[i], Accepted) for p, i in zip(producers, ids, strict=True))
+    # the third found every streaming link carrying a stream: one more was attached for the
+    # streams to come, and three at once now each have one
+    assert [out.link.name for out in h.cores["A"].mesh.peers["B"].streams] == [f"A>B/stream.{i}" for i in range(3)]
+    del at_b[:]
+    for tx, payload in zip(senders, payloads, strict=True):
+        tx.send_transfer(b"t", payload[:100_000], more=True)
+    h.pump()
+    assert sorted(_names(at_b)) == [f"A>B/stream.{i}" for i in range(3)]
+    for tx, payload in zip(senders, payloads, strict=True):
+        tx.send_transfer(b"t", payload[100_000:])
+    h.pump()
+    assert len(consumer.bodies(rx)) == 6
 
 
 def test_a_streaming_link_the_peer_detaches_fails_only_its_stream() -> None:
@@ -153,3 +165,28 @@ def test_edge_connections_have_streaming_links_both_ways() -> None:
     h.pump()
     assert up_consumer.bodies(up_rx) == [BIG]
     assert _names(at_a)[-1] == "E>A/stream.0"
+
+
+def test_streaming_links_grow_no_further_than_the_limit() -> None:
+    """Streams started one after another and kept open: each that finds every streaming link
+    busy (and its band's link busy with another stream) waits, and a link is added for the
+    next one, until the limit."""
+    h = _pair(streams=1)
+    producers = [h.client("A", f"p{i}") for i in range(2 * STREAMING_LINKS_MAX + 8)]
+    consumer = h.client("B", "c")
+    rx = consumer.receiver("q")
+    h.advance(0.5)
+    rx.flow(1000)
+    senders = [p.sender("q") for p in producers]
+    h.pump()
+    payload = encode_message(Message.value(BIG))
+    for tx in senders:  # each starts a stream and keeps it open
+        tx.send_transfer(b"t", payload[:70_000], more=True)
+        h.pump()
+    streams = h.cores["A"].mesh.peers["B"].streams
+    assert len(streams) == STREAMING_LINKS_MAX
+    assert all(out.streaming is not None for out in streams)
+    for tx in senders:
+        tx.send_transfer(b"t", payload[70_000:])
+    h.pump()
+    assert len(consumer.bodies(rx)) == len(senders) and all(body == BIG for body in consumer.bodies(rx))

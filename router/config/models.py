@@ -56,9 +56,10 @@ class RouterSection(Model):
     )  # fmt: skip
     streaming_links: int = Field(
         default=STREAMING_LINKS_DEFAULT, ge=0, le=STREAMING_LINKS_MAX,
-        description="data links this router keeps to each neighbour for large messages, each in a session of its own: "
-        "a message that does not fit its first frame streams on a free one, so that a consumer that stalls it stops "
-        "only that link, not its priority band (docs/mesh.md 'Streaming links'); 0: streams go on their band's link",
+        description="data links this router attaches to each neighbour for large messages, each in a session of its "
+        "own (more, up to 32, as streams find them all busy): a message that does not fit its first frame streams on "
+        "a free one, so that a consumer that stalls it stops only that link, not its priority band "
+        "(docs/mesh.md 'Streaming links'); 0: none, streams go on their band's link",
     )  # fmt: skip
 
     @model_validator(mode="after")

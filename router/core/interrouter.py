@@ -161,12 +161,18 @@ def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1, streams
         for band, out in links.items():
             out.band = band  # its frames wait for higher bands' while the output is blocked (holding.py)
     if streams:
-        peer.streams = [_data_link(peer, f"{router_id}>{peer.id}/stream.{i}", (DATA_CAPABILITY, STREAM_CAPABILITY), now)
-                        for i in range(streams)]  # fmt: skip
-        for out in peer.streams:
-            out.band = STREAM_LINK
+        for _ in range(streams):
+            add_stream_link(router_id, peer, now)
         for out in links.values():
-            out.streams = peer.streams  # (Sending._send reads it there)
+            out.streams = peer.streams  # (Sending._send reads it there; one list, grown in place)
+
+
+def add_stream_link(router_id: str, peer: Peer, now: float) -> OutLink:
+    """One more streaming link to `peer` (router.core.streamlinks)."""
+    out = _data_link(peer, f"{router_id}>{peer.id}/stream.{len(peer.streams)}", (DATA_CAPABILITY, STREAM_CAPABILITY), now)
+    out.band = STREAM_LINK
+    peer.streams.append(out)
+    return out
 
 
 def _data_link(peer: Peer, name: str, capabilities: tuple[str, ...], now: float) -> OutLink:

@@ -29,6 +29,7 @@ from ..amqp.endpoints import ACTIVE
 from .delivery import Forward, Meta
 from .links import OutLink
 from .paths import PATHS_MAX, PRIORITY_DEFAULT, Candidate, Key, Paths, Remembered, band_of
+from .streamlinks import instead
 
 if TYPE_CHECKING:
     from .ports import MeshPaths
@@ -41,6 +42,15 @@ def usable(out: OutLink) -> bool:
         out.link.credit > 0 and out.streaming is None and not out.conn.output_blocked and not out.gone
         and not out.window_shut
     )  # fmt: skip
+
+
+def usable_for(out: OutLink, fwd: Forward) -> bool:
+    """`out` can take `fwd` now: itself, or for a large message a free streaming link of its
+    neighbour (which _send takes instead: streamlinks.py)."""
+    if usable(out):
+        return True
+    streams = out.streams
+    return streams is not None and (not fwd.complete or fwd.rest is not None) and instead(streams) is not None
 
 
 def priority(paths: Paths, fwd: Forward) -> int:
@@ -151,7 +161,7 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None =
         entry.rr += 1
         if paths.bands:
             out = on_band(paths, out, fwd)
-        return out, cost, usable(out)
+        return out, cost, usable_for(out, fwd)
     counts = entry.remote_out
     choice: Choice | None = None
     for cost, _, out in candidates:
@@ -165,7 +175,7 @@ def anycast(mesh: MeshPaths, fwd: Forward, balanced: bool, paths: Paths | None =
             out = on_band(paths, out, fwd)
         count = entry.out_last_count if entry.out_last is out else counts.get(out)  # (usually the last link)
         value = cost + (count.n if count is not None else 0)
-        ok = usable(out)
+        ok = usable_for(out, fwd)
         if choice is None or (ok and not choice[2]) or (ok == choice[2] and value < choice[1]):
             choice = (out, value, ok)
     return choice

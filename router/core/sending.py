@@ -26,7 +26,7 @@ from .delivery import Copy, Forward, Payload, maps_of, unpin
 from .failures import Failures
 from .fifo import Fifo
 from .links import OutLink
-from .streamlinks import instead
+from .streamlinks import grow, instead
 
 if TYPE_CHECKING:
     from ..amqp.link import Link
@@ -145,10 +145,14 @@ class Sending(Failures):
             self._queue_on(choice[0], fwd)
 
     def _queue_on(self, out: OutLink, fwd: Forward) -> None:
-        """Wait for credit on an inter-router data link."""
+        """Wait for credit on an inter-router data link (a large message: more streaming links
+        for those to come, if every one carries a stream: streamlinks.grow)."""
         if self.bounds.release_waiting(fwd):  # no room for its bytes
             self.unroutable(fwd)
             return
+        streams = out.streams
+        if streams is not None and (not fwd.complete or fwd.rest is not None):
+            grow(streams, out, self.router_id, self.touched, self.now)
         unpin(fwd)
         if out.pending is None:
             out.pending = Fifo()
@@ -220,8 +224,13 @@ class Sending(Failures):
     def _send(self, fwd: Forward, out: OutLink) -> None:
         first = fwd.first
         assert first is not None
-        if (not fwd.complete or fwd.rest is not None) and out.streams is not None:  # a large message to a router
-            out = instead(out.streams) or out  # (on a link of its own: streamlinks.py)
+        streams = out.streams
+        if streams is not None and (not fwd.complete or fwd.rest is not None):  # a large message to a router
+            stream = instead(streams)  # (on a link of its own: streamlinks.py)
+            if stream is not None:
+                out = stream
+            else:
+                grow(streams, out, self.router_id, self.touched, self.now)
         link = out.link
         settled = self._presettled_out(fwd, out)
         if fwd.rest is None and fwd.meta is None and not out.rewrites:  # one frame, as it came

@@ -9,7 +9,10 @@ it. So each router keeps `router.streaming_links` extra data links to each neigh
 edge connection, both ways (interrouter.attach_links: capabilities qd.router-data and qd.router-stream, each in a session
 of its own), and such a delivery, about to go on a band link, goes on a free streaming link of
 the same neighbour instead (`instead`): one that can take a delivery now (credit, nothing
-streaming on it, its session open). With none free it goes on its band's link as before.
+streaming on it, its session open). With none free it goes on its band's link as before, and
+when every one carries a stream, one more is attached for the streams to come (`grow`), up to
+STREAMING_LINKS_MAX: they stay for the connection's life (a burst of large messages leaves
+its links behind, a session and a link each side apiece, reused by later streams).
 The receiving router treats a streaming link as any data link (credit, routing by the
 annotations, bandwindow); it takes at most STREAMING_LINKS_MAX of them per connection.
 A streaming link's frames are released after the band links' when the output drains (it has
@@ -24,9 +27,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..amqp.endpoints import ACTIVE
+from ..config.models import STREAMING_LINKS_MAX
+from .interrouter import Peer, add_stream_link
 
 if TYPE_CHECKING:
     from .links import OutLink
+    from .touched import Touched
 
 
 def instead(streams: list[OutLink]) -> OutLink | None:
@@ -35,3 +41,18 @@ def instead(streams: list[OutLink]) -> OutLink | None:
         if out.can_take() and not out.gone and out.link.state.remote is ACTIVE:
             return out
     return None
+
+
+def grow(streams: list[OutLink], band_link: OutLink, router_id: str, touched: Touched, now: float) -> None:
+    """No streaming link of `band_link`'s neighbour was free: attach one more if every one
+    carries a stream (not when one is only waiting for its answer, credit or window: it will
+    come free without a new one), up to STREAMING_LINKS_MAX."""
+    if len(streams) >= STREAMING_LINKS_MAX:
+        return
+    for out in streams:
+        if out.streaming is None and not out.gone:
+            return
+    peer = band_link.conn.peer
+    if isinstance(peer, Peer) and band_link.conn.engine.state.local is ACTIVE:
+        add_stream_link(router_id, peer, now)
+        touched.touch(band_link.conn.engine)
