@@ -38,6 +38,18 @@ def _names(arrivals: list[tuple[str, bytes]]) -> list[str]:
     return [name for name, _ in arrivals]
 
 
+def _many_producers(h: MeshHarness, count: int, credit: int) -> tuple[list[Any], Any, Any, list[Any]]:
+    """`count` producers on A, one consumer on B (with `credit`), all of address q."""
+    producers = [h.client("A", f"p{i}") for i in range(count)]
+    consumer = h.client("B", "c")
+    rx = consumer.receiver("q")
+    h.advance(0.5)
+    rx.flow(credit)
+    senders = [p.sender("q") for p in producers]
+    h.pump()
+    return producers, consumer, rx, senders
+
+
 def _clients(h: MeshHarness, address: str = "q", at_p: str = "A", at_c: str = "B") -> tuple[Any, Any, Any, Any]:
     producer, consumer = h.client(at_p, f"p-{address}"), h.client(at_c, f"c-{address}")
     rx = consumer.receiver(address)
@@ -62,13 +74,7 @@ def test_a_large_message_crosses_on_a_streaming_link_and_small_ones_on_their_ban
 def test_more_streams_at_once_than_streaming_links_take_their_band_then_the_links_grow() -> None:
     h = _pair(streams=2)
     at_b = _arrivals(h, "B")
-    producers = [h.client("A", f"p{i}") for i in range(3)]
-    consumer = h.client("B", "c")
-    rx = consumer.receiver("q")
-    h.advance(0.5)
-    rx.flow(100)
-    senders = [p.sender("q") for p in producers]
-    h.pump()
+    producers, consumer, rx, senders = _many_producers(h, 3, 100)
     payloads = [encode_message(Message.value([i, BIG])) for i in range(3)]
     ids = [tx.send_transfer(b"t", payload[:100_000], more=True) for tx, payload in zip(senders, payloads, strict=True)]
     h.pump()
@@ -172,13 +178,7 @@ def test_streaming_links_grow_no_further_than_the_limit() -> None:
     busy (and its band's link busy with another stream) waits, and a link is added for the
     next one, until the limit."""
     h = _pair(streams=1)
-    producers = [h.client("A", f"p{i}") for i in range(2 * STREAMING_LINKS_MAX + 8)]
-    consumer = h.client("B", "c")
-    rx = consumer.receiver("q")
-    h.advance(0.5)
-    rx.flow(1000)
-    senders = [p.sender("q") for p in producers]
-    h.pump()
+    _, consumer, rx, senders = _many_producers(h, 2 * STREAMING_LINKS_MAX + 8, 1000)
     payload = encode_message(Message.value(BIG))
     for tx in senders:  # each starts a stream and keeps it open
         tx.send_transfer(b"t", payload[:70_000], more=True)
