@@ -29,7 +29,7 @@ from ..amqp.endpoints import ACTIVE
 from .delivery import Forward, Meta
 from .links import OutLink
 from .paths import PATHS_MAX, PRIORITY_DEFAULT, Candidate, Key, Paths, Remembered, band_of
-from .streamlinks import instead
+from .streamlinks import instead, large
 
 if TYPE_CHECKING:
     from .ports import MeshPaths
@@ -50,7 +50,7 @@ def usable_for(out: OutLink, fwd: Forward) -> bool:
     if usable(out):
         return True
     streams = out.streams
-    return streams is not None and (not fwd.complete or fwd.rest is not None) and instead(streams) is not None
+    return streams is not None and large(fwd) and instead(streams) is not None
 
 
 def priority(paths: Paths, fwd: Forward) -> int:

@@ -26,7 +26,7 @@ from .delivery import Copy, Forward, Payload, maps_of, unpin
 from .failures import Failures
 from .fifo import Fifo
 from .links import OutLink
-from .streamlinks import grow, instead
+from .streamlinks import grow, instead, large
 
 if TYPE_CHECKING:
     from ..amqp.link import Link
@@ -151,7 +151,7 @@ class Sending(Failures):
             self.unroutable(fwd)
             return
         streams = out.streams
-        if streams is not None and (not fwd.complete or fwd.rest is not None):
+        if streams is not None and large(fwd):
             grow(streams, out, self.router_id, self.touched, self.now)
         unpin(fwd)
         if out.pending is None:
@@ -225,7 +225,7 @@ class Sending(Failures):
         first = fwd.first
         assert first is not None
         streams = out.streams
-        if streams is not None and (not fwd.complete or fwd.rest is not None):  # a large message to a router
+        if streams is not None and large(fwd):  # a large message to a router
             stream = instead(streams)  # (on a link of its own: streamlinks.py)
             if stream is not None:
                 out = stream

@@ -6,9 +6,9 @@ streams) may take a long time to cross, and a consumer that reads it slowly, or 
 makes the router serving it hold its frames and stop the session they come on
 (router/core/bandwindow.py). On a band link that would stop every delivery of the band behind
 it. So each router keeps `router.streaming_links` extra data links to each neighbour and each
-edge connection, both ways (interrouter.attach_links: capabilities qd.router-data and qd.router-stream, each in a session
-of its own), and such a delivery, about to go on a band link, goes on a free streaming link of
-the same neighbour instead (`instead`): one that can take a delivery now (credit, nothing
+edge connection, both ways (interrouter.attach_links: capabilities qd.router-data and
+qd.router-stream, each in a session of its own), and such a delivery (`large`), about to go on
+a band link, goes on a free streaming link of the same neighbour instead (`instead`): one that can take a delivery now (credit, nothing
 streaming on it, its session open). With none free it goes on its band's link as before, and
 when every one carries a stream, one more is attached for the streams to come (`grow`), up to
 STREAMING_LINKS_MAX: they stay for the connection's life (a burst of large messages leaves
@@ -31,8 +31,14 @@ from ..config.models import STREAMING_LINKS_MAX
 from .interrouter import Peer, add_stream_link
 
 if TYPE_CHECKING:
+    from .delivery import Forward
     from .links import OutLink
     from .touched import Touched
+
+
+def large(fwd: Forward) -> bool:
+    """A delivery for a streaming link: its first frame did not end it, or it waited in several."""
+    return not fwd.complete or fwd.rest is not None
 
 
 def instead(streams: list[OutLink]) -> OutLink | None:
