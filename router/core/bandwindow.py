@@ -3,7 +3,8 @@ blocked consumer stops that band at the neighbour, not the whole connection (doc
 "Priorities").
 
 Each data link a router sends on to a neighbour is in a session of its own (interrouter.
-attach_links), so a session is one band of one neighbour. Receiving: the frames this router
+attach_links), so a session is one band, or one streaming link (streamlinks.py), of one
+neighbour: "band" below means either. Receiving: the frames this router
 holds for a blocked consumer (holding.py) count against the session they came on as well as
 against their connection; a band session's incoming window is shut (transport §2.5.6:
 announced as 0, sessionout.shut_window) once more than `shut_above` of them wait, and opened
