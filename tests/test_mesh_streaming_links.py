@@ -190,3 +190,24 @@ def test_streaming_links_grow_no_further_than_the_limit() -> None:
         tx.send_transfer(b"t", payload[70_000:])
     h.pump()
     assert len(consumer.bodies(rx)) == len(senders) and all(body == BIG for body in consumer.bodies(rx))
+
+
+def test_a_stream_waiting_for_its_band_takes_a_streaming_link_that_comes_free() -> None:
+    """Three streams at once with one streaming link: the first takes it, the second its band's
+    link (and a second streaming link is attached), the third waits for the band's link; once
+    the new streaming link has its credit the third goes on it, while the second still
+    streams (before, it waited for the second's last frame)."""
+    h = _pair(streams=1)
+    at_b = _arrivals(h, "B")
+    producers, consumer, rx, senders = _many_producers(h, 3, 100)
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(3)]
+    for tx, payload in zip(senders, payloads, strict=True):  # (one batch: the new link is not answered yet)
+        tx.send_transfer(b"t", payload[:100_000], more=True)
+    h.pump()
+    assert _names(at_b) == ["A>B/stream.0", DEFAULT_BAND, "A>B/stream.1"]
+    band = h.cores["A"].mesh.peers["B"].data_out
+    assert band.streaming is not None and not band.pending  # (the second still streams on it)
+    for tx, payload in zip(senders, payloads, strict=True):
+        tx.send_transfer(b"t", payload[100_000:])
+    h.pump()
+    assert sorted(body[0] for body in consumer.bodies(rx)) == [0, 1, 2]

@@ -24,14 +24,15 @@ Must not touch: the choice of the neighbour and band (remote.py), what is writte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..amqp.endpoints import ACTIVE
 from ..config.models import STREAMING_LINKS_MAX
+from .delivery import Forward
 from .interrouter import Peer, add_stream_link
 
 if TYPE_CHECKING:
-    from .delivery import Forward
     from .links import OutLink
     from .touched import Touched
 
@@ -62,3 +63,23 @@ def grow(streams: list[OutLink], band_link: OutLink, router_id: str, touched: To
     if isinstance(peer, Peer) and band_link.conn.engine.state.local is ACTIVE:
         add_stream_link(router_id, peer, now)
         touched.touch(band_link.conn.engine)
+
+
+def take_waiting(out: OutLink, send: Callable[[Forward, OutLink], None]) -> None:
+    """Streaming link `out` may take a delivery: large messages at the head of its neighbour's
+    band links' queues (waiting for the band's link, busy with another stream, when every
+    streaming link was) go now, each on a free streaming link (`send`: as the band link's
+    waiting deliveries are sent). Only heads: one behind a smaller message keeps its order."""
+    peer = out.conn.peer
+    if not isinstance(peer, Peer):
+        return
+    for band in peer.bands if peer.bands is not None else [peer.data_out]:
+        if band is None or band.streams is None:
+            continue
+        pending = band.pending
+        while pending and instead(band.streams) is not None:
+            head = pending.popleft()
+            if type(head) is not Forward or not large(head):
+                pending.push_front([head])
+                break
+            send(head, band)

@@ -30,8 +30,9 @@ from .delivery import Copy, Forward, copies_out, unpin
 from .failures import DELIVERY_FAILED
 from .fifo import Fifo
 from .linkrelay import RoutedLink
-from .links import InLink, OutLink, alive
+from .links import STREAM_LINK, InLink, OutLink, alive
 from .multicast import Multicast
+from .streamlinks import take_waiting
 from .table import AddressTable
 
 if TYPE_CHECKING:
@@ -129,6 +130,12 @@ class Waiting(Multicast):
             if conn is not None:
                 self.bounds.hold(conn, sign * fwd.size)
 
+    def _send_waiting(self, fwd: Forward, out: OutLink) -> None:
+        """Send `fwd`, which waited for credit on inter-router link `out`."""
+        if not fwd.done:
+            self._wait_bytes(fwd, -1)
+            self._send(fwd, out)
+
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
         """`out` may take deliveries: give it waiting ones, then answer a drain request."""
         if out.gone or not alive(out.link):
@@ -138,9 +145,7 @@ class Waiting(Multicast):
         while pending and out.can_take():
             item = pending.popleft()
             if type(item) is Forward:  # anycast, waiting for an inter-router link's credit
-                if not item.done:
-                    self._wait_bytes(item, -1)
-                    self._send(item, out)
+                self._send_waiting(item, out)
                 continue
             copy = item
             assert isinstance(copy, Copy)
@@ -149,6 +154,8 @@ class Waiting(Multicast):
                 self._send_copy(fwd, out, copy)
                 if copies_out(fwd):
                     fwd.drop_frames()
+        if out.band == STREAM_LINK:  # large messages waiting for their band's link may take it
+            take_waiting(out, self._send_waiting)
         if out.neighbour is not None and out.conn.role == "edge":
             self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
