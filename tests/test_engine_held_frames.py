@@ -5,6 +5,7 @@ for, and the count always equal to what the queue holds (a hypothesis state mach
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -79,9 +80,41 @@ def test_a_held_flow_goes_out_once_after_the_transfers_it_waited_for() -> None:
     assert pair.client.output.held_bytes == 0
 
 
+@pytest.mark.parametrize("b_first", [False, True])
+def test_a_detach_while_its_transfers_wait_keeps_the_session_delivery_id_sequence(b_first: bool) -> None:
+    """Delivery-ids are the session's sequence (transport §2.7.5): a link detached while its
+    transfers wait for the window must not leave a gap before another link's (the peer ended
+    the session: "delivery-id 3 out of sequence"). When nothing of another link follows, its
+    held ids are taken back (the next delivery gets the first of them) and the detach goes at
+    once; when another link's delivery waits after them (`b_first`), they go as aborted,
+    settled transfers without payload, and the detach after them."""
+    from router.amqp.events import ProtocolViolation, RemoteDetach
+
+    pair, cs, ss = connected_pair(server_begin={"incoming_window": 1})
+    (a, _), (b, _) = (attach_pair(pair, cs, ss, name, credit=1000) for name in ("a", "b"))
+    for _ in range(3):
+        a.send_transfer(b"t", b"x")  # the window lets the first go; two wait
+    if b_first:
+        b.send_transfer(b"u", b"for b")
+    a.detach()
+    if not b_first:
+        b.send_transfer(b"u", b"for b")
+    _, server_events = pair.pump()
+    assert of_type(server_events, ProtocolViolation) == []
+    assert ss.state.local is ACTIVE and cs.state.remote is ACTIVE
+    received = [(e.link.name, e.delivery_id, e.aborted) for e in of_type(server_events, TransferReceived)]
+    if b_first:
+        assert received == [("a", 0, False), ("a", 1, True), ("a", 2, True), ("b", 3, False)]
+    else:
+        assert received == [("a", 0, False), ("b", 1, False)]
+    assert [e.link.name for e in of_type(server_events, RemoteDetach)] == ["a"]
+    assert pair.client.output.held_bytes == 0 and cs.blocked is None
+
+
 class HeldFrames(RuleBasedStateMachine):
     """Any mix of sends, flows, dispositions, windows opening, detaches: the count the driver
-    reads is always what the queue holds, and never more than one flow of a link waits."""
+    reads is always what the queue holds, never more than one flow of a link waits, and the
+    peer keeps the session (the delivery-ids it sees stay in sequence)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -129,6 +162,8 @@ class HeldFrames(RuleBasedStateMachine):
         assert self.pair.client.output.held_bytes == held_in_queue(self.cs) >= 0
         flows = [item[2] for item in self.cs.blocked or () if item[0] == LINK_FLOW]
         assert len(flows) == len(set(map(id, flows)))
+        # the peer never found a delivery-id out of sequence (a detach with transfers held)
+        assert self.ss.state.local is ACTIVE and self.cs.state.remote is ACTIVE
 
 
 TestHeldFrames = HeldFrames.TestCase

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import errors as E
 from .channels import claim_channel, forget_session, sessions_of
-from .connout import send_close, send_frame, send_open
+from .connout import frame_bytes, send_close, send_frame, send_open
 from .cutframe import CutFrame
 from .endpoints import UNINIT, Halves
 from .events import Event, TransferSink
@@ -145,6 +145,10 @@ class ConnectionBase:
     def write_frame(self, channel: int, performative: Any) -> None:
         """Write one non-transfer frame, within the peer's max-frame-size (connout.send_frame)."""
         send_frame(self, channel, performative)
+
+    def encode_frame(self, channel: int, performative: Any) -> bytes:
+        """The frame write_frame would write (for one that waits in a session's queue)."""
+        return frame_bytes(self, channel, performative)
 
     def allocate_channel(self, session: Session) -> int:
         return claim_channel(self, session)

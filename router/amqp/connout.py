@@ -78,6 +78,11 @@ def send_frame(conn: ConnectionBase, channel: int, performative: Any) -> None:
     (transport §2.7.1). A detach, end or close must always go out: an error too large for
     it (a description quoting the peer's data) is cut down to fit. Any other frame too
     large raises FrameTooLarge and writes nothing."""
+    conn.write_bytes(frame_bytes(conn, channel, performative))
+
+
+def frame_bytes(conn: ConnectionBase, channel: int, performative: Any) -> bytes:
+    """The encoded frame send_frame writes (for one that must wait in a session's queue)."""
     data = frame(channel, performative)
     if len(data) > conn.remote_max_frame_size and conn.remote_open is not None:
         error = getattr(performative, "error", None)
@@ -89,4 +94,4 @@ def send_frame(conn: ConnectionBase, channel: int, performative: Any) -> None:
                 f"{type(performative).__name__} frame of {len(data)} bytes exceeds the "
                 f"peer's max-frame-size {conn.remote_max_frame_size}"
             )
-    conn.write_bytes(data)
+    return data

@@ -88,7 +88,7 @@ class Session:
         # Frames that must wait for the peer's incoming window, in order (transport §2.5.6;
         # sessionout.py's); None until the first one (an empty deque is 600 bytes, on every
         # idle session).
-        self.blocked: deque[tuple[int, Any, Link | None, bool]] | None = None
+        self.blocked: deque[tuple[int, Any, Link | None, int]] | None = None
         self.context: Any = None
         # The link the peer's last transfer came on, by its handle (-1: none): consecutive
         # transfers mostly share a link, and a dict lookup boxes the handle and hashes it
@@ -210,6 +210,11 @@ class Session:
         # serial_add written out (native ints: a call per delivery cost more than its body)
         self._next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF
         return delivery_id
+
+    def take_back_ids(self, first: int) -> None:
+        """The deliveries from delivery-id `first` on were never sent (sessionheld.drop_held:
+        the last held, their link detached): the next delivery gets `first`."""
+        self._next_delivery_id = first
 
     def id_bytes(self, delivery_id: int) -> bytes:
         """`delivery_id` (one of this session's, 0 to 2**32 - 1) as four big-endian bytes."""

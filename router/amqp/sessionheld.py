@@ -19,14 +19,18 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
+from .fastpath import frame_header, transfer_performative
+
 if TYPE_CHECKING:
     from .link import Link
     from .session import Session
 
-# What a held frame is (the first field of a Session.blocked entry)
-TRANSFER: Final = 0  # (TRANSFER, (header + performative, payload), link, its delivery's first)
-ORDERED: Final = 1  # (ORDERED, frame bytes, None, False)
-LINK_FLOW: Final = 2  # (LINK_FLOW, None, link, False): made when sent, with the counts of then
+# What a held frame is (the first field of a Session.blocked entry); the last field is the
+# delivery-id of a delivery's first transfer, -1 for any other entry
+TRANSFER: Final = 0  # (TRANSFER, (header + performative, payload), link, delivery-id or -1)
+ORDERED: Final = 1  # (ORDERED, frame bytes, None, -1)
+LINK_FLOW: Final = 2  # (LINK_FLOW, None, link, -1): made when sent, with the counts of then
+NOT_FIRST: Final = -1
 
 # A held flow is made when sent: what it holds is the entry, not bytes. Counted at about what
 # the entry costs in memory (a tuple in a deque), so that the bound on held bytes bounds them.
@@ -38,14 +42,14 @@ FLOW_HELD: Final = 1
 FLOW_HELD_ECHO: Final = 2
 
 
-def hold_transfer(session: Session, link: Link, frames: list[tuple[bytes, Any]], first: bool) -> None:
+def hold_transfer(session: Session, link: Link, frames: list[tuple[bytes, Any]], first: bool, delivery_id: int) -> None:
     """The frames of one transfer (header + performative, payload) wait for the window."""
     blocked = session.blocked
     if blocked is None:
         blocked = session.blocked = deque()
     held = 0
     for i, pieces in enumerate(frames):
-        blocked.append((TRANSFER, pieces, link, first and i == 0))
+        blocked.append((TRANSFER, pieces, link, delivery_id if first and i == 0 else NOT_FIRST))
         held += len(pieces[0]) + len(pieces[1])
     session.conn.output.held_bytes += held
     if first:
@@ -55,7 +59,7 @@ def hold_transfer(session: Session, link: Link, frames: list[tuple[bytes, Any]],
 def hold_ordered(session: Session, frame: bytes) -> None:
     """A frame that must not overtake the held transfers (a disposition of ours as sender)."""
     assert session.blocked is not None
-    session.blocked.append((ORDERED, frame, None, False))
+    session.blocked.append((ORDERED, frame, None, NOT_FIRST))
     session.conn.output.held_bytes += len(frame)
 
 
@@ -65,7 +69,7 @@ def hold_link_flow(session: Session, link: Link, echo: bool) -> None:
     held = link.held_flow
     if held == FLOW_NONE:
         assert session.blocked is not None
-        session.blocked.append((LINK_FLOW, None, link, False))
+        session.blocked.append((LINK_FLOW, None, link, NOT_FIRST))
         session.conn.output.held_bytes += LINK_FLOW_HELD_BYTES
     if echo:
         link.held_flow = FLOW_HELD_ECHO
@@ -80,14 +84,22 @@ def take_held_flow(link: Link) -> bool:
     return echo
 
 
-def drop_held(session: Session, link: Link | None = None) -> None:
-    """Drop what the session holds: of `link` (its detach: nothing of it may follow), or all
-    (the session's end)."""
+def drop_held(session: Session, link: Link | None = None) -> bool:
+    """Drop what the session holds: of `link` (its detach), or all (the session's end).
+    The delivery-ids are the session's sequence (transport §2.7.5), and everything after the
+    first held transfer is held: when no other link's delivery follows the link's first held
+    one, the ids are simply taken back (the next delivery gets the first of them); otherwise
+    each of the link's held deliveries keeps its place as one aborted, settled transfer
+    without payload (§2.6.12), or the peer would find the next delivery-id out of sequence.
+    Whether any did: the detach must then wait behind them (nothing of a link after its
+    detach)."""
     blocked = session.blocked
     if not blocked:
-        return
-    kept: deque[tuple[int, Any, Link | None, bool]] = deque()
+        return False
+    stubs = link is not None and _followed(blocked, link)
+    kept: deque[tuple[int, Any, Link | None, int]] = deque()
     dropped = 0
+    first_id = NOT_FIRST
     for item in blocked:
         if link is not None and item[2] is not link:
             kept.append(item)
@@ -96,11 +108,40 @@ def drop_held(session: Session, link: Link | None = None) -> None:
         if item[2] is not None:
             item[2].queued_deliveries = 0
             item[2].held_flow = FLOW_NONE
+        if link is None or item[0] != TRANSFER or item[3] < 0:
+            continue
+        if stubs:
+            stub = (TRANSFER, (_aborted_transfer(session, link, item[3]), b""), link, NOT_FIRST)
+            kept.append(stub)
+            dropped -= held_size(stub)
+        elif first_id < 0:
+            first_id = item[3]
+    if first_id >= 0:
+        session.take_back_ids(first_id)
     session.conn.output.held_bytes -= dropped
     session.blocked = kept if kept else None
+    return stubs
 
 
-def held_size(item: tuple[int, Any, Link | None, bool]) -> int:
+def _followed(blocked: deque[tuple[int, Any, Link | None, int]], link: Link) -> bool:
+    """Whether another link's delivery starts after `link`'s first held one."""
+    seen = False
+    for kind, _, owner, delivery_id in blocked:
+        if kind == TRANSFER and delivery_id >= 0:
+            if owner is link:
+                seen = True
+            elif seen:
+                return True
+    return False
+
+
+def _aborted_transfer(session: Session, link: Link, delivery_id: int) -> bytes:
+    assert link.local_handle is not None
+    body = transfer_performative(link.local_handle, delivery_id, delivery_id.to_bytes(4, "big"), 0, True, False, True, None)
+    return frame_header(8 + len(body), session.channel or 0) + body
+
+
+def held_size(item: tuple[int, Any, Link | None, int]) -> int:
     """What a held entry counts in `FrameOutput.held_bytes`."""
     kind, data = item[0], item[1]
     if kind == TRANSFER:

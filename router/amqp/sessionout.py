@@ -107,15 +107,18 @@ def write_disposition(
 
 def write_control(session: Session, performative: Any, *, ordered: bool) -> None:
     """An attach or detach. `ordered` (a detach): the link's frames still held are dropped, so
-    that nothing of the link follows its detach."""
+    that nothing of the link follows its detach (its held deliveries' ids stay as aborted
+    transfers, and the detach waits behind them: sessionheld.drop_held)."""
     if session.state.local is not ACTIVE:
         raise E.LocalUsageError("session is not begun")
     session.conn.check_not_closed()
     assert session.channel is not None
     if ordered and isinstance(performative, Detach):
         link = session.links_by_local.get(performative.handle)
-        if link is not None:
-            drop_held(session, link)
+        if link is not None and drop_held(session, link):
+            # Its held deliveries keep their delivery-ids as aborted transfers: it follows them.
+            hold_ordered(session, session.conn.encode_frame(session.channel, performative))
+            return
     session.conn.write_frame(session.channel, performative)
 
 
@@ -215,7 +218,7 @@ def write_transfer(
         session.next_outgoing_id = serial_add(session.next_outgoing_id, len(frames))
         return
     held = [(frame_header(8 + len(body) + len(chunk), channel) + body, chunk) for body, chunk in frames]
-    hold_transfer(session, link, held, first)
+    hold_transfer(session, link, held, first, delivery_id)
     flush_blocked(session)
 
 
@@ -235,7 +238,7 @@ def flush_blocked(session: Session) -> None:
         if kind == TRANSFER:
             session.remote_incoming_window -= 1
             session.next_outgoing_id = serial_add(session.next_outgoing_id, 1)
-            if first and link is not None:
+            if first >= 0 and link is not None:
                 link.queued_deliveries -= 1
             conn.write_pieces(*data)
         elif kind == LINK_FLOW:
