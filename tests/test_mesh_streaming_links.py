@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from router.amqp.events import TransferReceived
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Accepted, Modified, Source, Target
 from router.amqp.performatives import Error
@@ -211,3 +214,45 @@ def test_a_stream_waiting_for_its_band_takes_a_streaming_link_that_comes_free() 
         tx.send_transfer(b"t", payload[100_000:])
     h.pump()
     assert sorted(body[0] for body in consumer.bodies(rx)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("high_first", [False, True])
+def test_large_messages_on_streaming_links_keep_their_priority_at_a_blocked_output(high_first: bool) -> None:
+    """Two large messages stream at once, priority 0 and 9, each on a streaming link (in either
+    order); while the output to B is blocked the rest of both is held; when it drains, the
+    priority-9 one's frames go first (a streaming link is served with its delivery's band)."""
+    from router.amqp.messaging import Header
+
+    h = _pair()
+    seen: list[str] = []
+
+    def observe(events: list[object]) -> None:
+        for event in events:
+            if isinstance(event, TransferReceived) and event.link.name.startswith("A>B/stream"):
+                seen.append(event.link.name)
+
+    h.tap("B", observe)
+    producer, consumer, tx, rx = _clients(h)
+    urgent_tx = h.client("A", "p2").sender("q")
+    h.pump()
+    low = encode_message(Message.value(BIG, header=Header(priority=0)))
+    high = encode_message(Message.value(BIG, header=Header(priority=9)))
+    starts = [(tx, b"low", low), (urgent_tx, b"high", high)]
+    for link, tag, payload in reversed(starts) if high_first else starts:
+        link.send_transfer(tag, payload[:70_000], more=True)
+        h.pump()
+    core = h.cores["A"]
+    peer = core.mesh.peers["B"]
+    link_of = {out.stream_band: out.link.name for out in peer.streams if out.streaming is not None}
+    assert set(link_of) == {band_of(0, PRIORITY_BANDS_DEFAULT), band_of(9, PRIORITY_BANDS_DEFAULT)}
+    core.set_output_blocked(peer.conn.engine, True, h.now)
+    tx.send_transfer(b"low", low[70_000:])
+    urgent_tx.send_transfer(b"high", high[70_000:])
+    h.pump()
+    assert all(out.held is not None for out in peer.streams if out.streaming is not None)
+    del seen[:]
+    core.set_output_blocked(peer.conn.engine, False, h.now)
+    h.pump()
+    high_link = link_of[band_of(9, PRIORITY_BANDS_DEFAULT)]
+    assert seen and seen[0] == high_link
+    assert seen.index(link_of[band_of(0, PRIORITY_BANDS_DEFAULT)]) > max(i for i, name in enumerate(seen) if name == high_link)

@@ -144,22 +144,25 @@ class Holding(Sending):
 
     def release(self, conn: ConnState, now: float) -> None:
         """`conn`'s output drained (it is no longer blocked): its band links, highest band first,
-        write what they hold and take waiting deliveries; then its other links, each writing
-        what it holds first; all within half the write high-water mark. Stops, blocked again,
-        where the budget ends."""
+        write what they hold (and the streaming links whose delivery is of that band what they
+        hold) and take waiting deliveries; then its other links, each writing what it holds
+        first; all within half the write high-water mark. Stops, blocked again, where the
+        budget ends."""
         budget = conn.listener.write_high_water // 2
         self.now = now
         peer = conn.peer
         bands: list[OutLink] | None = peer.bands if peer is not None else None
         if bands is not None:
+            streams: list[OutLink] = peer.streams
             for out in reversed(bands):
+                for link in [out, *(s for s in streams if s.stream_band == out.band)] if streams else (out,):
+                    if link.held is not None and not link.window_shut:  # (shut: window_changed)
+                        budget = self._release_link(link, budget)
+                        if link.held is not None:  # no room left: lower bands wait for the next drain
+                            self._blocked_by_held(conn)
+                            return
                 if out.window_shut:
-                    continue  # (its neighbour opens it: window_changed)
-                if out.held is not None:
-                    budget = self._release_link(out, budget)
-                    if out.held is not None:  # no room left: lower bands wait for the next drain
-                        self._blocked_by_held(conn)
-                        return
+                    continue
                 self.consumer_ready(out, now)
                 if conn.output_blocked:  # (it sent a delivery of several frames and holds some)
                     return

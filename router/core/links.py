@@ -137,7 +137,7 @@ class OutLink(LinkCounts):
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
         "unsettled_limit", "stuck", "stuck_count", "filter", "band", "held", "held_bytes", "held_last", "held_by",
-        "held_in", "held_since", "bands", "streams", "window_shut",
+        "held_in", "held_since", "bands", "streams", "stream_band", "window_shut",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -185,6 +185,9 @@ class OutLink(LinkCounts):
         # On a neighbour's band links: its streaming links (router.core.streamlinks); None
         # otherwise (a streaming link's band is STREAM_LINK).
         self.streams: list[OutLink] | None = None
+        # A streaming link's: the band of the delivery it carries now (holding.release serves
+        # its held frames with that band's); -1 otherwise.
+        self.stream_band = -1
         self.held: deque[bytes] | None = None
         self.held_bytes = 0
         self.held_last = False

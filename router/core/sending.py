@@ -228,6 +228,7 @@ class Sending(Failures):
         if streams is not None and large(fwd):  # a large message to a router
             stream = instead(streams)  # (on a link of its own: streamlinks.py)
             if stream is not None:
+                stream.stream_band = out.band
                 out = stream
             else:
                 grow(streams, out, self.router_id, self.touched, self.now)

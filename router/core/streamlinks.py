@@ -15,9 +15,9 @@ STREAMING_LINKS_MAX: they stay for the connection's life (a burst of large messa
 its links behind, a session and a link each side apiece, reused by later streams).
 The receiving router treats a streaming link as any data link (credit, routing by the
 annotations, bandwindow); it takes at most STREAMING_LINKS_MAX of them per connection.
-A streaming link's frames are released after the band links' when the output drains (it has
-no band: holding.py), and its deliveries count in "balanced" against the streaming link, not
-the band link the choice was made for.
+A streaming link's held frames are released with its delivery's band when the output drains
+(`OutLink.stream_band`, holding.py), and its deliveries count in "balanced" against the
+streaming link, not the band link the choice was made for.
 Collaborators: the OutLinks (their `streams` lists, set by attach_links).
 Must not touch: the choice of the neighbour and band (remote.py), what is written (sending.py).
 """
