@@ -137,7 +137,7 @@ def _followed(blocked: deque[tuple[int, Any, Link | None, int]], link: Link) -> 
 
 def _aborted_transfer(session: Session, link: Link, delivery_id: int) -> bytes:
     assert link.local_handle is not None
-    body = transfer_performative(link.local_handle, delivery_id, delivery_id.to_bytes(4, "big"), 0, True, False, True, None)
+    body = transfer_performative(link.local_handle, delivery_id, session.id_bytes(delivery_id), 0, True, False, True, None)
     return frame_header(8 + len(body), session.channel or 0) + body
 
 

@@ -84,10 +84,23 @@ class Holding(Sending):
         data = payload if type(payload) is bytes else bytes(payload)  # (no read stays pinned)
         held.append(data)
         out.held_last = last
-        out.held_bytes += len(data)
-        if out.held_by is not None:
-            out.held_by.held_frame_bytes += len(data)  # (bounds.read_paused reads it)
-            count_held(out.held_in, len(data), self.touched)  # (a neighbour's band: bandwindow.py)
+        self._count_held(out, len(data))
+
+    def _count_held(self, out: OutLink, nbytes: int) -> None:
+        """`out` holds `nbytes` more (fewer, if negative): counted on the link, against its
+        producer connection (bounds.read_paused reads it) and the session they came on (a
+        neighbour's band or streaming link: bandwindow.py), always together."""
+        out.held_bytes += nbytes
+        by = out.held_by
+        if by is not None:
+            by.held_frame_bytes += nbytes
+            count_held(out.held_in, nbytes, self.touched)
+
+    def _forget_held(self, out: OutLink) -> None:
+        """`out` holds nothing any more (its count is 0)."""
+        out.held = out.held_by = out.held_in = None
+        out.held_last = False
+        self.held_links.discard(out)
 
     def send_frames(self, out: OutLink, fwd: Forward, frames: list[Payload], settled: bool) -> int:
         """Send a delivery of several frames on band link `out`: at most half the write
@@ -117,13 +130,8 @@ class Holding(Sending):
         """Forget the frames `out` holds (their delivery was aborted or will never be sent on)."""
         if out.held is None:
             return
-        if out.held_by is not None:
-            out.held_by.held_frame_bytes -= out.held_bytes
-            count_held(out.held_in, -out.held_bytes, self.touched)
-        out.held = out.held_by = out.held_in = None
-        out.held_bytes = 0
-        out.held_last = False
-        self.held_links.discard(out)
+        self._count_held(out, -out.held_bytes)
+        self._forget_held(out)
 
     def stalled(self, now: float) -> list[OutLink]:
         """Consumers' links whose held frames have waited, none written, for their connection's
@@ -212,25 +220,19 @@ class Holding(Sending):
             self.drop_held(out)
             return budget
         settled = self._presettled_out(fwd, out)
-        by = out.held_by
         if budget > 0:
             out.held_since = self.now  # (frames go out: it is not stalled)
         while held and budget > 0:
             frame = held.popleft()
             size = len(frame)
             budget -= size
-            out.held_bytes -= size
-            if by is not None:
-                by.held_frame_bytes -= size
-                count_held(out.held_in, -size, self.touched)
+            self._count_held(out, -size)
             link.send_transfer(b"", frame, settled=settled, more=bool(held) or not out.held_last,
                                message_format=fwd.message_format)  # fmt: skip
         self.touched.touch(out.conn.engine)
         if not held:
             ends = out.held_last
-            out.held = out.held_by = out.held_in = None
-            out.held_last = False
-            self.held_links.discard(out)
+            self._forget_held(out)
             if ends:
                 self._stream_done(out, record)
         return budget
