@@ -79,7 +79,8 @@ COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
 	tests/test_core_linkroute.py tests/test_mesh_linkroute.py tests/test_engine_cut_frames.py \
 	tests/test_handshake.py tests/test_core_fifo.py tests/test_core_multicast.py tests/test_net_poller.py \
 	tests/test_engine_window_shut.py tests/test_mesh_stalled_consumer.py tests/test_mesh_band_stall_process.py \
-	tests/test_mesh_streaming_links.py tests/test_engine_held_frames.py tests/test_core_bandwindow.py
+	tests/test_mesh_streaming_links.py tests/test_engine_held_frames.py tests/test_core_bandwindow.py \
+	tests/test_net_driver.py tests/test_mesh_priority_writer.py
 
 # build/compiled: the same modules compiled in place in a copy of router/ (scripts/build_compiled.py),
 # for profiling and quick experiments; nothing in `make test` or `make bench` uses it.

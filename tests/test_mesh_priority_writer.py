@@ -19,7 +19,7 @@ from router.core.router import RouterCore
 from router.testing.meshharness import MeshHarness
 from router.testing.routerharness import Client
 
-from .support.release_checks import Fault, InjectedFault
+from .support.release_checks import Fault, InjectedFault, needs_patchable_core
 
 TOP = PRIORITY_BANDS_DEFAULT - 1
 # A body whose every byte says where it belongs: frames out of order would change it.
@@ -256,6 +256,7 @@ class _EndsFailed(MeshHarness):
             self.drop(wire, engine)
 
 
+@needs_patchable_core
 def test_a_stream_held_when_its_producer_fails_in_the_core_is_aborted_and_nothing_held_follows() -> None:
     # The core fails on the producer's next frame (a bug a hostile peer could reach): its
     # connection ends and its release aborts the delivery on A's band link to B. What that link
