@@ -25,6 +25,31 @@ def attached_to(broker: Client) -> Link:
     return [e.link for e in broker.events if isinstance(e, ev.RemoteAttach)][-1]
 
 
+def answered(h: MeshHarness, broker: Client, credit: int = 0) -> Link:
+    upstream = attached_to(broker)
+    upstream.answer(source=upstream.remote_source, target=upstream.remote_target)
+    if credit:
+        upstream.flow(credit)
+    h.pump()
+    return upstream
+
+
+def send_through(h: MeshHarness, client: Client, broker: Client, address: str) -> None:
+    """A message from `client` to the container's queue `address`, accepted end to end."""
+    sender = client.sender(address)
+    h.pump()
+    upstream = answered(h, broker, credit=1)
+    assert upstream.remote_target.address == address and upstream.name == sender.name
+    assert sender.remotely_attached and sender.credit == 1
+    delivery = client.send(sender, Message.value("routed"))
+    h.pump()
+    (arrived,) = broker.received[upstream]
+    assert arrived.message.body_value == "routed"
+    upstream.dispose(arrived.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert client.outcomes[delivery] == ACCEPTED and delivery in client.settled
+
+
 def line() -> tuple[MeshHarness, Client, Client]:
     h = MeshHarness()
     h.router("A")
@@ -44,21 +69,7 @@ def line() -> tuple[MeshHarness, Client, Client]:
 def test_attach_and_messages_go_hop_by_hop() -> None:
     h, broker, client = line()
     assert len(h.cores["A"].link_routes.remote_routes) == 2  # learnt, not configured
-    sender = client.sender("q.far")
-    h.pump()
-    upstream = attached_to(broker)
-    assert upstream.remote_target.address == "q.far" and upstream.name == sender.name
-    upstream.answer(source=upstream.remote_source, target=upstream.remote_target)
-    upstream.flow(2)
-    h.pump()
-    assert sender.remotely_attached and sender.credit == 2
-    delivery = client.send(sender, Message.value("through B"))
-    h.pump()
-    (arrived,) = broker.received[upstream]
-    assert arrived.message.body_value == "through B"
-    upstream.dispose(arrived.delivery_id, state=ACCEPTED, settled=True)
-    h.pump()
-    assert client.outcomes[delivery] == ACCEPTED and delivery in client.settled
+    send_through(h, client, broker, "q.far")
     for rid in "ABC":  # one pair per router: the client's side at A, the incoming hop at B and C
         assert len(h.cores[rid].link_routes.pairs) == 1
     # No router made an address of it.

@@ -10,10 +10,13 @@
 
 Owns: the addresses each edge has consumers for (EDGE-ADDRESSES). An edge's data link is a
 consumer of each such address, like a client's link: the interior advertises the address as its
-own and delivers to the edge over it. Telling each edge which mobile addresses have a destination
-other than that edge (MESH-ADDRESSES: the whole set on connect and on request, then the changes
-once per batch of input, computed for the addresses whose destinations changed), and answering
-an edge's requests for the whole set at most once each half `retry_s`.
+own and delivers to the edge over it. The link routes among them (keys of linkmatch's reserved
+form: the edge has a container for them) go to the link routes instead, which serve them for the
+mesh. Telling each edge which mobile addresses have a destination other than that edge, and
+which link routes a container other than on that edge (MESH-ADDRESSES: the whole set on connect
+and on request, then the changes once per batch of input, computed for the addresses whose
+destinations changed), and answering an edge's requests for the whole set at most once each
+half `retry_s`.
 Collaborators (given by Edges): the mesh as a ports.EdgeMesh (control messages, a first or last
 consumer of an address, the forwarder as `routing`), the address table, Edges' map of edge
 connections (read only here: Edges adds and removes them), the edges' retry interval.
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .addressentry import AddressEntry
 from .edgemsg import EDGE_ADDRESSES, MESH_REQUEST, encode_mesh_addresses
 from .interrouter import Peer
+from .linkmatch import MARK
 from .links import OutLink
 from .table import AddressTable
 
@@ -52,6 +56,7 @@ class EdgeHost:
         self.changed: set[str] = set()
         self.full_due: set[str] = set()
         self.full_sent_at: dict[str, float] = {}  # a request soon after one is ignored (it retries)
+        self.serving: set[str] = set()  # edges with link-route containers (router.core.linkroute)
 
     def opened(self, edge_id: str) -> None:
         self.told.pop(edge_id, None)
@@ -97,18 +102,23 @@ class EdgeHost:
         if not self.edges or (not changed and not self.full_due):
             return
         mesh, entries = self.mesh, self.table.entries
+        routes = mesh.link_routes
         for edge_id, peer in self.edges.items():
             out = peer.data_out
             told = self.told.get(edge_id)
             seq = self.told_seq.get(edge_id, 0) + 1
             if told is None or edge_id in self.full_due:
                 current = {e.key[1:] for e in entries.values() if e.key[0] == "M" and self._elsewhere(e, out)}
+                current |= {key for key in routes.route_keys() if routes.served_elsewhere(key, edge_id)}
                 payload = encode_mesh_addresses(mesh.me, seq, True, sorted(current), [])
                 self.full_sent_at[edge_id] = now
             else:
                 add, remove = [], []
                 for address in sorted(changed):
-                    has = self._elsewhere(entries.get("M" + address), out)
+                    if address.startswith(MARK):  # a link route (router.core.linkroute)
+                        has = routes.served_elsewhere(address, edge_id)
+                    else:
+                        has = self._elsewhere(entries.get("M" + address), out)
                     if has and address not in told:
                         add.append(address)
                     elif not has and address in told:
@@ -123,8 +133,14 @@ class EdgeHost:
         self.full_due.clear()
 
     def set_addresses(self, peer: Peer, new: set[str]) -> None:
-        """The edge's data link consumes exactly `new` (mobile addresses) from now on."""
+        """The edge's data link consumes exactly `new` (mobile addresses) from now on; the link
+        routes among them (router.core.linkroute's keys) have a container on that edge."""
         mesh, table = self.mesh, self.table
+        routes = {address for address in new if address.startswith(MARK)}
+        if routes or peer.id in self.serving:
+            new = new - routes
+            mesh.link_routes.edge_served(peer.id, routes)
+            (self.serving.add if routes else self.serving.discard)(peer.id)
         forwarder = mesh.routing
         out = peer.data_out
         old = self.addresses.pop(peer.id, set())

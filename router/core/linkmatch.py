@@ -3,20 +3,22 @@
 Owns: the reserved forms (the advertised address `\\0lr/<in|out>/<p|t>/<prefix or pattern>`,
 the attach property marking a routed attach between routers, the anchors' dynamic-node-property
 naming a dynamic terminus's route), Route (a configured route, the route-container connections
-serving it, address rewriting both ways), RemoteRoute (a route other routers advertise), and
-reading an attach's routing address and passing its termini and properties on.
+serving it, address rewriting both ways), RemoteRoute (a route other routers advertise) and
+Adverts (such routes by key, matched by address), and reading an attach's routing address and
+passing its termini and properties on.
 Must not touch: pairs and their life cycle (router.core.linkpairs), the relay (linkrelay.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ..amqp.link import Link
 from ..amqp.messaging import Coordinator, Source, Target
 from ..amqp.types import Symbol
 from ..config.models import LinkRouteConfig
+from .addressing import AddressMatcher
 from .connections import ConnState
 
 MARK: Final = "\x00lr/"  # advertised link routes; no client may attach to such an address
@@ -75,12 +77,57 @@ class Route:
         return address
 
 
+class AdvertKey(NamedTuple):
+    direction: str  # in | out
+    kind: str  # p (prefix) | t (pattern)
+    value: str
+
+
+def parse_key(key: str) -> AdvertKey | None:
+    """What an advertised key says, or None for a key that is not one of ours."""
+    if not key.startswith(MARK):
+        return None
+    parts = key[len(MARK):].split("/", 2)
+    if len(parts) != 3 or parts[0] not in ("in", "out") or parts[1] not in ("p", "t") or not parts[2]:
+        return None
+    return AdvertKey(*parts)
+
+
 class RemoteRoute:
+    """A route that `routers` (router ids, or on an interior the ids of its edge routers) have a
+    container for."""
+
     __slots__ = ("key", "routers")
 
     def __init__(self, key: str, routers: frozenset[str]) -> None:
         self.key = key
         self.routers = routers
+
+
+class Adverts:
+    """Routes others serve, by advertised key, and matched by address per direction."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, RemoteRoute] = {}
+        self._match: dict[str, AddressMatcher[RemoteRoute]] = {"in": AddressMatcher(), "out": AddressMatcher()}
+
+    def set(self, key: str, routers: frozenset[str]) -> bool:
+        """`routers` serve route `key` from now on (none: forgotten). False for a key that is
+        not one of ours (ignored)."""
+        parsed = parse_key(key)
+        if parsed is None:
+            return False
+        matcher = self._match[parsed.direction]
+        old = self.routes.pop(key, None)
+        if old is not None:
+            matcher.remove(old)
+        if routers:
+            remote = self.routes[key] = RemoteRoute(key, routers)
+            (matcher.add_prefix if parsed.kind == "p" else matcher.add_pattern)(parsed.value, remote)
+        return True
+
+    def lookup(self, address: str, direction: str) -> RemoteRoute | None:
+        return self._match[direction].lookup(address)
 
 
 class NoPath:

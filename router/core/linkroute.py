@@ -12,12 +12,16 @@ the pair relays everything (router.core.linkrelay).
 The mesh learns which routers have a container for which route from the mobile address
 exchange: a router advertises the reserved address `advert_key(direction, prefix, pattern)`
 while at least one container of such a route is connected (docs/mesh-protocol.md). A routed
-attach between routers carries the attach property `mesh.link-route`.
+attach between routers carries the attach property `mesh.link-route`. Edge routers take part
+through their edge connections (docs/mesh.md, "Link routes"): an edge learns the mesh's routes
+from its uplink in use (router.core.uplinks) and tells it the routes it has containers for,
+which the interior serves for the mesh (`edge_served`, router.core.edgehost).
 
 Owns: the configured routes and their matching (router.core.addressing; what a route is, the
 reserved forms and address rewriting are linkmatch.py), which route-container
 connections serve which route and advertising it to the mesh, the routes other routers
-advertise, choosing where an attach goes or refusing it. The pair's life from there (the attach
+advertise and (on an interior) those its edge routers serve, choosing where an attach goes or
+refusing it. The pair's life from there (the attach
 passed on and answered, its teardown, a graceful stop's part) is linkpairs.py's, what it relays
 linkrelay.py's; LinkRoutes is their surface for the other units.
 Collaborators (given by RouterCore): the mesh (its node, routes and peers), Touched (for the pairs
@@ -36,7 +40,7 @@ from ..amqp.performatives import Error
 from ..config.models import LinkRouteConfig
 from .addressing import AddressMatcher
 from .connections import ConnState
-from .linkmatch import MARK, ROUTED_PROPERTY, NoPath, RemoteRoute, Route, routing_address
+from .linkmatch import MARK, ROUTED_PROPERTY, Adverts, NoPath, RemoteRoute, Route, parse_key, routing_address
 from .linkpairs import LinkPairs, refuse
 from .linkrelay import Relay, RoutedLink
 
@@ -53,9 +57,15 @@ class LinkRoutes:
         self.router_id = router_id
         self.routes: dict[str, Route] = {}
         self._local: dict[str, AddressMatcher[Route]] = {"in": AddressMatcher(), "out": AddressMatcher()}
-        self._remote: dict[str, AddressMatcher[RemoteRoute]] = {"in": AddressMatcher(), "out": AddressMatcher()}
-        self.remote_routes: dict[str, RemoteRoute] = {}
-        self._advertised: dict[str, int] = {}  # key -> routes with a container here
+        # Routes other routers serve (the mesh's address exchange; on an edge router, what its
+        # uplink in use says the mesh serves) and, on an interior, routes its edge routers serve
+        # (their EDGE-ADDRESSES), by the edge ids.
+        self.remote = Adverts()
+        self.remote_routes: dict[str, RemoteRoute] = self.remote.routes
+        self.at_edges = Adverts()
+        self.edge_keys: dict[str, set[str]] = {}  # interior: edge id -> the keys it serves
+        # key -> routes with a container here, and (interior) edge routers serving it
+        self._advertised: dict[str, int] = {}
         self.containers: list[ConnState] = []  # open route-container connections
         self.relay = Relay(touched)
         self.link_pairs = LinkPairs(self.routes, self.relay, touched)
@@ -120,32 +130,62 @@ class LinkRoutes:
             self._advertise(route.key, -1)
 
     def _advertise(self, key: str, change: int) -> None:
+        """A container of route `key` came (+1) or went (-1): here, or on an edge router
+        connected here. The mesh learns of the first and the last; edge routers of every change
+        (which of them has one besides itself)."""
         count = self._advertised.get(key, 0) + change
-        self._advertised[key] = count
-        node = self.mesh.node
-        if node is None or self.mesh.edge:
+        if count > 0:
+            self._advertised[key] = count
+        else:
+            self._advertised.pop(key, None)
+        mesh = self.mesh
+        if mesh.edge:  # the uplink in use learns it from our address set (router.core.uplinks)
+            if count == 0 or (count == 1 and change > 0):
+                mesh.edges.local_changed()
+            return
+        mesh.edges.address_changed(key)
+        node = mesh.node
+        if node is None:
             return
         if count == 1 and change > 0:
             node.set_local_addresses(added=(key,))
         elif count == 0:
-            del self._advertised[key]
             node.set_local_addresses(removed=(key,))
-        self.mesh.dirty = True
+        mesh.dirty = True
 
     def remote_changed(self, key: str, routers: frozenset[str]) -> None:
-        """The mesh's address exchange says which routers have a container for route `key`."""
-        parts = key[len(MARK):].split("/", 2)
-        if len(parts) != 3 or parts[0] not in ("in", "out") or parts[1] not in ("p", "t") or not parts[2]:
-            return  # not one of ours: ignored
-        direction, kind, value = parts
-        routers = routers - {self.router_id}
-        old = self.remote_routes.pop(key, None)
-        matcher = self._remote[direction]
-        if old is not None:
-            matcher.remove(old)
-        if routers:
-            remote = self.remote_routes[key] = RemoteRoute(key, routers)
-            (matcher.add_prefix if kind == "p" else matcher.add_pattern)(value, remote)
+        """The mesh's address exchange (on an edge router: the uplink in use) says which routers
+        have a container for route `key`."""
+        if self.remote.set(key, routers - {self.router_id}) and not self.mesh.edge:
+            self.mesh.edges.address_changed(key)
+
+    # --- routes served on edge routers -------------------------------------------------------------
+
+    def advertised_keys(self) -> list[str]:
+        """The routes with a container here (an edge router tells its uplink)."""
+        return sorted(self._advertised)
+
+    def edge_served(self, edge_id: str, keys: set[str]) -> None:
+        """Interior: edge router `edge_id` has containers for exactly the routes `keys` from now
+        on (its EDGE-ADDRESSES; none when it goes). This router serves them for the mesh."""
+        old = self.edge_keys.pop(edge_id, set())
+        keys = {key for key in keys if parse_key(key) is not None}
+        if keys:
+            self.edge_keys[edge_id] = keys
+        for key in sorted(keys ^ old):
+            edges = frozenset(e for e, served in self.edge_keys.items() if key in served)
+            self.at_edges.set(key, edges)
+            self._advertise(key, +1 if key in keys else -1)
+
+    def route_keys(self) -> set[str]:
+        """Interior: every route with a container anywhere this router knows of."""
+        return set(self._advertised) | set(self.remote.routes)
+
+    def served_elsewhere(self, key: str, edge_id: str) -> bool:
+        """Interior: route `key` has a container other than on edge router `edge_id` (what that
+        edge is told: its clients' attaches may come up its uplink)."""
+        own = 1 if key in self.edge_keys.get(edge_id, ()) else 0
+        return self._advertised.get(key, 0) > own or key in self.remote.routes
 
     # --- attaches -----------------------------------------------------------------------------------
 
@@ -191,16 +231,22 @@ class LinkRoutes:
             for conn in route.containers:
                 if not conn.closed and conn is not came_from:
                     return conn, route
-        remote = self._remote[direction].lookup(address)
+        mesh = self.mesh
+        at_edge = self.at_edges.lookup(address, direction)  # an edge router connected here
+        if at_edge is not None:
+            for edge_id in sorted(at_edge.routers):
+                peer = mesh.edges.edges.get(edge_id)
+                if peer is not None and not peer.conn.closed and peer.conn is not came_from:
+                    return peer.conn, None
+        remote = self.remote.lookup(address, direction)
         if remote is not None:
-            mesh = self.mesh
             hops = mesh.routes.next_hops
             costs = mesh.routes.costs
             for router in sorted(remote.routers, key=lambda r: (costs.get(r, 1 << 62), r)):
-                peer = mesh.peers.get(hops.get(router, ""))
+                peer = mesh.neighbour(hops.get(router, ""))
                 if peer is not None and not peer.conn.closed and peer.conn is not came_from:
                     return peer.conn, None
-        if route is not None or remote is not None:
+        if route is not None or remote is not None or at_edge is not None:
             name = route.name if route is not None else "advertised by another router"
             return NoPath(f"no route container is connected for {address} (link route {name}, direction {direction})")
         return None

@@ -197,6 +197,14 @@ class Mesh(MeshReadApi):
             self.node.neighbour_down(peer.id, now=now)
             self.dirty = True
 
+    def neighbour(self, router_id: str) -> Peer | None:
+        """The connection to neighbour `router_id`: an inter-router peer, or on an edge router
+        its uplink (the next hop of every route there)."""
+        peer = self.peers.get(router_id)
+        if peer is None and self.edge:
+            peer = self.edges.uplinks.get(router_id)
+        return peer
+
     def peer_attach(self, state: ConnState, link: Link, now: float) -> None:
         peer = state.peer if isinstance(state.peer, Peer) else None
         answer_attach(peer, state, link, now, credit=self.routing, max_message_size=self.max_message_size,

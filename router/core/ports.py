@@ -51,9 +51,19 @@ class Routing(Credit, Protocol):
 
 
 class LinkRouteAdverts(Protocol):
-    """The link routes, as the mesh sees them: which routers advertise a container for a route."""
+    """The link routes (router.core.linkroute), as the mesh and edge connections see them: which
+    routers advertise a container for a route; on an edge router the routes it serves (told to
+    its uplink), on an interior those its edge routers serve and what each edge is told."""
 
     def remote_changed(self, key: str, routers: frozenset[str]) -> None: ...
+
+    def advertised_keys(self) -> list[str]: ...
+
+    def edge_served(self, edge_id: str, keys: set[str]) -> None: ...
+
+    def route_keys(self) -> set[str]: ...
+
+    def served_elsewhere(self, key: str, edge_id: str) -> bool: ...
 
 
 class MeshPaths(Protocol):
@@ -83,6 +93,7 @@ class EdgeMesh(Protocol):
     topology_config: TopologyConfig
     routing: Routing
     streaming_links: int  # (router.core.streamlinks)
+    link_routes: LinkRouteAdverts
 
     def send_control(self, peer: Peer, payload: bytes) -> None: ...
 

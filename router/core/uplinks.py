@@ -11,9 +11,10 @@ Owns: the uplink in use (the oldest that is up; the next takes over when it drop
 `failovers`) and routing everything that has no local consumer to it (the mesh's routes and
 links become that uplink's, the table's fallback entry leads to it); telling it which mobile
 addresses have consumers here (EDGE-ADDRESSES, the whole set, when it changes and when an uplink
-becomes the one in use); what each uplink says has destinations in the mesh (MESH-ADDRESSES),
-by which this edge's producers get credit, and asking again for an uplink's whole set when a
-change was missed, each `retry_s` until it comes.
+becomes the one in use; with them the link routes that have a container here); what each uplink
+says has destinations in the mesh (MESH-ADDRESSES), by which this edge's producers get credit,
+and the link routes it says the mesh serves, given to our link routes as served through it;
+asking again for an uplink's whole set when a change was missed, each `retry_s` until it comes.
 Collaborators (given by Edges): the mesh as a ports.EdgeMesh (its routes, links, path choices,
 destinations and control messages), the address table, Edges' map of uplink connections (read
 only here: Edges adds and removes them), the retry interval.
@@ -32,6 +33,7 @@ from topology.routes import compute_routes
 from .addressentry import AddressEntry
 from .edgemsg import MeshAddresses, encode_addresses, encode_request
 from .interrouter import Peer
+from .linkmatch import MARK
 from .table import AddressTable
 
 if TYPE_CHECKING:
@@ -56,6 +58,10 @@ class Uplinks:
         self.awaiting_full: dict[str, float] = {}  # uplink -> when its whole set was asked for
         self.retry_s = retry_s  # asked again this often until it comes
         self.deadline = math.inf  # the next such retry
+        # The link routes the uplink in use says the mesh serves (its MESH-ADDRESSES keys of
+        # router.core.linkmatch's form), as given to our link routes, and through which uplink.
+        self.route_keys: set[str] = set()
+        self.routes_via: str | None = None
 
     def changed(self, uplink: str, now: float) -> None:
         """`uplink`'s connection came, went or was replaced: what it said is forgotten (none
@@ -64,6 +70,7 @@ class Uplinks:
         self.mesh_seq.pop(uplink, None)
         self.awaiting_full.pop(uplink, None)
         self._choose(now)
+        self._sync_routes()
 
     def _choose(self, now: float) -> None:
         """Use the oldest uplink that is up; on a change every address is routed anew."""
@@ -106,6 +113,7 @@ class Uplinks:
         self.dirty = False
         entries = self.table.entries.values()
         addresses = sorted(e.key[1:] for e in entries if e.key[0] == "M" and e.consumers)
+        addresses += self.mesh.link_routes.advertised_keys()  # routes with a container here
         self.seq += 1
         self.mesh.send_control(self.uplinks[self.active], encode_addresses(self.mesh.me, self.seq, addresses))
 
@@ -145,10 +153,37 @@ class Uplinks:
         if uplink != self.active:
             return
         mesh, table = self.mesh, self.table
+        whole = message.full or current is None
+        if whole:  # the link routes it serves: all of them (a change of uplink left some known)
+            self._sync_routes()
+        routers = frozenset((uplink,))
         for address in sorted(new ^ (current or set())):
+            if address.startswith(MARK):  # a link route the mesh serves (router.core.linkroute)
+                if not whole:
+                    served = address in new
+                    mesh.link_routes.remote_changed(address, routers if served else frozenset())
+                    (self.route_keys.add if served else self.route_keys.discard)(address)
+                continue
             entry = table.entries.get("M" + address)
             if entry is not None:
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
+
+    def _sync_routes(self) -> None:
+        """Our link routes learn the routes the mesh serves from the uplink in use (after a
+        change of uplink: all of them again, through the new one). Without an uplink they stay
+        known, through the lost one (an attach is refused: no container reachable, where
+        forgetting them would make it a mobile address's link), and through a new uplink until
+        it says which it serves."""
+        active = self.active
+        if active is None:
+            return
+        said = self.mesh_addresses.get(active)
+        keys = self.route_keys if said is None else {address for address in said if address.startswith(MARK)}
+        changed = keys | self.route_keys if self.routes_via != active else keys ^ self.route_keys
+        routers = frozenset((active,))
+        for key in sorted(changed):
+            self.mesh.link_routes.remote_changed(key, routers if key in keys else frozenset())
+        self.route_keys, self.routes_via = keys, active
 
     def read(self) -> dict[str, Any]:
         """For the read API."""
