@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections import deque
 
+import pytest
+
 from router.amqp import errors as E
 from router.amqp import events as ev
 from router.amqp.link import Link
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import ACCEPTED, Modified
 from router.config.models import LinkRouteConfig, Listener
+from router.core.linkroute import EDGE_ROUTES_MAX
 from router.testing.meshharness import CLIENTS, EDGE, INTER_ROUTER, MeshHarness
 from router.testing.routerharness import Client
 
@@ -180,3 +183,14 @@ def test_auto_links_on_an_edge_serve_the_whole_mesh() -> None:
     broker.pump_out()
     h.pump()
     assert consumer.bodies(receiver) == ["done 0", "done 1"]
+
+
+def test_an_edge_reporting_too_many_routes_has_the_first_ones_served(caplog: pytest.LogCaptureFixture) -> None:
+    h, _ = mesh("B")
+    routes = h.cores["A"].link_routes
+    keys = {f"\x00lr/in/p/q{n:05}" for n in range(EDGE_ROUTES_MAX + 5)} | {"\x00lr/bogus"}
+    routes.edge_served("E9", keys)
+    assert len(routes.edge_keys["E9"]) == EDGE_ROUTES_MAX and "\x00lr/bogus" not in routes.edge_keys["E9"]
+    assert "reports 1005 link routes" in caplog.text
+    routes.edge_served("E9", set())  # the edge went: nothing of it stays
+    assert "E9" not in routes.edge_keys and not routes.at_edges.routes

@@ -31,8 +31,9 @@ Must not touch: message bytes, other links, the topology protocol.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ..amqp import errors as E
 from ..amqp.link import Link
@@ -45,6 +46,12 @@ from .linkpairs import LinkPairs, refuse
 from .linkrelay import Relay, RoutedLink
 
 __all__ = ["MARK", "LinkRoutes", "Route"]
+
+log = logging.getLogger("router.core")
+
+# The link routes one edge router may have served for it: configured routes are a handful; a
+# peer reporting thousands is broken or hostile (every attach here is matched against them).
+EDGE_ROUTES_MAX: Final = 1000
 
 if TYPE_CHECKING:
     from .mesh import Mesh
@@ -170,6 +177,10 @@ class LinkRoutes:
         on (its EDGE-ADDRESSES; none when it goes). This router serves them for the mesh."""
         old = self.edge_keys.pop(edge_id, set())
         keys = {key for key in keys if parse_key(key) is not None}
+        if len(keys) > EDGE_ROUTES_MAX:  # (each is a rule every attach here is matched against)
+            log.warning("edge router %s reports %d link routes; serving the first %d of them",
+                        edge_id, len(keys), EDGE_ROUTES_MAX)  # fmt: skip
+            keys = set(sorted(keys)[:EDGE_ROUTES_MAX])
         if keys:
             self.edge_keys[edge_id] = keys
         for key in sorted(keys ^ old):
