@@ -4,7 +4,8 @@ python-qpid-proton clients (BlockingConnection on a thread).
 
 What is proved: a client of the edge router reaches a broker behind the interior (and one
 behind the edge reaches clients of the interior), messages, credit and outcomes end to end;
-the routers keep no pair once the clients are gone.
+the routers keep no pair once the clients are gone; a client of the edge commits and rolls back
+transactions through the interior's `$coordinator` route (a Proton Python coordinator).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Any
 import pytest
 import trio
 from proton import Message
+from proton.reactor import Container
 
 from router.config.models import RouterConfig
 from router.net.server import RouterServer
 
-from .support.brokers import CBroker
-from .support.interop import run_in_thread
-from .test_link_routes import TIMEOUT_S, c_broker, c_broker_program, connect  # noqa: F401 (fixtures)
+from .support.brokers import CBroker, TxnCoordinator
+from .support.interop import run_container, run_in_thread
+from .test_link_routes import TIMEOUT_S, _Transactions, c_broker, c_broker_program, connect  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.interop]
 
@@ -36,10 +38,12 @@ def _broker_connector(port: int) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def interior_and_edge(broker_port: int, broker_on: str) -> AsyncIterator[tuple[RouterServer, RouterServer, int, int]]:
+async def interior_and_edge(
+    broker_port: int, broker_on: str, routes: list[dict[str, Any]] = ROUTES
+) -> AsyncIterator[tuple[RouterServer, RouterServer, int, int]]:  # fmt: skip
     """Interior I (listeners for clients and edges) and edge E (an uplink to I); the broker's
-    connector and the routes on `broker_on` ("I" or "E"). Yields both and their client ports,
-    once the router without the broker has learnt both routes."""
+    connector and the `routes` on `broker_on` ("I" or "E"). Yields both and their client ports,
+    once the router without the broker has learnt every route."""
     interior: dict[str, Any] = {
         "router": {"id": "I", "mode": "interior"},
         "listeners": [{"name": "amqp", "port": 0}, {"name": "edges", "port": 0, "role": "edge"}],
@@ -47,7 +51,7 @@ async def interior_and_edge(broker_port: int, broker_on: str) -> AsyncIterator[t
     edge: dict[str, Any] = {"router": {"id": "E", "mode": "edge"}, "listeners": [{"name": "amqp", "port": 0}]}
     with_broker = interior if broker_on == "I" else edge
     with_broker["connectors"] = [_broker_connector(broker_port)]
-    with_broker["link_routes"] = ROUTES
+    with_broker["link_routes"] = routes
     i = RouterServer(RouterConfig.model_validate(interior))
     async with trio.open_nursery() as nursery:
         addresses = await nursery.start(i.run)
@@ -59,7 +63,7 @@ async def interior_and_edge(broker_port: int, broker_on: str) -> AsyncIterator[t
         with_broker_server = i if broker_on == "I" else e
         with trio.fail_after(TIMEOUT_S):  # the edge's address exchange, across sockets: polled
             while not with_broker_server.core.link_routes.containers or (
-                len(learner.core.link_routes.remote_routes) + len(learner.core.link_routes.at_edges.routes) < 2
+                len(learner.core.link_routes.remote_routes) + len(learner.core.link_routes.at_edges.routes) < len(routes)
             ):
                 await trio.sleep(0.01)
         try:
@@ -100,3 +104,19 @@ async def test_a_client_of_the_interior_reaches_the_broker_behind_the_edge(c_bro
         with trio.fail_after(TIMEOUT_S):
             while i.core.link_routes.pairs or e.core.link_routes.pairs:
                 await trio.sleep(0.01)
+
+
+async def test_transactions_from_a_client_of_the_edge() -> None:
+    # The coordinator link goes up the uplink to the interior's `$coordinator` route: the edge
+    # no longer refuses it as a router that cannot coordinate transactions.
+    routes = [{"prefix": "$coordinator", "direction": "in", "connection": "broker"},
+              {"prefix": "txn", "direction": "in", "connection": "broker"}]  # fmt: skip
+    with TxnCoordinator.running() as coordinator:
+        async with interior_and_edge(coordinator.port, broker_on="I", routes=routes) as (_, _, _, e_port):
+            client = _Transactions(f"127.0.0.1:{e_port}")
+            await run_in_thread(run_container, Container(client))
+            assert client.events == ["declared", "committed", "declared", "aborted"]
+            coordinator.wait_for(lambda c: len(c.rolled_back) == 1)
+            first, second = coordinator.declared
+            assert coordinator.committed == [first] and coordinator.rolled_back == [second]
+            assert coordinator.messages == [(first, "one"), (first, "two"), (second, "three")]
