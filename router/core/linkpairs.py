@@ -33,7 +33,7 @@ from ..amqp.performatives import Error
 from ..amqp.session import Session
 from .connections import ConnState
 from .linkmatch import Route, passed_properties, rewrite
-from .linkrelay import Relay, RoutedLink
+from .linkrelay import Relay, RoutedLink, between_routers
 
 if TYPE_CHECKING:
     from .touched import Touched
@@ -85,6 +85,8 @@ class LinkPairs:
         session = self._sessions.get(conn)
         if session is None or session.state.local is not ACTIVE or session.state.remote is CLOSED:
             session = self._sessions[conn] = conn.engine.begin_session()
+            if conn.peer is not None:  # to another router: its window may stop these links only
+                between_routers(session, conn)
         return session
 
     def pass_on(self, conn: ConnState, link: Link, far: ConnState, route: Route | None, address: str) -> None:
@@ -95,6 +97,8 @@ class LinkPairs:
         source, target = remote.source, remote.target
         if route is not None:  # to the container itself: its own names
             source, target = rewrite(source, route.outward), rewrite(target, route.outward)
+        if conn.peer is not None:  # a routed attach from another router (its routed links' session)
+            between_routers(link.session, conn)
         mine = RoutedLink(link, conn, route.name if route is not None else "", address, False)
         link.context = mine
         conn.routed.add(mine)

@@ -7,8 +7,12 @@ link as they arrive (the payload is never decoded), credit travels end to end (t
 link-credit and drain go to the sender's side as they change), dispositions and settlement go
 back along the deliveries they name, and a detach on one side detaches the other.
 
-Owns: RoutedLink and RoutedDelivery (the records), the per-session maps of routed deliveries
-(SessionMaps.routed), relaying transfers, flow (credit, drain, available) and dispositions, and
+Between routers the routed links are in a session of their own on each connection
+(`between_routers`): what waits here for a slow reader counts against that session, whose window
+shuts as a band's does (bandwindow.py), and a shut window towards the next router holds what
+follows here (`_blocked`), so a stalled routed stream never pauses the connection between them.
+Owns (the records are routedlink.py's): relaying transfers, flow (credit, drain, available)
+and dispositions, holding what cannot be written yet and the stall watch over it, and
 giving every delivery still unsettled when a pair breaks an outcome its sender can act on
 (transport §2.6.12: a delivery the router holds because credit shrank is released; one that went
 on towards the container is modified, delivery-failed: it may or may not have arrived).
@@ -18,8 +22,6 @@ Must not touch: attach matching (router.core.linkroute) and the pair's life cycl
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,75 +33,19 @@ from ..amqp.link import Link
 from ..amqp.messaging import RELEASED, Modified
 from ..amqp.performatives import Error
 from ..amqp.serial import serial_ids_in
+from .bandwindow import count_held, data_session
 from .delivery import maps_of
 from .links import alive, stall_limit
+from .routedlink import RoutedDelivery, RoutedLink, RoutedMaps, routed_maps
+
+__all__ = ["Relay", "RoutedDelivery", "RoutedLink", "RoutedMaps", "between_routers", "routed_maps"]
 
 if TYPE_CHECKING:
+    from ..amqp.session import Session
     from .connections import ConnState
     from .touched import Touched
 
-_ids = itertools.count(1)
 FAILED: Final = Modified(delivery_failed=True)
-
-
-class RoutedDelivery:
-    """One unsettled delivery crossing a pair: received on `src` as `src_id`, sent on `dst` as `dst_id`."""
-
-    __slots__ = ("src", "src_id", "dst", "dst_id")
-
-    def __init__(self, src: RoutedLink, src_id: int, dst: RoutedLink, dst_id: int) -> None:
-        self.src, self.src_id, self.dst, self.dst_id = src, src_id, dst, dst_id
-
-
-class RoutedMaps:
-    """Per session: routed deliveries received here (by the peer's delivery-id) and sent here (by ours)."""
-
-    __slots__ = ("received", "sent")
-
-    def __init__(self) -> None:
-        self.received: dict[int, RoutedDelivery] = {}
-        self.sent: dict[int, RoutedDelivery] = {}
-
-
-def routed_maps(link: Link) -> RoutedMaps:
-    maps = maps_of(link.session)
-    if maps.routed is None:
-        maps.routed = RoutedMaps()
-    routed: RoutedMaps = maps.routed
-    return routed
-
-
-class RoutedLink:
-    """One link of a routed pair: the client's (`towards_container` False) or the one the router
-    attached towards the container, on its connection or to the next router."""
-
-    __slots__ = ("id", "link", "conn", "peer", "route", "address", "towards_container", "held", "streaming",
-                 "gone", "delivered", "settled_count", "held_since", "written", "written_seen")  # fmt: skip
-
-    def __init__(self, link: Link, conn: ConnState, route: str, address: str | None, towards_container: bool) -> None:
-        self.id = next(_ids)
-        self.link = link
-        self.conn = conn
-        self.peer: RoutedLink | None = None
-        self.route = route  # the link route's name; "" on a router on the way to the container's
-        self.address = address
-        self.towards_container = towards_container
-        # Transfers that arrived for this (sending) link while it had no credit (the receiver
-        # took back credit it had given, transport §2.6.7 allows it: bounded by the credit the
-        # other side was given, which the engine enforces on the sender) or while its
-        # connection's output was blocked (bounded by the sender's connection's byte bound).
-        self.held: deque[tuple[Any, ...]] = deque()
-        # The stall watch (Relay.stalled): since when what is held waits with nothing written,
-        # and the held transfers written in all (and as last seen by the watch).
-        self.held_since = 0.0
-        self.written = self.written_seen = 0
-        self.streaming: RoutedDelivery | None = None  # the multi-frame delivery being relayed onto this link
-        self.gone = False
-        self.delivered = 0  # deliveries relayed onto this link (management)
-        self.settled_count = 0
-
-    def __repr__(self) -> str:
-        return f"RoutedLink({self.link.name!r}, {self.address!r}, {'out' if self.towards_container else 'client'})"
 
 
 class Relay:
@@ -122,11 +68,14 @@ class Relay:
         dst = src.peer
         if dst is None or dst.gone:
             return  # the pair is breaking: the detach that follows tells the sender
-        if dst.held or (event.first and dst.link.credit <= 0) or dst.conn.output_blocked:
+        if dst.held or (event.first and dst.link.credit <= 0) or _blocked(dst):
             # Held in order: it waits for credit, for what waits before it, or for the output of
             # a consumer that reads slowly (a streaming delivery's frames would otherwise queue
-            # there whatever the message's size). Counted against the sender's connection:
-            # past its read_high_water it is not read (router.core.bounds).
+            # there whatever the message's size), or for the next router's window. Counted
+            # against the sender's connection: past its read_high_water it is not read
+            # (router.core.bounds); from another router, against the session it came on as well,
+            # whose window shuts first (bandwindow.py): only the routed links stop, not the
+            # connection between the routers.
             payload = event.payload
             data = bytes(payload) if type(payload) is memoryview else payload
             if not dst.held:
@@ -135,6 +84,7 @@ class Relay:
             dst.held.append((src, event.delivery_id, event.delivery_tag, data, event.settled, event.more,
                              event.message_format, event.state, event.aborted, event.first))  # fmt: skip
             src.conn.held_frame_bytes += len(data)
+            count_held(src.link.session, len(data), self.touched)
             return
         self._send(src, dst, event.delivery_id, event.delivery_tag, event.payload, event.settled, event.more,
                    event.message_format, event.state, event.aborted, event.first)  # fmt: skip
@@ -175,9 +125,9 @@ class Relay:
     def flush_held(self, dst: RoutedLink) -> None:
         """Send what waited for `dst`'s credit or output, as far as the credit goes."""
         held = dst.held
-        while held and (not held[0][9] or dst.link.credit > 0) and not dst.conn.output_blocked:
+        while held and (not held[0][9] or dst.link.credit > 0) and not _blocked(dst):
             item = held.popleft()
-            _unhold(item)
+            self._unhold(item)
             dst.written += 1
             self._send(item[0], dst, *item[1:])
 
@@ -189,7 +139,7 @@ class Relay:
         a link-routed consumer). The core detaches them (linkpairs.detach_stalled)."""
         found = []
         for dst in self._holding():
-            if dst.written != dst.written_seen or not dst.conn.output_blocked:
+            if dst.written != dst.written_seen or not _blocked(dst):
                 dst.written_seen, dst.held_since = dst.written, now  # moving, or waiting for credit
             elif stall_limit(dst.held_since, dst.conn) <= now:
                 found.append(dst)
@@ -293,7 +243,7 @@ class Relay:
         for held in (lost.held, other.held if other is not None else ()):
             while held:
                 item = held.popleft()
-                _unhold(item)
+                self._unhold(item)
                 src, delivery_id, settled, first = item[0], item[1], item[4], item[9]
                 if first and not settled and _session_alive(src.link):
                     self._dispose(src.link, delivery_id, RELEASED, True)
@@ -319,9 +269,36 @@ class Relay:
                         dst_maps.sent.pop(record.dst_id, None)
 
 
-def _unhold(item: tuple[Any, ...]) -> None:
-    """A held transfer leaves the held queue: its bytes no longer count against its sender."""
-    item[0].conn.held_frame_bytes -= len(item[3])
+    def _unhold(self, item: tuple[Any, ...]) -> None:
+        """A held transfer leaves the held queue: its bytes no longer count against its sender
+        (nor against the session it came on)."""
+        src, size = item[0], len(item[3])
+        src.conn.held_frame_bytes -= size
+        count_held(src.link.session, -size, self.touched)
+
+    def window_changed(self, session: Session) -> None:
+        """The next router shut or opened its window on a session of our routed links: opened,
+        what they held goes out (and their senders' credit follows)."""
+        if session.remote_incoming_window <= 0:
+            return
+        for link in session.links:
+            dst = link.context
+            if type(dst) is RoutedLink and link.is_sender:
+                self.output_drained(dst)
+
+
+def between_routers(session: Session, conn: ConnState) -> None:
+    """`session` carries routed links to or from another router (both routers' sides of it):
+    its window may be shut while too much of what came on it waits here (bandwindow.py), and
+    the other router's shutting it is watched (Relay.window_changed)."""
+    session.watch_window = True
+    data_session(session, conn)
+
+
+def _blocked(dst: RoutedLink) -> bool:
+    """Nothing can be written on `dst` now: its connection's output is blocked, or (towards
+    another router) that router shut the session's window."""
+    return dst.conn.output_blocked or (dst.conn.peer is not None and dst.link.session.remote_incoming_window <= 0)
 
 
 def _session_alive(link: Link) -> bool:

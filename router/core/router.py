@@ -105,6 +105,7 @@ class RouterCore(CoreUnits):
                     forwarder.on_flow(event, now)  # type: ignore[arg-type]
                 elif t is _WINDOW:
                     forwarder.window_changed(event.session, now)  # type: ignore[union-attr]
+                    self.link_routes.relay.window_changed(event.session)  # type: ignore[union-attr]
                 else:
                     self.lifecycle.event(state, event, now)
             if meshed and (mesh.dirty or now >= mesh.deadline):
