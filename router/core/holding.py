@@ -184,8 +184,8 @@ class Holding(Sending):
                 self.consumer_ready(out, now)
         routed = conn.routed_if_any
         if routed:  # link-routed links hold what arrived for them while blocked (linkrelay.py)
-            for link in list(routed):
-                self.relay.output_drained(link)
+            for routed_link in list(routed):  # (not `link`: compiled, that name is an OutLink above)
+                self.relay.output_drained(routed_link)
 
     def window_changed(self, session: Session, now: float) -> None:
         """A neighbour shut or opened its incoming window on the session of one of our data

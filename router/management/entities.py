@@ -69,8 +69,8 @@ class ConnectionType(EntityType):
         "bufferedBytes: Bytes of its deliveries the router holds, waiting for consumer credit",
         "heldFrameBytes: Bytes of later frames of its deliveries held while their consumers' output is blocked",
         "windowHeldBytes: Bytes waiting for it to open its session incoming window",
-        "shutWindows: Between routers: its priority bands this router has stopped (session window shut) "
-        "while it holds too much of them for blocked consumers",
+        "shutWindows: Between routers: its priority bands, streaming links or routed links (each a session) "
+        "this router has stopped (session window shut) while it holds too much of them for blocked consumers",
         "peerShutWindows: Between routers: this router's priority bands the peer has stopped",
     )  # fmt: skip
 
