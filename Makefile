@@ -79,6 +79,7 @@ COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
 	tests/test_core_linkroute.py tests/test_mesh_linkroute.py tests/test_mesh_edge_linkroute.py tests/test_mesh_linkroute_window.py tests/test_engine_cut_frames.py \
 	tests/test_handshake.py tests/test_core_fifo.py tests/test_core_multicast.py tests/test_net_poller.py \
 	tests/test_engine_window_shut.py tests/test_mesh_stalled_consumer.py tests/test_mesh_band_stall_process.py \
+	tests/test_link_routes_stall_process.py tests/test_link_routes_edge.py \
 	tests/test_mesh_streaming_links.py tests/test_engine_held_frames.py tests/test_core_bandwindow.py \
 	tests/test_net_driver.py tests/test_mesh_priority_writer.py
 
