@@ -2,11 +2,13 @@
 links"): a message larger than its first frame crosses to the next router on a data link of its
 own, each in a session of its own, so that a consumer stalling it stops only that link; small
 messages keep their band's link; with every streaming link busy a stream takes its band's
-link; a streaming link the peer detaches fails only its stream. Sans-IO routers
-(router.testing.meshharness)."""
+link; a streaming link the peer detaches fails only its stream; links grown for a burst are
+given back once idle (router/core/streamreclaim.py), and only then. Sans-IO routers
+(router.testing.meshharness), virtual time."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -16,8 +18,10 @@ from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Accepted, Modified, Source, Target
 from router.amqp.performatives import Error
 from router.config.models import PRIORITY_BANDS_DEFAULT, STREAMING_LINKS_DEFAULT, STREAMING_LINKS_MAX
+from router.core.delivery import Forward
 from router.core.interrouter import DATA_CAPABILITY, STREAM_CAPABILITY
 from router.core.paths import band_of
+from router.core.streamreclaim import IDLE_S, SCAN_S
 from router.testing.meshharness import MeshHarness
 
 from .test_mesh_priority import _arrivals, refused_attaches
@@ -256,3 +260,275 @@ def test_large_messages_on_streaming_links_keep_their_priority_at_a_blocked_outp
     high_link = link_of[band_of(9, PRIORITY_BANDS_DEFAULT)]
     assert seen and seen[0] == high_link
     assert seen.index(link_of[band_of(0, PRIORITY_BANDS_DEFAULT)]) > max(i for i, name in enumerate(seen) if name == high_link)
+
+
+# --- giving back idle grown links (router/core/streamreclaim.py) ----------------------------------
+
+
+def _start(h: MeshHarness, senders: list[Any], payloads: list[bytes]) -> None:
+    """Each sender starts its stream (its first 100 kB), one after another."""
+    for tx, payload in zip(senders, payloads, strict=True):
+        tx.send_transfer(b"t", payload[:100_000], more=True)
+        h.pump()
+
+
+def _finish(h: MeshHarness, senders: list[Any], payloads: list[bytes]) -> None:
+    for tx, payload in zip(senders, payloads, strict=True):
+        tx.send_transfer(b"t", payload[100_000:])
+    h.pump()
+
+
+def _burst(h: MeshHarness, count: int, address: str = "q", *, rid: str = "A", to: str = "B") -> None:
+    """`count` producers on `rid` each stream a large message to a consumer of `address` on
+    `to`, all at once (the pool grows), then finish."""
+    producers = [h.client(rid, f"burst{i}-{address}") for i in range(count)]
+    consumer = h.client(to, f"burst-c-{address}")
+    rx = consumer.receiver(address)
+    h.advance(0.5)
+    rx.flow(1000)
+    senders = [p.sender(address) for p in producers]
+    h.pump()
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(count)]
+    _start(h, senders, payloads)
+    _finish(h, senders, payloads)
+    assert len(consumer.bodies(rx)) == count
+
+
+def _pool(h: MeshHarness, rid: str = "A", to: str = "B") -> list[str]:
+    return [out.link.name for out in h.cores[rid].mesh.peers[to].streams]
+
+
+def _sessions(h: MeshHarness) -> tuple[int, int]:
+    """The sessions of the connection between A and B, at A and at B."""
+    wire = h.wire_between("A", "B")
+    a_engine, b_engine = (wire.a, wire.b) if wire.a_core is h.cores["A"] else (wire.b, wire.a)
+    return len(a_engine.sessions), len(b_engine.sessions)
+
+
+def _b_engine(h: MeshHarness) -> Any:
+    wire = h.wire_between("A", "B")
+    return wire.a if wire.a_core is h.cores["B"] else wire.b
+
+
+def _stream_names(count: int, rid: str = "A", to: str = "B") -> list[str]:
+    return [f"{rid}>{to}/stream.{i}" for i in range(count)]
+
+
+def test_grown_streaming_links_are_given_back_once_idle_and_the_configured_ones_stay() -> None:
+    h = _pair(streams=2)
+    baseline = _sessions(h)
+    peer, from_a = h.cores["A"].mesh.peers["B"], h.cores["B"].mesh.peers["A"]
+    _burst(h, 5)
+    assert _pool(h) == _stream_names(4) and from_a.streams_in == 4
+    assert _sessions(h) == (baseline[0] + 2, baseline[1] + 2)
+    h.advance(IDLE_S - 1)  # (idle from the end of the burst: not yet)
+    assert _pool(h) == _stream_names(4)
+    h.advance(SCAN_S + 2)
+    assert _pool(h) == _stream_names(2)
+    assert from_a.streams_in == 2 and peer.streams_reclaimed == 2
+    assert _sessions(h) == baseline  # (their sessions ended, both sides)
+    assert not any(inl.link.name in _stream_names(4)[2:] for inl in h.cores["B"].mesh.peers["A"].conn.in_links)
+    assert h.cores["A"].idle_streams.deadline == math.inf  # (nothing watched: no timer left)
+    (conn,) = [c for c in h.cores["A"].read.connections(h.now) if c.role == "inter-router"]
+    assert (conn.streaming_links, conn.streaming_links_reclaimed) == (2, 2)
+    h.advance(3 * IDLE_S)  # the configured ones are never given back
+    assert _pool(h) == _stream_names(2) and h.cores["A"].mesh.peers["B"] is peer
+    producer, consumer, tx, rx = _clients(h, "after")
+    producer.send(tx, Message.value(BIG))
+    h.pump()
+    assert consumer.bodies(rx) == [BIG]
+
+
+def test_a_grown_link_carrying_a_stream_is_kept_until_it_ends() -> None:
+    """A presettled stream: nothing unsettled on the link, only the stream holds it."""
+    h = _pair(streams=1)
+    at_b = _arrivals(h, "B")
+    _, consumer, rx, senders = _many_producers(h, 3, 100)
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(3)]
+    _start(h, senders[:2], payloads[:2])
+    senders[2].send_transfer(b"t", payloads[2][:100_000], more=True, settled=True)
+    h.pump()
+    assert _names(at_b) == ["A>B/stream.0", DEFAULT_BAND, "A>B/stream.1"]  # (the third on the grown one)
+    _finish(h, senders[:2], payloads[:2])
+    h.advance(2 * IDLE_S)
+    assert _pool(h) == _stream_names(2)
+    senders[2].send_transfer(b"t", payloads[2][100_000:], settled=True)
+    h.pump()
+    assert len(consumer.bodies(rx)) == 3
+    h.advance(IDLE_S - 1)
+    assert _pool(h) == _stream_names(2)
+    h.advance(SCAN_S + 2)
+    assert _pool(h) == _stream_names(1)
+
+
+def test_a_grown_link_with_an_unsettled_delivery_is_kept_until_it_is_settled() -> None:
+    from router.amqp.messaging import ACCEPTED
+
+    h = _pair(streams=1)
+    at_b = _arrivals(h, "B")
+    _, consumer, rx, senders = _many_producers(h, 3, 100)
+    consumer.auto_accept = False
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(3)]
+    _start(h, senders, payloads)
+    _finish(h, senders, payloads)
+    assert _names(at_b) == ["A>B/stream.0", DEFAULT_BAND, "A>B/stream.1"] and len(consumer.bodies(rx)) == 3
+    h.advance(2 * IDLE_S)
+    assert _pool(h) == _stream_names(2)
+    for received in consumer.received[rx]:
+        rx.dispose(received.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    h.advance(IDLE_S - 1)
+    assert _pool(h) == _stream_names(2)
+    h.advance(SCAN_S + 2)
+    assert _pool(h) == _stream_names(1)
+
+
+def test_a_grown_link_that_carries_a_delivery_between_two_looks_is_idle_again_from_then() -> None:
+    """Idle at every look, but a stream crossed on it in between: its idle time starts again."""
+    h = _pair(streams=1)
+    at_b = _arrivals(h, "B")
+    _, consumer, rx, senders = _many_producers(h, 3, 100)
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(3)]
+    _start(h, senders, payloads)
+    _finish(h, senders, payloads)
+    h.advance(IDLE_S - SCAN_S - 1)
+    del at_b[:]
+    _start(h, senders[:2], payloads[:2])  # (the second on the grown link, between two looks)
+    _finish(h, senders[:2], payloads[:2])
+    assert _names(at_b) == _stream_names(2)
+    h.advance(2 * SCAN_S + 2)  # IDLE_S since it was first idle, not since this stream
+    assert _pool(h) == _stream_names(2)
+    h.advance(IDLE_S)
+    assert _pool(h) == _stream_names(1)
+    assert len(consumer.bodies(rx)) == 5
+
+
+def test_after_giving_back_a_burst_grows_the_pool_again_to_the_limit_reusing_the_names() -> None:
+    h = _pair(streams=1)
+    _, consumer, rx, senders = _many_producers(h, 2 * STREAMING_LINKS_MAX + 8, 1000)
+    payload = encode_message(Message.value(BIG))
+    payloads = [payload] * len(senders)
+    for _ in range(2):
+        refused = refused_attaches(h, "A")
+        _start(h, senders, payloads)
+        assert sorted(_pool(h)) == sorted(_stream_names(STREAMING_LINKS_MAX))
+        assert h.cores["B"].mesh.peers["A"].streams_in == STREAMING_LINKS_MAX
+        _finish(h, senders, payloads)
+        assert not refused  # (the peer counted the links given back: no attach over its limit)
+        h.advance(IDLE_S + SCAN_S + 1)
+        assert _pool(h) == _stream_names(1) and h.cores["B"].mesh.peers["A"].streams_in == 1
+    assert h.cores["A"].mesh.peers["B"].streams_reclaimed == 2 * (STREAMING_LINKS_MAX - 1)
+    assert len(consumer.bodies(rx)) == 2 * len(senders)
+
+
+def test_a_grown_link_the_peer_detaches_first_leaves_nothing_behind() -> None:
+    h = _pair(streams=1)
+    baseline = _sessions(h)
+    _burst(h, 3)
+    assert _pool(h) == _stream_names(2)
+    (link,) = [lk for s in _b_engine(h).sessions for lk in s.links if lk.name == "A>B/stream.1"]
+    link.detach(error=Error(condition="amqp:internal-error", description="gone"))
+    h.pump()
+    core = h.cores["A"]
+    peer = core.mesh.peers["B"]
+    assert _pool(h) == _stream_names(1) and core.idle_streams.since == {}
+    assert not any(out.link is link for out in peer.conn.out_links)
+    assert _sessions(h) == baseline and h.cores["B"].mesh.peers["A"].streams_in == 1
+    assert peer.streams_reclaimed == 0  # (the peer's doing, not a link given back)
+    _burst(h, 3, "q2")  # the pool grows again, under the same name
+    assert _pool(h) == _stream_names(2)
+
+
+def test_a_grown_link_takes_the_place_of_a_configured_one_the_peer_detached() -> None:
+    """The pool never shrinks below the configured count by giving links back."""
+    h = _pair(streams=1)
+    _burst(h, 3)
+    (link,) = [lk for s in _b_engine(h).sessions for lk in s.links if lk.name == "A>B/stream.0"]
+    link.detach(closed=True)
+    h.pump()
+    assert _pool(h) == ["A>B/stream.1"]
+    h.advance(3 * IDLE_S)
+    assert _pool(h) == ["A>B/stream.1"]
+    _burst(h, 3, "q2")  # one more grows, named with the lowest free index; it is given back
+    assert _pool(h) == ["A>B/stream.1", "A>B/stream.0"]
+    h.advance(IDLE_S + SCAN_S + 1)
+    assert _pool(h) == ["A>B/stream.1"]
+
+
+def test_an_unanswered_grown_link_is_not_given_back_until_answered_and_idle() -> None:
+    from router.core.interrouter import add_stream_link
+
+    h = _pair(streams=1)
+    core = h.cores["A"]
+    peer = core.mesh.peers["B"]
+    out = add_stream_link("A", peer, h.now)  # (as streamlinks.grow: its attach not read by B yet)
+    core.idle_streams.watch(out, h.now)
+    for k in range(1, 10):
+        assert core.idle_streams.due(h.now + k * SCAN_S) == []
+    assert _pool(h) == _stream_names(2)
+    h.pump()  # answered
+    h.advance(10 * SCAN_S + IDLE_S + 1)
+    assert _pool(h) == _stream_names(1) and h.cores["B"].mesh.peers["A"].streams_in == 1
+
+
+def test_the_connection_closing_while_links_are_watched_or_given_back_leaves_nothing_behind() -> None:
+    h = _pair(streams=1)
+    producers, consumer, rx, senders = _many_producers(h, 5, 100)
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(5)]
+    _start(h, senders, payloads)
+    core = h.cores["A"]
+    peer = core.mesh.peers["B"]
+    assert _pool(h) == _stream_names(4)
+    busy = peer.streams[3].streaming
+    assert isinstance(busy, Forward) and busy.in_link is not None
+    (open_one,) = [i for i, tx in enumerate(senders) if tx.name == busy.in_link.link.name]
+    done = [i for i in range(5) if i != open_one]
+    _finish(h, [senders[i] for i in done], [payloads[i] for i in done])
+    while len(peer.streams) == 4:  # up to the look that gives the idle ones back, its detaches not read
+        due = core.idle_streams.deadline
+        h.advance(due - h.now - 0.01)
+        h.now = due
+        core.tick(due)
+    assert _pool(h) == ["A>B/stream.0", "A>B/stream.3"]  # (stream.3 still streams: watched)
+    assert list(core.idle_streams.since) == [peer.streams[1]]
+    h.cut(h.wire_between("A", "B"))
+    assert peer.streams == [] and core.idle_streams.since == {} and core.idle_streams.delivered == {}
+    assert core.idle_streams.deadline == math.inf and "B" not in core.mesh.peers
+    assert isinstance(producers[open_one].outcomes.get(busy.in_id), (Modified, type(None)))
+
+
+def test_one_producers_order_is_kept_while_the_pool_grows_again() -> None:
+    h = _pair(streams=1)
+    _burst(h, 3)
+    h.advance(IDLE_S + SCAN_S + 1)
+    assert _pool(h) == _stream_names(1)
+    _, _, other, _ = _clients(h, "elsewhere")
+    other_payload = encode_message(Message.value(BIG))
+    other.send_transfer(b"o", other_payload[:100_000], more=True)  # (it keeps stream.0 busy)
+    producer, consumer, tx, rx = _clients(h, "ordered")
+    sent = [["small", i] if i % 2 else ["big", i, BIG] for i in range(9)]
+    for body in sent:
+        producer.send(tx, Message.value(body))
+        h.pump()
+    assert consumer.bodies(rx) == sent
+    assert len(_pool(h)) == 2  # (it grew for them)
+    other.send_transfer(b"o", other_payload[100_000:])
+    h.pump()
+
+
+def test_grown_links_of_an_edge_connection_are_given_back_too() -> None:
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("E", mode="edge")
+    for core in h.cores.values():
+        core.mesh.streaming_links = 1
+    h.uplink("E", "A")
+    h.converge()
+    _burst(h, 3, rid="E", to="A")
+    edge = h.cores["E"].mesh.edges
+    (peer,) = [s.peer for s in h.cores["E"].connections.values() if s.role == "edge"]
+    (from_e,) = [s.peer for s in h.cores["A"].connections.values() if s.role == "edge"]
+    assert [out.link.name for out in peer.streams] == _stream_names(2, "E", "A") and from_e.streams_in == 2
+    h.advance(IDLE_S + SCAN_S + 1)
+    assert [out.link.name for out in peer.streams] == _stream_names(1, "E", "A") and from_e.streams_in == 1
+    assert edge.active == "A"  # (the uplink stays)

@@ -29,7 +29,8 @@ from .connections import ConnState
 from .filtering import capabilities
 from .grant import message_size_limit
 from .linkrelay import RoutedLink
-from .links import GoneTotals, InLink, OutLink, honoured_source, honoured_target, report_stalled
+from .links import STREAM_LINK, GoneTotals, InLink, OutLink, honoured_source, honoured_target, report_stalled
+from .streamreclaim import stream_in_gone
 from .table import KEEP_GONE_MAX, AddressTable
 
 if TYPE_CHECKING:
@@ -223,6 +224,8 @@ class Links:
         if isinstance(ctx, OutLink) and not ctx.gone:
             ctx.gone = True
             ctx.conn.out_links.discard(ctx)
+            if ctx.band == STREAM_LINK:  # out of its neighbour's pool (router.core.streamreclaim)
+                self.forwarder.idle_streams.forget(ctx)
             self.forwarder.consumer_gone(ctx, now)
             self.bounds.gone(ctx)
             self.table.discard_if_unused(ctx.entry)
@@ -234,6 +237,8 @@ class Links:
         elif isinstance(ctx, InLink) and not ctx.gone:
             ctx.gone = True
             ctx.conn.in_links.discard(ctx)
+            if ctx.peer is not None:  # a streaming link the peer gave back counts no more
+                stream_in_gone(ctx)
             self.forwarder.producer_gone(ctx, now)
             if ctx.entry is not None:
                 self.table.discard_if_unused(ctx.entry)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .connections import NEVER
+from .interrouter import Peer
 from .links import InLink, OutLink
 from .snapshots import AddressSnapshot, ConnectionSnapshot, LinkSnapshot, RouterTotals
 
@@ -115,6 +116,7 @@ class CoreReadApi:
         engine, remote = state.engine, state.engine.remote_open
         tls = state.tls
         sessions = engine.sessions
+        peer = state.peer if isinstance(state.peer, Peer) else None
         return ConnectionSnapshot(
             id=state.id, container_id=remote.container_id if remote is not None else None, host=state.host,
             role=state.role, outgoing=state.outgoing, config_name=state.listener.name,
@@ -132,6 +134,8 @@ class CoreReadApi:
             window_held_bytes=engine.output.held_bytes,
             shut_windows=sum(1 for s in sessions if s.window_shut),
             peer_shut_windows=sum(1 for out in state.out_links if out.window_shut),
+            streaming_links=len(peer.streams) if peer is not None else 0,
+            streaming_links_reclaimed=peer.streams_reclaimed if peer is not None else 0,
         )  # fmt: skip
 
     def links(self, now: float) -> list[LinkSnapshot]:

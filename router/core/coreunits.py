@@ -62,6 +62,9 @@ class CoreUnits(ev.TransferSink):
         # Engines whose band links hold frames until their output drains (router.core.holding):
         # the network layer empties it after each call (router.net.corepump).
         self.held_output = self.forwarder.held_output
+        # Streaming links grown for bursts, given back once idle (router.core.streamreclaim):
+        # RouterCore's tick and next_deadline.
+        self.idle_streams = self.forwarder.idle_streams
         self.links = Links(self.table, self.forwarder, self.bounds, self.mesh, router_id=self.router_id,
                            max_message_size=limits.max_message_size)  # fmt: skip
         # Links the router attaches itself to brokers' queues (router.core.autolinks).

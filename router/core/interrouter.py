@@ -50,8 +50,8 @@ DATA_LINKS_IN_MAX = PRIORITY_LEVELS  # data links a peer may attach on one conne
 class Peer:
     """The router at the other end of one inter-router connection."""
 
-    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "bands", "streams", "data_in", "streams_in", "queue",
-                 "partial", "dropped", "edge")  # fmt: skip
+    __slots__ = ("id", "conn", "cost", "control_out", "data_out", "bands", "streams", "streams_base",
+                 "streams_reclaimed", "data_in", "streams_in", "queue", "partial", "dropped", "edge")  # fmt: skip
 
     def __init__(self, router_id: str, conn: ConnState, cost: int) -> None:
         self.id = router_id
@@ -61,8 +61,11 @@ class Peer:
         self.data_out: OutLink | None = None  # the default priority's data link (the only one of an edge)
         # Our data link of each priority band, lowest first (data_out among them); None: one band.
         self.bands: list[OutLink] | None = None
-        # Our streaming links to it (router.core.streamlinks), each in a session of its own.
+        # Our streaming links to it (router.core.streamlinks), each in a session of its own: the
+        # live ones (a link that went away, given back idle or detached by the peer, is not here).
         self.streams: list[OutLink] = []
+        self.streams_base = 0  # how many attach_links made (router.streaming_links): never given back
+        self.streams_reclaimed = 0  # grown ones given back idle (router.core.streamreclaim; management)
         self.data_in = 0  # data links the peer attached (bounded: DATA_LINKS_IN_MAX)
         self.streams_in = 0  # streaming links the peer attached (bounded: STREAMING_LINKS_MAX)
         self.queue: deque[bytes] = deque()  # encoded control messages waiting for credit
@@ -163,13 +166,21 @@ def attach_links(router_id: str, peer: Peer, now: float, bands: int = 1, streams
     if streams:
         for _ in range(streams):
             add_stream_link(router_id, peer, now)
+        peer.streams_base = streams
         for out in links.values():
             out.streams = peer.streams  # (Sending._send reads it there; one list, grown in place)
 
 
 def add_stream_link(router_id: str, peer: Peer, now: float) -> OutLink:
-    """One more streaming link to `peer` (router.core.streamlinks)."""
-    out = _data_link(peer, f"{router_id}>{peer.id}/stream.{len(peer.streams)}", (DATA_CAPABILITY, STREAM_CAPABILITY), now)
+    """One more streaming link to `peer` (router.core.streamlinks), named with the lowest index
+    no link of the connection carries: names stay bounded as links are given back and grown
+    again (a link given back keeps its name until the peer answers its detach)."""
+    prefix = f"{router_id}>{peer.id}/stream."
+    taken = {link.name for session in peer.conn.engine.sessions for link in session.links}
+    index = 0
+    while f"{prefix}{index}" in taken:
+        index += 1
+    out = _data_link(peer, f"{prefix}{index}", (DATA_CAPABILITY, STREAM_CAPABILITY), now)
     out.band = STREAM_LINK
     peer.streams.append(out)
     return out
@@ -193,18 +204,25 @@ def _data_link(peer: Peer, name: str, capabilities: tuple[str, ...], now: float)
 def detach_breaks(peer: object, link: Link) -> bool:
     """Whether the peer detaching `link` on an inter-router connection breaks the connection:
     yes for the control link and the default data link; not for the answer to a detach of ours
-    (an attach we refused), nor for a band link of ours (docs/mesh.md, "Priorities": its band
-    falls back to the default data link), nor for a streaming link (its stream fails)."""
+    (an attach we refused, a streaming link we gave back), nor for a band link of ours
+    (docs/mesh.md, "Priorities": its band falls back to the default data link), nor for a
+    streaming link either way (ours: its stream fails; the peer's: it gives back an idle one)."""
     if link.state.local is CLOSED:
         return False
-    if isinstance(peer, Peer) and link.context in peer.streams:
-        return False  # (its stream fails; the others, and the bands, carry on)
+    if is_stream_link(link):
+        return False  # (its stream fails, if any; the others, and the bands, carry on)
     if isinstance(peer, Peer) and peer.bands is not None:
         ctx = link.context
         for out in peer.bands:
             if out is ctx:
                 return out is peer.data_out
     return True
+
+
+def is_stream_link(link: Link) -> bool:
+    """`link` is a streaming link, ours (we send on it) or the peer's: by the capability of the
+    target it was attached with."""
+    return STREAM_CAPABILITY in _capabilities(link.target if link.is_sender else link.remote_target)
 
 
 def _capabilities(terminus: Any) -> tuple[str, ...]:
@@ -236,12 +254,12 @@ def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *,
         control_session(link.session)
         link.flow(CONTROL_CREDIT)
     elif DATA_CAPABILITY in caps:
-        if STREAM_CAPABILITY in caps:
+        stream = STREAM_CAPABILITY in caps
+        if stream:
             if peer.streams_in >= STREAMING_LINKS_MAX:
                 link.reject(_refusal(f"at most {STREAMING_LINKS_MAX} streaming links per inter-router connection",
                                      E.RESOURCE_LIMIT_EXCEEDED))  # fmt: skip
                 return
-            peer.streams_in += 1
         elif peer.data_in >= DATA_LINKS_IN_MAX:
             link.reject(_refusal(f"at most {DATA_LINKS_IN_MAX} data links per inter-router connection",
                                  E.RESOURCE_LIMIT_EXCEEDED))  # fmt: skip
@@ -252,6 +270,8 @@ def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *,
         if not link.answer(source=link.remote_source, target=link.remote_target,
                            max_message_size=max_message_size):  # fmt: skip
             return  # refused: the echo would not fit the peer's max-frame-size
+        if stream:  # (counted while its InLink lives: stream_in_gone)
+            peer.streams_in += 1
         window = max(DATA_WINDOW_MIN, 4 * conn.listener.link_capacity)
         inl = InLink(link, conn, None, peer=peer.id, capacity=window)
         # From an edge router a delivery enters the mesh here (docs/mesh.md, "Edge routers").

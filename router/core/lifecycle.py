@@ -11,8 +11,9 @@ Admission; attaches and detaches to Links, to the link routes when routed, to th
 route container's connection), a successful SASL login (the throttle forgets the peer host's
 failures), links the engine detached for a protocol violation (gone at once, not when the
 client answers), links and sessions between routers whose loss breaks the connection (it is
-closed: the connector reconnects), answering a peer's end and close, and the steps of a close:
-the connection's links gone (its in-flight deliveries reported released/modified) before our
+closed: the connector reconnects; not a streaming link or its session, given back when idle:
+router.core.streamreclaim), answering a peer's end and close, and the steps of a close: the
+connection's links gone (its in-flight deliveries reported released/modified) before our
 close goes out; its end (router.core.release) when the transport closes.
 Collaborators (given by RouterCore): the core's connections, the login throttle, Admission,
 Links, AutoLinks, LinkRoutes, ConnectionEnd, Touched.
@@ -33,6 +34,7 @@ from ..amqp.login_throttle import LoginThrottle
 from .connections import ConnState, peer_host
 from .interrouter import detach_breaks
 from .linkrelay import RoutedLink
+from .streamreclaim import end_breaks, end_stream_session
 
 if TYPE_CHECKING:
     from .admission import Admission
@@ -99,10 +101,13 @@ class Lifecycle:
             case ev.RemoteDetach() if (state.peer is not None and engine.state.local is ACTIVE
                                        and detach_breaks(state.peer, event.link)):  # fmt: skip
                 self._broken(state, "a link between routers was detached", now)
-            case ev.RemoteEnd() if state.peer is not None and engine.state.local is ACTIVE:
+            case ev.RemoteEnd() if (state.peer is not None and engine.state.local is ACTIVE
+                                    and end_breaks(event.session)):  # fmt: skip
                 self._broken(state, "a session between routers was ended", now)
             case ev.RemoteDetach():
                 self.links.detach_link(event.link, event.closed, event.error, now)
+                if state.peer is not None:  # our streaming link, detached both ways: its session ends
+                    end_stream_session(event.link)
                 if state.role == "route-container":
                     self.autolinks.link_detached(event.link, event.error, now)
             case ev.RemoteEnd():

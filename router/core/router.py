@@ -52,6 +52,7 @@ from .addressentry import LocalEndpoint
 from .connections import ConnState
 from .coreunits import CoreUnits
 from .links import InLink, report_stalled
+from .streamreclaim import give_back
 
 # The event classes tested on every event (Final: C statics when compiled, where `ev.X` is an
 # attribute lookup on the module per event: three per delivery).
@@ -191,6 +192,11 @@ class RouterCore(CoreUnits):
         if relay.held_links:
             for routed in relay.stalled(now):
                 self.link_routes.link_pairs.detach_stalled(routed, report_stalled(routed.link, routed.conn))
+        if self.idle_streams.deadline <= now:  # grown streaming links idle long enough: given back
+            for out in self.idle_streams.due(now):
+                self.links.link_gone(out.link, now)
+                give_back(out)
+                self.touched.touch(out.conn.engine)
         if self.autolinks.runs and not self.admission.stopping:
             self.autolinks.tick(now)
         if self.meshed:
@@ -208,6 +214,9 @@ class RouterCore(CoreUnits):
             deadline = _earlier(deadline, self.forwarder.stall_deadline())
         if self.link_routes.relay.held_links:  # (link-routed transfers held, likewise)
             deadline = _earlier(deadline, self.link_routes.relay.stall_deadline())
+        idle = self.idle_streams.deadline
+        if idle != math.inf:  # (only while streaming links grown for a burst are watched)
+            deadline = _earlier(deadline, idle)
         if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)
             other = self.autolinks.next_deadline()
             if other is not None and (deadline is None or other < deadline):

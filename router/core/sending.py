@@ -27,6 +27,7 @@ from .failures import Failures
 from .fifo import Fifo
 from .links import OutLink
 from .streamlinks import grow, instead, large
+from .streamreclaim import IdleStreams
 
 if TYPE_CHECKING:
     from ..amqp.link import Link
@@ -49,6 +50,9 @@ class Sending(Failures):
         # interpreted, so reading it from there per delivery is a lookup by name.
         self.paths: Paths = mesh.paths
         self.router_id = router_id
+        # The streaming links grown for bursts of large messages, given back once idle (the
+        # core's timer: router.core.streamreclaim).
+        self.idle_streams = IdleStreams()
 
     # --- defined by the layers above: waiting for credit, in-process endpoints (waiting.py) -------
 
@@ -152,7 +156,7 @@ class Sending(Failures):
             return
         streams = out.streams
         if streams is not None and large(fwd):
-            grow(streams, out, self.router_id, self.touched, self.now)
+            grow(streams, out, self.router_id, self.touched, self.idle_streams, self.now)
         unpin(fwd)
         if out.pending is None:
             out.pending = Fifo()
@@ -231,7 +235,7 @@ class Sending(Failures):
                 stream.stream_band = out.band
                 out = stream
             else:
-                grow(streams, out, self.router_id, self.touched, self.now)
+                grow(streams, out, self.router_id, self.touched, self.idle_streams, self.now)
         link = out.link
         settled = self._presettled_out(fwd, out)
         if fwd.rest is None and fwd.meta is None and not out.rewrites:  # one frame, as it came

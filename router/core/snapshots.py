@@ -72,6 +72,10 @@ class ConnectionSnapshot:
     # window this router has shut, and ours the peer has shut.
     shut_windows: int
     peer_shut_windows: int
+    # Between routers (router.core.streamlinks): our streaming links to the peer now, and those
+    # grown for a burst of large messages and given back idle since the connection opened.
+    streaming_links: int
+    streaming_links_reclaimed: int
 
 
 @dataclass(frozen=True, slots=True)

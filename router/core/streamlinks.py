@@ -11,15 +11,19 @@ qd.router-stream, each in a session of its own), and such a delivery (`large`), 
 a band link, goes on a free streaming link of the same neighbour instead (`instead`): one that can take a delivery now (credit, nothing
 streaming on it, its session open). With none free it goes on its band's link as before, and
 when every one carries a stream, one more is attached for the streams to come (`grow`), up to
-STREAMING_LINKS_MAX: they stay for the connection's life (a burst of large messages leaves
-its links behind, a session and a link each side apiece, reused by later streams).
+STREAMING_LINKS_MAX, named with the lowest free index. The configured ones stay for the
+connection's life; a grown one is given back once idle for a minute (streamreclaim.py: `grow`
+hands it to the watch), and a later burst grows the pool again.
 The receiving router treats a streaming link as any data link (credit, routing by the
-annotations, bandwindow); it takes at most STREAMING_LINKS_MAX of them per connection.
+annotations, bandwindow); it takes at most STREAMING_LINKS_MAX of them per connection at once
+(one given back counts no more).
 A streaming link's held frames are released with its delivery's band when the output drains
 (`OutLink.stream_band`, holding.py), and its deliveries count in "balanced" against the
 streaming link, not the band link the choice was made for.
-Collaborators: the OutLinks (their `streams` lists, set by attach_links).
-Must not touch: the choice of the neighbour and band (remote.py), what is written (sending.py).
+Collaborators: the OutLinks (their `streams` lists, set by attach_links), IdleStreams
+(streamreclaim.py).
+Must not touch: the choice of the neighbour and band (remote.py), what is written (sending.py),
+giving links back (streamreclaim.py).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from .interrouter import Peer, add_stream_link
 
 if TYPE_CHECKING:
     from .links import OutLink
+    from .streamreclaim import IdleStreams
     from .touched import Touched
 
 
@@ -50,10 +55,12 @@ def instead(streams: list[OutLink]) -> OutLink | None:
     return None
 
 
-def grow(streams: list[OutLink], band_link: OutLink, router_id: str, touched: Touched, now: float) -> None:
+def grow(streams: list[OutLink], band_link: OutLink, router_id: str, touched: Touched, idle: IdleStreams,
+         now: float) -> None:  # fmt: skip
     """No streaming link of `band_link`'s neighbour was free: attach one more if every one
     carries a stream (not when one is only waiting for its answer, credit or window: it will
-    come free without a new one), up to STREAMING_LINKS_MAX."""
+    come free without a new one), up to STREAMING_LINKS_MAX. It is given back once idle
+    (`idle`: router.core.streamreclaim)."""
     if len(streams) >= STREAMING_LINKS_MAX:
         return
     for out in streams:
@@ -61,7 +68,7 @@ def grow(streams: list[OutLink], band_link: OutLink, router_id: str, touched: To
             return
     peer = band_link.conn.peer
     if isinstance(peer, Peer) and band_link.conn.engine.state.local is ACTIVE:
-        add_stream_link(router_id, peer, now)
+        idle.watch(add_stream_link(router_id, peer, now), now)
         touched.touch(band_link.conn.engine)
 
 

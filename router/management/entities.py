@@ -72,6 +72,10 @@ class ConnectionType(EntityType):
         "shutWindows: Between routers: its priority bands, streaming links or routed links (each a session) "
         "this router has stopped (session window shut) while it holds too much of them for blocked consumers",
         "peerShutWindows: Between routers: this router's priority bands the peer has stopped",
+        "streamingLinks: Between routers: this router's streaming links to the peer (one large message at a time "
+        "each), the configured ones and those grown for a burst",
+        "streamingLinksReclaimed: Between routers: streaming links grown for a burst of large messages and given "
+        "back once idle",
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -90,6 +94,7 @@ class ConnectionType(EntityType):
             uptimeSeconds=c.uptime_s, lastDlvSeconds=c.last_delivery_s, linkCount=c.link_count,
             outputBlocked=c.output_blocked, bufferedBytes=c.buffered_bytes, heldFrameBytes=c.held_frame_bytes,
             windowHeldBytes=c.window_held_bytes, shutWindows=c.shut_windows, peerShutWindows=c.peer_shut_windows,
+            streamingLinks=c.streaming_links, streamingLinksReclaimed=c.streaming_links_reclaimed,
         )  # fmt: skip
 
 
