@@ -14,7 +14,7 @@ from router.config.models import (
     PRIORITY_BANDS_DEFAULT, STREAMING_LINKS_DEFAULT, Connector, Listener, RouterConfig, RouterSection,
 )
 from router.core.connections import new_engine, new_outgoing_engine
-from router.core.interrouter import COST_PROPERTY, ROLE_PROPERTY, VERSION_PROPERTY, ControlIn, ControlOut
+from router.core.interrouter import COST_PROPERTY, MESH_VERSION, ROLE_PROPERTY, VERSION_PROPERTY, ControlIn, ControlOut
 from router.core.links import InLink, OutLink
 from router.core.router import RouterCore
 from router.testing.meshharness import CLIENTS, INTER_ROUTER, MeshHarness, Wire
@@ -42,7 +42,7 @@ def test_routers_exchange_role_version_and_cost_in_their_opens() -> None:
         assert remote is not None and remote.container_id == peer
         props = {str(k): v for k, v in (remote.properties or {}).items()}
         assert props[ROLE_PROPERTY] == "inter-router"
-        assert props[VERSION_PROPERTY] == 1 and props[COST_PROPERTY] == 3
+        assert props[VERSION_PROPERTY] == MESH_VERSION == 2 and props[COST_PROPERTY] == 3
 
 
 def test_each_router_attaches_a_control_and_a_data_link_and_answers_the_peers() -> None:

@@ -19,7 +19,7 @@ from router.amqp.messaging import Accepted, Modified, Source, Target
 from router.amqp.performatives import Error
 from router.config.models import PRIORITY_BANDS_DEFAULT, STREAMING_LINKS_DEFAULT, STREAMING_LINKS_MAX
 from router.core.delivery import Forward
-from router.core.interrouter import DATA_CAPABILITY, STREAM_CAPABILITY
+from router.core.interrouter import DATA_CAPABILITY, GIVE_BACK_VERSION, MESH_VERSION, STREAM_CAPABILITY
 from router.core.paths import band_of
 from router.core.streamreclaim import IDLE_S, SCAN_S
 from router.testing.meshharness import MeshHarness
@@ -532,3 +532,16 @@ def test_grown_links_of_an_edge_connection_are_given_back_too() -> None:
     h.advance(IDLE_S + SCAN_S + 1)
     assert [out.link.name for out in peer.streams] == _stream_names(1, "E", "A") and from_e.streams_in == 1
     assert edge.active == "A"  # (the uplink stays)
+
+
+def test_grown_links_to_a_router_of_the_first_mesh_version_are_kept() -> None:
+    # A router announcing mesh.version 1 takes the detach of a streaming link it received for a
+    # broken connection: links to it are never given back (interrouter.GIVE_BACK_VERSION).
+    h = _pair(streams=2)
+    peer = h.cores["A"].mesh.peers["B"]
+    assert peer.version == MESH_VERSION >= GIVE_BACK_VERSION  # (what a router of this version announces)
+    peer.version = 1
+    _burst(h, 5)
+    h.advance(3 * IDLE_S)
+    assert _pool(h) == _stream_names(4) and peer.streams_reclaimed == 0
+    assert h.cores["A"].mesh.peers["B"] is peer  # the same connection all along

@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 ROLE_PROPERTY = "mesh.role"  # normal (or absent), inter-router, edge
 VERSION_PROPERTY = "mesh.version"  # of the inter-router link setup below
 COST_PROPERTY = "mesh.cost"  # this end's configured cost; the link's is the max of both ends'
-MESH_VERSION = 1
+# 2: a router may detach a streaming link it attached (given back idle: router.core.streamreclaim);
+# a router of version 1 takes that for a broken connection, so links to it are never given back.
+MESH_VERSION = 2
+GIVE_BACK_VERSION = 2
 CONTROL_CAPABILITY = "qd.router"
 DATA_CAPABILITY = "qd.router-data"
 STREAM_CAPABILITY = "qd.router-stream"  # beside DATA_CAPABILITY: a streaming link (router.core.streamlinks)
@@ -51,7 +54,7 @@ class Peer:
     """The router at the other end of one inter-router connection."""
 
     __slots__ = ("id", "conn", "cost", "control_out", "data_out", "bands", "streams", "streams_base",
-                 "streams_reclaimed", "data_in", "streams_in", "queue", "partial", "dropped", "edge")  # fmt: skip
+                 "streams_reclaimed", "data_in", "streams_in", "queue", "partial", "dropped", "edge", "version")  # fmt: skip
 
     def __init__(self, router_id: str, conn: ConnState, cost: int) -> None:
         self.id = router_id
@@ -72,6 +75,11 @@ class Peer:
         self.partial: list[bytes] = []  # a multi-frame control message arriving
         self.dropped = 0  # control messages dropped because the queue was full
         self.edge = False  # an edge connection (router.core.edge), not a neighbour in the mesh
+        # The mesh version its open announced (check_open has checked it is a positive integer).
+        remote = conn.engine.remote_open
+        props = {str(k): v for k, v in ((remote.properties or {}) if remote is not None else {}).items()}
+        version = props.get(VERSION_PROPERTY)
+        self.version = version if isinstance(version, int) and not isinstance(version, bool) else 1
 
     def __repr__(self) -> str:
         return f"Peer({self.id!r}, conn #{self.conn.id}, cost {self.cost})"

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from ..amqp.endpoints import ACTIVE
 from ..config.models import STREAMING_LINKS_MAX
 from .delivery import Forward
-from .interrouter import Peer, add_stream_link
+from .interrouter import GIVE_BACK_VERSION, Peer, add_stream_link
 
 if TYPE_CHECKING:
     from .links import OutLink
@@ -68,7 +68,9 @@ def grow(streams: list[OutLink], band_link: OutLink, router_id: str, touched: To
             return
     peer = band_link.conn.peer
     if isinstance(peer, Peer) and band_link.conn.engine.state.local is ACTIVE:
-        idle.watch(add_stream_link(router_id, peer, now), now)
+        out = add_stream_link(router_id, peer, now)
+        if peer.version >= GIVE_BACK_VERSION:  # (an older router would take it for a broken connection)
+            idle.watch(out, now)
         touched.touch(band_link.conn.engine)
 
 
