@@ -272,14 +272,14 @@ def answer_attach(peer: Peer | None, conn: ConnState, link: Link, now: float, *,
             link.reject(_refusal(f"at most {DATA_LINKS_IN_MAX} data links per inter-router connection",
                                  E.RESOURCE_LIMIT_EXCEEDED))  # fmt: skip
             return
-        else:
-            peer.data_in += 1
         link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
         if not link.answer(source=link.remote_source, target=link.remote_target,
                            max_message_size=max_message_size):  # fmt: skip
             return  # refused: the echo would not fit the peer's max-frame-size
         if stream:  # (counted while its InLink lives: stream_in_gone)
             peer.streams_in += 1
+        else:  # (counted once attached: a refused answer takes no place)
+            peer.data_in += 1
         window = max(DATA_WINDOW_MIN, 4 * conn.listener.link_capacity)
         inl = InLink(link, conn, None, peer=peer.id, capacity=window)
         # From an edge router a delivery enters the mesh here (docs/mesh.md, "Edge routers").
