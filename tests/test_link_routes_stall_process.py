@@ -82,8 +82,9 @@ async def test_a_stalled_routed_consumer_stops_the_routed_links_not_the_connecti
     tmp_path: Path, c_broker: CBroker
 ) -> None:  # fmt: skip
     # B's client listener: small buffers, no stall or idle time-out (the stalled consumer sends
-    # nothing); between the routers a byte bound of 1 MiB and a write mark of 256 KiB: the
-    # connection would be paused past 2 MiB held, well below the message.
+    # nothing); between the routers a byte bound of 1 MiB and bounded socket buffers (a LAN
+    # mesh's setting: a write mark of 1 MiB), so that the connection would be paused past 5 MiB
+    # held, below the message.
     small = {"socket_buffer_bytes": 65536, "write_high_water_bytes": 65536, "stalled_stream_timeout_s": 0,
              "idle_timeout_s": 0}
     extra = {
@@ -93,7 +94,7 @@ async def test_a_stalled_routed_consumer_stops_the_routed_links_not_the_connecti
                               {"prefix": "q", "direction": "out", "connection": "broker"}]},
         "B": {"listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, **small}]},
     }  # fmt: skip
-    inter_router = {"read_high_water_bytes": 1 << 20, "write_high_water_bytes": 1 << 18}
+    inter_router = {"read_high_water_bytes": 1 << 20, "socket_buffer_bytes": 1 << 19}
     with MeshProcesses(tmp_path, "A-B", extra=extra, inter_router=inter_router) as mesh:
         await mesh.wait_converged()
         await run_in_thread(routed_at, mesh.port("B"))
