@@ -190,13 +190,13 @@ class Forwarder(Streaming):
     def _lookup(self, inl: InLink, to: str) -> AddressEntry | None:
         """The entry of `to` for a delivery on `inl`, an anonymous or inter-router link: the
         last delivery's while the address and the table are the same (an entry only, never an
-        edge's fallback or UNAVAILABLE: what leads to those can change without the table's
+        edge's uplink entry or UNAVAILABLE: what leads to those can change without the table's
         version)."""
         table = self.table
         if inl.looked_up_version == table.version and inl.looked_up_to == to:
             return inl.looked_up
         entry = table.lookup(to)
-        if entry is not None and entry is not UNAVAILABLE and entry is not table.fallback:
+        if entry is not None and entry is not UNAVAILABLE and entry is not table.uplink:
             inl.looked_up_to, inl.looked_up, inl.looked_up_version = to, entry, table.version
         return entry
 

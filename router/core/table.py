@@ -53,9 +53,9 @@ class AddressTable:
         # key -> routers that are destinations of it now (set by the mesh): fills new entries.
         self.remote_for: Callable[[str], frozenset[str]] = _no_remote
         # Interior: keep entries of mobile addresses other routers advertise (router.address
-        # lists them). Edge: `fallback` takes deliveries to addresses with no entry (the uplink).
+        # lists them). Edge: `uplink` takes deliveries to addresses with no entry (the uplink in use).
         self.keep_advertised = True
-        self.fallback: AddressEntry | None = None
+        self.uplink: AddressEntry | None = None
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
@@ -236,8 +236,8 @@ class AddressTable:
             return UNAVAILABLE
         entry = self.entries.get(key[0])
         if entry is None and key[0][0] != "L":
-            if self.fallback is not None:
-                return self.fallback
+            if self.uplink is not None:
+                return self.uplink
             if self.remote_for(key[0]):
                 entry = self.get_or_create(address)
         return entry
