@@ -34,7 +34,7 @@ from .addressentry import AddressEntry
 from .edgemsg import MeshAddresses, encode_addresses, encode_request
 from .interrouter import Peer
 from .linkmatch import MARK
-from .table import AddressTable
+from .table import FALLBACK, AddressTable
 
 if TYPE_CHECKING:
     from .ports import EdgeMesh
@@ -99,6 +99,8 @@ class Uplinks:
         for entry in list(table.entries.values()):
             if entry.key[0] != "L":
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
+            if entry.fallback_enabled:  # its fallback destinations in the mesh: the new uplink's
+                mesh.routing.fallback_changed("M" + FALLBACK + entry.key[1:])
 
     def local_changed(self) -> None:
         self.dirty = self.mesh.dirty = True
@@ -167,6 +169,8 @@ class Uplinks:
             entry = table.entries.get("M" + address)
             if entry is not None:
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
+            if address.startswith(FALLBACK):  # (maybe with no entry here: router.core.fallback)
+                mesh.routing.fallback_changed("M" + address)
 
     def _sync_routes(self) -> None:
         """Our link routes learn the routes the mesh serves from the uplink in use (after a
