@@ -62,13 +62,13 @@ class Broker(Client):
         return [r.message.body_value for received in self.received.values() for r in received]
 
 
-def _broker(h: MeshHarness, router_id: str, name: str) -> Broker:
+def _broker(h: MeshHarness, router_id: str, name: str, listener: Listener = BROKERS) -> Broker:
     from router.amqp.connection import Connection, ConnectionConfig
     from router.core.connections import new_engine
 
     core = h.cores[router_id]
-    router_side = new_engine(core.config, BROKERS)
-    core.accept(router_side, BROKERS)
+    router_side = new_engine(core.config, listener)
+    core.accept(router_side, listener)
     engine = Connection(ConnectionConfig(container_id=name))
     broker = Broker(name, engine, router_side)
     broker.queues, broker.serving = {}, {}

@@ -2,7 +2,7 @@
 processes: a two-router mesh in front of the broker (producer on one router, the queue behind
 the other, consumer back out through the queue); the broker restarted mid-stream with every
 delivery getting an outcome; a queue sharded over two RabbitMQ nodes; management's view of the
-auto-links throughout."""
+auto-links throughout; an address with fallback destinations in a queue."""
 
 from __future__ import annotations
 
@@ -203,5 +203,26 @@ async def test_a_waypoint_address_through_rabbitmq(tmp_path: Path, rabbitmq: Rab
         await run_in_thread(_send, mesh.port("B"), "jobs", bodies, timeout_s=BROKER_TIMEOUT_S)
         assert await run_in_thread(rabbitmq.queue_depth, queue, timeout_s=BROKER_TIMEOUT_S) == 10
         got = await run_in_thread(_receive, mesh.port("B"), "jobs", 10, timeout_s=BROKER_TIMEOUT_S)
+        assert got == bodies
+        assert await run_in_thread(rabbitmq.queue_depth, queue, timeout_s=BROKER_TIMEOUT_S) == 0
+
+
+async def test_fallback_destinations_through_rabbitmq(tmp_path: Path, rabbitmq: RabbitMQ) -> None:
+    """docs/brokers.md, "Fallback destinations": with no consumer of `tasks` anywhere, a
+    producer's messages are stored in the fallback queue (accepted there); a consumer that
+    attaches later, on the other router, receives the stored ones through the in fallback
+    auto-link, and the queue is empty again."""
+    queue = f"fallback-{uuid.uuid4().hex[:8]}"
+    rule = [{"prefix": "tasks", "enable_fallback": True}]
+    links = [{**_auto_link("tasks", direction, "rabbit", queue), "fallback": True} for direction in ("out", "in")]
+    extra = {"A": {"connectors": [_connector("rabbit", rabbitmq)], "addresses": rule, "auto_links": links},
+             "B": {"addresses": rule}}  # fmt: skip
+    with MeshProcesses(tmp_path, "A-B", extra=extra) as mesh:
+        await mesh.wait_converged()
+        await _until_active(mesh, "A")
+        bodies = [f"task {i}" for i in range(10)]
+        await run_in_thread(_send, mesh.port("B"), "tasks", bodies, timeout_s=BROKER_TIMEOUT_S)  # each accepted
+        assert await run_in_thread(rabbitmq.queue_depth, queue, timeout_s=BROKER_TIMEOUT_S) == 10
+        got = await run_in_thread(_receive, mesh.port("B"), "tasks", 10, timeout_s=BROKER_TIMEOUT_S)
         assert got == bodies
         assert await run_in_thread(rabbitmq.queue_depth, queue, timeout_s=BROKER_TIMEOUT_S) == 0

@@ -1,5 +1,6 @@
 """What addresses do and which of them reach brokers and services, as configured: address rules
-(distribution, priority, waypoints), auto-links to broker queues and link routes. Re-exported by
+(distribution, priority, waypoints, fallback destinations), auto-links to broker queues and link
+routes. Re-exported by
 router/config/models.py, whose RouterConfig holds them.
 
 Owns: these models' fields, defaults and the rules within one entry; the number of message
@@ -39,10 +40,20 @@ class AddressConfig(Model):
         description="a broker queue sits in the middle (auto-links): producers send on phase 0, which the out "
         "auto-link consumes; receivers consume phase 1, which the in auto-link produces",
     )
+    enable_fallback: bool = Field(
+        default=False,
+        description="the address may have fallback destinations (auto-links with fallback: true, receivers with the "
+        "source capability qd.fallback): deliveries go there while the address has no consumer anywhere, instead of "
+        "being released",
+    )
 
     @model_validator(mode="after")
     def _prefix_xor_pattern(self) -> AddressConfig:
         require_one_of(self, "prefix", "pattern")
+        if self.enable_fallback and self.distribution not in ("closest", "balanced"):
+            raise ValueError(f"enable_fallback: anycast addresses only (distribution closest or balanced), not {self.distribution}")
+        if self.enable_fallback and self.waypoint:
+            raise ValueError("enable_fallback: not on a waypoint (its queue already takes every message)")
         return self
 
 
@@ -63,7 +74,8 @@ class AutoLink(RouteContainerRef):
     """A link the router attaches itself to a queue of a broker (a waypoint) whenever a
     route-container connection matching `connection` or `container_id` is up. out: the router
     sends to the queue, which becomes a consumer of `address` for the whole mesh; in: the router
-    receives from the queue, which becomes a producer into `address`."""
+    receives from the queue, which becomes a producer into `address`. With `fallback`, the
+    queue is the address's fallback destination instead (an address rule enable_fallback)."""
 
     name: Name | None = Field(default=None, description="management name (defaults to autoLink/<address>/<direction>/<connection or container>)")
     address: str = Field(min_length=1, max_length=1000, description="the mesh address the queue serves")
@@ -79,6 +91,12 @@ class AutoLink(RouteContainerRef):
     attach_timeout_s: float = Field(default=30.0, gt=0, description="a broker that has not answered the attach by then has failed it")
     retry_initial_s: float = Field(default=1.0, gt=0, description="wait before attaching again after a detach or failure (doubling)")
     retry_max_s: float = Field(default=30.0, gt=0, description="longest wait between attempts")
+    fallback: bool = Field(
+        default=False,
+        description="the queue is a fallback destination of `address` (its rule needs enable_fallback): out, it takes "
+        "the address's deliveries while the address has no consumer anywhere; in, what it holds goes to the address's "
+        "consumers while there are any (never back to a fallback)",
+    )
 
     @model_validator(mode="after")
     def _phase_and_retry(self) -> AutoLink:
@@ -91,7 +109,9 @@ class AutoLink(RouteContainerRef):
     @property
     def key(self) -> str:
         """The name management knows it by."""
-        return self.name or f"autoLink/{self.address}/{self.direction}/{self.connection or self.container_id}"
+        if self.name:
+            return self.name
+        return f"autoLink/{self.address}/{self.direction}/{self.connection or self.container_id}" + ("/fallback" if self.fallback else "")
 
 
 class LinkRouteConfig(RouteContainerRef):

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .models import RouterConfig
+from .models import FILE_CONTEXT, RouterConfig
 
 
 class ConfigError(Exception):
@@ -50,7 +50,7 @@ def parse_config(data: Any, source: str = "<config>") -> RouterConfig:
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: the top level must be a mapping (router:, listeners:, ...)"])
     try:
-        return RouterConfig.model_validate(data)
+        return RouterConfig.model_validate(data, context={FILE_CONTEXT: True})
     except ValidationError as exc:
         raise ConfigError(problems_of(exc, source)) from None
 

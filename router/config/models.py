@@ -14,7 +14,7 @@ import re
 import socket
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 # Re-exported: importers take every model and constant from here, whichever module defines it.
 from .access import FailedLogins as FailedLogins, Management as Management, Principals as Principals, User as User
@@ -116,6 +116,11 @@ LogModule = Annotated[str, Field(pattern=r"^(DEFAULT|router(\.[A-Za-z0-9_]+)+)$"
 LogEnable = Annotated[str, Field(pattern=rf"^(none|default|{_LEVEL}(\s*,\s*{_LEVEL})*)$")]
 
 
+# The validation context of a configuration file (parse_config): rules that apply to a whole
+# file, not to each step of a change made through management.
+FILE_CONTEXT = "file"
+
+
 class RouterConfig(Model):
     router: RouterSection = Field(default_factory=RouterSection)
     listeners: tuple[Listener, ...] = (Listener(),)
@@ -167,6 +172,21 @@ class RouterConfig(Model):
                     f"listener {listener.name!r} offers PLAIN without TLS: the password would cross the network in "
                     "clear; give it an ssl_profile, offer SCRAM-SHA-256 instead, or set allow_insecure_plain: true"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _fallback_rules(self, info: ValidationInfo) -> RouterConfig:
+        """A file (parse_config's context) with a fallback auto-link needs an address rule with
+        enable_fallback. Which rule an address gets is the core's matching (most specific wins):
+        the router checks that at run time (the auto-link fails, saying so), as it does after
+        management or a reload changes the rules (a change applied one entity at a time must
+        not be refused half way)."""
+        if not (info.context or {}).get(FILE_CONTEXT) or any(rule.enable_fallback for rule in self.addresses):
+            return self
+        for link in self.auto_links:
+            if link.fallback:
+                raise ValueError(f"auto-link {link.key!r}: fallback: true needs an address rule with "
+                                 f"enable_fallback: true for {link.address!r}")  # fmt: skip
         return self
 
     def _roles_fit_mode(self) -> None:

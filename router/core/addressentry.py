@@ -2,7 +2,8 @@
 
 Owns: AddressEntry (the address's distribution, its local consumers and producers, its
 in-process endpoint, deliveries waiting for consumer credit, the other routers that are
-destinations of it, its unsettled deliveries per inter-router data link, and its counters) and
+destinations of it, its unsettled deliveries per inter-router data link, whether it has fallback
+destinations, and its counters) and
 OutCount (one such count). The hot path reads and writes these fields directly: an entry is a
 record, its few methods keep derived fields in step.
 Must not touch: keys, rules or which entry an address has (table.py), links' protocol state,
@@ -44,7 +45,7 @@ class AddressEntry:
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
         "_remote", "has_remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
         "bytes", "residence", "settle", "released_told", "flow_records", "remembered",
-        "out_last", "out_last_count",
+        "out_last", "out_last_count", "fallback_enabled", "redirected",
     )  # fmt: skip
 
     def __init__(self, key: str, address: str, distribution: str, dynamic: bool = False) -> None:
@@ -95,6 +96,11 @@ class AddressEntry:
         # Consumers with a source filter (router.core.filtering): while 0, no delivery here is
         # looked at for filters (they cost nothing when unused).
         self.filtered = 0
+        # Its rule says enable_fallback (set when the entry is made, as its distribution): with
+        # no destination, its deliveries go to its fallback destinations (router.core.fallback),
+        # `redirected` of them so far.
+        self.fallback_enabled = False
+        self.redirected = 0
 
     @property
     def remote(self) -> frozenset[str]:

@@ -1,7 +1,8 @@
 """Attaching and tearing down the links of clients: the Links unit of the routing core.
 
 Owns: answering attaches (address lookup, dynamic and anonymous termini, the source filters in
-force (router.core.filtering), refusals with the right condition, link limits), and tearing
+force (router.core.filtering), receivers asking to be fallback destinations (source capability
+qd.fallback, router.core.fallback), refusals with the right condition, link limits), and tearing
 links down on detach, session end or connection loss, which hands in-flight deliveries to the
 forwarder for reporting and adds the link's counters to the totals of links that are gone
 (management). Attaches on connections between routers go to the mesh (router.core.mesh,
@@ -24,14 +25,16 @@ from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..amqp.session import Session
+from ..amqp.types import Symbol
 from .addressentry import AddressEntry
 from .connections import ConnState
 from .filtering import capabilities
 from .grant import message_size_limit
+from .identity import terminus_capabilities
 from .linkrelay import RoutedLink
 from .links import STREAM_LINK, GoneTotals, InLink, OutLink, honoured_source, honoured_target, report_stalled
 from .streamreclaim import stream_in_gone
-from .table import KEEP_GONE_MAX, AddressTable
+from .table import FALLBACK_CAPABILITY, KEEP_GONE_MAX, AddressTable
 
 if TYPE_CHECKING:
     from .bounds import Bounds
@@ -96,7 +99,11 @@ class Links:
             return
         caps = capabilities(wanted) if wanted is not None else None
         table = self.table
+        as_fallback = FALLBACK_CAPABILITY in terminus_capabilities(source)  # a fallback destination
         if source.dynamic:
+            if as_fallback:
+                _refuse(link, E.PRECONDITION_FAILED, f"{FALLBACK_CAPABILITY}: a fallback destination has an address")
+                return
             entry = table.new_dynamic()
             answer = honoured_source(entry.address, dynamic=True, filter_set=echo, capabilities=caps)
         else:
@@ -106,7 +113,15 @@ class Links:
             if table.unavailable(source.address):  # the anchors' wording
                 _refuse(link, E.NOT_FOUND, f"Node not found: {source.address} is unavailable")
                 return
-            maybe = table.get_or_create(source.address, consumer=True)
+            consumes = source.address
+            if as_fallback:
+                fallback = table.fallback_address(source.address)
+                if fallback is None:
+                    _refuse(link, E.PRECONDITION_FAILED, f"{FALLBACK_CAPABILITY}: {source.address} has no fallback "
+                            f"destinations on router {self.router_id} (no address rule with enable_fallback)")  # fmt: skip
+                    return
+                consumes, caps = fallback, (*(caps or ()), Symbol(FALLBACK_CAPABILITY))  # echoed: honoured
+            maybe = table.get_or_create(consumes, consumer=True)
             if maybe is None:
                 _refuse(link, E.NOT_FOUND, f"no route to {source.address} from router {self.router_id}")
                 return
@@ -143,16 +158,19 @@ class Links:
         entry = self.table.get_or_create(address, consumer=True, egress=False)  # phase 0 of a waypoint
         return None if entry is None else self._add_consumer(conn, link, entry, now)
 
-    def register_producer(self, conn: ConnState, link: Link, address: str, now: float) -> InLink | None:
+    def register_producer(self, conn: ConnState, link: Link, address: str, now: float,
+                          from_fallback: bool = False) -> InLink | None:  # fmt: skip
         """A link the router attached itself and receives on (an auto-link from a broker queue)
         becomes a producer into `address` (phase 1 of a waypoint address): credit only while it
-        has a destination."""
+        has a destination (`from_fallback`: a regular one; router.core.fallback)."""
         address = self.table.egress_address(address)
         entry = self.table.get_or_create(address)
         if entry is None:
             return None
         link.detach_on_oversize = False  # an oversize delivery is rejected, not the link
-        return self._add_producer(conn, link, entry, address, now)
+        inl = self._add_producer(conn, link, entry, address, now)
+        inl.from_fallback = from_fallback  # (before the flush that gives it credit)
+        return inl
 
     def _add_producer(self, conn: ConnState, link: Link, entry: AddressEntry | None, address: str | None,
                       now: float) -> InLink:  # fmt: skip

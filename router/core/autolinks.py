@@ -25,6 +25,10 @@ where producers send, and the in link produces phase 1, which the address's rece
 (router.core.table: PHASE1), so that one address serves both ways, as with the anchors. On
 another address an in and an out auto-link would feed the queue's output back into it: such a
 pair is failed (and retried, in case a rule makes the address a waypoint).
+With `fallback: true` (router.core.fallback) the queue is a fallback destination: out consumes
+the address's fallback address, in produces into the address with credit only while it has a
+regular destination; on an address no rule gives fallback destinations such a link is failed
+(and retried likewise).
 Collaborators: the core's connections (to find matching ones), the Links unit (registering and
 tearing down producer and consumer records), the Touched set.
 Must not touch: message bytes, forwarding, the records' shape (router.core.links).
@@ -141,11 +145,12 @@ class AutoLinks:
         refused = link.remote_target is None if run.config.direction == "out" else link.remote_source is None
         if refused:
             return
-        conn = run.conn
-        if run.config.direction == "out":
-            run.record = self.links.register_consumer(conn, link, run.config.address, now)
+        conn, config = run.conn, run.config
+        if config.direction == "out":
+            consumes = self.links.table.fallback_address(config.address) if config.fallback else config.address
+            run.record = None if consumes is None else self.links.register_consumer(conn, link, consumes, now)
         else:
-            run.record = self.links.register_producer(conn, link, run.config.address, now)
+            run.record = self.links.register_producer(conn, link, config.address, now, from_fallback=config.fallback)
         if run.record is None:  # the address is not one of this router's: give up the link
             run.state, run.last_error = "failed", f"{run.config.address} is not an address of this router"
             self._by_link.pop(link, None)
@@ -213,21 +218,35 @@ class AutoLinks:
                 return
 
     def _loops(self, run: AutoLinkRun) -> bool:
-        """An in and an out auto-link on one address that is no waypoint: a loop."""
+        """An in and an out auto-link on one address that is no waypoint: a loop (unless the in
+        one is a fallback's, which feeds regular destinations only)."""
         config = run.config
+        if config.direction == "in" and config.fallback:
+            return False
         opposite = "in" if config.direction == "out" else "out"
-        if not any(o.config.address == config.address and o.config.direction == opposite for o in self.runs.values()):
+        if not any(o.config.address == config.address and o.config.direction == opposite
+                   and not (opposite == "in" and o.config.fallback) for o in self.runs.values()):  # fmt: skip
             return False
         return self.links.table.egress_address(config.address) == config.address
+
+    def _refusal(self, run: AutoLinkRun) -> str | None:
+        """Why `run` must not attach now (it fails and is retried: a rule may change that)."""
+        config = run.config
+        if self._loops(run):
+            return (f"auto-links in and out on {config.address!r}, which is no waypoint, would feed the queue's "
+                    "output back into it (address rule waypoint: true)")  # fmt: skip
+        if config.fallback and self.links.table.fallback_address(config.address) is None:
+            return f"fallback: true, but no address rule with enable_fallback: true matches {config.address!r} here"
+        return None
 
     def _attach(self, run: AutoLinkRun, conn: ConnState, now: float) -> None:
         engine = conn.engine
         if engine.state.local is not ACTIVE or engine.finished:
             return
-        if self._loops(run):
+        refusal = self._refusal(run)
+        if refusal is not None:
             run.conn = conn
-            self._failed(run, f"auto-links in and out on {run.config.address!r}, which is no waypoint, "
-                              "would feed the queue's output back into it (address rule waypoint: true)", now)  # fmt: skip
+            self._failed(run, refusal, now)
             return
         session = self._sessions.get(conn)
         if session is None or session.state.local is not ACTIVE:

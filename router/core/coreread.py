@@ -106,6 +106,7 @@ class CoreReadApi:
             paused_connections=bounds.paused_count(), released_over_budget=bounds.released_over_budget,
             flow_records_emitted=flow.emitted if flow is not None else 0,
             flow_records_dropped=(flow.dropped if flow is not None else 0) + self._forwarder.hops_dropped,
+            redirected_to_fallback=self._forwarder.redirected_to_fallback,
         )  # fmt: skip
 
     def connections(self, now: float) -> list[ConnectionSnapshot]:
@@ -211,4 +212,5 @@ class CoreReadApi:
             released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected, accepted=e.accepted,
             modified=e.modified, presettled=e.presettled, bytes=e.bytes,
             residence_hist=tuple(e.residence), settle_hist=tuple(e.settle), released_told=e.released_told,
+            redirected_to_fallback=e.redirected,
         )  # fmt: skip

@@ -1,11 +1,11 @@
 """Producer credit, and the flush that writes what a batch of events decided.
 
 Owns: each producer link's credit window (a producer may have `capacity` deliveries held by the
-router; none while its address has no destination; sized by bytes through router.core.bounds),
-the slot a delivery frees when handed to a local consumer, and the flush at the end of every
-batch: consumers below their unsettled bound resumed, dispositions written as ranges
-(dispositions.py), producers' credit topped up, and quiescing (a graceful stop's first step: no
-producer gets credit again, what it had is taken back).
+router; none while its address has no destination, regular or fallback; sized by bytes through
+router.core.bounds), the slot a delivery frees when handed to a local consumer, and the flush at
+the end of every batch: consumers below their unsettled bound resumed, dispositions written as
+ranges (dispositions.py), producers' credit topped up, and quiescing (a graceful stop's first
+step: no producer gets credit again, what it had is taken back).
 The lowest layer of the forwarder (see forwarding.py).
 Collaborators: Touched (engines with output), Bounds.
 Must not touch: choosing destinations, sending transfers, outcomes.
@@ -22,6 +22,7 @@ from .flowcount import FlowCounting
 from .links import InLink, alive
 
 if TYPE_CHECKING:
+    from .addressentry import AddressEntry
     from .bounds import Bounds
     from .touched import Touched
 
@@ -51,10 +52,11 @@ class ProducerCredit(FlowCounting):
         """The window: a producer may have `capacity` deliveries held by the router (waiting for
         consumer credit, on their way to another router, or unsettled there); a delivery handed
         to a local consumer no longer counts, that consumer's own credit bounds it (see
-        handed_over). No credit while the address has no destination. Top up once half the
-        window is used, so flows go out in batches. A producer of large messages gets a window
-        sized by bytes (router.core.bounds.window), and credit beyond it is taken back (a lower
-        link-credit, transport §2.6.7: what was in flight is still read)."""
+        handed_over). No credit while the address has no destination (nor a fallback one:
+        fallback.py). Top up once half the window is used, so flows go out in batches. A
+        producer of large messages gets a window sized by bytes (router.core.bounds.window), and
+        credit beyond it is taken back (a lower link-credit, transport §2.6.7: what was in
+        flight is still read)."""
         link = inl.link
         if inl.gone or not alive(link):
             return
@@ -62,7 +64,9 @@ class ProducerCredit(FlowCounting):
             self._take_back_credit(inl)
             return
         entry = inl.entry
-        if entry is not None and not entry.has_destination:
+        if entry is not None and not entry.has_destination and not (
+            entry.fallback_enabled and self._fallback_credit(inl, entry)
+        ):
             if link.credit > 0:
                 link.flow(0, drain=True)
                 self.touched.touch(inl.conn.engine)
@@ -84,6 +88,10 @@ class ProducerCredit(FlowCounting):
             self.touched.touch(inl.conn.engine)
             if desired <= 0 and inl.zero_credit_since is None:
                 inl.zero_credit_since = self.now
+
+    def _fallback_credit(self, inl: InLink, entry: AddressEntry) -> bool:
+        """Whether `inl` may have credit for the fallback destinations of `entry` (fallback.py)."""
+        raise NotImplementedError
 
     def quiesce(self, in_links: list[InLink]) -> None:
         """Stop granting credit to producers (and to routers sending to us): from now on

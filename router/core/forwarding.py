@@ -9,6 +9,7 @@ module owning one responsibility:
   sending.py     anycast choices, paths to other routers, sending on a consumer link
   holding.py     band links' frames held while an inter-router connection's output is blocked
   multicast.py   copies of a multicast delivery
+  fallback.py    deliveries with no destination diverted to their address's fallback destinations
   waiting.py     deliveries waiting for credit, in-process endpoints, links going away
   streaming.py   later frames of a delivery (cut-through), aborts, refusals
   forwarding.py  (this module) arriving frames: a delivery's first
@@ -17,9 +18,10 @@ A lower layer calls what a higher one defines through a stub that raises NotImpl
 Owns: reading a delivery's first frame only as deep as routing needs (router.amqp.peek), the
 reasons to refuse it (no address: rejected precondition-failed; oversize: rejected
 message-size-exceeded; undecodable: rejected decode-error; no destination or expired: released,
-or dropped when presettled; the refusal itself is streaming.py's), the expiry a delivery gets
-from its ttl or absolute-expiry-time, stripping router annotations clients must not set, and
-handing later frames to streaming.py. Transfers on link-routed links go to the relay
+or dropped when presettled, unless the address has fallback destinations (fallback.py); the
+refusal itself is streaming.py's), the expiry a delivery gets from its ttl or
+absolute-expiry-time, stripping router annotations clients must not set, and handing later
+frames to streaming.py. Transfers on link-routed links go to the relay
 (router.core.linkrelay) untouched.
 Collaborators (given by RouterCore): the address table, Bounds, the mesh, Touched, the router id,
 the wall offset, the message size limit.
@@ -154,9 +156,16 @@ class Forwarder(Streaming):
                 self.mesh.dropped_loop += 1
                 self.unroutable(fwd)
                 return
+        diverted = False
         if entry is None or not entry.has_destination:
-            self.unroutable(fwd, NOT_AVAILABLE if entry is UNAVAILABLE and inl.peer is None else RELEASED)
-            return
+            # To its fallback destinations instead, if its rule gives it some (fallback.py): a
+            # local flag, so that deliveries with a destination pay for no lookup.
+            readdressable = view is not None or meta is not None
+            if entry is None or not entry.fallback_enabled or not self._divert(fwd, readdressable):
+                self.unroutable(fwd, NOT_AVAILABLE if entry is UNAVAILABLE and inl.peer is None else RELEASED)
+                return
+            entry.deliveries_ingress += 1  # (the address's; the fallback's below)
+            entry, diverted = fwd.entry, True
         entry.deliveries_ingress += 1
         if view is not None:
             if view.absolute_expiry_ms is not None or view.ttl_ms:  # most messages have neither
@@ -185,18 +194,20 @@ class Forwarder(Streaming):
             if meta is None and entry.has_remote:  # it may leave this router: the address travels
                 address = inl.address
                 fwd.meta = annotate.for_client_delivery(view, address or view.to, address is not None)
+        if diverted:
+            self._readdress(fwd)  # it travels as a delivery to the fallback address
         self._route(fwd)
 
     def _lookup(self, inl: InLink, to: str) -> AddressEntry | None:
         """The entry of `to` for a delivery on `inl`, an anonymous or inter-router link: the
         last delivery's while the address and the table are the same (an entry only, never an
-        edge's fallback or UNAVAILABLE: what leads to those can change without the table's
+        edge's uplink entry or UNAVAILABLE: what leads to those can change without the table's
         version)."""
         table = self.table
         if inl.looked_up_version == table.version and inl.looked_up_to == to:
             return inl.looked_up
         entry = table.lookup(to)
-        if entry is not None and entry is not UNAVAILABLE and entry is not table.fallback:
+        if entry is not None and entry is not UNAVAILABLE and entry is not table.uplink:
             inl.looked_up_to, inl.looked_up, inl.looked_up_version = to, entry, table.version
         return entry
 

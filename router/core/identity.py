@@ -76,7 +76,8 @@ def check_router_identity(
     return Error(condition=E.UNAUTHORIZED_ACCESS, description=why)
 
 
-def _capabilities(terminus: Any) -> frozenset[str]:
+def terminus_capabilities(terminus: Any) -> frozenset[str]:
+    """The capabilities of a source or target, as strings (none: empty)."""
     caps = getattr(terminus, "capabilities", None)
     if caps is None:
         return frozenset()
@@ -92,7 +93,7 @@ def mesh_link_refusal(source: Any, target: Any) -> Error | None:
     """A client's attach whose source or target carries a capability of the mesh's control or
     data links (router.core.interrouter) is refused: those links exist only between routers,
     and a client holding one would speak for a router."""
-    caps = (_capabilities(source) | _capabilities(target)) & MESH_CAPABILITIES
+    caps = (terminus_capabilities(source) | terminus_capabilities(target)) & MESH_CAPABILITIES
     if not caps:
         return None
     return Error(

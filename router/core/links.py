@@ -79,7 +79,7 @@ class InLink(LinkCounts):
         "link", "conn", "entry", "capacity", "inflight", "held", "credit_dirty", "streaming",
         "discarding", "gone",
         "dropped", "id", "address", "peer", "zero_credit_since", "seen", "size_hint", "size_watch",
-        "policy", "looked_up_to", "looked_up", "looked_up_version",
+        "policy", "looked_up_to", "looked_up", "looked_up_version", "from_fallback",
     )  # fmt: skip
 
     def __init__(
@@ -125,6 +125,10 @@ class InLink(LinkCounts):
         # router where they entered the mesh).
         self.size_hint = UNKNOWN if peer is None else 0
         self.size_watch = 0 if peer is None else NO_LIMIT
+        # It takes what an address's fallback destination holds (an in auto-link with fallback:
+        # true): credit only while the address has a regular destination, and its deliveries
+        # never go to a fallback (router.core.fallback).
+        self.from_fallback = False
 
     def __repr__(self) -> str:
         return f"InLink({self.link.name!r}, {self.entry.address if self.entry else '<anonymous>'})"

@@ -8,8 +8,9 @@ sending nothing at all, has its connection closed: liveness.py) and the control 
 arrive (on the wire: meshcontrol.py), sending its messages, and applying its events:
 RoutesChanged -> the routes forwarding reads and the destinations of `_topo` addresses;
 AddressesChanged -> the remote routers of mobile addresses. Producers gain or lose credit when
-an address gains its first or loses its last destination anywhere; deliveries waiting for a
-path are routed again when routes change.
+an address gains its first or loses its last destination anywhere (or fallback destination:
+the forwarder hears of those, router.core.fallback); deliveries waiting for a path are routed
+again when routes change.
 Must not touch: the protocol's rules (topology/), message bytes of routed deliveries, choosing
 destinations (sending.py, multicast.py, remote.py), edge connections (edge.py: an edge router has no
 node; the Mesh hands its connections and control messages to Edges).
@@ -39,7 +40,7 @@ from .meshcontrol import ControlChannel, decode_control, encode_control
 from .meshread import MeshReadApi
 from .paths import Paths
 from .peering import Peering
-from .table import AddressTable
+from .table import FALLBACK, AddressTable
 
 if TYPE_CHECKING:
     from .ports import ConnectionCloser, LinkRouteAdverts, Routing
@@ -158,6 +159,8 @@ class Mesh(MeshReadApi):
                         self.set_remote(entry, routers)
                     elif routers:
                         table.get_or_create(address)  # remote destinations from remote_for
+                    if address.startswith(FALLBACK):  # (router.core.fallback)
+                        self.routing.fallback_changed("M" + address)
         del self.events[:-256]
         self.edges.service(now)  # edges learn what changed in the addresses with destinations
         if liveness.silent and now >= liveness.deadline:
@@ -292,6 +295,8 @@ class Mesh(MeshReadApi):
 
     def local_consumers(self, entry: AddressEntry, present: bool) -> None:
         """Mobile address `entry` gained its first or lost its last local consumer."""
+        if entry.key.startswith(FALLBACK, 1):  # fallback destinations (router.core.fallback)
+            self.routing.fallback_changed(entry.key)
         if self.edge:
             self.edges.local_changed()
             return

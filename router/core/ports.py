@@ -45,9 +45,11 @@ class Credit(Protocol):
 
 class Routing(Credit, Protocol):
     """The forwarder, as the mesh and edges see it: credit, and routing again what waits for an
-    address whose destinations changed."""
+    address whose destinations (or fallback destinations: table key `key`) changed."""
 
     def reroute(self, entry: AddressEntry) -> None: ...
+
+    def fallback_changed(self, key: str) -> None: ...
 
 
 class LinkRouteAdverts(Protocol):

@@ -6,8 +6,8 @@ router annotations a delivery gets on its way out (annotate.py: only on deliveri
 routers, stripped for clients), sending a delivery or copy on a consumer link (the unsettled
 bound: bounds.py), presettled and settled-on-send records.
 A layer of the forwarder: credit.py < settlement.py < failures.py < sending.py < holding.py <
-multicast.py < waiting.py < streaming.py < forwarding.py, each class deriving from the one
-before (one object, native calls when compiled).
+multicast.py < fallback.py < waiting.py < streaming.py < forwarding.py, each class deriving from
+the one before (one object, native calls when compiled).
 Collaborators: the address table, the mesh (paths, loop counters), Bounds, Touched.
 Must not touch: reading frames (forwarding.py, streaming.py), waiting deliveries (waiting.py),
 outcomes (settlement.py).

@@ -40,6 +40,7 @@ class RouterTotals:
     released_over_budget: int
     flow_records_emitted: int = 0  # flow records sent or written (router.flow)
     flow_records_dropped: int = 0  # flow records dropped: the buffer or the hop samples were full
+    redirected_to_fallback: int = 0  # deliveries sent to fallback destinations (router.core.fallback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +143,4 @@ class AddressSnapshot:
     residence_hist: tuple[int, ...] = ()
     settle_hist: tuple[int, ...] = ()
     released_told: int = 0  # producers told released, by the router or a consumer
+    redirected_to_fallback: int = 0  # deliveries to it sent to its fallback destinations instead

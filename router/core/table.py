@@ -9,7 +9,8 @@ Keys follow the anchors' address classes: "M<address>" for mobile addresses and
 dynamic `temp.<id>`). In a mesh (router mode interior) "R<router-id>" holds every
 `_topo/0/<other-router>/...` address (its destination is that router, docs/mesh.md) and
 "T<x>" is `_topo/0/all/x` (every router's local `x`); a standalone router has no R keys and
-treats `_topo/0/all/x` as its own `_local/x`.
+treats `_topo/0/all/x` as its own `_local/x`. "M_$phase1/x" and "M_$fallback/x" are a waypoint's
+phase 1 and an address's fallback destinations (PHASE1, FALLBACK).
 Remote destinations (`AddressEntry.remote`: router ids) are written by router.core.mesh from
 the topology's address table and routes.
 Must not touch: links' protocol state, message bytes.
@@ -29,6 +30,12 @@ DEFAULT_DISTRIBUTION: Final = "balanced"
 # Phase 1 of a waypoint address `x` is the mobile address PHASE1 + x (key "M_$phase1/x"): the
 # anchors' "M1x". Phase 0 is the address itself, so addresses without waypoints are unchanged.
 PHASE1: Final = "_$phase1/"
+# The fallback destinations of an address `x` whose rule says enable_fallback are the consumers
+# of the mobile address FALLBACK + x (key "M_$fallback/x": the anchors' phase `F`), advertised
+# and reported by edges like any mobile address (router.core.fallback). A receiver asks to be
+# one with the source capability FALLBACK_CAPABILITY.
+FALLBACK: Final = "_$fallback/"
+FALLBACK_CAPABILITY: Final = "qd.fallback"
 KEYS_MAX: Final = 4096  # addresses whose table key is remembered (then it starts afresh)
 
 # Where deliveries to an address this router does not know are counted (they are released).
@@ -53,9 +60,9 @@ class AddressTable:
         # key -> routers that are destinations of it now (set by the mesh): fills new entries.
         self.remote_for: Callable[[str], frozenset[str]] = _no_remote
         # Interior: keep entries of mobile addresses other routers advertise (router.address
-        # lists them). Edge: `fallback` takes deliveries to addresses with no entry (the uplink).
+        # lists them). Edge: `uplink` takes deliveries to addresses with no entry (the uplink in use).
         self.keep_advertised = True
-        self.fallback: AddressEntry | None = None
+        self.uplink: AddressEntry | None = None
         # The rules themselves are the matcher's values, so that one rule can be removed again.
         self.matcher: AddressMatcher[AddressConfig] = AddressMatcher()
         self._keys: dict[str, tuple[str, str] | None] = {}  # key_of's answers
@@ -65,6 +72,7 @@ class AddressTable:
         self.unavailable_rules = 0  # rules with distribution unavailable (none: nothing to look up)
         self.waypoint_rules = 0  # rules with waypoint: true (none: nothing to look up)
         self.priority_rules = 0  # rules with a priority (none: nothing to look up)
+        self.fallback_rules = 0  # rules with enable_fallback: true (none: nothing to look up)
         # Keys of in-process endpoints that also serve every address below them (`$management`
         # serves `$management/entities`, WD14 §3.2): such an address has the endpoint's key.
         self.subtrees: set[str] = set()
@@ -95,6 +103,8 @@ class AddressTable:
             self.waypoint_rules += 1
         if rule.priority is not None:
             self.priority_rules += 1
+        if rule.enable_fallback:
+            self.fallback_rules += 1
 
     def remove_rule(self, rule: AddressConfig) -> None:
         """Remove `rule` (the very object given to add_rule); existing entries are unchanged."""
@@ -106,6 +116,8 @@ class AddressTable:
             self.waypoint_rules -= 1
         if rule.priority is not None:
             self.priority_rules -= 1
+        if rule.enable_fallback:
+            self.fallback_rules -= 1
 
     def unavailable(self, address: str) -> bool:
         """Whether `address` is refused: its entry's distribution is `unavailable` (an entry
@@ -156,6 +168,8 @@ class AddressTable:
         if parsed.kind is Kind.MOBILE:
             if parsed.key.startswith(PHASE1):  # phase 1 of a waypoint: configured as the address
                 return "M" + parsed.key, parsed.key[len(PHASE1) :]
+            if parsed.key.startswith(FALLBACK):  # fallback destinations: likewise
+                return "M" + parsed.key, parsed.key[len(FALLBACK) :]
             return "M" + parsed.key, parsed.key
         if parsed.kind is Kind.LOCAL or (parsed.kind is Kind.ALL_ROUTERS and not self.mesh):
             return "L" + parsed.key, parsed.key
@@ -176,9 +190,26 @@ class AddressTable:
             return None
         if key[0][0] == "T":
             return "L" + key[0][1:], key[1]
-        if egress and self.waypoint_rules and key[0][0] == "M" and self.is_waypoint(key[1]):
+        if egress and self.waypoint_rules and key[0][0] == "M" and self.is_waypoint(key[1]) \
+                and not key[0].startswith(FALLBACK, 1):  # fmt: skip
             return "M" + PHASE1 + key[1], key[1]
         return key
+
+    def fallback_enabled(self, address: str) -> bool:
+        """Whether an address rule gives `address` (as configuration matches it) fallback
+        destinations."""
+        if not self.fallback_rules:
+            return False
+        rule = self.matcher.lookup(address)
+        return rule is not None and rule.enable_fallback
+
+    def fallback_address(self, address: str) -> str | None:
+        """The address whose consumers are `address`'s fallback destinations (None: it has none:
+        no rule enables them, or it is no plain mobile address)."""
+        key = self.key_of(address)
+        if key is None or key[0] != "M" + key[1] or not self.fallback_enabled(key[1]):
+            return None
+        return FALLBACK + key[1]
 
     def is_waypoint(self, address: str) -> bool:
         """Whether an address rule makes `address` (as configuration matches it) a waypoint."""
@@ -220,6 +251,9 @@ class AddressTable:
             distribution = {"R": "closest", "T": "multicast"}.get(kind) or self.distribution_for(key[1])
             entry = AddressEntry(key[0], address, distribution)
             entry.flow_records = address == self.flow_address
+            # (an address's own key: not its phase 1 nor its fallback)
+            entry.fallback_enabled = (kind == "M" and self.fallback_rules != 0 and key[0] == "M" + key[1]
+                                      and self.fallback_enabled(key[1]))  # fmt: skip
             if kind != "L":
                 entry.remote = self.remote_for(key[0])
             self.entries[key[0]] = entry
@@ -236,8 +270,8 @@ class AddressTable:
             return UNAVAILABLE
         entry = self.entries.get(key[0])
         if entry is None and key[0][0] != "L":
-            if self.fallback is not None:
-                return self.fallback
+            if self.uplink is not None:
+                return self.uplink
             if self.remote_for(key[0]):
                 entry = self.get_or_create(address)
         return entry

@@ -9,7 +9,7 @@
 
 Owns: the uplink in use (the oldest that is up; the next takes over when it drops, counted in
 `failovers`) and routing everything that has no local consumer to it (the mesh's routes and
-links become that uplink's, the table's fallback entry leads to it); telling it which mobile
+links become that uplink's, the table's uplink entry leads to it); telling it which mobile
 addresses have consumers here (EDGE-ADDRESSES, the whole set, when it changes and when an uplink
 becomes the one in use; with them the link routes that have a container here); what each uplink
 says has destinations in the mesh (MESH-ADDRESSES), by which this edge's producers get credit,
@@ -34,7 +34,7 @@ from .addressentry import AddressEntry
 from .edgemsg import MeshAddresses, encode_addresses, encode_request
 from .interrouter import Peer
 from .linkmatch import MARK
-from .table import AddressTable
+from .table import FALLBACK, AddressTable
 
 if TYPE_CHECKING:
     from .ports import EdgeMesh
@@ -84,21 +84,23 @@ class Uplinks:
         me = mesh.me
         if active is None:
             mesh.routes, mesh.links = compute_routes({}, me), {}
-            table.fallback = None
+            table.uplink = None
         else:
             out = self.uplinks[active].data_out
             assert out is not None
             states = {me: LinkState(seq=1, peers={active: 1}), active: LinkState(seq=1, peers={me: 1})}
             mesh.routes, mesh.links = compute_routes(states, me), {active: out}
-            fallback = AddressEntry("U", f"<uplink {active}>", "closest")
-            fallback.remote = frozenset((active,))
-            table.fallback = fallback
+            uplink = AddressEntry("U", f"<uplink {active}>", "closest")
+            uplink.remote = frozenset((active,))
+            table.uplink = uplink
             self.dirty = mesh.dirty = True  # tell the new uplink our addresses
         mesh.last_change = now
         mesh.paths.clear()  # new routes and links
         for entry in list(table.entries.values()):
             if entry.key[0] != "L":
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
+            if entry.fallback_enabled:  # its fallback destinations in the mesh: the new uplink's
+                mesh.routing.fallback_changed("M" + FALLBACK + entry.key[1:])
 
     def local_changed(self) -> None:
         self.dirty = self.mesh.dirty = True
@@ -167,6 +169,8 @@ class Uplinks:
             entry = table.entries.get("M" + address)
             if entry is not None:
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
+            if address.startswith(FALLBACK):  # (maybe with no entry here: router.core.fallback)
+                mesh.routing.fallback_changed("M" + address)
 
     def _sync_routes(self) -> None:
         """Our link routes learn the routes the mesh serves from the uplink in use (after a

@@ -28,10 +28,10 @@ from . import filtering
 from .addressentry import AddressEntry
 from .delivery import Copy, Forward, copies_out, unpin
 from .failures import DELIVERY_FAILED
+from .fallback import Fallback
 from .fifo import Fifo
 from .linkrelay import RoutedLink
 from .links import STREAM_LINK, InLink, OutLink, alive
-from .multicast import Multicast
 from .streamlinks import take_waiting
 from .table import AddressTable
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .touched import Touched
 
 
-class Waiting(Multicast):
+class Waiting(Fallback):
     """See the module docstring."""
 
     def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, router_id: str) -> None:
@@ -271,7 +271,8 @@ class Waiting(Multicast):
             self.reroute(entry)  # some waiting deliveries may match no consumer left: released
 
     def reroute(self, entry: AddressEntry) -> None:
-        """Route again the deliveries waiting at `entry` (its destinations changed)."""
+        """Route again the deliveries waiting at `entry` (its destinations changed): with none
+        left, to its fallback destinations (fallback.py), or released."""
         if not entry.pending:
             return
         waiting = list(entry.pending)
@@ -282,7 +283,7 @@ class Waiting(Multicast):
             self._wait_bytes(fwd, -1)
             if entry.has_destination:
                 self._route(fwd)
-            else:
+            elif not (entry.fallback_enabled and self._reroute_to_fallback(fwd)):
                 self.unroutable(fwd)
 
     def producer_gone(self, inl: InLink, now: float) -> None:

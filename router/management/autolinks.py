@@ -2,7 +2,8 @@
 broker queues itself (router.core.autolinks), created, read, queried and deleted at run time.
 
 Owns: the mapping between AutoLink's fields and the attributes (the anchors' names: `address`,
-`direction`, `connection`, `containerId`, `externalAddress`, `phase`; read-only `operStatus`
+`direction`, `connection`, `containerId`, `externalAddress`, `phase`, `fallback`: refused on an
+address no rule gives fallback destinations; read-only `operStatus`
 inactive|attaching|active|failed, `lastError`, `linkRef`, `attachCount`), the identity (the
 auto-link's `name`, by default `autoLink/<address>/<direction>/<connection or container-id>`),
 and keeping the live configuration's `auto_links` in step with the core's.
@@ -67,6 +68,8 @@ class AutoLinkType(EntityType):
         config: AutoLink = AUTO_LINK.build(AUTO_LINK.parse(attributes, STATUS), "autoLink")
         if config.key in agent.core.autolinks.runs:
             raise ManagementError(409, f"there is an auto-link named {config.key!r} already")
+        if config.fallback and agent.core.table.fallback_address(config.address) is None:
+            raise ManagementError(400, f"fallback: true needs an address rule with enableFallback for {config.address!r}")
         candidate = with_config(agent, auto_links=(*agent.config.auto_links, config))
         run = agent.core.autolinks.add(config, now)
         agent.config = candidate

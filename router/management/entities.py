@@ -165,6 +165,7 @@ class RouterAddressType(EntityType):
         "released: Deliveries released (no destination)", "dropped: Presettled deliveries dropped",
         "expired: Deliveries that expired waiting", "rejected: Deliveries rejected",
         "accepted: Deliveries accepted", "modified: Deliveries modified", "presettled: Deliveries that arrived settled",
+        "deliveriesRedirectedToFallback: Deliveries sent to its fallback destinations (it had no consumer anywhere)",
     )  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -188,4 +189,5 @@ class RouterAddressType(EntityType):
             deliveriesIngress=e.ingress, deliveriesEgress=e.egress, deliveriesTransit=e.transit,
             deliveriesToContainer=0, deliveriesFromContainer=0, released=e.released, dropped=e.dropped,
             expired=e.expired, rejected=e.rejected, accepted=e.accepted, modified=e.modified, presettled=e.presettled,
+            deliveriesRedirectedToFallback=e.redirected_to_fallback,
         )  # fmt: skip

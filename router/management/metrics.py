@@ -17,7 +17,8 @@ Metrics (all prefixed `amqp_router_`):
   `deliveries_accepted_total`, `deliveries_rejected_total`, `deliveries_released_total`,
   `deliveries_modified_total`, `deliveries_presettled_total`, `deliveries_dropped_presettled_total`,
   `failed_logins_total`, `failed_logins_delayed_total`, `unsettled_bound_reached_total`,
-  `deliveries_released_over_budget_total`, `flow_records_emitted_total`, `flow_records_dropped_total`,
+  `deliveries_released_over_budget_total`, `deliveries_redirected_to_fallback_total`,
+  `flow_records_emitted_total`, `flow_records_dropped_total`,
   `management_reads_refused_total`,
   `management_writes_refused_total`, `http_reads_refused_total`, `http_writes_refused_total`
 - per address (label `address`): counters `address_deliveries_ingress_total`,
@@ -86,6 +87,8 @@ COUNTERS = (
     ("unsettled_bound_reached", "Times a consumer link or connection reached its unsettled bound.", "unsettledBoundReached"),
     ("deliveries_released_over_budget", "Deliveries released because holding them would pass a byte bound.",
      "releasedOverBudget"),
+    ("deliveries_redirected_to_fallback", "Deliveries sent to fallback destinations (no consumer anywhere).",
+     "deliveriesRedirectedToFallback"),
     ("flow_records_emitted", "Flow records sent or written.", "flowRecordsEmitted"),
     ("flow_records_dropped", "Flow records dropped because their buffer was full.", "flowRecordsDropped"),
     ("management_reads_refused", "Management reads refused over AMQP (403).", "managementReadsRefused"),

@@ -71,6 +71,7 @@ class RouterType(EntityType):
         "bufferedBudgetBytes: The router-wide budget of those bytes (limits.buffered_budget_bytes)",
         "pausedConnectionCount: Connections not read now because the router holds too much from them",
         "releasedOverBudget: Deliveries released because holding them would pass a byte bound",
+        "deliveriesRedirectedToFallback: Deliveries sent to fallback destinations (their address had no consumer anywhere)",
     ) + counters(
         "flowRecordsEmitted: Flow records sent to the flow address or written to files (flow section)",
         "flowRecordsDropped: Flow records dropped because the buffer (flow.buffer_records) or the hop samples were full",
@@ -106,6 +107,7 @@ class RouterType(EntityType):
             bufferedBytes=t.buffered_bytes, bufferedBudgetBytes=t.buffered_budget_bytes,
             pausedConnectionCount=t.paused_connections, releasedOverBudget=t.released_over_budget,
             flowRecordsEmitted=t.flow_records_emitted, flowRecordsDropped=t.flow_records_dropped,
+            deliveriesRedirectedToFallback=t.redirected_to_fallback,
             managementReadsRefused=agent.authz.refusals["amqp-read"],
             managementWritesRefused=agent.authz.refusals["amqp-write"],
             httpReadsRefused=agent.authz.refusals["http-read"], httpWritesRefused=agent.authz.refusals["http-write"],
