@@ -359,8 +359,10 @@ def test_edge_a_producer_on_an_edge_reaches_the_fallback_in_the_mesh() -> None:
 def test_the_configuration_in_docs_brokers_md_works() -> None:
     # Its rule and auto-links, with the broker's connection accepted on a listener of the
     # connector's name (auto-links match either by name).
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "brokers.md").read_text()
-    section = doc.split("## Fallback destinations\n", 1)[1]
+    path = Path(__file__).resolve().parent.parent / "docs" / "brokers.md"
+    if not path.exists():
+        pytest.skip("docs/ is not beside these tests (the installed wheel's test copy)")
+    section = path.read_text().split("## Fallback destinations\n", 1)[1]
     config = parse_config(yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0]), "docs/brokers.md")
     (connector,) = config.connectors
     rabbit = Listener(name=connector.name, port=5681, role="route-container")
