@@ -57,6 +57,15 @@ def _stored(broker: Broker) -> list[bytes]:
     return [r.payload for received in broker.received.values() for r in received]
 
 
+def _consumer(h: MeshHarness, rid: str = "A") -> tuple[Client, Link]:
+    """A regular consumer of `orders` on router `rid`, with credit 10."""
+    consumer = h.client(rid, "consumer")
+    receiver = consumer.receiver("orders")
+    h.pump()
+    receiver.flow(10)
+    return consumer, receiver
+
+
 def _fallback_receiver(client: Client, address: str) -> Link:
     return client.receiver(address, source=Source(address=address, capabilities=("qd.fallback",)))
 
@@ -87,10 +96,7 @@ def test_no_consumer_the_fallback_queue_stores_then_a_consumer_gets_the_new_ones
     assert core.forwarder.redirected_to_fallback == 3
     assert core.table.entries["M_$fallback/orders"].deliveries_egress == 3
     # A consumer comes: new deliveries go to it, not to the queue.
-    consumer = h.client("A", "consumer")
-    receiver = consumer.receiver("orders")
-    h.pump()
-    receiver.flow(10)
+    consumer, receiver = _consumer(h)
     h.pump()
     ids = _send(h, producer, sender, _messages("d", "e"))
     assert consumer.bodies(receiver) == ["d", "e"]
@@ -159,10 +165,7 @@ def test_the_in_fallback_auto_link_drains_the_queue_to_consumers_only() -> None:
     assert served.credit == 0
     # A consumer comes: the drain gets credit, and the stored messages reach it.
     broker.queues[QUEUE] = deque(_stored(broker))
-    consumer = h.client("A", "consumer")
-    receiver = consumer.receiver("orders")
-    h.pump()
-    receiver.flow(10)
+    consumer, receiver = _consumer(h)
     h.pump()
     assert served.credit > 0
     broker.pump_out()
@@ -191,10 +194,7 @@ def test_a_qd_fallback_receiver_is_a_fallback_destination() -> None:
     assert sender.credit > 0
     _send(h, producer, sender, _messages("kept"))
     assert store.bodies(fallback) == ["kept"]
-    consumer = h.client("A", "consumer")
-    receiver = consumer.receiver("orders")
-    h.pump()
-    receiver.flow(10)
+    consumer, receiver = _consumer(h)
     h.pump()
     _send(h, producer, sender, _messages("live"))
     assert consumer.bodies(receiver) == ["live"] and store.bodies(fallback) == ["kept"]
@@ -261,10 +261,7 @@ def test_mesh_a_producer_on_a_reaches_the_fallback_on_b() -> None:
     # stored messages cross back to it; new ones go to it directly.
     served = broker.serving[QUEUE]
     assert served.credit == 0
-    consumer = h.client("A", "consumer")
-    receiver = consumer.receiver("orders")
-    h.pump()
-    receiver.flow(10)
+    consumer, receiver = _consumer(h)
     h.converge()
     h.advance(0.5)
     assert served.credit > 0
@@ -321,10 +318,7 @@ def test_edge_a_fallback_auto_link_on_an_edge_serves_the_mesh() -> None:
     # A consumer on the interior: the edge's drain gets credit from what the uplink tells it.
     served = broker.serving[QUEUE]
     assert served.credit == 0
-    consumer = h.client("A", "consumer")
-    receiver = consumer.receiver("orders")
-    h.pump()
-    receiver.flow(10)
+    consumer, receiver = _consumer(h)
     h.advance(0.5)
     assert served.credit > 0
     broker.queues[QUEUE] = deque(_messages("stored"))
@@ -378,10 +372,7 @@ def test_the_configuration_in_docs_brokers_md_works() -> None:
     assert _stored(broker) == stored
     (queue,) = broker.serving
     broker.queues[queue] = deque(stored)
-    consumer = h.client("A", "consumer")
-    receiver = consumer.receiver("orders")
-    h.pump()
-    receiver.flow(10)
+    consumer, receiver = _consumer(h)
     h.pump()
     broker.pump_out()
     h.pump()

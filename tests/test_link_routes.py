@@ -423,15 +423,21 @@ async def test_transactions_through_a_coordinator_link_route() -> None:
         cfg = config(coordinator.port, {"prefix": "$coordinator", "direction": "in", "connection": "broker"},
                      {"prefix": "txn", "direction": "in", "connection": "broker"})  # fmt: skip
         async with running(cfg) as (_, port):
-            client = _Transactions(f"127.0.0.1:{port}")
-            await run_in_thread(run_container, Container(client))
-            assert client.events == ["declared", "committed", "declared", "aborted"]
-            coordinator.wait_for(lambda c: len(c.rolled_back) == 1)
-            first, second = coordinator.declared
-            assert coordinator.committed == [first] and coordinator.rolled_back == [second]
-            # The transfers carried their transactional state end to end.
-            assert coordinator.messages == [(first, "one"), (first, "two"), (second, "three")]
+            await committed_and_rolled_back(port, coordinator)
             assert "amqp:local-transactions" in coordinator.coordinator_capabilities
+
+
+async def committed_and_rolled_back(port: int, coordinator: TxnCoordinator) -> None:
+    """_Transactions through the router at `port`: the coordinator committed the first
+    transaction and rolled back the second, each transfer with its transactional state."""
+    client = _Transactions(f"127.0.0.1:{port}")
+    await run_in_thread(run_container, Container(client))
+    assert client.events == ["declared", "committed", "declared", "aborted"]
+    coordinator.wait_for(lambda c: len(c.rolled_back) == 1)
+    first, second = coordinator.declared
+    assert coordinator.committed == [first] and coordinator.rolled_back == [second]
+    # The transfers carried their transactional state end to end.
+    assert coordinator.messages == [(first, "one"), (first, "two"), (second, "three")]
 
 
 async def test_coordinator_without_a_route_is_refused_honestly(c_broker: CBroker) -> None:

@@ -17,14 +17,13 @@ from typing import Any
 import pytest
 import trio
 from proton import Message
-from proton.reactor import Container
 
 from router.config.models import RouterConfig
 from router.net.server import RouterServer
 
 from .support.brokers import CBroker, TxnCoordinator
-from .support.interop import run_container, run_in_thread
-from .test_link_routes import TIMEOUT_S, _Transactions, c_broker, c_broker_program, connect  # noqa: F401 (fixtures)
+from .support.interop import run_in_thread
+from .test_link_routes import TIMEOUT_S, c_broker, c_broker_program, committed_and_rolled_back, connect  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.interop]
 
@@ -113,10 +112,4 @@ async def test_transactions_from_a_client_of_the_edge() -> None:
               {"prefix": "txn", "direction": "in", "connection": "broker"}]  # fmt: skip
     with TxnCoordinator.running() as coordinator:
         async with interior_and_edge(coordinator.port, broker_on="I", routes=routes) as (_, _, _, e_port):
-            client = _Transactions(f"127.0.0.1:{e_port}")
-            await run_in_thread(run_container, Container(client))
-            assert client.events == ["declared", "committed", "declared", "aborted"]
-            coordinator.wait_for(lambda c: len(c.rolled_back) == 1)
-            first, second = coordinator.declared
-            assert coordinator.committed == [first] and coordinator.rolled_back == [second]
-            assert coordinator.messages == [(first, "one"), (first, "two"), (second, "three")]
+            await committed_and_rolled_back(e_port, coordinator)
