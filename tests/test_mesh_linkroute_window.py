@@ -111,3 +111,48 @@ def test_a_routed_stream_stalled_past_the_time_out_is_detached_and_nothing_stays
     for core in (a, b):
         assert not core.link_routes.pairs
         assert all(state.held_frame_bytes == 0 for state in core.connections.values())
+
+
+def test_a_stalled_routed_stream_does_not_stop_another_pair_between_the_same_routers() -> None:
+    # Two containers on B (q1 and q2), two clients on A: the first container stops reading while
+    # a large message streams to it; the routed links have sessions of their own
+    # (linkpairs.ROUTED_SESSIONS), so a large message to the second crosses whole meanwhile.
+    h = MeshHarness()
+    h.router("A")
+    h.router("B", listeners=(CLIENTS, INTER_ROUTER, BROKER), link_routes=(
+        LinkRouteConfig(prefix="q1", direction="in", container_id="broker-1"),
+        LinkRouteConfig(prefix="q2", direction="in", container_id="broker-2"),
+    ))  # fmt: skip
+    h.link("A", "B")
+    brokers = [h.client("B", f"broker-{n}", listener=BROKER) for n in (1, 2)]
+    for broker in brokers:
+        broker.auto_accept = False
+    h.converge()
+    b = h.cores["B"]
+    clients = [h.client("A", f"producer-{n}") for n in (1, 2)]
+    senders, upstreams = [], []
+    for n, (client, broker) in enumerate(zip(clients, brokers, strict=True), start=1):
+        senders.append(client.sender(f"q{n}.big"))
+        h.pump()
+        upstreams.append(answered(h, broker, credit=5))
+    stalled_conn = next(s for s in b.connections.values()
+                        if s.engine.remote_open is not None and s.engine.remote_open.container_id == "broker-1")
+    b.set_output_blocked(stalled_conn.engine, True, h.now)
+    senders[0].send_transfer(b"big", BODY[:FRAME], more=True)
+    for start in range(FRAME, len(BODY), FRAME):
+        h.pump()
+        senders[0].send_transfer(b"", BODY[start:start + FRAME], more=start + FRAME < len(BODY))
+    h.pump()
+    from_a = next(s for s in b.connections.values() if s.peer is not None)
+    assert len([s for s in from_a.engine.sessions if s.window_shut]) == 1
+    # The other pair streams meanwhile, through a session of its own.
+    delivery_id = senders[1].send_transfer(b"big", BODY[:FRAME], more=True)
+    for start in range(FRAME, len(BODY), FRAME):
+        h.pump()
+        senders[1].send_transfer(b"", BODY[start:start + FRAME], more=start + FRAME < len(BODY))
+    h.pump()
+    (arrived,) = brokers[1].received[upstreams[1]]
+    assert arrived.payload == BODY and not brokers[0].received.get(upstreams[0])
+    upstreams[1].dispose(arrived.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert clients[1].outcomes[delivery_id] == ACCEPTED

@@ -23,7 +23,7 @@ once attached (linkrelay.py), message bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp import errors as E
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
@@ -39,6 +39,13 @@ if TYPE_CHECKING:
     from .touched import Touched
 
 
+# Sessions for routed links per connection to another router: a stalled routed stream stops
+# the links of its session only (each of the first ROUTED_SESSIONS pairs has one of its own),
+# within the connection's max_sessions_per_connection beside the control, band and streaming
+# links' sessions (at most 1 + 10 + 32).
+ROUTED_SESSIONS: Final = 16
+
+
 class LinkPairs:
     """See the module docstring; one per LinkRoutes."""
 
@@ -46,7 +53,9 @@ class LinkPairs:
         self.routes = routes
         self.relay = relay
         self.touched = touched
-        self._sessions: dict[ConnState, Session] = {}  # our session for routed links on a connection
+        # Our sessions for routed links on a connection: one towards a container; towards
+        # another router up to ROUTED_SESSIONS (see _session).
+        self._sessions: dict[ConnState, list[Session]] = {}
         self.pairs: set[RoutedLink] = set()  # the clients' sides of routed pairs (management)
 
     # --- a graceful stop -------------------------------------------------------------------------------
@@ -82,11 +91,19 @@ class LinkPairs:
         self._sessions.pop(conn, None)
 
     def _session(self, conn: ConnState) -> Session:
-        session = self._sessions.get(conn)
-        if session is None or session.state.local is not ACTIVE or session.state.remote is CLOSED:
-            session = self._sessions[conn] = conn.engine.begin_session()
-            if conn.peer is not None:  # to another router: its window may stop these links only
-                between_routers(session, conn)
+        """The session a new routed link on `conn` goes in. Towards another router, a session's
+        window stops every routed link in it while one of them stalls (linkrelay.between_routers):
+        a pair gets a session of its own while there are fewer than ROUTED_SESSIONS, then shares
+        the one with the fewest links (the sessions stay for the connection's life)."""
+        sessions = [s for s in self._sessions.get(conn, ()) if s.state.local is ACTIVE and s.state.remote is not CLOSED]
+        limit = ROUTED_SESSIONS if conn.peer is not None else 1
+        if sessions and (len(sessions) >= limit or any(not s.links_by_name for s in sessions)):
+            self._sessions[conn] = sessions
+            return min(sessions, key=lambda s: len(s.links_by_name))
+        session = conn.engine.begin_session()
+        if conn.peer is not None:  # to another router: its window may stop its links only
+            between_routers(session, conn)
+        self._sessions[conn] = [*sessions, session]
         return session
 
     def pass_on(self, conn: ConnState, link: Link, far: ConnState, route: Route | None, address: str) -> None:

@@ -7,8 +7,8 @@ link as they arrive (the payload is never decoded), credit travels end to end (t
 link-credit and drain go to the sender's side as they change), dispositions and settlement go
 back along the deliveries they name, and a detach on one side detaches the other.
 
-Between routers the routed links are in a session of their own on each connection
-(`between_routers`): what waits here for a slow reader counts against that session, whose window
+Between routers the routed links are in sessions of their own on each connection (one a pair,
+up to linkpairs.ROUTED_SESSIONS: `between_routers`): what waits here for a slow reader counts against that session, whose window
 shuts as a band's does (bandwindow.py), and a shut window towards the next router holds what
 follows here (`_blocked`), so a stalled routed stream never pauses the connection between them.
 Owns (the records are routedlink.py's): relaying transfers, flow (credit, drain, available)
