@@ -111,6 +111,27 @@ def test_a_detach_while_its_transfers_wait_keeps_the_session_delivery_id_sequenc
     assert pair.client.output.held_bytes == 0 and cs.blocked is None
 
 
+def test_two_links_detached_with_their_transfers_interleaved_keep_the_sequence() -> None:
+    """a, a, b, a, b with a window of two: b's held deliveries wait around a's stub (the aborted
+    transfer left for a's third delivery when a was detached): they too keep their places as
+    stubs; their ids may not be taken back (the peer ended the session: "delivery-id 3 out of
+    sequence (expected 2)")."""
+    from router.amqp.events import ProtocolViolation, TransferReceived
+
+    pair, cs, ss = connected_pair(server_begin={"incoming_window": 2})
+    (a, _), (b, _) = (attach_pair(pair, cs, ss, name, credit=1000) for name in ("a", "b"))
+    for link in (a, a, b, a, b):
+        link.send_transfer(b"t", b"x")
+    a.detach()
+    b.detach()
+    _, server_events = pair.pump()
+    assert of_type(server_events, ProtocolViolation) == []
+    assert ss.state.local is ACTIVE and cs.state.remote is ACTIVE
+    received = [(e.link.name, e.delivery_id, e.aborted) for e in of_type(server_events, TransferReceived)]
+    assert received == [("a", 0, False), ("a", 1, False), ("b", 2, True), ("a", 3, True), ("b", 4, True)]
+    assert pair.client.output.held_bytes == 0 and cs.blocked is None
+
+
 class HeldFrames(RuleBasedStateMachine):
     """Any mix of sends, flows, dispositions, windows opening, detaches: the count the driver
     reads is always what the queue holds, never more than one flow of a link waits, and the
@@ -167,4 +188,4 @@ class HeldFrames(RuleBasedStateMachine):
 
 
 TestHeldFrames = HeldFrames.TestCase
-TestHeldFrames.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestHeldFrames.settings = settings(max_examples=300, stateful_step_count=30, deadline=None)

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
     from .session import Session
 
 # What a held frame is (the first field of a Session.blocked entry); the last field is the
-# delivery-id of a delivery's first transfer, -1 for any other entry
-TRANSFER: Final = 0  # (TRANSFER, (header + performative, payload), link, delivery-id or -1)
+# delivery-id of a delivery's first transfer, STUB for the aborted transfer standing in for a
+# dropped delivery (drop_held: it holds that delivery's place in the sequence), -1 for any other
+TRANSFER: Final = 0  # (TRANSFER, (header + performative, payload), link, delivery-id, STUB or -1)
 ORDERED: Final = 1  # (ORDERED, frame bytes, None, -1)
 LINK_FLOW: Final = 2  # (LINK_FLOW, None, link, -1): made when sent, with the counts of then
 NOT_FIRST: Final = -1
+STUB: Final = -2
 
 # A held flow is made when sent: what it holds is the entry, not bytes. Counted at about what
 # the entry costs in memory (a tuple in a deque), so that the bound on held bytes bounds them.
@@ -111,7 +113,7 @@ def drop_held(session: Session, link: Link | None = None) -> bool:
         if link is None or item[0] != TRANSFER or item[3] < 0:
             continue
         if stubs:
-            stub = (TRANSFER, (_aborted_transfer(session, link, item[3]), b""), link, NOT_FIRST)
+            stub = (TRANSFER, (_aborted_transfer(session, link, item[3]), b""), link, STUB)
             kept.append(stub)
             dropped -= held_size(stub)
         elif first_id < 0:
@@ -124,10 +126,11 @@ def drop_held(session: Session, link: Link | None = None) -> bool:
 
 
 def _followed(blocked: deque[tuple[int, Any, Link | None, int]], link: Link) -> bool:
-    """Whether another link's delivery starts after `link`'s first held one."""
+    """Whether another link's delivery (or the stub of one dropped before) starts after
+    `link`'s first held one: then `link`'s ids cannot be taken back."""
     seen = False
     for kind, _, owner, delivery_id in blocked:
-        if kind == TRANSFER and delivery_id >= 0:
+        if kind == TRANSFER and (delivery_id >= 0 or delivery_id == STUB):
             if owner is link:
                 seen = True
             elif seen:
