@@ -31,6 +31,16 @@ def _routed_to(core_conns: dict[object, ConnState], towards_router: bool) -> Rou
     return found
 
 
+def _stream(h: MeshHarness, sender: Link) -> int:
+    """BODY from `sender`, a frame at a time as a socket would give them; its delivery-id."""
+    delivery_id: int = sender.send_transfer(b"big", BODY[:FRAME], more=True)
+    for start in range(FRAME, len(BODY), FRAME):
+        h.pump()
+        sender.send_transfer(b"", BODY[start:start + FRAME], more=start + FRAME < len(BODY))
+    h.pump()
+    return delivery_id
+
+
 def _stalled_stream() -> tuple[MeshHarness, Client, Client, Link, int, ConnState]:
     """A - B, the container on B; a client on A streams BODY to it through the route while B's
     output to the container is blocked. The harness, the client, the container, the container's
@@ -51,11 +61,7 @@ def _stalled_stream() -> tuple[MeshHarness, Client, Client, Link, int, ConnState
     # The container stops reading: B's output to it is blocked (as its socket would be).
     broker_conn = next(s for s in b.connections.values() if s.role == "route-container")
     b.set_output_blocked(broker_conn.engine, True, h.now)
-    delivery_id = sender.send_transfer(b"big", BODY[:FRAME], more=True)
-    for start in range(FRAME, len(BODY), FRAME):  # a frame at a time, as a socket would give them
-        h.pump()
-        sender.send_transfer(b"", BODY[start:start + FRAME], more=start + FRAME < len(BODY))
-    h.pump()
+    delivery_id = _stream(h, sender)
     return h, client, broker, upstream, delivery_id, broker_conn
 
 
@@ -138,19 +144,11 @@ def test_a_stalled_routed_stream_does_not_stop_another_pair_between_the_same_rou
     stalled_conn = next(s for s in b.connections.values()
                         if s.engine.remote_open is not None and s.engine.remote_open.container_id == "broker-1")
     b.set_output_blocked(stalled_conn.engine, True, h.now)
-    senders[0].send_transfer(b"big", BODY[:FRAME], more=True)
-    for start in range(FRAME, len(BODY), FRAME):
-        h.pump()
-        senders[0].send_transfer(b"", BODY[start:start + FRAME], more=start + FRAME < len(BODY))
-    h.pump()
+    _stream(h, senders[0])
     from_a = next(s for s in b.connections.values() if s.peer is not None)
     assert len([s for s in from_a.engine.sessions if s.window_shut]) == 1
     # The other pair streams meanwhile, through a session of its own.
-    delivery_id = senders[1].send_transfer(b"big", BODY[:FRAME], more=True)
-    for start in range(FRAME, len(BODY), FRAME):
-        h.pump()
-        senders[1].send_transfer(b"", BODY[start:start + FRAME], more=start + FRAME < len(BODY))
-    h.pump()
+    delivery_id = _stream(h, senders[1])
     (arrived,) = brokers[1].received[upstreams[1]]
     assert arrived.payload == BODY and not brokers[0].received.get(upstreams[0])
     upstreams[1].dispose(arrived.delivery_id, state=ACCEPTED, settled=True)

@@ -76,9 +76,7 @@ class Peer:
         self.dropped = 0  # control messages dropped because the queue was full
         self.edge = False  # an edge connection (router.core.edge), not a neighbour in the mesh
         # The mesh version its open announced (check_open has checked it is a positive integer).
-        remote = conn.engine.remote_open
-        props = {str(k): v for k, v in ((remote.properties or {}) if remote is not None else {}).items()}
-        version = props.get(VERSION_PROPERTY)
+        version = _open_properties(conn).get(VERSION_PROPERTY)
         self.version = version if isinstance(version, int) and not isinstance(version, bool) else 1
 
     def __repr__(self) -> str:
@@ -116,12 +114,18 @@ def _refusal(description: str, condition: str = E.NOT_ALLOWED) -> Error:
     return Error(condition=condition, description=description)
 
 
+def _open_properties(state: ConnState) -> dict[str, Any]:
+    """The peer's open's connection properties by name (none before its open)."""
+    remote = state.engine.remote_open
+    return {str(k): v for k, v in (remote.properties or {}).items()} if remote is not None else {}
+
+
 def check_open(state: ConnState, router_id: str, mode: str) -> tuple[Error | None, int]:
     """Check the peer's open on `state` at router `router_id` of `mode`: (an error to close
     with, or None; the link cost)."""
     remote = state.engine.remote_open
     assert remote is not None
-    props = {str(k): v for k, v in (remote.properties or {}).items()}
+    props = _open_properties(state)
     claimed = props.get(ROLE_PROPERTY)
     what = f"{'connector' if state.outgoing else 'listener'} {state.listener.name!r}"
     if state.role in ("normal", "route-container"):  # clients, brokers and services
