@@ -9,6 +9,7 @@ Owns: the policy's fields, defaults and cross-field rules. Must not touch: apply
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated
 
 from pydantic import Field, model_validator
@@ -17,6 +18,17 @@ from .base import Model
 
 PolicyLimit = Annotated[int, Field(ge=0)]
 AddressPatterns = tuple[Annotated[str, Field(min_length=1, max_length=1000)], ...]
+Hostname = Annotated[str, Field(min_length=1, max_length=255)]
+_OPEN = ("*",)  # the default of sources and targets: any address
+
+
+def _check_tokens(field: str, patterns: AddressPatterns | None) -> None:
+    """`*` and `#` of a token pattern are whole tokens (`orders.*`, not `orders*`)."""
+    for pattern in patterns or ():
+        for token in re.split(r"[./]", pattern.replace("${user}", "u")):
+            if token not in ("*", "#") and ("*" in token or "#" in token):
+                raise ValueError(f"{field}: {pattern!r}: * and # match whole tokens, separated by . or / "
+                                 "(orders.* or orders/#, not orders*)")  # fmt: skip
 
 
 class PolicyGroup(Model):
@@ -38,19 +50,45 @@ class PolicyGroup(Model):
         default=None, ge=512, le=0xFFFFFFFF, description="bytes; caps the frame size the router's open offers"
     )
     max_message_size: int | None = Field(
-        default=None, ge=1, description="bytes; a larger message detaches its link with amqp:link:message-size-exceeded"
+        default=None, ge=1,
+        description="bytes (else the vhost's); a larger message detaches its link with amqp:link:message-size-exceeded",
+    )
+    max_session_window: int | None = Field(
+        default=None, ge=1, le=0xFFFFFFFF,
+        description="bytes; caps the incoming window of a client's session (in frames: this / max frame size, at least 1)",
     )
     sources: AddressPatterns = Field(
-        default=("*",), description="addresses the users may receive from: exact, or with * (any rest) and ${user}"
+        default=_OPEN, description="addresses the users may receive from: exact, or with * (any rest) and ${user}"
     )
     targets: AddressPatterns = Field(
-        default=("*",), description="addresses the users may send to (anonymous senders: each message's to)"
+        default=_OPEN, description="addresses the users may send to (anonymous senders: each message's to)"
+    )
+    source_pattern: AddressPatterns | None = Field(
+        default=None,
+        description="instead of sources: token patterns (tokens split on . or /; * one token, # zero or more; ${user})",
+    )
+    target_pattern: AddressPatterns | None = Field(
+        default=None, description="instead of targets: token patterns, as source_pattern (anonymous senders: each to)"
     )
     allow_anonymous_sender: bool = Field(default=True, description="links with no target address (the anonymous relay)")
     allow_dynamic_source: bool = Field(default=True, description="receivers of a dynamic source (temporary reply addresses)")
     allow_user_id_proxy: bool = Field(
         default=False, description="a message's user-id may name another user (else it must be the authenticated user)"
     )
+    allow_waypoint_links: bool = Field(
+        default=True, description="links whose source or target has a qd.waypoint capability (else refused)"
+    )
+    allow_fallback_links: bool = Field(
+        default=True, description="links whose source or target has the capability qd.fallback (else refused)"
+    )
+
+    @model_validator(mode="after")
+    def _patterns(self) -> PolicyGroup:
+        for plain, tokens in (("sources", "source_pattern"), ("targets", "target_pattern")):
+            if getattr(self, tokens) is not None and getattr(self, plain) != _OPEN:
+                raise ValueError(f"give {plain} or {tokens}, not both: {tokens} is used instead of {plain}")
+            _check_tokens(tokens, getattr(self, tokens))
+        return self
 
     @model_validator(mode="after")
     def _hosts(self) -> PolicyGroup:
@@ -73,10 +111,16 @@ class PolicyGroup(Model):
 class Vhost(Model):
     """The policy of the connections whose open names `hostname` (docs/security.md, "Policy")."""
 
-    hostname: Annotated[str, Field(min_length=1, max_length=255)]
+    hostname: Hostname
+    aliases: tuple[Hostname, ...] = Field(
+        default=(), description="other hostnames that select this vhost (case does not matter)"
+    )
     max_connections: PolicyLimit | None = Field(default=None, description="connections to the vhost, in all")
     max_connections_per_user: PolicyLimit | None = Field(default=None, description="connections of one user")
     max_connections_per_host: PolicyLimit | None = Field(default=None, description="connections from one host")
+    max_message_size: int | None = Field(
+        default=None, ge=1, description="bytes; the max_message_size of its groups that set none"
+    )
     allow_unknown_user: bool = Field(
         default=False,
         description="users in no group (and anonymous connections) get the $default group; otherwise they are refused",
@@ -84,6 +128,19 @@ class Vhost(Model):
     groups: dict[Annotated[str, Field(min_length=1, max_length=255)], PolicyGroup] = Field(
         default_factory=dict, description="group name -> what its users may do"
     )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The hostname and the aliases, in lower case: the opens' hostnames that select the vhost."""
+        return (self.hostname.lower(), *(a.lower() for a in self.aliases))
+
+    @model_validator(mode="after")
+    def _aliases(self) -> Vhost:
+        names = self.names
+        for alias in self.aliases:
+            if names.count(alias.lower()) > 1:
+                raise ValueError(f"vhost {self.hostname!r}: aliases: {alias!r} is its hostname or another of its aliases")
+        return self
 
     @model_validator(mode="after")
     def _one_group_per_user(self) -> Vhost:
@@ -113,4 +170,11 @@ class Policy(Model):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"vhost hostnames must be unique: {', '.join(duplicates)}")
+        owner = {name: v.hostname for v in self.vhosts for name in v.names[:1]}
+        for vhost in self.vhosts:
+            for alias in vhost.aliases:
+                other = owner.setdefault(alias.lower(), vhost.hostname)
+                if other != vhost.hostname:
+                    raise ValueError(f"vhost {vhost.hostname!r}: aliases: {alias!r} already selects vhost {other!r} "
+                                     "(its hostname or alias)")  # fmt: skip
         return self

@@ -5,7 +5,7 @@
     admission.accept(engine, listener, host, tls)      # RouterCore.accept: a connection accepted
     admission.connect(engine, connector, now, host, tls)  # RouterCore.connect: one we open
     admission.opened(state, now)         # the peer's open: refused, or the connection starts
-    admission.begun(state, session)      # a client's session (policy's limit)
+    admission.begun(state, session)      # a client's session under policy (its window, the limit)
     admission.client_attach(state, link, now) / refuse_while_quiescing(state, link)
 
 Owns: registering a connection's engine (and, for one we open, sending our open at once); the
@@ -13,11 +13,12 @@ answer to a peer's open: refused while the router stops, at the connection limit
 an inter-router or edge listener that is not a router it trusts (router.core.identity), or by
 policy (router.core.policy: the grant, and the frame size its group caps); the counters of
 refused connections and routers per listener (management); what an open connection starts (the
-mesh's peer router, a route container's link routes and auto-links); a client's session past its
-group's limit; a client's attach (never one of the mesh's own links, within policy's limits, a
-producer whose messages policy reads); attaches refused while the router quiesces; what our open
-offers (management adds its capability and address); and whether the router is stopping
-(`quiescing`, `shutting_down`, set by the graceful stop: stop.py).
+mesh's peer router, a route container's link routes and auto-links); a client's session under
+policy (begun with the incoming window its group caps, ended past its group's limit); a client's
+attach (never one of the mesh's own links, within policy's limits, a producer whose messages
+policy reads); attaches refused while the router quiesces; what our open offers (management
+adds its capability and address); and whether the router is stopping (`quiescing`,
+`shutting_down`, set by the graceful stop: stop.py).
 Collaborators (given by RouterCore): the configuration, the core's connections, the login
 throttle, Links, AutoLinks, LinkRoutes, the mesh, the policy, Touched, and the core as a
 ports.ConnectionCloser (a router that answers our open with the wrong identity).
@@ -35,9 +36,11 @@ from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, UNINIT
 from ..amqp.filters import CAPABILITIES as FILTER_CAPABILITIES
 from ..amqp.performatives import Error
+from ..amqp.session import DEFAULT_WINDOW
 from ..amqp.login_throttle import LoginThrottle
 from ..config.models import Connector, Listener, RouterConfig
 from .connections import ConnState, peer_host, throttle_logins
+from .grant import session_window
 from .identity import check_router_identity, mesh_link_refusal, warn_open_router_listeners
 from .interrouter import check_open, open_properties
 from .links import InLink
@@ -187,10 +190,14 @@ class Admission:
         return None
 
     def begun(self, state: ConnState, session: Any) -> None:
-        """A client's session past its group's limit is ended at once; the connection stays."""
-        assert state.policy is not None
+        """Answer a client's begin under policy: with the incoming window its group caps
+        (max_session_window), then a session past its group's limit is ended at once; the
+        connection stays."""
+        grant = state.policy
+        assert grant is not None
+        session.begin(incoming_window=session_window(grant, state.engine.config.max_frame_size, DEFAULT_WINDOW))
         others = sum(1 for s in state.engine.sessions if s is not session and s.state.local is ACTIVE)
-        refusal = self.policy.begin(state.policy, others)
+        refusal = self.policy.begin(grant, others)
         if refusal is not None:
             session.end(refusal)
 
@@ -211,7 +218,7 @@ class Admission:
         producer = link.context
         if grant is not None and type(producer) is InLink:
             anonymous = producer.entry is None
-            if not grant.group.allow_user_id_proxy or (anonymous and grant.group.targets != ("*",)):
+            if not grant.group.allow_user_id_proxy or (anonymous and grant.targets_checked):
                 producer.policy = grant  # its messages are looked at (forwarding: _first_frame)
 
     def refuse_while_quiescing(self, state: ConnState, link: Any) -> None:

@@ -3,14 +3,15 @@
 
     grant.check(payload, anonymous)      # a message's refusal, or None (forwarding.py)
     message_size_limit(grant, router_limit)   # a producer link's max-message-size (attach.py)
+    session_window(grant, max_frame_size, default)   # a client session's incoming window (admission.py)
 
 Owns: Grant (the vhost, group and user a connection was granted: on ConnState.policy, and on a
 producer link whose messages need a look), the per-message rules through `Grant.check` (the
 user-id must be the authenticated user's unless proxying is allowed; on an anonymous link the
 message's `to` must be one of the group's targets), reading a message's properties section for
-them, the message-size limit a group sets, the address patterns a group's sources and targets are
-matched by (`*` and `${user}`), and the counters per vhost (VhostStats: management's vhostStats)
-that the decisions count into.
+them, the message-size limit a group (or its vhost) sets, the session window a group caps, and the
+counters per vhost (VhostStats: management's vhostStats) that the decisions count into. The
+address rules themselves are policyaddr.py's.
 Collaborators: none; policy.py grants, and the core asks a grant and acts on the answer.
 Must not touch: the decisions at open, begin and attach (policy.py), engines, message routing.
 """
@@ -27,6 +28,7 @@ from ..amqp.messaging import Properties
 from ..amqp.performatives import Error
 from ..amqp.sections import section_spans
 from ..config.models import PolicyGroup, Vhost
+from .policyaddr import targets_allow, targets_checked
 
 _PROPERTIES = 0x73
 
@@ -54,21 +56,6 @@ class VhostStats:
         self.messages_denied = 0  # messages rejected: user-id not the user's, target not allowed
 
 
-def address_allowed(patterns: tuple[str, ...], address: str, user: str | None) -> bool:
-    """Whether `address` matches one of `patterns`: `*` alone is any address, a trailing `*`
-    any rest, `${user}` the authenticated user (never matched by an anonymous connection)."""
-    for pattern in patterns:
-        if "${user}" in pattern:
-            if user is None:
-                continue
-            pattern = pattern.replace("${user}", user)
-        if pattern == "*" or pattern == address:
-            return True
-        if pattern.endswith("*") and address.startswith(pattern[:-1]):
-            return True
-    return False
-
-
 def message_properties(payload: bytes) -> Properties | None:
     """The properties section of an encoded message (at least its first frame), None if it has
     none; DecodeError when malformed or cut before the end of the properties."""
@@ -83,7 +70,7 @@ def message_properties(payload: bytes) -> Properties | None:
 class Grant:
     """What policy granted one client connection: its vhost, group and user (on ConnState.policy)."""
 
-    __slots__ = ("vhost", "group_name", "group", "user", "user_key", "host", "stats", "released")
+    __slots__ = ("vhost", "group_name", "group", "user", "user_key", "host", "stats", "released", "targets_checked")
 
     def __init__(self, vhost: Vhost, group_name: str, group: PolicyGroup, user: str | None, host: str,
                  stats: VhostStats) -> None:  # fmt: skip
@@ -95,18 +82,19 @@ class Grant:
         self.host = host
         self.stats = stats
         self.released = False
+        self.targets_checked = targets_checked(group)  # an anonymous sender's messages: their `to`
 
     @property
     def checks_messages(self) -> bool:
         """Whether messages on an anonymous producer link need a look (their user-id or target)."""
-        return not self.group.allow_user_id_proxy or self.group.targets != ("*",)
+        return not self.group.allow_user_id_proxy or self.targets_checked
 
     def check(self, payload: bytes, anonymous: bool) -> Error | None:
         """The refusal of one message from this connection, or None: its user-id must be the
         authenticated user's (unless proxying is allowed), and on an anonymous link its `to`
         one of the group's targets."""
         group = self.group
-        if group.allow_user_id_proxy and not (anonymous and group.targets != ("*",)):
+        if group.allow_user_id_proxy and not (anonymous and self.targets_checked):
             return None
         try:
             properties = message_properties(payload)
@@ -127,9 +115,9 @@ class Grant:
                 who = f"user {self.user!r}" if self.user is not None else "an anonymous connection"
                 return refusal(E.UNAUTHORIZED_ACCESS, f"the message's user-id {given[:64]!r} is not {who} "
                                                       f"(vhost {self.vhost.hostname!r} allows no user-id proxying)")  # fmt: skip
-        if anonymous and group.targets != ("*",):
+        if anonymous and self.targets_checked:
             to = properties.to
-            if to is not None and not address_allowed(group.targets, str(to), self.user):
+            if to is not None and not targets_allow(group, str(to), self.user):
                 self.stats.messages_denied += 1
                 return refusal(E.UNAUTHORIZED_ACCESS, f"sending to {str(to)[:200]!r} is not allowed "
                                                       f"for group {self.group_name!r} of vhost {self.vhost.hostname!r}")  # fmt: skip
@@ -138,8 +126,22 @@ class Grant:
 
 def message_size_limit(grant: Grant | None, router_limit: int | None) -> tuple[int | None, bool]:
     """The max-message-size a client's producer link is answered with, and whether a larger
-    message detaches the link (the group's limit) rather than being rejected (the router's)."""
-    group_limit = grant.group.max_message_size if grant is not None else None
+    message detaches the link (the group's limit, else its vhost's) rather than being rejected
+    (the router's)."""
+    group_limit = None
+    if grant is not None:
+        group_limit = grant.group.max_message_size
+        if group_limit is None:
+            group_limit = grant.vhost.max_message_size
     if group_limit is None or (router_limit is not None and router_limit <= group_limit):
         return router_limit, False
     return group_limit, True
+
+
+def session_window(grant: Grant, max_frame_size: int, default: int) -> int:
+    """The incoming window (in frames) of a client's session: `default`, or at most the group's
+    max_session_window in frames of `max_frame_size` (at least 1; transport 2.5.6)."""
+    window = grant.group.max_session_window
+    if window is None:
+        return default
+    return max(1, min(default, window // max_frame_size))

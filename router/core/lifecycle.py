@@ -76,9 +76,10 @@ class Lifecycle:
                 # UNINIT, not "not ACTIVE": the engine may have ended the session already (a
                 # session error read in the same batch), and it cannot begin again.
                 if session.state.local is UNINIT and engine.state.local is ACTIVE:
-                    session.begin()
                     if state.policy is not None:
-                        self.admission.begun(state, session)
+                        self.admission.begun(state, session)  # its group's window and limit
+                    else:
+                        session.begin()
             case ev.ProtocolViolation() if event.scope == "link" and state.policy is not None:
                 if event.condition == E.MESSAGE_SIZE_EXCEEDED:  # over the group's max_message_size
                     state.policy.stats.message_size_denied += 1

@@ -7,15 +7,17 @@ open, begin, attach and transfer for client connections (docs/security.md, "Poli
     error = policy.attach(grant, sending, terminus, senders, receivers)
     policy.closed(grant)
 
-Owns: choosing a connection's vhost and group, counting its connections (in all, per user, per
-host) and refusing past the limits (amqp:resource-limit-exceeded) or for who and where the user
-is (amqp:unauthorized-access: the hosts a group may connect from); the session, sender and
-receiver limits, anonymous senders and dynamic sources, the addresses a group may attach to;
-and the counters per vhost (management's vhostStats) those decisions count. A connection keeps
-the group it was granted at open: rules changed at run time apply to new connections (the
-counts of the old ones still count against the limits). What a grant is, the per-message rules
-(`Grant.check`, set on a producer link only when a rule needs it), the message-size limit and the
-address patterns are grant.py's (re-exported here).
+Owns: choosing a connection's vhost (by its hostname or an alias) and group, counting its
+connections (in all, per user, per host) and refusing past the limits
+(amqp:resource-limit-exceeded) or for who and where the user is (amqp:unauthorized-access: the
+hosts a group may connect from); the session, sender and receiver limits, anonymous senders and
+dynamic sources, waypoint and fallback links (their terminus's capability), the addresses a
+group may attach to; and the counters per vhost (management's vhostStats) those decisions count.
+A connection keeps the group it was granted at open: rules changed at run time apply to new
+connections (the counts of the old ones still count against the limits). What a grant is, the
+per-message rules (`Grant.check`, set on a producer link only when a rule needs it), the
+message-size limit and the session window are grant.py's, the address rules policyaddr.py's
+(re-exported here).
 Inter-router and edge connections are never subject to policy (the anchors' rule).
 Collaborators: none but the rules; the core asks and acts on the answers.
 Must not touch: engines (the core answers), message routing.
@@ -30,14 +32,18 @@ from ..amqp import errors as E
 from ..amqp.messaging import Source, Target
 from ..amqp.performatives import Error
 from ..config.models import Policy, PolicyGroup, Vhost
-from .grant import Grant, VhostStats, address_allowed, message_properties, message_size_limit, refusal
+from .grant import Grant, VhostStats, message_properties, message_size_limit, refusal
+from .identity import terminus_capabilities
+from .policyaddr import address_allowed, pattern_allowed, sources_allow, targets_allow
+from .table import FALLBACK_CAPABILITY
 
 __all__ = [
     "DEFAULT_GROUP", "Grant", "PolicyUnit", "VhostStats", "address_allowed", "host_allowed", "message_properties",
-    "message_size_limit",
+    "message_size_limit", "pattern_allowed",
 ]  # fmt: skip
 
 DEFAULT_GROUP = "$default"
+WAYPOINT_CAPABILITY = "qd.waypoint"  # the anchors': qd.waypoint, or qd.waypoint.N naming a phase
 
 
 def host_allowed(patterns: tuple[str, ...], host: str) -> bool:
@@ -82,7 +88,7 @@ class PolicyUnit:
         if hostname:
             wanted = hostname.lower()
             for vhost in rules.vhosts:
-                if vhost.hostname.lower() == wanted:
+                if wanted in vhost.names:  # its hostname or an alias
                     return vhost
         if rules.default_vhost is None:
             return None
@@ -189,26 +195,43 @@ class PolicyUnit:
         if limit is not None and count >= limit:
             kind = "sender" if client_sends else "receiver"
             return refusal(E.RESOURCE_LIMIT_EXCEEDED, f"{kind} limit ({limit}) of group {name!r} of {where} reached")
+        if not isinstance(terminus, Target if client_sends else Source):
+            return None  # a coordinator, or no terminus: the Links unit answers it
+        error = self._capabilities(group, name, where, terminus)
+        if error is not None:
+            return error
         if client_sends:
-            if not isinstance(terminus, Target):
-                return None  # a coordinator or no target: the Links unit answers it
             if terminus.dynamic:
                 return None
             if not terminus.address:
                 if group.allow_anonymous_sender:
                     return None
                 return refusal(E.UNAUTHORIZED_ACCESS, f"anonymous senders are not allowed for group {name!r} of {where}")
-            if address_allowed(group.targets, terminus.address, grant.user):
+            if targets_allow(group, terminus.address, grant.user):
                 return None
             return refusal(E.UNAUTHORIZED_ACCESS,
                            f"sending to {terminus.address[:200]!r} is not allowed for group {name!r} of {where}")  # fmt: skip
-        if not isinstance(terminus, Source):
-            return None
         if terminus.dynamic:
             if group.allow_dynamic_source:
                 return None
             return refusal(E.UNAUTHORIZED_ACCESS, f"dynamic sources are not allowed for group {name!r} of {where}")
-        if not terminus.address or address_allowed(group.sources, terminus.address, grant.user):
+        if not terminus.address or sources_allow(group, terminus.address, grant.user):
             return None
         return refusal(E.UNAUTHORIZED_ACCESS,
                        f"receiving from {terminus.address[:200]!r} is not allowed for group {name!r} of {where}")  # fmt: skip
+
+    @staticmethod
+    def _capabilities(group: PolicyGroup, name: str, where: str, terminus: Source | Target) -> Error | None:
+        """Waypoint and fallback links, when the group allows none (the capability of the
+        client's terminus: the target of a sender, the source of a receiver)."""
+        if group.allow_waypoint_links and group.allow_fallback_links:
+            return None
+        for capability in sorted(terminus_capabilities(terminus)):
+            waypoint = capability == WAYPOINT_CAPABILITY or capability.startswith(WAYPOINT_CAPABILITY + ".")
+            if (waypoint and not group.allow_waypoint_links) or (
+                capability == FALLBACK_CAPABILITY and not group.allow_fallback_links
+            ):
+                rule = "allow_waypoint_links" if waypoint else "allow_fallback_links"
+                return refusal(E.UNAUTHORIZED_ACCESS, f"links with the capability {capability[:100]!r} are not allowed "
+                                                      f"for group {name!r} of {where} ({rule} is false)")  # fmt: skip
+        return None

@@ -39,12 +39,16 @@ def _snake(attributes: Mapping[str, Any], fields: dict[str, str], what: str) -> 
     return out
 
 
+def _listed(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
 def _render_group(group: PolicyGroup) -> dict[str, Any]:
-    return {camel(k): list(v) if isinstance(v, tuple) else v for k, v in group.model_dump().items()}
+    return {camel(k): _listed(v) for k, v in group.model_dump().items()}
 
 
 def _render_vhost(vhost: Vhost) -> dict[str, Any]:
-    out = {camel(k): getattr(vhost, k) for k in Vhost.model_fields if k != "groups"}
+    out = {camel(k): _listed(getattr(vhost, k)) for k in Vhost.model_fields if k != "groups"}
     out["groups"] = {name: _render_group(group) for name, group in vhost.groups.items()}
     return out
 
@@ -126,14 +130,17 @@ class VhostType(EntityType):
     attributes = (
         Attribute("hostname", "string", "The open's hostname this vhost applies to ($default: the default vhost)",
                   writable=True, required=True),
+        Attribute("aliases", "list", "Other hostnames that select this vhost (case does not matter)", writable=True),
         Attribute("maxConnections", "long", "Connections to the vhost, in all", writable=True),
         Attribute("maxConnectionsPerUser", "long", "Connections of one user", writable=True),
         Attribute("maxConnectionsPerHost", "long", "Connections from one host", writable=True),
+        Attribute("maxMessageSize", "long", "Bytes: the maxMessageSize of its groups that set none", writable=True),
         Attribute("allowUnknownUser", "boolean", "Users in no group (and anonymous connections) get the $default group",
                   writable=True, default=False),
         Attribute("groups", "map", "Group name -> its settings: users, remoteHosts, maxConnectionsPerUser, "
                   "maxConnectionsPerHost, maxSessions, maxSenders, maxReceivers, maxFrameSize, maxMessageSize, "
-                  "sources, targets, allowAnonymousSender, allowDynamicSource, allowUserIdProxy", writable=True),
+                  "maxSessionWindow, sources, targets, sourcePattern, targetPattern, allowAnonymousSender, "
+                  "allowDynamicSource, allowUserIdProxy, allowWaypointLinks, allowFallbackLinks", writable=True),
     )
     operations = ("CREATE", "READ", "UPDATE", "DELETE")
     configuration = True
