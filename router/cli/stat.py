@@ -64,7 +64,7 @@ VIEWS: dict[ViewName, View] = {
         ("Accepted", "acceptedDeliveries"), ("Rejected", "rejectedDeliveries"), ("Released", "releasedDeliveries"),
         ("Modified", "modifiedDeliveries"), ("Presettled", "presettledDeliveries"),
         ("Dropped Presettled", "droppedPresettledDeliveries"), ("From Router", "deliveriesFromRouter"),
-        ("Dropped From Router", "droppedFromRouter"),
+        ("Dropped From Router", "droppedFromRouter"), ("Deliveries to Fallback", "deliveriesRedirectedToFallback"),
     ), single=True),
     ViewName.connections: View("connection", "Connections", (
         ("id", "identity"), ("host", "host"), ("container", "container"), ("role", "role"), ("proto", "protocol"),
@@ -83,7 +83,8 @@ VIEWS: dict[ViewName, View] = {
         ("class", "key"), ("addr", "address"), ("distrib", "distribution"), ("in-proc", "inProcess"),
         ("local", "subscriberCount"), ("remote", "remoteCount"), ("producers", "producerCount"),
         ("undel", "undeliveredCount"), ("in", "deliveriesIngress"), ("out", "deliveriesEgress"),
-        ("thru", "deliveriesTransit"), ("rel", "released"), ("drop", "dropped"), ("rej", "rejected"),
+        ("thru", "deliveriesTransit"), ("fallback", "deliveriesRedirectedToFallback"), ("rel", "released"),
+        ("drop", "dropped"), ("rej", "rejected"),
     )),
     ViewName.nodes: View("router.node", "Routers in the Network", (
         ("router-id", "id"), ("next-hop", "nextHop"), ("link", "routerLink"), ("cost", "cost"),
