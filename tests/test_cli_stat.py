@@ -56,11 +56,13 @@ def test_every_view_as_a_table(router: ProcessRouter, view: str) -> None:
     else:
         assert "┃" in out and "(none)" not in out
     if view == "general":
-        assert ROUTER_ID in out and "standalone" in out
+        assert ROUTER_ID in out and "standalone" in out and "Deliveries to Fallback" in out
     if view == "addresses":
-        assert "stat.table" in out and "mobile" in out
-    if view == "linkroutes":  # configured, no container connected
+        assert "stat.table" in out and "mobile" in out and "┃ fallback ┃" in out
+    if view == "linkroutes":  # configured, no container connected; known here, unreachable
         assert "in:broker" in out and "broker/" in out and "inactive" in out
+        known = out.split("Link Routes Known to this Router\n", 1)[1]
+        assert "│ broker │" in known and "│ no " in known
 
 
 def test_general_and_memory_as_json(router: ProcessRouter) -> None:

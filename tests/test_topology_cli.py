@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from topology.cli import render
-from topology.cli.network import AddressInfo, Network, RouterInfo, as_json, choose
+from topology.cli.network import AddressInfo, Network, RouterInfo, as_json, choose, link_routed
 
 from .support.router_process import RouterProcess, router_env
 
@@ -84,6 +84,19 @@ def test_no_consumers_reachable_is_a_lookup_error() -> None:
         choose(network, "A", AddressInfo("q", "closest", 0, ["Z"]))
 
 
+def test_a_link_routed_address_is_told_with_where_its_attach_goes() -> None:
+    rows = [
+        {"direction": "in", "prefix": "queue", "servedBy": "C", "kind": "interior", "nextHop": "B", "reachable": True},
+        {"direction": "in", "pattern": "*.eu.#", "servedBy": "E", "kind": "edge", "nextHop": "E", "reachable": False},
+        {"direction": "out", "prefix": "orders", "servedBy": "local", "kind": "local", "reachable": True},
+    ]
+    assert link_routed(rows, "queue/x") == "queue: served by C (interior, next hop B, reachable)"
+    assert link_routed(rows, "sales.eu") == "*.eu.#: served by E (edge, next hop E, not reachable now)"
+    assert link_routed(rows, "queue.eu.1") is not None and ";" in (link_routed(rows, "queue.eu.1") or "")
+    for address in ("queues", "orders", "eu", "x.y.eu"):  # no in route: a message address
+        assert link_routed(rows, address) is None, address
+
+
 def test_tree_table_and_json() -> None:
     network = ring()
     network.routers["Z"] = RouterInfo("Z", reachable=False)
@@ -114,7 +127,9 @@ def _topology(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.process
 def test_against_a_standalone_router(tmp_path: Path) -> None:
-    with RouterProcess.running(tmp_path, {"router": {"id": "solo"}, "listeners": [{"name": "amqp", "port": 0}]}) as router:
+    config = {"router": {"id": "solo"}, "listeners": [{"name": "amqp", "port": 0}],
+              "link_routes": [{"prefix": "queue", "direction": "in", "connection": "broker"}]}  # fmt: skip
+    with RouterProcess.running(tmp_path, config) as router:
         bus = f"127.0.0.1:{router.ports['amqp']}"
         listed = _topology("routers", "-b", bus, "--json")
         assert listed.returncode == 0, listed.stderr
@@ -124,6 +139,12 @@ def test_against_a_standalone_router(tmp_path: Path) -> None:
         missing = _topology("path", "--address", "nowhere", "-b", bus)
         assert missing.returncode == 1 and missing.stdout == ""
         assert missing.stderr.strip().splitlines() == ["error: solo knows no address 'nowhere' (no consumers for it anywhere in the network)"]
+        routed = _topology("path", "--address", "queue.x", "-b", bus)
+        assert routed.returncode == 1 and routed.stdout == ""
+        assert routed.stderr.strip().splitlines() == [
+            "error: 'queue.x' is link-routed at solo: a sender's attach to it is passed on to a route container, no "
+            "message is routed by address (link route queue: served by local (local, not reachable now))"
+        ]
         unknown = _topology("routes", "--router", "nosuch", "-b", bus)
         assert unknown.returncode == 1 and "unknown router 'nosuch'" in unknown.stderr
         assert "Traceback" not in unknown.stderr

@@ -1,10 +1,11 @@
 """`router stat`: a running router's state as tables (like qdstat), or JSON for scripts.
 
-    router stat [general|connections|links|addresses|nodes|memory|linkroutes] [-b HOST:PORT]
+    router stat [general|connections|links|addresses|nodes|memory|vhosts|linkroutes] [-b HOST:PORT]
                 [--router ID | --all-routers] [--json] [--limit N]
 
 Owns: the views (which entity type each one queries, which attributes become which columns,
-how values read: durations, yes/no, lists), asking one router, a remote one through the mesh
+how values read: durations, yes/no, lists; a view may show a second table below its own, as
+`linkroutes` shows the routes the router knows under those configured on it), asking one router, a remote one through the mesh
 (`_topo/0/<id>/$management`) or all of them (GET-MGMT-NODES, then each; one that fails is an
 error line on stderr and exit 1, the others are still shown), and rendering.
 Must not touch: the router's internals; everything goes through the management client.
@@ -53,6 +54,7 @@ class View:
     columns: tuple[tuple[str, str], ...]  # (header, attribute)
     single: bool = False  # one entity shown as attribute/value rows
     empty: str = "none"  # what an empty table reads as
+    below: View | None = None  # a second table under this one (JSON: a map by entity type)
 
 
 VIEWS: dict[ViewName, View] = {
@@ -64,7 +66,7 @@ VIEWS: dict[ViewName, View] = {
         ("Accepted", "acceptedDeliveries"), ("Rejected", "rejectedDeliveries"), ("Released", "releasedDeliveries"),
         ("Modified", "modifiedDeliveries"), ("Presettled", "presettledDeliveries"),
         ("Dropped Presettled", "droppedPresettledDeliveries"), ("From Router", "deliveriesFromRouter"),
-        ("Dropped From Router", "droppedFromRouter"),
+        ("Dropped From Router", "droppedFromRouter"), ("Deliveries to Fallback", "deliveriesRedirectedToFallback"),
     ), single=True),
     ViewName.connections: View("connection", "Connections", (
         ("id", "identity"), ("host", "host"), ("container", "container"), ("role", "role"), ("proto", "protocol"),
@@ -83,7 +85,8 @@ VIEWS: dict[ViewName, View] = {
         ("class", "key"), ("addr", "address"), ("distrib", "distribution"), ("in-proc", "inProcess"),
         ("local", "subscriberCount"), ("remote", "remoteCount"), ("producers", "producerCount"),
         ("undel", "undeliveredCount"), ("in", "deliveriesIngress"), ("out", "deliveriesEgress"),
-        ("thru", "deliveriesTransit"), ("rel", "released"), ("drop", "dropped"), ("rej", "rejected"),
+        ("thru", "deliveriesTransit"), ("fallback", "deliveriesRedirectedToFallback"), ("rel", "released"),
+        ("drop", "dropped"), ("rej", "rejected"),
     )),
     ViewName.nodes: View("router.node", "Routers in the Network", (
         ("router-id", "id"), ("next-hop", "nextHop"), ("link", "routerLink"), ("cost", "cost"),
@@ -105,7 +108,11 @@ VIEWS: dict[ViewName, View] = {
         ("name", "name"), ("prefix", "prefix"), ("pattern", "pattern"), ("dir", "direction"),
         ("connection", "connection"), ("container", "containerId"), ("add-ext-prefix", "addExternalPrefix"),
         ("del-ext-prefix", "delExternalPrefix"), ("status", "operStatus"), ("links", "routedLinkCount"),
-    )),
+    ), empty="none configured here", below=View("router.linkRouteReach", "Link Routes Known to this Router", (
+        ("prefix", "prefix"), ("pattern", "pattern"), ("dir", "direction"), ("served by", "servedBy"),
+        ("kind", "kind"), ("route", "route"), ("containers", "containerCount"), ("next hop", "nextHop"),
+        ("cost", "cost"), ("reachable", "reachable"),
+    ), empty="none (no link route is configured here or served anywhere this router knows of)")),
 }  # fmt: skip
 
 # The first character of an address key is its class (the anchors' convention).
@@ -197,6 +204,23 @@ async def _fetch(mgmt: ManagementSession, view: View, address: str, limit: int |
     return dicts
 
 
+async def _fetch_all(mgmt: ManagementSession, view: View, address: str, limit: int | None) -> list[Any]:
+    """The view's data and that of each table below it, in that order."""
+    data = [await _fetch(mgmt, view, address, limit)]
+    if view.below is not None:
+        data += await _fetch_all(mgmt, view.below, address, limit)
+    return data
+
+
+def _tables(view: View) -> list[View]:
+    return [view] + (_tables(view.below) if view.below is not None else [])
+
+
+def _as_json(view: View, data: list[Any]) -> Any:
+    """A view's data for --json: as it is, or with tables below it a map by entity type."""
+    return data[0] if view.below is None else {v.type: d for v, d in zip(_tables(view), data)}
+
+
 async def _targets(mgmt: ManagementSession, router: str | None, all_routers: bool) -> list[tuple[str | None, str]]:
     """(router id to show, or None for the one we are connected to; node address)."""
     if not all_routers:
@@ -214,12 +238,12 @@ async def _targets(mgmt: ManagementSession, router: str | None, all_routers: boo
 async def _stat(host: str, port: int, name: ViewName, router: str | None, all_routers: bool,
                 as_json: bool, limit: int | None, timeout: float) -> int:  # fmt: skip
     view = VIEWS[name]
-    results: list[tuple[str | None, Any]] = []
+    results: list[tuple[str | None, list[Any]]] = []
     failed = False
     async with session(host, port, timeout) as mgmt:
         for rid, address in await _targets(mgmt, router, all_routers):
             try:
-                results.append((rid, await _fetch(mgmt, view, address, limit)))
+                results.append((rid, await _fetch_all(mgmt, view, address, limit)))
             except ClientError as exc:
                 if not all_routers:
                     raise
@@ -227,12 +251,13 @@ async def _stat(host: str, port: int, name: ViewName, router: str | None, all_ro
                 stderr.print(f"error: router {rid}: {exc}", markup=False)
                 failed = True
     if as_json:
-        value = {str(rid): data for rid, data in results} if all_routers else results[0][1]
+        value = {str(rid): _as_json(view, data) for rid, data in results} if all_routers else _as_json(view, results[0][1])
         sys.stdout.write(to_json(value) + "\n")
         sys.stdout.flush()
     else:
         for rid, data in results:
-            render(view, data, rid if (all_routers or router) else None, stdout)
+            for table, rows in zip(_tables(view), data):
+                render(table, rows, rid if (all_routers or router) else None, stdout)
     return 1 if failed else 0
 
 
@@ -246,7 +271,8 @@ def stat(
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="show at most this many rows")] = None,
     timeout: Timeout = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Show a router's general statistics, connections, links, addresses, nodes or memory."""
+    """Show a router's general statistics, connections, links, addresses, nodes, memory, vhosts (policy) or
+    link routes (those configured on it, and those it knows with where an attach goes)."""
     if router is not None and all_routers:
         usage_error("give --router or --all-routers, not both")
     host, port = parse_bus(bus)

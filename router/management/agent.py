@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.models import Connector, RouterConfig
 from .address_rules import AddressRule, AddressRuleType
 from .autolinks import AutoLinkType
+from .link_reach import LinkRouteReachType
 from .link_routes import LinkRouteType
 from .authz import Authorizer
 from .config_entities import ConnectorType, ListenerType
@@ -69,7 +70,7 @@ class ManagementAgent:
         self.authz = Authorizer(lambda: self.config.management)  # the faces check requests with it
         for etype in (RouterType(), ListenerType(), ConnectorType(), AddressRuleType(), ConnectionType(),
                       LinkType(), RouterAddressType(), NodeType(), LogType(), PolicyType(), VhostType(),
-                      VhostStatsType(), LinkRouteType()):  # fmt: skip
+                      VhostStatsType(), LinkRouteType(), LinkRouteReachType()):  # fmt: skip
             self.register(etype)
         self.register(AutoLinkType())
 

@@ -1,7 +1,7 @@
 """Asking routers for the network: management queries over AMQP, answers as a `Network`.
 
 Owns: which entities are read (`router`, `router.node`, `router.address`, in the attribute
-names Qpid Dispatch tools use, plus our `linkCosts`), reaching other routers through the mesh
+names Qpid Dispatch tools use, plus our `linkCosts` and `router.linkRouteReach`), reaching other routers through the mesh
 (`_topo/0/<id>/$management`) and tolerating the ones that do not answer (their view is marked
 with the error; the bus router's view of them still shows).
 Must not touch: rendering, command-line parsing.
@@ -13,13 +13,14 @@ from typing import Any
 
 import trio
 
-from router.net.management_client import ManagementSession, node_address
+from router.net.management_client import ManagementSession, ManagementStatusError, node_address
 
 from .network import AddressInfo, Network, RouterInfo
 
 ROUTER = "org.apache.qpid.dispatch.router"
 NODE = "org.apache.qpid.dispatch.router.node"
 ADDRESS = "org.apache.qpid.dispatch.router.address"
+LINK_ROUTES = "org.apache.qpid.dispatch.router.linkRouteReach"
 
 
 def _int(value: Any) -> int | None:
@@ -102,3 +103,11 @@ async def address_at(mgmt: ManagementSession, router: str, address: str, *, bus:
                 remote_routers=[str(r) for r in remote],
             )
     return None
+
+
+async def link_routes_at(mgmt: ManagementSession, router: str, *, bus: str) -> list[dict[str, Any]]:
+    """The link routes router `router` knows (none from a router whose management lacks the type)."""
+    try:
+        return await mgmt.query_dicts(LINK_ROUTES, address=node_address(None if router == bus else router))
+    except ManagementStatusError:
+        return []

@@ -4,6 +4,7 @@
     topology links                                    links and their costs, and the tree
     topology routes [--router ID | --all]             next hops and costs of a router
     topology path --address orders [--from ID]        where a message would go, by which path, why
+                                                      (or that the address is link-routed there)
     topology address orders                           which routers have consumers for an address
     topology graph [--png FILE]                       the least-cost tree (and a drawing)
     topology watch [--interval S]                     a live view of routers and links
@@ -29,8 +30,8 @@ from router.cli.login import with_login
 from router.cli.mgmt import DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, Timeout, session, to_json
 
 from . import analytics_commands, render
-from .gather import address_at, gather
-from .network import Network, as_json, choose
+from .gather import address_at, gather, link_routes_at
+from .network import Network, as_json, choose, link_routed
 
 app = typer.Typer(
     name="topology",
@@ -142,6 +143,10 @@ def path(
             network = await gather(mgmt)
             start = _known(network, source or network.bus)
             info = await address_at(mgmt, start, address, bus=network.bus)
+            routed = link_routed(await link_routes_at(mgmt, start, bus=network.bus), address) if info is None else None
+        if routed is not None:
+            raise Failed(f"{address!r} is link-routed at {start}: a sender's attach to it is passed on to a route "
+                         f"container, no message is routed by address (link route {routed})")  # fmt: skip
         if info is None:
             raise Failed(f"{start} knows no address {address!r} (no consumers for it anywhere in the network)")
         try:

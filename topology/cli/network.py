@@ -4,14 +4,19 @@ Owns: `Network` (routers, their links with each end's cost, each router's own ro
 addresses have consumers) built from management entities (`router`, `router.node`,
 `router.address`), and the pure questions asked of it: which links there are and what they cost
 (the max of both ends', as the routers compute it), the least-cost tree from a router, and which
-destinations a message to an address would go to from a router, and by which path, and why.
+destinations a message to an address would go to from a router, and by which path, and why;
+whether a router passes attaches to an address on to a route container instead (its link routes,
+`router.linkRouteReach`).
 Must not touch: management sessions (gather.py), rendering (render.py).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from router.amqp.filters import topic_matches
 
 from ..graph import LinkState
 from ..routes import compute_routes
@@ -148,6 +153,43 @@ def choose(network: Network, source: str, info: AddressInfo) -> Choice:
         )
     paths = {r: network.path(source, r) for r in chosen}
     return Choice(info.address, source, info.distribution, candidates, chosen, reason, paths)
+
+
+def _words(address: str) -> list[str]:
+    return re.split(r"[./]", address)
+
+
+def _prefix_matches(prefix: str, address: str) -> bool:
+    """As the routers match a prefix: the address itself, or followed by a word (after . or /)."""
+    if address == prefix:
+        return True
+    return address.startswith(prefix) and (prefix[-1] in "./" or address[len(prefix)] in "./")
+
+
+def link_routed(rows: list[dict[str, Any]], address: str) -> str | None:
+    """What a router's link routes (its `router.linkRouteReach` rows) say of a message to
+    `address`: None when no `in` route matches it (a sender's attach to it is a mobile address's);
+    else the matching routes and where each is served from (the routers' matching: a prefix by
+    whole words, `*` one word and `#` zero or more in a pattern)."""
+    matching = []
+    for row in rows:
+        prefix, pattern = row.get("prefix"), row.get("pattern")
+        if row.get("direction") != "in":
+            continue
+        if isinstance(prefix, str) and prefix:
+            hit = _prefix_matches(prefix, address)
+        else:
+            hit = isinstance(pattern, str) and topic_matches(_words(pattern), _words(address))
+        if hit:
+            matching.append(row)
+    if not matching:
+        return None
+    return "; ".join(
+        f"{row.get('prefix') or row.get('pattern')}: served by {row.get('servedBy')} ({row.get('kind')}"
+        + (f", next hop {row['nextHop']}" if row.get("nextHop") else "")
+        + (", reachable)" if row.get("reachable") else ", not reachable now)")
+        for row in matching
+    )  # fmt: skip
 
 
 def as_json(value: Any) -> Any:
