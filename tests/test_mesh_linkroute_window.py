@@ -14,12 +14,13 @@ from router.amqp.link import Link
 from router.amqp.message import Message
 from router.amqp.messaging import ACCEPTED, Released
 from router.config.models import LinkRouteConfig
+from router.core import linkpairs
 from router.core.connections import ConnState
 from router.core.linkrelay import RoutedLink
 from router.testing.meshharness import CLIENTS, INTER_ROUTER, MeshHarness
 from router.testing.routerharness import Client
 
-from .test_mesh_linkroute import BROKER, answered
+from .test_mesh_linkroute import BROKER, answered, send_through
 
 BODY = bytes(range(251)) * (6 * 1024 * 1024 // 251)  # ~6 MiB, every byte says where it belongs
 FRAME = 64 * 1024
@@ -122,7 +123,7 @@ def test_a_routed_stream_stalled_past_the_time_out_is_detached_and_nothing_stays
 def test_a_stalled_routed_stream_does_not_stop_another_pair_between_the_same_routers() -> None:
     # Two containers on B (q1 and q2), two clients on A: the first container stops reading while
     # a large message streams to it; the routed links have sessions of their own
-    # (linkpairs.ROUTED_SESSIONS), so a large message to the second crosses whole meanwhile.
+    # (linkpairs.routed_sessions), so a large message to the second crosses whole meanwhile.
     h = MeshHarness()
     h.router("A")
     h.router("B", listeners=(CLIENTS, INTER_ROUTER, BROKER), link_routes=(
@@ -154,3 +155,40 @@ def test_a_stalled_routed_stream_does_not_stop_another_pair_between_the_same_rou
     upstreams[1].dispose(arrived.delivery_id, state=ACCEPTED, settled=True)
     h.pump()
     assert clients[1].outcomes[delivery_id] == ACCEPTED
+
+
+def _pair_sessions(h: MeshHarness, name: str) -> set[object]:
+    """The sessions of the routed links `name` has towards another router."""
+    pairs = h.cores[name].link_routes.pairs
+    return {p.peer.link.session for p in pairs if p.peer is not None and p.peer.conn.peer is not None}
+
+
+def _routed_pairs(count: int, **settings: object) -> tuple[MeshHarness, Client, Client]:
+    """`count` senders on A, each routed to its own queue of the container on B, accepted."""
+    h = MeshHarness()
+    h.router("A")
+    h.router("B", listeners=(CLIENTS, INTER_ROUTER, BROKER),
+             link_routes=(LinkRouteConfig(prefix="q", direction="in", container_id="broker"),))  # fmt: skip
+    h.link("A", "B", **settings)
+    broker = h.client("B", "broker", listener=BROKER)
+    h.converge()
+    client = h.client("A", "producer")
+    for n in range(count):
+        send_through(h, client, broker, f"q.{n}")
+    return h, client, broker
+
+
+def test_every_routed_pair_between_two_routers_has_a_session_of_its_own() -> None:
+    # More pairs than the 16 sessions routed links once had between two routers: with the
+    # default channels (256 a connection) each has its own, so none waits behind another's stall.
+    h, _, _ = _routed_pairs(20)
+    assert len(h.cores["A"].link_routes.pairs) == 20
+    assert len(_pair_sessions(h, "A")) == 20
+
+
+def test_routed_pairs_share_sessions_past_the_channels_the_routers_allow() -> None:
+    # 46 sessions a connection: 43 are kept for the mesh's control, band and streaming links,
+    # so routed pairs get 3 sessions and the fourth and fifth share them (each still works).
+    h, _, _ = _routed_pairs(5, max_sessions_per_connection=46)
+    assert linkpairs.routed_sessions(next(s for s in h.cores["A"].connections.values() if s.peer).engine) == 3
+    assert len(_pair_sessions(h, "A")) == 3

@@ -27,10 +27,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..amqp import errors as E
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
+from ..amqp.connection import Connection
 from ..amqp.errors import LocalUsageError
 from ..amqp.link import Link
 from ..amqp.performatives import Error
 from ..amqp.session import Session
+from ..config.addresses import PRIORITY_LEVELS
+from ..config.models import STREAMING_LINKS_MAX
 from .connections import ConnState
 from .linkmatch import Route, passed_properties, rewrite
 from .linkrelay import Relay, RoutedLink, between_routers
@@ -40,10 +43,19 @@ if TYPE_CHECKING:
 
 
 # Sessions for routed links per connection to another router: a stalled routed stream stops
-# the links of its session only (each of the first ROUTED_SESSIONS pairs has one of its own),
-# within the connection's max_sessions_per_connection beside the control, band and streaming
-# links' sessions (at most 1 + 10 + 32).
-ROUTED_SESSIONS: Final = 16
+# the links of its session only, so each pair has one of its own while the connection's
+# channels allow (routed_sessions), then shares. The mesh's own sessions come first: the control
+# link's, one per priority band and one per streaming link (at most 1 + 10 + 32).
+MESH_SESSIONS: Final = 1 + PRIORITY_LEVELS + STREAMING_LINKS_MAX
+ROUTED_SESSIONS_MAX: Final = 4096  # (a bound of its own: channel-max may be up to 65535)
+
+
+def routed_sessions(engine: Connection) -> int:
+    """How many sessions routed pairs may have on a connection to another router: the channels
+    both ends allow (max_sessions_per_connection; transport 2.7.1, channel-max) less those kept
+    for the mesh's own, at least 1."""
+    channels = min(engine.config.channel_max, engine.remote_channel_max) + 1
+    return max(1, min(ROUTED_SESSIONS_MAX, channels - MESH_SESSIONS))
 
 
 class LinkPairs:
@@ -54,7 +66,7 @@ class LinkPairs:
         self.relay = relay
         self.touched = touched
         # Our sessions for routed links on a connection: one towards a container; towards
-        # another router up to ROUTED_SESSIONS (see _session).
+        # another router up to routed_sessions() (see _session).
         self._sessions: dict[ConnState, list[Session]] = {}
         self.pairs: set[RoutedLink] = set()  # the clients' sides of routed pairs (management)
 
@@ -93,10 +105,11 @@ class LinkPairs:
     def _session(self, conn: ConnState) -> Session:
         """The session a new routed link on `conn` goes in. Towards another router, a session's
         window stops every routed link in it while one of them stalls (linkrelay.between_routers):
-        a pair gets a session of its own while there are fewer than ROUTED_SESSIONS, then shares
-        the one with the fewest links (the sessions stay for the connection's life)."""
+        a pair gets a session of its own (one whose pairs all went is reused) while there are
+        fewer than routed_sessions(), then shares the one with the fewest links (the sessions stay
+        for the connection's life)."""
         sessions = [s for s in self._sessions.get(conn, ()) if s.state.local is ACTIVE and s.state.remote is not CLOSED]
-        limit = ROUTED_SESSIONS if conn.peer is not None else 1
+        limit = routed_sessions(conn.engine) if conn.peer is not None else 1
         if sessions and (len(sessions) >= limit or any(not s.links_by_name for s in sessions)):
             self._sessions[conn] = sessions
             return min(sessions, key=lambda s: len(s.links_by_name))

@@ -8,9 +8,10 @@ link-credit and drain go to the sender's side as they change), dispositions and 
 back along the deliveries they name, and a detach on one side detaches the other.
 
 Between routers the routed links are in sessions of their own on each connection (one a pair,
-up to linkpairs.ROUTED_SESSIONS: `between_routers`): what waits here for a slow reader counts against that session, whose window
-shuts as a band's does (bandwindow.py), and a shut window towards the next router holds what
-follows here (`_blocked`), so a stalled routed stream never pauses the connection between them.
+up to linkpairs.routed_sessions(): `between_routers`): what waits here for a slow reader counts
+against that session, whose window shuts as a band's does (bandwindow.py), and a shut window
+towards the next router holds what follows here (`_blocked`), so a stalled routed stream never
+pauses the connection between them.
 Owns (the records are routedlink.py's): relaying transfers, flow (credit, drain, available)
 and dispositions, holding what cannot be written yet and the stall watch over it, and
 giving every delivery still unsettled when a pair breaks an outcome its sender can act on
