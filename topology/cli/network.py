@@ -12,11 +12,10 @@ Must not touch: management sessions (gather.py), rendering (render.py).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.amqp.filters import topic_matches
+from router.core.addressing import pattern_matches, prefix_matches, words
 
 from ..graph import LinkState
 from ..routes import compute_routes
@@ -155,31 +154,20 @@ def choose(network: Network, source: str, info: AddressInfo) -> Choice:
     return Choice(info.address, source, info.distribution, candidates, chosen, reason, paths)
 
 
-def _words(address: str) -> list[str]:
-    return re.split(r"[./]", address)
-
-
-def _prefix_matches(prefix: str, address: str) -> bool:
-    """As the routers match a prefix: the address itself, or followed by a word (after . or /)."""
-    if address == prefix:
-        return True
-    return address.startswith(prefix) and (prefix[-1] in "./" or address[len(prefix)] in "./")
-
-
 def link_routed(rows: list[dict[str, Any]], address: str) -> str | None:
     """What a router's link routes (its `router.linkRouteReach` rows) say of a message to
     `address`: None when no `in` route matches it (a sender's attach to it is a mobile address's);
-    else the matching routes and where each is served from (the routers' matching: a prefix by
-    whole words, `*` one word and `#` zero or more in a pattern)."""
+    else the matching routes and where each is served from (matched as the routers match them:
+    router.core.addressing)."""
     matching = []
     for row in rows:
         prefix, pattern = row.get("prefix"), row.get("pattern")
         if row.get("direction") != "in":
             continue
         if isinstance(prefix, str) and prefix:
-            hit = _prefix_matches(prefix, address)
+            hit = prefix_matches(prefix, address)
         else:
-            hit = isinstance(pattern, str) and topic_matches(_words(pattern), _words(address))
+            hit = isinstance(pattern, str) and pattern_matches(words(pattern), words(address))
         if hit:
             matching.append(row)
     if not matching:
