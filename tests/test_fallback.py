@@ -21,7 +21,7 @@ from router.amqp import errors as E
 from router.amqp import events as ev
 from router.amqp.link import Link
 from router.amqp.message import Message, encode_message
-from router.amqp.messaging import ACCEPTED, RELEASED, AmqpValue, Properties, Source
+from router.amqp.messaging import ACCEPTED, RELEASED, AmqpValue, Properties, Source, Target
 from router.config import ConfigError, parse_config
 from router.config.models import AddressConfig, AutoLink, Listener, RouterConfig
 from router.core.links import InLink
@@ -215,6 +215,48 @@ def test_qd_fallback_on_an_address_without_fallback_is_refused() -> None:
     plain = client.receiver("elsewhere")  # the same address without the capability: as ever
     h.pump()
     assert plain.remote_source is not None and not plain.remote_source.capabilities
+
+
+def _fallback_sender(client: Client, address: str | None, dynamic: bool = False) -> Link:
+    """A producer draining a fallback (the target capability qd.fallback), as a broker's shovel."""
+    assert client.session is not None
+    target = Target(address=address, dynamic=dynamic, capabilities=("qd.fallback",))
+    return client.session.attach_sender(f"drain-{address}", source=Source(address=None), target=target)
+
+
+def test_a_qd_fallback_sender_drains_to_regular_consumers_only() -> None:
+    # The in auto-link's part played by a client: credit only while the address has a regular
+    # consumer, its messages never diverted into the fallback (whose receiver is here too).
+    h = _standalone(())
+    store = h.client("A", "store")
+    fallback = _fallback_receiver(store, "orders")
+    h.pump()
+    fallback.flow(10)
+    drain_client = h.client("A", "drain")
+    drain = _fallback_sender(drain_client, "orders")
+    h.pump()
+    assert drain.remote_target is not None and "qd.fallback" in drain.remote_target.capabilities  # honoured
+    assert drain.credit == 0
+    consumer, receiver = _consumer(h)
+    h.pump()
+    assert drain.credit > 0
+    _send(h, drain_client, drain, _messages("from-queue"))
+    assert consumer.bodies(receiver) == ["from-queue"] and store.bodies(fallback) == []
+    # The consumer goes: no credit again (the producer's is taken back, not left to feed the
+    # fallback).
+    receiver.detach(closed=True)
+    h.pump()
+    assert drain.credit == 0 and store.bodies(fallback) == []
+
+
+def test_a_qd_fallback_sender_needs_an_address_with_fallback() -> None:
+    h = _standalone(())
+    client = h.client("A", "drain")
+    for link in (_fallback_sender(client, "elsewhere"), _fallback_sender(client, None, dynamic=True)):
+        h.pump()
+        error = _detach_error(client, link)
+        assert error.condition == E.PRECONDITION_FAILED and "qd.fallback" in error.description
+        assert link.remote_target is None  # nothing echoed
 
 
 def test_a_delivery_waiting_when_the_last_consumer_goes_is_diverted() -> None:

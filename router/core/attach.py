@@ -192,6 +192,12 @@ class Links:
         entry: AddressEntry | None = None
         answer: Any = target
         address: str | None = target.address if target is not None else None
+        # A producer that drains a fallback destination (the anchors' in-link with the target
+        # capability qd.fallback, as an in auto-link with `fallback: true`): router.core.fallback.
+        from_fallback = target is not None and FALLBACK_CAPABILITY in terminus_capabilities(target)
+        if from_fallback and (target is None or not target.address or target.dynamic):
+            _refuse(link, E.PRECONDITION_FAILED, f"{FALLBACK_CAPABILITY}: a fallback's producer names its address")
+            return
         if target is not None and target.dynamic:
             entry = self.table.get_or_create(f"_$temp.{secrets.token_urlsafe(9)}")
             assert entry is not None
@@ -201,11 +207,15 @@ class Links:
             if self.table.unavailable(target.address):
                 _refuse(link, E.NOT_FOUND, f"Node not found: {target.address} is unavailable")
                 return
+            if from_fallback and self.table.fallback_address(target.address) is None:
+                _refuse(link, E.PRECONDITION_FAILED, f"{FALLBACK_CAPABILITY}: {target.address} has no fallback "
+                        f"destinations on router {self.router_id} (no address rule with enable_fallback)")  # fmt: skip
+                return
             entry = self.table.get_or_create(target.address)
             if entry is None:
                 _refuse(link, E.NOT_FOUND, f"no route to {target.address} from router {self.router_id}")
                 return
-            answer = honoured_target(target.address)
+            answer = honoured_target(target.address, fallback=from_fallback)
         elif target is not None:  # an anonymous target: the relay, routed per message
             answer = honoured_target(None)
         # The router's limit rejects an oversize delivery (as the anchors do); a policy group's
@@ -215,7 +225,8 @@ class Links:
             if entry is not None:  # refused: the echo would not fit the peer's max-frame-size
                 self.table.discard_if_unused(entry)
             return
-        self._add_producer(conn, link, entry, address, now)
+        inl = self._add_producer(conn, link, entry, address, now)
+        inl.from_fallback = from_fallback  # credit only while the address has a regular destination
 
     def detach_link(self, link: Link, closed: bool, error: Error | None, now: float) -> None:
         """The client detached: report what was in flight, then answer with our detach."""

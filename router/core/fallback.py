@@ -17,9 +17,10 @@ router routes it there too; consumers get the message without router annotations
 a producer's credit while its address has no destination but a fallback one (credit.py asks);
 and the producers and waiting deliveries of an address told when its fallback destinations come
 or go (the mesh and edges call fallback_changed). A producer that takes what a fallback holds
-(InLink.from_fallback: an in auto-link with `fallback: true`) gets credit only while the address
-has a regular destination, and its deliveries never go to a fallback: the queue drains to
-consumers when they return, never into itself. Nothing here runs while deliveries find
+(InLink.from_fallback: an in auto-link with `fallback: true`, or a client's sender with the
+target capability qd.fallback) gets credit only while the address has a regular destination,
+and its deliveries never go to a fallback: the queue drains to consumers when they return,
+never into itself. Nothing here runs while deliveries find
 destinations, nor at all for addresses no rule gives fallback destinations.
 A layer of the forwarder (see forwarding.py): multicast.py < fallback.py < waiting.py.
 Must not touch: choosing among consumers (sending.py), reading frames (forwarding.py), the

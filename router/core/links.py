@@ -27,6 +27,7 @@ from .addressentry import AddressEntry
 from .connections import ConnState
 from .delivery import Copy, Forward
 from .fifo import Fifo
+from .table import FALLBACK_CAPABILITY
 
 log = logging.getLogger("router.core")
 
@@ -257,8 +258,11 @@ def honoured_source(address: str | None, dynamic: bool = False, filter_set: dict
                   filter=filter_set, capabilities=capabilities)  # fmt: skip
 
 
-def honoured_target(address: str | None, dynamic: bool = False) -> Target:
-    return Target(address=address, expiry_policy="link-detach", dynamic=dynamic)
+def honoured_target(address: str | None, dynamic: bool = False, fallback: bool = False) -> Target:
+    """Our answer's target: what the router does with the link's messages (`fallback`: it drains
+    a fallback destination, router.core.fallback; its capability echoed, as it is honoured)."""
+    capabilities = (Symbol(FALLBACK_CAPABILITY),) if fallback else None
+    return Target(address=address, expiry_policy="link-detach", dynamic=dynamic, capabilities=capabilities)
 
 
 def alive(link: Link) -> bool:
