@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from proton import Data, Delivery, Message, symbol
-from proton.reactor import LinkOption
+from proton import Delivery, Message
 from proton.utils import LinkDetached
 
 from router.amqp import errors as E
@@ -39,7 +38,7 @@ from router.management.model import ManagementError
 from router.testing.routerharness import RouterHarness
 
 from .support.interop import run_in_thread
-from .support.router_proton import trace_frames
+from .support.router_proton import Capability, trace_frames
 from .test_policy import agent_of, closed_with, policed
 from .test_policy import connect as connect_core
 from .test_policy_proton import PASSWORD, TIMEOUT_S, refused_link, send, vhost_stats
@@ -236,17 +235,6 @@ def proton_config() -> dict[str, Any]:
     }  # fmt: skip
 
 
-class SourceCapability(LinkOption):
-    def __init__(self, capability: str) -> None:
-        self.capability = capability
-
-    def apply(self, link: Any) -> None:
-        link.source.capabilities.put_array(False, Data.SYMBOL)
-        link.source.capabilities.enter()
-        link.source.capabilities.put_symbol(symbol(self.capability))
-        link.source.capabilities.exit()
-
-
 @pytest.mark.interop
 async def test_an_alias_target_patterns_and_fallback_links_over_sockets() -> None:
     async with serving(proton_config()) as server:
@@ -260,7 +248,7 @@ async def test_an_alias_target_patterns_and_fallback_links_over_sockets() -> Non
                     address: refused_link(lambda: conn.create_sender(address))
                     for address in ("orders.eu", "orders", "orders.eu.x", "alice/in/box", "bob/x")
                 }
-                fallback = SourceCapability("qd.fallback")
+                fallback = Capability("qd.fallback")
                 got["fallback receiver"] = refused_link(lambda: conn.create_receiver("orders", options=fallback))
                 got["elsewhere"] = refused_link(lambda: other.create_receiver("orders", options=fallback))
                 receiver = conn.create_receiver("orders.eu", credit=10)

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import trio
-from proton import Delivery, Endpoint, Link, Transport
+from proton import Data, Delivery, Endpoint, Link, Transport, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container, LinkOption
 
@@ -162,6 +162,21 @@ def condition(endpoint_or_disposition: Any) -> tuple[str | None, str | None]:
 class SettleSecond(LinkOption):
     def apply(self, link: Any) -> None:
         link.rcv_settle_mode = Link.RCV_SECOND
+
+
+class Capability(LinkOption):
+    """A Proton link whose source (`terminus="source"`) or target asks for `capability`."""
+
+    def __init__(self, capability: str, terminus: str = "source") -> None:
+        self.capability = capability
+        self.terminus = terminus
+
+    def apply(self, link: Any) -> None:
+        capabilities = getattr(link, self.terminus).capabilities
+        capabilities.put_array(False, Data.SYMBOL)
+        capabilities.enter()
+        capabilities.put_symbol(symbol(self.capability))
+        capabilities.exit()
 
 
 class Clients(MessagingHandler):
