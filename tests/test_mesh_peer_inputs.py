@@ -1,0 +1,40 @@
+"""What a buggy or compromised peer router sent that broke the router receiving it (found by
+bench/fuzz.py --peer, MeshHarness, sans-IO): each input exact; the connection ends with its
+AMQP condition, or the message is dropped, and the router keeps nothing of it."""
+
+from __future__ import annotations
+
+from router.amqp import errors as E
+from router.amqp import events as ev
+from router.amqp.framing import frame
+from router.amqp.performatives import Begin
+from router.testing.meshharness import MeshHarness
+from router.testing.wire import split_stream
+
+
+def test_an_uplinks_open_read_with_a_violation_after_it_ends_the_connection_only() -> None:
+    # Our open went first (we connected); the interior's open came in one read with a begin
+    # answering a session we never began: the engine closed the connection (not-allowed), then
+    # the core set up the uplink on it and raised (no session can begin on a closed connection).
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("E", mode="edge")
+    wire = h.uplink("E", "A", pump=False)
+    edge, interior = h.cores["E"], h.cores["A"]
+    while True:  # SASL, then the interior's open: held back
+        wire.b.receive_data(wire.a.data_to_send(), h.now)
+        interior.handle(wire.b, wire.b.events(), h.now)
+        answer = wire.b.data_to_send()
+        if any(piece[8:11] == b"\x00\x53\x10" for piece in split_stream(answer)):  # an open
+            break
+        wire.a.receive_data(answer, h.now)
+        edge.handle(wire.a, wire.a.events(), h.now)
+    begin = frame(0, Begin(remote_channel=9, next_outgoing_id=0, incoming_window=10, outgoing_window=10))
+    wire.a.receive_data(answer + begin, h.now)
+    events = wire.a.events()
+    assert [e for e in events if isinstance(e, ev.ProtocolViolation) and e.condition == E.NOT_ALLOWED]
+    edge.handle(wire.a, events, h.now)  # raised LocalUsageError
+    assert wire.a.finished and not edge.mesh.edges.uplinks and edge.mesh.edges.active is None
+    wire.a.receive_data(b"", h.now)
+    edge.handle(wire.a, wire.a.events(), h.now)
+    assert wire.a not in edge.connections
