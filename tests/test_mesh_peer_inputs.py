@@ -8,6 +8,7 @@ from router.amqp import errors as E
 from router.amqp import events as ev
 from router.amqp.framing import frame
 from router.amqp.performatives import Begin
+from router.core.edgemsg import encode_addresses
 from router.testing.meshharness import MeshHarness
 from router.testing.wire import split_stream
 
@@ -38,3 +39,23 @@ def test_an_uplinks_open_read_with_a_violation_after_it_ends_the_connection_only
     wire.a.receive_data(b"", h.now)
     edge.handle(wire.a, wire.a.events(), h.now)
     assert wire.a not in edge.connections
+
+
+def test_an_edge_claiming_consumers_of_addresses_that_are_not_mobile_leaves_no_entry() -> None:
+    # EDGE-ADDRESSES with _local and _topo addresses: the interior made a table entry for each
+    # (of this router's own, or another router's) and kept it after skipping it, for ever:
+    # an edge could fill the table with entries no one uses.
+    h = MeshHarness()
+    h.router("A", instance=1)
+    h.router("E", mode="edge")
+    wire = h.uplink("E", "A")
+    interior = h.cores["A"]
+    keys = set(interior.table.entries)
+    edges = interior.mesh.edges
+    claimed = ["_local/x", "_topo/0/A/y", "_topo/0/B/z", "kept"]
+    edges.on_control(edges.edges["E"], encode_addresses("E", 7, claimed), h.now)
+    h.pump()
+    assert set(interior.table.entries) - keys == {"Mkept"}
+    h.cut(wire)
+    h.advance(1.0)
+    assert set(interior.table.entries) == keys
