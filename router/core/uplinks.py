@@ -98,6 +98,7 @@ class Uplinks:
         mesh.last_change = now
         mesh.paths.clear()  # new routes and links
         for entry in list(table.entries.values()):
+            entry.remembered = None  # (a choice through the uplink that was in use: mesh._forget_choices)
             if entry.key[0] != "L":
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
             if entry.fallback_enabled:  # its fallback destinations in the mesh: the new uplink's
