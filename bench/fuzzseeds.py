@@ -40,7 +40,7 @@ from router.amqp.connection import Connection, ConnectionConfig
 from router.amqp.endpoints import UNINIT
 from router.amqp.link import Link
 from router.amqp.message import Message, encode_message
-from router.amqp.messaging import ACCEPTED, Header
+from router.amqp.messaging import ACCEPTED, Accepted, Header, Modified, Rejected, Released
 from router.amqp.performatives import RECEIVER
 from router.amqp.serial import serial_range
 from router.config.models import AddressConfig, Connector, LinkRouteConfig, Listener
@@ -63,6 +63,7 @@ ADDRESSES = (AddressConfig(prefix="mc", distribution="multicast"),)
 FAR_UNSETTLED = 3  # the standing producer's deliveries to `far` in flight at most
 
 Reads = list[tuple[float, bytes]]
+OUTCOMES = (Accepted, Rejected, Released, Modified)
 
 
 class Standing(Client):
@@ -91,11 +92,13 @@ class Standing(Client):
                     event.link.flow(200)
             elif t is ev.DispositionReceived:
                 assert isinstance(event, ev.DispositionReceived)
-                if event.role is RECEIVER and event.settled:
-                    for delivery_id in serial_range(event.first, event.last):
-                        if delivery_id in self.unsettled:
-                            self.unsettled.discard(delivery_id)
-                            self.outcomes_seen += 1
+                if event.role is RECEIVER and (event.settled or isinstance(event.state, OUTCOMES)):
+                    done = [d for d in serial_range(event.first, event.last) if d in self.unsettled]
+                    for delivery_id in done:
+                        self.unsettled.discard(delivery_id)
+                        self.outcomes_seen += 1
+                    if done and not event.settled:  # an outcome the receiver left to us to settle
+                        event.link.dispose(event.first, event.last, state=event.state, settled=True)
             elif t is ev.RemoteBegin and self.role == "container":
                 assert isinstance(event, ev.RemoteBegin)
                 if event.session.state.local is UNINIT:
