@@ -134,6 +134,13 @@ class PeerTarget:
         self.engine: Connection | None = None
         self.stuck = 0  # deadlines that did not move on after a tick
         self.stats: Counter[str] = Counter()  # how far inputs got, how their connections ended
+        refuse = self.core.forwarder._refuse  # (deliveries refused, by reason: counted)
+
+        def counted(inl: Any, delivery_id: int, settled: bool, more: bool, condition: str, description: str) -> None:
+            self.stats[f"delivery refused: {description.split(':')[0]}"] += 1
+            refuse(inl, delivery_id, settled, more, condition, description)
+
+        self.core.forwarder._refuse = counted  # type: ignore[method-assign]
         if warm_up is not None:
             error = self.run(warm_up)
             assert error is None, error
@@ -349,7 +356,8 @@ def run_peer(args: Any, refield: Callable[[bytes], bytes], good_client: Callable
     mesh = target.core.mesh
     reached = dict(mesh.node.counters.received) if mesh.node is not None else {}
     print(f"reached: {dict(target.stats)}; control messages taken by the topology: {reached}; malformed control "
-          f"messages: {mesh.malformed_control}", flush=True)  # fmt: skip
+          f"messages: {mesh.malformed_control}; deliveries dropped for a loop in their trace: {mesh.dropped_loop}",
+          flush=True)  # fmt: skip
     ok = not crashes and not held and not target.stuck and not slow and good.received == good.sent == good.accepted
     print(("OK" if ok else "FAILED") + f": {args.inputs:,} inputs ({args.peer}), {sum(crashes.values())} crashes, "
           f"{sum(held.values())} held")  # fmt: skip
