@@ -1,6 +1,6 @@
 """A long fuzz run of the router's engine and core, in process (no sockets, for speed).
 
-    python bench/fuzz.py [--inputs 1000000] [--seed N] [--crashes DIR]
+    python bench/fuzz.py [--inputs 1000000] [--seed N] [--crashes DIR] [--peer client|router|edge|uplink]
 
 Each input is a connection of its own to one RouterCore, as a listener would accept it: the
 bytes are fed in one to three reads, the core handles every event, the output is taken, then
@@ -12,6 +12,11 @@ on the same core sends a message every 1,000 inputs and must get it back with it
 Reported: inputs per second, crashes (any exception out of the engine or the core: must be 0;
 each distinct one is saved with its input under --crashes), connections the core still holds
 after their stream ended, and the good client's messages and outcomes.
+
+With --peer router|edge|uplink each input is what another router sends instead (bench/fuzzpeer.py,
+seeds recorded in bench/fuzzseeds.py): on a connection accepted on the inter-router or the edge
+listener, or on the uplink of the fuzzed router made an edge router; besides the connection, what
+the core holds for it once it is gone is checked (peers, topology, routes, table, link routes).
 """
 
 from __future__ import annotations
@@ -234,7 +239,15 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--crashes", type=Path, default=Path("fuzz-crashes"))
     parser.add_argument("--report-every", type=int, default=100_000)
+    parser.add_argument("--peer", choices=("client", "router", "edge", "uplink"), default="client",
+                        help="whose bytes each input is: a client's; a peer router's on the inter-router listener; an "
+                        "edge router's on the edge listener; an interior's on the uplink of the fuzzed edge router "
+                        "(bench/fuzzpeer.py)")  # fmt: skip
     args = parser.parse_args()
+    if args.peer != "client":
+        from bench.fuzzpeer import run_peer
+
+        return run_peer(args, Inputs(random.Random(args.seed), []).refield, GoodClient)
 
     config = RouterConfig(router=RouterSection(id="fuzzed"), listeners=(Listener(name="amqp", port=0),))
     listener = config.listeners[0]

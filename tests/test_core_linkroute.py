@@ -238,6 +238,28 @@ def test_client_lost_detaches_the_containers_side() -> None:
     assert not h.core.link_routes.pairs
 
 
+def test_the_containers_late_answer_to_a_pair_already_broken_is_not_a_new_attach() -> None:
+    # The client goes before the container answered: the router's attach and detach are both
+    # on their way. The container answers the attach, then the detach, as it must; that answer
+    # is to the router's own attach, not an attach of the container's (refusing it as one made
+    # the container answer again, and so on for ever: a peer router breaking routed pairs
+    # kept a container and the router busy).
+    h, broker, client = harness()
+    client.receiver("q.c", credit=0)
+    h.pump()
+    h.disconnect(client)
+    upstream = attached_to(broker)
+    assert [d.link for d in detaches(broker)] == [upstream]
+    upstream.answer(source=upstream.remote_source, target=upstream.remote_target)
+    upstream.detach()
+    before = len(broker.events)
+    h.pump()
+    assert not [e for e in broker.events[before:] if isinstance(e, (ev.RemoteAttach, ev.RemoteDetach))]
+    assert not h.core.link_routes.pairs
+    router_side = broker.router_side
+    assert all(not session.links_by_name for session in router_side.sessions)
+
+
 @pytest.mark.parametrize("address", [f"{MARK}in/p/q", f"{MARK}x"])
 def test_the_advertised_form_is_reserved(address: str) -> None:
     h, _, client = harness()

@@ -234,6 +234,28 @@ def test_an_edge_that_misses_a_change_asks_for_the_whole_set() -> None:
     assert "kept" in uplinks.mesh_addresses["B"] and "ghost" not in uplinks.mesh_addresses["B"]
 
 
+@pytest.mark.parametrize("then", ["the whole set comes", "the uplink goes"])
+def test_an_edge_stops_its_retry_timer_once_no_whole_set_is_awaited(then: str) -> None:
+    # The retry deadline of a request for an uplink's whole set stayed once nothing was awaited
+    # any more; in the past, it was the router's next deadline for ever and its timer ticked
+    # without pause (a busy loop): after any change an uplink skipped and answered, or an
+    # uplink lost while asked.
+    h = _mesh()
+    h.advance(1.0)  # (B answers a request for the whole set at most once per half hello interval)
+    e2 = h.cores["E2"]
+    uplinks = e2.mesh.edges.as_edge
+    peer = e2.mesh.edges.uplinks["B"]
+    e2.mesh.edges.on_control(peer, encode_mesh_addresses("B", uplinks.mesh_seq["B"] + 2, False, ["x"], []), h.now)
+    assert "B" in uplinks.awaiting_full
+    if then == "the uplink goes":
+        h.cut(h.wire_between("E2", "B"))
+    h.pump()
+    assert not uplinks.awaiting_full
+    h.advance(5.0)
+    deadline = e2.next_deadline()
+    assert deadline is None or deadline > h.now
+
+
 def test_mesh_address_messages_round_trip_and_reject_garbage() -> None:
     from router.amqp.message import encode_message
 

@@ -72,6 +72,25 @@ def test_choices_follow_the_routes_after_a_router_is_lost() -> None:
     assert set(h.cores["A"].mesh.links) == {"C"}
 
 
+def test_a_choice_remembered_on_an_address_lets_a_lost_neighbours_links_go() -> None:
+    # The last choice for an idle address named the data link of a neighbour whose connection
+    # is gone: remembered on the address entry, it kept that connection (its engine, sessions
+    # and links) alive until the address had another delivery, perhaps never.
+    h = _diamond()
+    producer = h.client("A", "p")
+    tx = producer.sender("near")
+    h.pump()
+    producer.send(tx, Message.value(0))
+    h.pump()
+    entry = h.cores["A"].table.find("near")
+    assert entry is not None and entry.remembered is not None and entry.remembered.known is not None
+    h.kill("B")
+    h.kill("C")
+    h.advance(1.0)  # routes recomputed without B and C
+    known = entry.remembered.known if entry.remembered is not None else None
+    assert not [out for candidates in known or () for _, _, out in candidates if out.gone]
+
+
 def _transit_meta(trace: tuple[str, ...]) -> Meta:
     """A delivery's metadata as annotparse.parse makes it for a section from router X."""
     record = Record(None, "X", trace, [])

@@ -240,7 +240,10 @@ class Session:
         return self._in_id_prefix
 
     def link_locally_detached(self, link: Link) -> None:
-        if link.state.remote is not ACTIVE:
+        # Released once both ends detached. A link we attached and detach before the peer
+        # answered stays too: its answer (an attach, then a detach) is to this link, and released
+        # here it would come in as a new link the peer attached.
+        if link.state.remote is CLOSED:
             self._release_link(link)
 
     def _release_link(self, link: Link) -> None:

@@ -120,6 +120,8 @@ class Admission:
         """The peer's open arrived: answer it (an incoming connection) or check who answered ours."""
         engine = state.engine
         if state.outgoing:  # we opened it (connect): check who answered
+            if engine.state.local is not ACTIVE:
+                return  # the engine closed it already (a violation read together with the open)
             error, cost = check_open(state, self.router_id, self.config.router.mode)
             if error is not None:
                 self.closer.close_connection(state, error, now)

@@ -151,9 +151,12 @@ class EdgeHost:
         if out is None:
             return
         for address in sorted(new - old):
+            key = table.consumer_key(address, True)  # (the key get_or_create takes)
+            if key is None or key[0][0] != "M":
+                continue  # an edge reports mobile addresses only (no entry made for another kind)
             entry = table.get_or_create(address, consumer=True)
-            if entry is None or entry.key[0] != "M":
-                continue  # an edge reports mobile addresses only
+            if entry is None:
+                continue
             first = not entry.consumers
             entry.consumers.append(out)
             if first:

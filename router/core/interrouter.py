@@ -54,7 +54,8 @@ class Peer:
     """The router at the other end of one inter-router connection."""
 
     __slots__ = ("id", "conn", "cost", "control_out", "data_out", "bands", "streams", "streams_base",
-                 "streams_reclaimed", "data_in", "streams_in", "queue", "partial", "dropped", "edge", "version")  # fmt: skip
+                 "streams_reclaimed", "data_in", "streams_in", "queue", "partial", "partial_size", "dropped", "edge",
+                 "version")  # fmt: skip
 
     def __init__(self, router_id: str, conn: ConnState, cost: int) -> None:
         self.id = router_id
@@ -73,6 +74,7 @@ class Peer:
         self.streams_in = 0  # streaming links the peer attached (bounded: STREAMING_LINKS_MAX)
         self.queue: deque[bytes] = deque()  # encoded control messages waiting for credit
         self.partial: list[bytes] = []  # a multi-frame control message arriving
+        self.partial_size = 0  # its bytes so far
         self.dropped = 0  # control messages dropped because the queue was full
         self.edge = False  # an edge connection (router.core.edge), not a neighbour in the mesh
         # The mesh version its open announced (check_open has checked it is a positive integer).

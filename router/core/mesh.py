@@ -267,6 +267,7 @@ class Mesh(MeshReadApi):
         # Paths' maps is checked against their clears, not against the routes.
         self.paths.clear()
         self.paths.routes = routes
+        self._forget_choices()
         table = self.table
         for entry in list(table.entries.values()):
             kind = entry.key[0]
@@ -275,6 +276,19 @@ class Mesh(MeshReadApi):
             elif entry.pending and not entry.consumers:
                 self.routing.reroute(entry)
             table.discard_if_unused(entry)  # e.g. entries a delivery to another router needed once
+
+    def _forget_choices(self) -> None:
+        """The choices remembered on address entries and on the annotation records of the links
+        from neighbours: stale after a clear (remade on the next delivery), they would keep the
+        data links they name, and a lost neighbour's whole connection with them, until then."""
+        for entry in self.table.entries.values():
+            entry.remembered = None
+        for peer in self.peers.values():
+            for inl in peer.conn.in_links:
+                seen = inl.seen
+                if seen is not None:
+                    for record in seen.records.values():
+                        record.remembered = None
 
     def set_remote(self, entry: AddressEntry, routers: frozenset[str]) -> None:
         forwarder = self.routing

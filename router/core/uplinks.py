@@ -68,7 +68,8 @@ class Uplinks:
         until it says again) and the uplink in use is chosen again."""
         self.mesh_addresses.pop(uplink, None)
         self.mesh_seq.pop(uplink, None)
-        self.awaiting_full.pop(uplink, None)
+        if self.awaiting_full.pop(uplink, None) is not None:
+            self._rearm()
         self._choose(now)
         self._sync_routes()
 
@@ -97,6 +98,7 @@ class Uplinks:
         mesh.last_change = now
         mesh.paths.clear()  # new routes and links
         for entry in list(table.entries.values()):
+            entry.remembered = None  # (a choice through the uplink that was in use: mesh._forget_choices)
             if entry.key[0] != "L":
                 mesh.set_remote(entry, mesh.remote_for(entry.key))
             if entry.fallback_enabled:  # its fallback destinations in the mesh: the new uplink's
@@ -133,6 +135,11 @@ class Uplinks:
                 self.mesh.send_control(peer, encode_request(self.mesh.me))
             self.deadline = min(self.deadline, asked + self.retry_s)
 
+    def _rearm(self) -> None:
+        """The next retry of the uplinks still asked (none: no deadline; one left in the past
+        would be the router's next deadline for ever, its timer ticking without pause)."""
+        self.deadline = min((asked + self.retry_s for asked in self.awaiting_full.values()), default=math.inf)
+
     def on_mesh_addresses(self, peer: Peer, message: MeshAddresses, now: float) -> None:
         """An uplink says which addresses have destinations in the mesh: producers of those get
         credit (while that uplink is the active one), the others are drained, as on an
@@ -141,7 +148,8 @@ class Uplinks:
         current = self.mesh_addresses.get(uplink)
         if message.full:
             new = set(message.add)
-            self.awaiting_full.pop(uplink, None)
+            if self.awaiting_full.pop(uplink, None) is not None:
+                self._rearm()
         elif current is None or uplink in self.awaiting_full or message.seq != self.mesh_seq.get(uplink, 0) + 1:
             if uplink not in self.awaiting_full:  # a change was missed: ask for the whole set
                 self.awaiting_full[uplink] = now
