@@ -6,8 +6,8 @@ container for prefix `q` (in and out), interior B linked to A, edge E with an up
 load (bench/soakloops.py), concurrently: link-routed visits of clients of E and of B to the
 broker (large messages: routed sessions between the routers, streaming inside them), mobile
 traffic between E and A both ways (large messages: streaming links), consumers that stop
-reading then vanish, management queries. Every visit ends one of several ways (close, detach
-then close, the socket dropped mid-stream).
+reading then vanish, bursts of large messages (streaming links grow), management queries.
+Every visit ends one of several ways (close, detach then close, the socket dropped mid-stream).
 
 Sampled every interval, per router: RSS, and from its management what must come back once the
 load stops (`counts`): connections, links (every connection's, routed ones included), routed
@@ -120,6 +120,8 @@ class Churn:
             ("mobile.AE", partial(load.mobile_visit, a, e, "AE")),
             ("stalled.AE", partial(load.stalled_visit, a, e, "stAE")),
             ("stalled.EA", partial(load.stalled_visit, e, a, "stEA")),
+            ("burst.EA", partial(load.burst_visit, e, a, "buEA")),
+            ("burst.AE", partial(load.burst_visit, a, e, "buAE")),
             *[(f"management.{r}", partial(load.management_visit, m.port(r), f"mg{r}")) for r in ROUTERS],
         ]
 
