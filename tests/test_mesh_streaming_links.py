@@ -558,3 +558,28 @@ def test_grown_links_to_a_router_of_the_first_mesh_version_are_kept() -> None:
     h.advance(3 * IDLE_S)
     assert _pool(h) == _stream_names(4) and peer.streams_reclaimed == 0
     assert h.cores["A"].mesh.peers["B"] is peer  # the same connection all along
+
+
+def test_a_large_message_does_not_overtake_a_small_one_waiting_for_its_band() -> None:
+    """One producer's small message waits for its band's link (busy with a stream that found no
+    streaming link free); its large message after it waits behind it, though a streaming link
+    is free by then. Before, the large one took that link and reached the consumer first (seen
+    in the churn soak, bench/soakchurn.py: 34 reorderings in a minute)."""
+    h = _pair(streams=1)
+    _, _, rx_busy, busy = _many_producers(h, 2, 100)
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(2)]
+    for tx, payload in zip(busy, payloads, strict=True):  # the first on stream.0, the second on the band's link
+        tx.send_transfer(b"t", payload[:100_000], more=True)
+        h.pump()
+    band = h.cores["A"].mesh.peers["B"].data_out
+    assert band.streaming is not None and _pool(h) == _stream_names(2)  # (stream.1 grown, free)
+    producer, consumer, tx, rx = _clients(h, "ordered")
+    sent = [["small", 0], ["big", 1, BIG], ["small", 2]]
+    for body in sent:
+        producer.send(tx, Message.value(body))
+        h.pump()
+    assert consumer.bodies(rx) == []  # (all three wait for the band's link, in order)
+    for sender, payload in zip(busy, payloads, strict=True):
+        sender.send_transfer(b"t", payload[100_000:])
+    h.pump()
+    assert consumer.bodies(rx) == sent
