@@ -17,9 +17,9 @@ deliveries, addresses. At the end the load stops and the soak waits (bounded: `-
 by default, longer than the minute after which idle grown streaming links are given back) for
 every count to be back at its baseline, taken before the load began.
 
-Exit status 1 when a count did not come back, or when a router's RSS after the settle exceeds
-its RSS after warm-up (the first third of the run, at most a minute) by more than
-RSS_GROWTH_MIB.
+Exit status 1 when a count did not come back, when a router's RSS after the settle exceeds its
+RSS after warm-up (the first third of the run, at most a minute) by more than RSS_GROWTH_MIB, or
+when a client saw an error (messages out of order or missing, a visit timed out, a refusal).
 """
 
 from __future__ import annotations
@@ -188,11 +188,12 @@ class Churn:
                    "growth_mib": round(end["rss"][r] - warm["rss"][r], 1)} for r in ROUTERS}  # fmt: skip
         grown = {r: v["growth_mib"] for r, v in rss.items() if v["growth_mib"] > RSS_GROWTH_MIB}
         peaks = {r: {k: max(s["counts"][r][k] for s in churn) for k in baseline[r]} for r in ROUTERS}
+        errors = sum(v for k, v in self.tally.items() if k.startswith("error."))
         return {
             "scenario": "churn", "seconds": self.seconds, "settled_after_s": settled_s, "seed": self.seed,
             "operations": dict(sorted(self.tally.items())), "rss": rss, "rss_growth_bound_mib": RSS_GROWTH_MIB,
             "baseline": baseline, "end": end["counts"], "peak_during_churn": peaks,
-            "not_back": over, "rss_grown": grown, "ok": not over and not grown,
+            "not_back": over, "rss_grown": grown, "client_errors": errors, "ok": not over and not grown and not errors,
         }  # fmt: skip
 
 
