@@ -13,7 +13,7 @@ Sampled every interval, per router: RSS, and from its management what must come 
 load stops (`counts`): connections, links (every connection's, routed ones included), routed
 links, sessions of the connections to other routers and the broker, streaming links, bytes held
 (buffered, held frames, waiting for a session window), shut windows, unsettled and undelivered
-deliveries, addresses. At the end the load stops and the soak waits (bounded: `--settle`, 90 s
+deliveries, addresses, open file descriptors. At the end the load stops and the soak waits (bounded: `--settle`, 90 s
 by default, longer than the minute after which idle grown streaming links are given back) for
 every count to be back at its baseline, taken before the load began.
 
@@ -70,6 +70,7 @@ async def counts(mgmt: ManagementSession) -> dict[str, int]:
     links = await mgmt.query_dicts("router.link")
     router = (await mgmt.query_dicts("router"))[0]
     routes = await mgmt.query_dicts("router.config.linkRoute")
+    memory = (await mgmt.query_dicts("memory"))[0]
     meshy = [c for c in conns if c["role"] in ROUTER_ROLES]
     return {
         "connections": len(conns),
@@ -83,7 +84,17 @@ async def counts(mgmt: ManagementSession) -> dict[str, int]:
         "unsettled": sum(int(link["unsettledCount"]) for link in links),
         "undelivered": sum(int(link["undeliveredCount"]) for link in links),
         "addresses": int(router["addrCount"]),
+        "openFds": int(memory["openFds"]),
     }
+
+
+async def figures(mgmt: ManagementSession) -> dict[str, int]:
+    """Shown, not checked: objects the router's garbage collector tracks (bounded caches fill),
+    and deliveries released because holding them would pass a byte bound (their producers send
+    them again)."""
+    memory = (await mgmt.query_dicts("memory"))[0]
+    router = (await mgmt.query_dicts("router"))[0]
+    return {"objects": int(memory["pythonObjects"]), "releasedOverBudget": int(router["releasedOverBudget"])}
 
 
 def not_back(now: dict[str, dict[str, int]], baseline: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -92,17 +103,21 @@ def not_back(now: dict[str, dict[str, int]], baseline: dict[str, dict[str, int]]
     return {r: over for r, over in out.items() if over}
 
 
-async def probe_route(port: int) -> None:
-    """Until a link-routed attach from `port` reaches the broker (the route learnt there)."""
+async def probe_route(port: int, container_router: ManagementSession) -> None:
+    """Until a link-routed attach from `port` reaches the broker: the routers on the way have
+    learnt the route (before, the attach is that of a consumer of the mobile address q.probe)."""
     with trio.fail_after(30):
         while True:
             try:
                 async with connect("127.0.0.1", port) as c:
                     receiver = await c.open_receiver("q.probe", credit=0)
+                    routes = await container_router.query_dicts("router.config.linkRoute")
                     await receiver.close()
-                    return
-            except load.ClientError:
-                await trio.sleep(0.2)
+                    if sum(int(r["routedLinkCount"]) for r in routes):
+                        return
+            except load.ClientError:  # (refused on the way: a router that knows no container yet)
+                pass
+            await trio.sleep(0.2)
 
 
 class Churn:
@@ -132,22 +147,24 @@ class Churn:
             assert proc is not None
             row["rss"][r] = rss_mib(proc.pid)
             row["counts"][r] = await counts(observers[r])
+            row.setdefault("figures", {})[r] = await figures(observers[r])
         self.samples.append(row)
         visits = sum(v for k, v in self.tally.items() if not k.startswith(("error", "messages", "bytes", "management.rows")))
         errors = sum(v for k, v in self.tally.items() if k.startswith("error"))
-        brief = "  ".join(f"{r}: {row['rss'][r]:.1f} MiB {_short(row['counts'][r])}" for r in ROUTERS)
+        brief = "  ".join(f"{r}: {row['rss'][r]:.1f} MiB {row['figures'][r]['objects'] // 1000}k obj {_short(row['counts'][r])}"
+                          for r in ROUTERS)  # fmt: skip
         print(f"{row['t']:7.1f} s {phase:6} visits {visits:5} errors {errors:3}  {brief}", flush=True)
         return row
 
     async def run(self, m: MeshProcesses) -> dict[str, Any]:
         await m.wait_converged(timeout_s=30)
-        await probe_route(m.port("E"))
         async with (
             connect("127.0.0.1", m.port("A")) as ca, management_session(ca) as ma,
             connect("127.0.0.1", m.port("B")) as cb, management_session(cb) as mb,
             connect("127.0.0.1", m.port("E")) as ce, management_session(ce) as me,
         ):  # fmt: skip
             observers = {"A": ma, "B": mb, "E": me}
+            await probe_route(m.port("E"), ma)
             start = time.monotonic()
             baseline = await self._steady(m, observers, start)
             async with trio.open_nursery() as nursery:
@@ -192,7 +209,7 @@ class Churn:
         return {
             "scenario": "churn", "seconds": self.seconds, "settled_after_s": settled_s, "seed": self.seed,
             "operations": dict(sorted(self.tally.items())), "rss": rss, "rss_growth_bound_mib": RSS_GROWTH_MIB,
-            "baseline": baseline, "end": end["counts"], "peak_during_churn": peaks,
+            "baseline": baseline, "end": end["counts"], "peak_during_churn": peaks, "end_figures": end["figures"],
             "not_back": over, "rss_grown": grown, "client_errors": errors, "ok": not over and not grown and not errors,
         }  # fmt: skip
 
