@@ -10,6 +10,12 @@ configured bounds.
 
     python -m bench.soak [hoarder|blocked|both] [--seconds 60] [--interval 5]
 
+3. `churn` (bench/soakchurn.py, not in `both`): a mesh of three routers and a broker under
+   clients that come and go for the whole run, every count of what they took back at its
+   baseline at the end (exit status 1 if not, or if RSS grew past a bound).
+
+    python -m bench.soak churn [--seconds 300] [--interval 10] [--settle 90] [--seed 1]
+
 Prints one line per sample (seconds, RSS MiB, and what the router's management says) and a
 JSON summary: RSS at the first sample after warm-up, at the end, and the peak.
 """
@@ -171,6 +177,14 @@ def main(argv: list[str]) -> int:
     seconds = float(argv[argv.index("--seconds") + 1]) if "--seconds" in argv else 60.0
     interval = float(argv[argv.index("--interval") + 1]) if "--interval" in argv else 5.0
     results = []
+    if which == "churn":  # a mesh under clients that come and go (bench/soakchurn.py)
+        from .soakchurn import SETTLE_S, churn
+
+        settle = float(argv[argv.index("--settle") + 1]) if "--settle" in argv else SETTLE_S
+        seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1
+        result = churn(seconds, interval, settle, seed)
+        print(json.dumps({k: v for k, v in result.items() if k != "samples"}))
+        return 0 if result["ok"] else 1
     if which in ("hoarder", "both"):
         results.append(hoarder(seconds, interval))
     if which in ("blocked", "both"):

@@ -17,11 +17,12 @@ from router.amqp.events import TransferReceived
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import Accepted, Modified, Source, Target
 from router.amqp.performatives import Error
-from router.config.models import PRIORITY_BANDS_DEFAULT, STREAMING_LINKS_DEFAULT, STREAMING_LINKS_MAX
+from router.config.models import PRIORITY_BANDS_DEFAULT, RouterConfig, STREAMING_LINKS_DEFAULT, STREAMING_LINKS_MAX
 from router.core.delivery import Forward
 from router.core.interrouter import DATA_CAPABILITY, GIVE_BACK_VERSION, MESH_VERSION, STREAM_CAPABILITY
 from router.core.paths import band_of
 from router.core.streamreclaim import IDLE_S, SCAN_S
+from router.management import ManagementAgent
 from router.testing.meshharness import MeshHarness
 
 from .test_mesh_priority import _arrivals, refused_attaches
@@ -305,6 +306,16 @@ def _sessions(h: MeshHarness) -> tuple[int, int]:
     return len(a_engine.sessions), len(b_engine.sessions)
 
 
+def _session_counts(h: MeshHarness) -> tuple[int, int]:
+    """The same as management shows them: `sessionCount` of the inter-router connection entity."""
+    counts = []
+    for rid in "AB":
+        agent = ManagementAgent(h.cores[rid], RouterConfig())
+        (conn,) = [c for c in agent.entity_type("connection").entities(agent, h.now) if c["role"] == "inter-router"]
+        counts.append(conn["sessionCount"])
+    return counts[0], counts[1]
+
+
 def _b_engine(h: MeshHarness) -> Any:
     wire = h.wire_between("A", "B")
     return wire.a if wire.a_core is h.cores["B"] else wire.b
@@ -317,16 +328,18 @@ def _stream_names(count: int, rid: str = "A", to: str = "B") -> list[str]:
 def test_grown_streaming_links_are_given_back_once_idle_and_the_configured_ones_stay() -> None:
     h = _pair(streams=2)
     baseline = _sessions(h)
+    mesh_own = 2 * (1 + PRIORITY_BANDS_DEFAULT + 2)  # each side's control link, bands and streaming links
+    assert _session_counts(h) == baseline == (mesh_own, mesh_own)
     peer, from_a = h.cores["A"].mesh.peers["B"], h.cores["B"].mesh.peers["A"]
     _burst(h, 5)
     assert _pool(h) == _stream_names(4) and from_a.streams_in == 4
-    assert _sessions(h) == (baseline[0] + 2, baseline[1] + 2)
+    assert _sessions(h) == _session_counts(h) == (baseline[0] + 2, baseline[1] + 2)
     h.advance(IDLE_S - 1)  # (idle from the end of the burst: not yet)
     assert _pool(h) == _stream_names(4)
     h.advance(SCAN_S + 2)
     assert _pool(h) == _stream_names(2)
     assert from_a.streams_in == 2 and peer.streams_reclaimed == 2
-    assert _sessions(h) == baseline  # (their sessions ended, both sides)
+    assert _sessions(h) == _session_counts(h) == baseline  # (their sessions ended, both sides)
     assert not any(inl.link.name in _stream_names(4)[2:] for inl in h.cores["B"].mesh.peers["A"].conn.in_links)
     assert h.cores["A"].idle_streams.deadline == math.inf  # (nothing watched: no timer left)
     (conn,) = [c for c in h.cores["A"].read.connections(h.now) if c.role == "inter-router"]
@@ -545,3 +558,28 @@ def test_grown_links_to_a_router_of_the_first_mesh_version_are_kept() -> None:
     h.advance(3 * IDLE_S)
     assert _pool(h) == _stream_names(4) and peer.streams_reclaimed == 0
     assert h.cores["A"].mesh.peers["B"] is peer  # the same connection all along
+
+
+def test_a_large_message_does_not_overtake_a_small_one_waiting_for_its_band() -> None:
+    """One producer's small message waits for its band's link (busy with a stream that found no
+    streaming link free); its large message after it waits behind it, though a streaming link
+    is free by then. Before, the large one took that link and reached the consumer first (seen
+    in the churn soak, bench/soakchurn.py: 34 reorderings in a minute)."""
+    h = _pair(streams=1)
+    _, _, rx_busy, busy = _many_producers(h, 2, 100)
+    payloads = [encode_message(Message.value([i, BIG])) for i in range(2)]
+    for tx, payload in zip(busy, payloads, strict=True):  # the first on stream.0, the second on the band's link
+        tx.send_transfer(b"t", payload[:100_000], more=True)
+        h.pump()
+    band = h.cores["A"].mesh.peers["B"].data_out
+    assert band.streaming is not None and _pool(h) == _stream_names(2)  # (stream.1 grown, free)
+    producer, consumer, tx, rx = _clients(h, "ordered")
+    sent = [["small", 0], ["big", 1, BIG], ["small", 2]]
+    for body in sent:
+        producer.send(tx, Message.value(body))
+        h.pump()
+    assert consumer.bodies(rx) == []  # (all three wait for the band's link, in order)
+    for sender, payload in zip(busy, payloads, strict=True):
+        sender.send_transfer(b"t", payload[100_000:])
+    h.pump()
+    assert consumer.bodies(rx) == sent

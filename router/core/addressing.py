@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 T = TypeVar("T")
 _WORD_SPLIT = re.compile(r"[./]")
@@ -109,12 +109,21 @@ class _Rule(Generic[T]):
     order: int
 
 
+# Lookups a matcher remembers (the most recent): the addresses a router serves at once. Not
+# more: each costs ~85 bytes and keeps its address alive, and a router that keeps seeing new
+# addresses (one per request, per client) would hold every matcher's full cache for good (with
+# 65,536 a matcher, ~6 MiB each and the addresses, and an attach asks up to four matchers: tens
+# of MiB, most of an idle router's size again). As the address table's own key cache
+# (table.KEYS_MAX).
+LOOKUPS_CACHED: Final = 4096
+
+
 class AddressMatcher(Generic[T]):
     """Configured values (e.g. distributions) looked up by address, most specific first."""
 
     def __init__(self) -> None:
         self._rules: list[_Rule[T]] = []
-        self._lookup = lru_cache(maxsize=65536)(self._find)
+        self._lookup = lru_cache(maxsize=LOOKUPS_CACHED)(self._find)
 
     def add_prefix(self, prefix: str, value: T) -> None:
         literal = len([w for w in words(prefix) if w])
@@ -132,6 +141,8 @@ class AddressMatcher(Generic[T]):
         self._lookup.cache_clear()
 
     def lookup(self, address: str) -> T | None:
+        if not self._rules:  # (most matchers of most routers: nothing to look up, nothing cached)
+            return None
         return self._lookup(address)
 
     def _find(self, address: str) -> T | None:

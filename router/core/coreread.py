@@ -130,7 +130,7 @@ class CoreReadApi:
             # wall clock does.
             uptime_s=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
             last_delivery_s=max(0, int(now - state.last_delivery)) if state.last_delivery != NEVER else None,
-            link_count=state.link_count, output_blocked=state.output_blocked,
+            link_count=state.link_count, session_count=len(sessions), output_blocked=state.output_blocked,
             buffered_bytes=state.buffered_bytes, held_frame_bytes=state.held_frame_bytes,
             window_held_bytes=engine.output.held_bytes,
             shut_windows=sum(1 for s in sessions if s.window_shut),

@@ -2,12 +2,13 @@
 detach of both sides (docs/mesh.md, "Link routes").
 
     pairs = LinkPairs(routes, relay, touched)   # `routes`: LinkRoutes' configured routes, by name
-    pairs.pass_on(conn, link, far, route, address)   # a matched attach: our link towards the container
+    pairs.pass_on(conn, link, far, route, address, now)   # a matched attach: our link towards the container
     pairs.answered(link)                  # the far side's answer answers the client's attach
     pairs.detached(link, closed, error) / pairs.link_gone(link) / pairs.fail_pair(ctx, error)
+    pairs.end_idle_sessions(now)          # the timer's: routed sessions idle for a minute end
 
-Owns: the pairs (`pairs`: the clients' sides, for management), our session for routed links on
-each connection, the attach passed on (its termini rewritten for the container: del_external_prefix,
+Owns: the pairs (`pairs`: the clients' sides, for management), our sessions for routed links on
+each connection (towards another router, ended once idle: routedreclaim.py), the attach passed on (its termini rewritten for the container: del_external_prefix,
 then add_external_prefix; a name taken on that session gets a `#n` suffix), answering the client's
 attach with what the far side answered (the rewriting undone), refusing it when it cannot be
 passed on, and tearing a pair down: a detach is relayed with its error; a lost connection detaches
@@ -36,7 +37,9 @@ from ..config.addresses import PRIORITY_LEVELS
 from ..config.models import STREAMING_LINKS_MAX
 from .connections import ConnState
 from .linkmatch import Route, passed_properties, rewrite
+from .interrouter import GIVE_BACK_VERSION
 from .linkrelay import Relay, RoutedLink, between_routers
+from .routedreclaim import IdleRoutedSessions
 
 if TYPE_CHECKING:
     from .touched import Touched
@@ -68,6 +71,7 @@ class LinkPairs:
         # Our sessions for routed links on a connection: one towards a container; towards
         # another router up to routed_sessions() (see _session).
         self._sessions: dict[ConnState, list[Session]] = {}
+        self.idle_sessions = IdleRoutedSessions()  # those towards other routers, ended once idle
         self.pairs: set[RoutedLink] = set()  # the clients' sides of routed pairs (management)
 
     # --- a graceful stop -------------------------------------------------------------------------------
@@ -100,26 +104,44 @@ class LinkPairs:
     # --- attaches -----------------------------------------------------------------------------------
 
     def connection_gone(self, conn: ConnState) -> None:
-        self._sessions.pop(conn, None)
+        for session in self._sessions.pop(conn, ()):
+            self.idle_sessions.forget(session)
 
-    def _session(self, conn: ConnState) -> Session:
+    def _session(self, conn: ConnState, now: float) -> Session:
         """The session a new routed link on `conn` goes in. Towards another router, a session's
         window stops every routed link in it while one of them stalls (linkrelay.between_routers):
         a pair gets a session of its own (one whose pairs all went is reused) while there are
-        fewer than routed_sessions(), then shares the one with the fewest links (the sessions stay
-        for the connection's life)."""
+        fewer than routed_sessions(), then shares the one with the fewest links (a session no
+        pair has used for a minute ends: `end_idle_sessions`)."""
         sessions = [s for s in self._sessions.get(conn, ()) if s.state.local is ACTIVE and s.state.remote is not CLOSED]
         limit = routed_sessions(conn.engine) if conn.peer is not None else 1
         if sessions and (len(sessions) >= limit or any(not s.links_by_name for s in sessions)):
             self._sessions[conn] = sessions
-            return min(sessions, key=lambda s: len(s.links_by_name))
+            session = min(sessions, key=lambda s: len(s.links_by_name))
+            self.idle_sessions.used(session)
+            return session
         session = conn.engine.begin_session()
         if conn.peer is not None:  # to another router: its window may stop its links only
             between_routers(session, conn)
+            if conn.peer.version >= GIVE_BACK_VERSION:  # (an older router would take the end for a broken connection)
+                self.idle_sessions.watch(session, now)
         self._sessions[conn] = [*sessions, session]
         return session
 
-    def pass_on(self, conn: ConnState, link: Link, far: ConnState, route: Route | None, address: str) -> None:
+    def end_idle_sessions(self, now: float) -> list[Connection]:
+        """End the routed sessions towards other routers that no pair used for a minute
+        (routedreclaim.py); the engines with output."""
+        ended: list[Connection] = []
+        for session in self.idle_sessions.due(now):
+            for conn, sessions in self._sessions.items():
+                if session in sessions:
+                    sessions.remove(session)
+                    break
+            session.end()
+            ended.append(session.conn)
+        return ended
+
+    def pass_on(self, conn: ConnState, link: Link, far: ConnState, route: Route | None, address: str, now: float) -> None:
         """Attach our link for the client's `link` on `far` (the container's connection, or the
         next router's when `route` is None)."""
         remote = link.remote_attach
@@ -134,7 +156,7 @@ class LinkPairs:
         conn.routed.add(mine)
         self.pairs.add(mine)
         try:
-            session = self._session(far)
+            session = self._session(far, now)
             name, n = link.name, 1
             while (name, not link.role) in session.links_by_name:
                 n += 1

@@ -233,7 +233,7 @@ class LinkRoutes:
             refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
                    f"link limit ({limit}) reached on the route container's connection for {address}")  # fmt: skip
             return True
-        self.link_pairs.pass_on(conn, link, far, route, address)
+        self.link_pairs.pass_on(conn, link, far, route, address, now)
         return True
 
     def _find(self, address: str, direction: str, came_from: ConnState) -> tuple[ConnState, Route | None] | NoPath | None:

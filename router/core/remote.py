@@ -29,7 +29,7 @@ from ..amqp.endpoints import ACTIVE
 from .delivery import Forward, Meta
 from .links import OutLink
 from .paths import PATHS_MAX, PRIORITY_DEFAULT, Candidate, Key, Paths, Remembered, band_of
-from .streamlinks import instead, large
+from .streamlinks import instead, large, nothing_ahead
 
 if TYPE_CHECKING:
     from .ports import MeshPaths
@@ -46,11 +46,12 @@ def usable(out: OutLink) -> bool:
 
 def usable_for(out: OutLink, fwd: Forward) -> bool:
     """`out` can take `fwd` now: itself, or for a large message a free streaming link of its
-    neighbour (which _send takes instead: streamlinks.py)."""
+    neighbour (which _send takes instead: streamlinks.py) when no delivery waits for `out`,
+    which it would overtake."""
     if usable(out):
         return True
     streams = out.streams
-    return streams is not None and large(fwd) and instead(streams) is not None
+    return streams is not None and large(fwd) and nothing_ahead(out) and instead(streams) is not None
 
 
 def priority(paths: Paths, fwd: Forward) -> int:

@@ -62,6 +62,7 @@ class ConnectionSnapshot:
     uptime_s: int  # since the peer's open (0 before it)
     last_delivery_s: int | None  # since a transfer last came in or went out (None: none yet)
     link_count: int
+    session_count: int  # its sessions (ours and the peer's), begun and not yet ended both ways
     # Backpressure: the router sends it no more deliveries (its output has not drained); bytes
     # of its deliveries waiting for consumer credit; later frames of its deliveries held while
     # their consumers' output is blocked; frames waiting for it to open its session window.

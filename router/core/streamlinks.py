@@ -9,7 +9,10 @@ it. So each router keeps `router.streaming_links` extra data links to each neigh
 edge connection, both ways (interrouter.attach_links: capabilities qd.router-data and
 qd.router-stream, each in a session of its own), and such a delivery (`large`), about to go on
 a band link, goes on a free streaming link of the same neighbour instead (`instead`): one that can take a delivery now (credit, nothing
-streaming on it, its session open). With none free it goes on its band's link as before, and
+streaming on it, its session open), unless deliveries wait for the band's link (`nothing_ahead`:
+it would overtake them, and one producer's messages to one consumer keep their order; it waits
+behind them, and `take_waiting` may send it on a streaming link once it is at the head). With
+none free it goes on its band's link as before, and
 when every one carries a stream, one more is attached for the streams to come (`grow`), up to
 STREAMING_LINKS_MAX, named with the lowest free index. The configured ones stay for the
 connection's life; a grown one is given back once idle for a minute (streamreclaim.py: `grow`
@@ -45,6 +48,13 @@ if TYPE_CHECKING:
 def large(fwd: Forward) -> bool:
     """A delivery for a streaming link: its first frame did not end it, or it waited in several."""
     return not fwd.complete or fwd.rest is not None
+
+
+def nothing_ahead(band_link: OutLink) -> bool:
+    """No delivery waits for `band_link`, in its queue or in its session for the peer's window:
+    a new large message may take a streaming link instead of it without overtaking a message
+    of the same producer to the same consumer waiting there (docs/mesh.md: their order is kept)."""
+    return not band_link.pending and band_link.link.session.blocked_frames == 0
 
 
 def instead(streams: list[OutLink]) -> OutLink | None:

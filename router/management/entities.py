@@ -66,6 +66,8 @@ class ConnectionType(EntityType):
         "uptimeSeconds: Seconds since the peer's open",
         "lastDlvSeconds: Seconds since a transfer last came in or went out on it (null: none yet)",
         "linkCount: Attached links",
+        "sessionCount: Sessions on it (either side's, begun and not yet ended both ways); between routers: the "
+        "control link's, one per priority band and streaming link, and those of link-routed pairs",
         "bufferedBytes: Bytes of its deliveries the router holds, waiting for consumer credit",
         "heldFrameBytes: Bytes of later frames of its deliveries held while their consumers' output is blocked",
         "windowHeldBytes: Bytes waiting for it to open its session incoming window",
@@ -91,7 +93,7 @@ class ConnectionType(EntityType):
             isAuthenticated=mechanism not in (None, "ANONYMOUS"), user=c.user, isEncrypted=c.encrypted,
             sslProto=c.tls_protocol, sslCipher=c.tls_cipher, properties=c.properties, opened=c.opened,
             operStatus="closing" if c.closing else "up", adminStatus="enabled",
-            uptimeSeconds=c.uptime_s, lastDlvSeconds=c.last_delivery_s, linkCount=c.link_count,
+            uptimeSeconds=c.uptime_s, lastDlvSeconds=c.last_delivery_s, linkCount=c.link_count, sessionCount=c.session_count,
             outputBlocked=c.output_blocked, bufferedBytes=c.buffered_bytes, heldFrameBytes=c.held_frame_bytes,
             windowHeldBytes=c.window_held_bytes, shutWindows=c.shut_windows, peerShutWindows=c.peer_shut_windows,
             streamingLinks=c.streaming_links, streamingLinksReclaimed=c.streaming_links_reclaimed,
