@@ -46,6 +46,8 @@ from router.core.connections import new_engine  # noqa: E402
 from router.core.router import RouterCore  # noqa: E402
 from router.testing.wire import raw_frame, split_stream  # noqa: E402
 
+from bench.fuzzpeerinputs import mutate_bytes  # noqa: E402
+
 PROTON_SESSION = ROOT / "tests" / "support" / "proton_session.bin"
 GOOD_EVERY = 1000
 
@@ -133,12 +135,9 @@ class Inputs:
             i = rng.randrange(len(pieces))
             piece = pieces[i]
             op = rng.randrange(8)
-            if op == 0 and piece:  # flip a byte
-                at = rng.randrange(len(piece))
-                pieces[i] = piece[:at] + bytes([piece[at] ^ rng.randint(1, 255)]) + piece[at + 1 :]
-            elif op == 1:  # insert bytes
-                at = rng.randint(0, len(piece))
-                pieces[i] = piece[:at] + rng.randbytes(rng.randint(1, 16)) + piece[at:]
+            changed = mutate_bytes(rng, piece, op)
+            if changed is not None:
+                pieces[i] = changed
             elif op == 2:  # cut the stream
                 pieces[i] = piece[: rng.randint(0, len(piece))]
                 del pieces[i + 1 :]
@@ -149,9 +148,6 @@ class Inputs:
             elif op == 5:
                 j = rng.randrange(len(pieces))
                 pieces[i], pieces[j] = pieces[j], pieces[i]
-            elif op == 6 and len(piece) >= 8 and piece[:4] != b"AMQP":  # lie about the size
-                size = rng.choice([0, 7, 8, len(piece) - 1, len(piece) + 1, 0xFFFFFFFF, rng.getrandbits(32)])
-                pieces[i] = struct.pack(">I", size) + piece[4:]
             elif op == 7:  # a field of the performative: any value (re-encoded)
                 pieces[i] = self.refield(piece)
         return b"".join(pieces)

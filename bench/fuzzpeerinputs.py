@@ -117,6 +117,22 @@ def _whole_transfer(piece: bytes) -> bool:
     return isinstance(performative, Transfer) and not performative.more
 
 
+def mutate_bytes(rng: random.Random, piece: bytes, op: int) -> bytes | None:
+    """The byte-level mutations of one frame both fuzzers make (bench/fuzz.py's client inputs
+    and a peer router's): op 0 flips a byte, 1 inserts bytes, 6 lies about the frame's size;
+    None for any other op (or one that does not apply to `piece`)."""
+    if op == 0 and piece:  # flip a byte
+        at = rng.randrange(len(piece))
+        return piece[:at] + bytes([piece[at] ^ rng.randint(1, 255)]) + piece[at + 1 :]
+    if op == 1:  # insert bytes
+        at = rng.randint(0, len(piece))
+        return piece[:at] + rng.randbytes(rng.randint(1, 16)) + piece[at:]
+    if op == 6 and len(piece) >= 8 and piece[:4] != b"AMQP":  # lie about the size
+        size = rng.choice([0, 7, 8, len(piece) - 1, len(piece) + 1, 0xFFFFFFFF, rng.getrandbits(32)])
+        return struct.pack(">I", size) + piece[4:]
+    return None
+
+
 class PeerInputs:
     """Mutations of recorded peer sessions (bench.fuzzseeds): the client fuzzer's (bytes
     flipped, inserted, cut; frames dropped, repeated, swapped, their sizes falsified, a
@@ -164,12 +180,9 @@ class PeerInputs:
         pieces = reads[r][1]
         piece = pieces[i]
         op = rng.randrange(8)
-        if op == 0 and piece:  # flip a byte
-            at = rng.randrange(len(piece))
-            pieces[i] = piece[:at] + bytes([piece[at] ^ rng.randint(1, 255)]) + piece[at + 1 :]
-        elif op == 1:  # insert bytes
-            at = rng.randint(0, len(piece))
-            pieces[i] = piece[:at] + rng.randbytes(rng.randint(1, 16)) + piece[at:]
+        changed = mutate_bytes(rng, piece, op)
+        if changed is not None:
+            pieces[i] = changed
         elif op == 2:  # the stream is cut here
             pieces[i] = piece[: rng.randint(0, len(piece))]
             del pieces[i + 1 :]
@@ -184,9 +197,6 @@ class PeerInputs:
             if other:
                 j = rng.randrange(len(other))
                 pieces[i], other[j] = other[j], pieces[i]
-        elif op == 6 and len(piece) >= 8 and piece[:4] != b"AMQP":  # lie about the size
-            size = rng.choice([0, 7, 8, len(piece) - 1, len(piece) + 1, 0xFFFFFFFF, rng.getrandbits(32)])
-            pieces[i] = struct.pack(">I", size) + piece[4:]
         elif op == 7 and self.refield is not None:
             pieces[i] = self.refield(piece)
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 
-from router.config.models import LinkRouteConfig, RouterConfig
+from router.config.models import LinkRouteConfig
 from router.core.streamreclaim import IDLE_S, SCAN_S
-from router.management import ManagementAgent
 from router.testing.meshharness import CLIENTS, INTER_ROUTER, MeshHarness
 from router.testing.routerharness import Client
 
 from .test_mesh_linkroute import BROKER, send_through
+from .test_mesh_streaming_links import _session_counts
 
 
 def _mesh() -> tuple[MeshHarness, Client, Client]:
@@ -27,16 +27,6 @@ def _mesh() -> tuple[MeshHarness, Client, Client]:
     broker = h.client("B", "broker", listener=BROKER)
     h.converge()
     return h, h.client("A", "producer"), broker
-
-
-def _sessions(h: MeshHarness) -> tuple[int, int]:
-    """The sessions of the connection between A and B at A and at B, as management shows them."""
-    counts = []
-    for rid in "AB":
-        agent = ManagementAgent(h.cores[rid], RouterConfig())
-        (conn,) = [c for c in agent.entity_type("connection").entities(agent, h.now) if c["role"] == "inter-router"]
-        counts.append(conn["sessionCount"])
-    return counts[0], counts[1]
 
 
 def _pairs(h: MeshHarness, client: Client, broker: Client, names: range) -> None:
@@ -54,41 +44,41 @@ def _detach_all(h: MeshHarness, client: Client) -> None:
 
 def test_routed_sessions_no_pair_used_for_a_minute_end_on_both_routers() -> None:
     h, client, broker = _mesh()
-    baseline = _sessions(h)
+    baseline = _session_counts(h)
     peer = h.cores["A"].mesh.peers["B"]
     _pairs(h, client, broker, range(5))
-    assert _sessions(h) == (baseline[0] + 5, baseline[1] + 5)  # a session each
+    assert _session_counts(h) == (baseline[0] + 5, baseline[1] + 5)  # a session each
     _detach_all(h, client)
     h.advance(IDLE_S - 1)  # (idle from the last pair's detach: not yet)
-    assert _sessions(h) == (baseline[0] + 5, baseline[1] + 5)
+    assert _session_counts(h) == (baseline[0] + 5, baseline[1] + 5)
     h.advance(SCAN_S + 2)
-    assert _sessions(h) == baseline  # ended, and the end answered
+    assert _session_counts(h) == baseline  # ended, and the end answered
     assert h.cores["A"].mesh.peers["B"] is peer  # the connection between them stays up
     assert h.cores["A"].link_routes.link_pairs.idle_sessions.deadline == math.inf  # no timer left
     _pairs(h, client, broker, range(5, 7))  # later pairs begin sessions again
-    assert _sessions(h) == (baseline[0] + 2, baseline[1] + 2)
+    assert _session_counts(h) == (baseline[0] + 2, baseline[1] + 2)
 
 
 def test_a_routed_session_a_pair_used_again_within_the_minute_stays() -> None:
     h, client, broker = _mesh()
-    baseline = _sessions(h)
+    baseline = _session_counts(h)
     _pairs(h, client, broker, range(1))
     _detach_all(h, client)
     h.advance(IDLE_S / 2)
     _pairs(h, client, broker, range(1, 2))  # the same session, handed to another pair
     _detach_all(h, client)
     h.advance(IDLE_S / 2 + SCAN_S + 2)  # a minute and more since the first pair went
-    assert _sessions(h) == (baseline[0] + 1, baseline[1] + 1)
+    assert _session_counts(h) == (baseline[0] + 1, baseline[1] + 1)
     h.advance(IDLE_S / 2 + SCAN_S)  # a minute and more since the second
-    assert _sessions(h) == baseline
+    assert _session_counts(h) == baseline
 
 
 def test_routed_sessions_towards_a_router_of_mesh_version_1_stay() -> None:
     # Such a router takes a session ended between routers for a broken connection.
     h, client, broker = _mesh()
     h.cores["A"].mesh.peers["B"].version = 1
-    baseline = _sessions(h)
+    baseline = _session_counts(h)
     _pairs(h, client, broker, range(3))
     _detach_all(h, client)
     h.advance(3 * IDLE_S)
-    assert _sessions(h) == (baseline[0] + 3, baseline[1] + 3)
+    assert _session_counts(h) == (baseline[0] + 3, baseline[1] + 3)
