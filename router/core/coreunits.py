@@ -73,6 +73,8 @@ class CoreUnits(ev.TransferSink):
             self.autolinks.add(auto_link, 0.0)
         # Link routes (router.core.linkroute): attaches passed on to route containers.
         self.link_routes = LinkRoutes(config.link_routes, self.mesh, self.touched, router_id=self.router_id)
+        # (compiled, held here: next_deadline reads its deadline after every call into the core)
+        self.idle_routed = self.link_routes.link_pairs.idle_sessions
         self.links.link_routes = self.link_routes
         self.forwarder.relay = self.link_routes.relay
         self.mesh.link_routes = self.link_routes

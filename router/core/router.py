@@ -197,9 +197,8 @@ class RouterCore(CoreUnits):
                 self.links.link_gone(out.link, now)
                 give_back(out)
                 self.touched.touch(out.conn.engine)
-        pairs = self.link_routes.link_pairs
-        if pairs.idle_sessions.deadline <= now:  # routed sessions no pair used for a minute: ended
-            for engine in pairs.end_idle_sessions(now):
+        if self.idle_routed.deadline <= now:  # routed sessions no pair used for a minute: ended
+            for engine in self.link_routes.link_pairs.end_idle_sessions(now):
                 self.touched.touch(engine)
         if self.autolinks.runs and not self.admission.stopping:
             self.autolinks.tick(now)
@@ -221,7 +220,7 @@ class RouterCore(CoreUnits):
         idle = self.idle_streams.deadline
         if idle != math.inf:  # (only while streaming links grown for a burst are watched)
             deadline = _earlier(deadline, idle)
-        idle = self.link_routes.link_pairs.idle_sessions.deadline
+        idle = self.idle_routed.deadline
         if idle != math.inf:  # (only while there are routed sessions towards other routers)
             deadline = _earlier(deadline, idle)
         if self.autolinks.runs:  # (attaching again, or an attach the broker must answer)
