@@ -180,32 +180,16 @@ def fuzzed_mesh(edge: bool = False, **router: Any) -> FuzzedMesh:
 # --- recording --------------------------------------------------------------------------------
 
 
-class _Recording(Connection):
-    """An engine whose output is recorded (the capture's side: its class is swapped in)."""
-
-    __slots__ = ()
-    tape: Reads = []
-    harness: MeshHarness | None = None
-
-    def data_to_send(self) -> bytes:
-        out = super().data_to_send()
-        if out:
-            assert _Recording.harness is not None
-            _Recording.tape.append((_Recording.harness.now - START, bytes(out)))
-        return out
-
-
 def _record(engine: Connection, h: MeshHarness) -> Reads:
+    """What `engine` sends from now on, each chunk with its time since START (the harness's tap
+    on the wire: a compiled engine's class cannot be swapped for a recording one)."""
     tape: Reads = []
-    _Recording.tape = tape
-    _Recording.harness = h
-    engine.__class__ = _Recording
+    h.recorders[id(engine)] = lambda data: tape.append((h.now - START, data))
     return tape
 
 
-def _stop_recording(engine: Connection) -> None:
-    engine.__class__ = Connection
-    _Recording.harness = None
+def _stop_recording(engine: Connection, h: MeshHarness) -> None:
+    h.recorders.pop(id(engine), None)
 
 
 def _deliveries(h: MeshHarness, client: Client, address: str, count: int, **message: Any) -> None:
@@ -222,7 +206,7 @@ def _capture(h: MeshHarness, recorded: Connection, wire: Wire, scene: Any) -> Re
     try:
         scene()
     finally:
-        _stop_recording(recorded)
+        _stop_recording(recorded, h)
     return tape
 
 

@@ -56,6 +56,9 @@ class MeshHarness:
         self.router_defaults = router
         self.taps: dict[int, list[Callable[[list[Any]], None]]] = {}  # id(core) -> event observers
         self.frozen: set[int] = set()  # id(core) of routers stopped (SIGSTOP): they read, write and tick nothing
+        # id(engine) -> called with every chunk of bytes the engine writes (a recording of what it
+        # sends: bench/fuzzseeds.py; a tap on the wire, as compiled engines cannot be subclassed)
+        self.recorders: dict[int, Callable[[bytes], None]] = {}
 
     def tap(self, router_id: str, observer: Callable[[list[Any]], None]) -> None:
         """Call `observer` with every batch of events the router's engines hand to its core."""
@@ -200,6 +203,10 @@ class MeshHarness:
                     data = src.data_to_send()
                     if data:
                         moved = True
+                        if self.recorders:
+                            recorder = self.recorders.get(id(src))
+                            if recorder is not None:
+                                recorder(bytes(data))
                         dst.receive_data(data, self.now)
                     events = dst.events()
                     if events:
