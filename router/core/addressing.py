@@ -14,14 +14,16 @@ Must not touch: routing state, I/O.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from typing import Final, Generic, TypeVar
 
+from ..config.patterns import pattern_matches, prefix_matches, words
+
+__all__ = ["AddressMatcher", "Kind", "Parsed", "classify", "pattern_matches", "prefix_matches", "strip_scheme", "words"]
+
 T = TypeVar("T")
-_WORD_SPLIT = re.compile(r"[./]")
 
 
 class Kind(Enum):
@@ -63,41 +65,6 @@ def classify(address: str, router_id: str) -> Parsed:
                 return Parsed(Kind.ALL_ROUTERS, rest)
             return Parsed(Kind.ROUTER, rest, target)
     return Parsed(Kind.MOBILE, address)
-
-
-def words(address: str) -> list[str]:
-    return _WORD_SPLIT.split(address)
-
-
-def prefix_matches(prefix: str, address: str) -> bool:
-    if address == prefix:
-        return True
-    if not address.startswith(prefix):
-        return False
-    return prefix[-1] in "./" or address[len(prefix)] in "./"
-
-
-def pattern_matches(pattern: list[str], address: list[str]) -> bool:
-    """`*` matches exactly one word, `#` zero or more."""
-    # Iterative matching with backtracking over the last '#', linear in practice.
-    p = a = 0
-    star_p = star_a = -1
-    while a < len(address):
-        if p < len(pattern) and pattern[p] == "#":
-            star_p, star_a = p, a
-            p += 1
-        elif p < len(pattern) and (pattern[p] == "*" or pattern[p] == address[a]):
-            p += 1
-            a += 1
-        elif star_p >= 0:
-            star_a += 1
-            a = star_a
-            p = star_p + 1
-        else:
-            return False
-    while p < len(pattern) and pattern[p] == "#":
-        p += 1
-    return p == len(pattern)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.core.addressing import pattern_matches, prefix_matches, words
+from router.config.patterns import pattern_matches, prefix_matches, words
 
 from ..graph import LinkState
 from ..routes import compute_routes
@@ -158,7 +158,7 @@ def link_routed(rows: list[dict[str, Any]], address: str) -> str | None:
     """What a router's link routes (its `router.linkRouteReach` rows) say of a message to
     `address`: None when no `in` route matches it (a sender's attach to it is a mobile address's);
     else the matching routes and where each is served from (matched as the routers match them:
-    router.core.addressing)."""
+    router.config.patterns)."""
     matching = []
     for row in rows:
         prefix, pattern = row.get("prefix"), row.get("pattern")

@@ -1,0 +1,51 @@
+"""Address words, prefixes and patterns as configured addresses match them (the semantics Qpid
+Dispatch users rely on): words split on '.' or '/'; a prefix matches the address itself or the
+address followed by a word (`orders` matches `orders`, `orders.eu`, `orders/eu`, not `ordersx`);
+in a pattern `*` matches exactly one word, `#` zero or more.
+
+Owns: those three functions, pure, so that every layer that matches addresses as the routers do
+uses them: router.core.addressing (address rules, link routes, policy's token patterns) and the
+`topology` CLI (which may not import the core).
+Must not touch: which rule wins (router.core.addressing.AddressMatcher).
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORD_SPLIT = re.compile(r"[./]")
+
+
+def words(address: str) -> list[str]:
+    return _WORD_SPLIT.split(address)
+
+
+def prefix_matches(prefix: str, address: str) -> bool:
+    if address == prefix:
+        return True
+    if not address.startswith(prefix):
+        return False
+    return prefix[-1] in "./" or address[len(prefix)] in "./"
+
+
+def pattern_matches(pattern: list[str], address: list[str]) -> bool:
+    """`*` matches exactly one word, `#` zero or more."""
+    # Iterative matching with backtracking over the last '#', linear in practice.
+    p = a = 0
+    star_p = star_a = -1
+    while a < len(address):
+        if p < len(pattern) and pattern[p] == "#":
+            star_p, star_a = p, a
+            p += 1
+        elif p < len(pattern) and (pattern[p] == "*" or pattern[p] == address[a]):
+            p += 1
+            a += 1
+        elif star_p >= 0:
+            star_a += 1
+            a = star_a
+            p = star_p + 1
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "#":
+        p += 1
+    return p == len(pattern)
