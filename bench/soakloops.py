@@ -21,6 +21,10 @@ Kinds of visit:
   streaming links grow beyond the configured four).
 - `management_visit`: a query of one entity type at one router.
 
+Messages carry their number (message-id): `receive` checks that they come as sent (in order
+from one producer to one consumer); one a router released over its byte bounds is sent again
+(`settle_or_resend`), as a producer must.
+
 What happened is counted in a Tally (visits by kind and ending, messages, bytes, time-outs, and
 client errors by class): the soak's figures, and the sign that the load really ran.
 """
