@@ -140,7 +140,10 @@ class PeerTarget:
             self.stats[f"delivery refused: {description.split(':')[0]}"] += 1
             refuse(inl, delivery_id, settled, more, condition, description)
 
-        self.core.forwarder._refuse = counted  # type: ignore[method-assign]
+        try:
+            self.core.forwarder._refuse = counted  # type: ignore[method-assign]
+        except AttributeError:  # a compiled core's methods stay as they are: refusals not counted by reason
+            pass
         if warm_up is not None:
             error = self.run(warm_up)
             assert error is None, error
