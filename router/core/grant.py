@@ -84,11 +84,6 @@ class Grant:
         self.released = False
         self.targets_checked = targets_checked(group)  # an anonymous sender's messages: their `to`
 
-    @property
-    def checks_messages(self) -> bool:
-        """Whether messages on an anonymous producer link need a look (their user-id or target)."""
-        return not self.group.allow_user_id_proxy or self.targets_checked
-
     def check(self, payload: bytes, anonymous: bool) -> Error | None:
         """The refusal of one message from this connection, or None: its user-id must be the
         authenticated user's (unless proxying is allowed), and on an anonymous link its `to`
