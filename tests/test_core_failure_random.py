@@ -31,7 +31,9 @@ from router.testing.routerharness import Client, RouterHarness
 from .support.random_traffic import (
     ADDRESSES, CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy, assert_served,
 )  # fmt: skip
-from .support.release_checks import Fault, InjectedFault, assert_nothing_of, assert_quiet
+from .support.release_checks import needs_patchable_core, Fault, InjectedFault, assert_nothing_of, assert_quiet
+
+pytestmark = needs_patchable_core  # every test here injects faults into the core
 
 POINTS = CORE_POINTS + [("mesh", "consumers_changed")]
 

@@ -92,6 +92,7 @@ PRODUCER_POINTS = [
 ]
 
 
+@release_checks.needs_patchable_core
 @pytest.mark.parametrize("large", [False, True], ids=["one frame", "several frames"])
 @pytest.mark.parametrize("where,name,nth", PRODUCER_POINTS)
 async def test_a_producer_failing_mid_delivery_leaves_its_consumer_whole(
@@ -140,6 +141,7 @@ CONSUMER_POINTS = [
 ]
 
 
+@release_checks.needs_patchable_core
 @pytest.mark.parametrize("where,name,nth", CONSUMER_POINTS)
 async def test_a_consumer_failing_mid_settlement_leaves_no_producer_unanswered(
     autojump_clock: trio.testing.MockClock, router: MemRouter, monkeypatch: pytest.MonkeyPatch,
@@ -185,6 +187,7 @@ ATTACH_POINTS: list[tuple[str, str, int, Callable[[Client], Any]]] = [
 ]
 
 
+@release_checks.needs_patchable_core
 @pytest.mark.parametrize("where,name,nth,attach", ATTACH_POINTS, ids=[p[1] for p in ATTACH_POINTS])
 async def test_a_half_done_attach_is_undone(
     autojump_clock: trio.testing.MockClock, router: MemRouter, monkeypatch: pytest.MonkeyPatch,
@@ -208,6 +211,7 @@ async def test_a_half_done_attach_is_undone(
     assert_quiet(router.core)
 
 
+@release_checks.needs_patchable_core
 async def test_a_half_done_detach_unlists_the_consumer(
     autojump_clock: trio.testing.MockClock, router: MemRouter, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,7 +36,9 @@ from router.testing.routerharness import Client
 from .support.random_traffic import (
     CORE_POINTS, FRAME, Peer, apply_step, drain, first_links, passes_whole, step_strategy, assert_served,
 )  # fmt: skip
-from .support.release_checks import Fault, InjectedFault, Watch, assert_nothing_of, assert_quiet
+from .support.release_checks import needs_patchable_core, Fault, InjectedFault, Watch, assert_nothing_of, assert_quiet
+
+pytestmark = needs_patchable_core  # every test here injects faults into the core
 
 INTERIORS = ["A", "B", "C"]
 CLIENT_LISTENER = CLIENTS.model_copy(update={"max_frame_size": FRAME, "max_unsettled_per_link": 4})

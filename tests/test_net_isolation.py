@@ -35,6 +35,7 @@ from router.testing.memrouter import MemNetwork, MemRouter
 
 from .rawamqp import (BOOLEAN_TRUE, CLOSE_CODE, HEADER, OPEN, SMALLINT_5, STRING_X, UNKNOWN_PERFORMATIVE, close_with,
                       frame, read_until, read_until_closed)  # fmt: skip
+from .support.release_checks import needs_patchable_core, needs_patchable_driver
 from .support.router_process import RouterProcess
 
 
@@ -133,6 +134,7 @@ def test_the_close_log_line_reads_any_error_field() -> None:
     assert "type E" in _close_reason(engine)
 
 
+@needs_patchable_core
 async def test_a_core_failure_costs_that_connection_only(server: RouterServer, caplog: pytest.LogCaptureFixture) -> None:
     """A core call that raises for one connection ends that connection (logged), is forgotten by
     the core, and nobody else notices."""
@@ -338,6 +340,7 @@ def test_router_run_survives_hostile_closes(tmp_path: Path) -> None:
     assert "Traceback" not in router.output
 
 
+@needs_patchable_driver
 async def test_a_failure_writing_to_one_connection_ends_that_one_not_the_caller(
     server: RouterServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

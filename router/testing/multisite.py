@@ -40,7 +40,17 @@ from router.testing.netns import Namespaces
 
 from .processes import ROOT, RouterProcess, router_command, router_env
 
-K8S = ROOT / "deploy" / "k8s"
+
+def _k8s_dir() -> Path:
+    """deploy/k8s of the checkout under test; from an installed wheel (which ships no deploy/),
+    that of the directory the tests run from."""
+    for base in (ROOT, Path.cwd()):
+        if (base / "deploy" / "k8s").is_dir():
+            return base / "deploy" / "k8s"
+    return ROOT / "deploy" / "k8s"
+
+
+K8S = _k8s_dir()
 SERVICE = "router-interior"
 NODE_TYPE = "org.apache.qpid.dispatch.router.node"
 

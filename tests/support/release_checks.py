@@ -55,6 +55,10 @@ needs_patchable_core = pytest.mark.skipif(
     module_is_compiled("router.core.router"),
     reason="fault injection replaces RouterCore methods; the compiled core's cannot be replaced",
 )
+needs_patchable_driver = pytest.mark.skipif(
+    module_is_compiled("router.net.driver"),
+    reason="fault injection replaces a ConnectionDriver method; the compiled driver's cannot be replaced",
+)
 
 
 class InjectedFault(Exception):
