@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.amqp import errors as E
+from router.amqp import events as ev
 from router.config.models import LinkRouteConfig, Listener
 from router.management import ManagementAgent
 from router.testing.meshharness import CLIENTS, EDGE, INTER_ROUTER, MeshHarness
 from router.testing.routerharness import Client
+from topology.cli.network import AddressAt, attach_goes, matching_routes
 
 BROKER = Listener(name="broker", port=5675, role="route-container")
+BROKER2 = Listener(name="broker2", port=5676, role="route-container")
 SHOWN = ["direction", "prefix", "kind", "servedBy", "route", "containerCount", "nextHop", "cost", "reachable"]
 
 
@@ -84,3 +88,46 @@ def test_an_edge_without_its_uplink_keeps_the_mesh_routes_unreachable() -> None:
     h.advance(1.0)
     assert rows(h, "E")[1] == row("in", "q", "uplink", "uplink", reachable=False)
     assert [r["kind"] for r in rows(h, "B")] == ["interior"]  # E's route went with it
+
+
+def attaches(client: Client) -> int:
+    return sum(1 for e in client.events if isinstance(e, ev.RemoteAttach))
+
+
+def test_the_topology_cli_reads_the_rows_as_the_router_decides() -> None:
+    # `topology address` says what a router does with an attach from its rows
+    # (topology.cli.network.attach_goes); the router decides in router.core.linkroute. On A the
+    # prefix `queue` (no container) is more specific than the pattern `queue.*` (container
+    # connected): A tries only the prefix's containers here, then routers serving it (B).
+    h = MeshHarness()
+    h.router("A", listeners=(CLIENTS, INTER_ROUTER, BROKER, BROKER2), link_routes=(
+        LinkRouteConfig(prefix="queue", direction="in", connection="broker"),
+        LinkRouteConfig(pattern="queue.*", direction="in", connection="broker2")))  # fmt: skip
+    h.router("B", listeners=(CLIENTS, INTER_ROUTER, BROKER),
+             link_routes=(LinkRouteConfig(prefix="queue", direction="in", connection="broker"),))  # fmt: skip
+    h.link("A", "B")
+    on_a, on_b = h.client("A", "broker2-a", listener=BROKER2), h.client("B", "broker-b", listener=BROKER)
+    client = h.client("A", "client")
+    h.converge()
+
+    def reading(address: str) -> AddressAt:  # every attribute, as the CLI asks for them
+        names, values = ManagementAgent(h.cores["A"], h.cores["A"].config).query("router.linkRouteReach")
+        return AddressAt("A", routes=matching_routes([dict(zip(names, row)) for row in values], address))
+
+    at = reading("queue.x")
+    assert at.attach("in") == "link-routed" and at.attach("out") == "mobile"
+    goes = attach_goes(at.routes, "in")
+    assert goes is not None and (goes.kind, goes.served_by, goes.next_hop) == ("interior", "B", "B")
+    client.sender("queue.x")
+    h.pump()
+    assert (attaches(on_a), attaches(on_b)) == (0, 1)  # B's container, not the pattern's on A
+
+    h.cut(next(w for w in h.wires if w.a_client is on_b))  # B's container goes: B's rows go too
+    h.advance(1.0)
+    assert reading("queue.x").attach("in") == "refused"
+    client.sender("queue.y")
+    h.pump()
+    refusal = [e for e in client.events if isinstance(e, ev.RemoteDetach)][-1]
+    assert refusal.error is not None and refusal.error.condition == E.NOT_FOUND and attaches(on_a) == 0
+
+    assert reading("other").attach("in") == "mobile" and not reading("other").routes

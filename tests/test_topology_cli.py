@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 
 from topology.cli import render
-from topology.cli.network import AddressInfo, Network, RouterInfo, as_json, choose, link_routed
+from topology.cli.network import AddressAt, AddressInfo, Network, RouterInfo, as_json, attach_goes, choose, link_routed
+from topology.cli.network import matching_routes, route_containers
 
 from .support.router_process import RouterProcess, router_env
 
@@ -97,6 +98,34 @@ def test_a_link_routed_address_is_told_with_where_its_attach_goes() -> None:
         assert link_routed(rows, address) is None, address
 
 
+def test_what_a_router_does_with_an_attach_is_read_from_its_rows() -> None:
+    rows = [
+        {"direction": "in", "prefix": "queue", "kind": "local", "servedBy": "local", "route": "in:queue",
+         "containerCount": 0, "reachable": False},
+        {"direction": "in", "prefix": "queue", "kind": "interior", "servedBy": "C", "nextHop": "B", "cost": 2,
+         "reachable": True},
+        {"direction": "in", "prefix": "queue", "kind": "interior", "servedBy": "D", "nextHop": "B", "cost": 3,
+         "reachable": True},
+        {"direction": "out", "pattern": "queue.*", "kind": "edge", "servedBy": "E", "nextHop": "E", "reachable": False},
+    ]  # fmt: skip
+    at = AddressAt("A", routes=matching_routes(rows, "queue.x"))
+    assert [(r.direction, r.kind, r.served_by) for r in at.routes] == [
+        ("in", "local", "local"), ("in", "interior", "C"), ("in", "interior", "D"), ("out", "edge", "E")]  # fmt: skip
+    # No container here: the first reachable router serving it, in the router's order (by cost).
+    goes = attach_goes(at.routes, "in")
+    assert goes is not None and (goes.served_by, goes.next_hop, goes.cost) == ("C", "B", 2)
+    assert (at.attach("in"), at.attach("out")) == ("link-routed", "refused")
+    assert AddressAt("A", routes=matching_routes(rows, "queue")).attach("out") == "mobile"  # `*`: one word
+    assert AddressAt("A", error="no reply").attach("in") is None
+    assert route_containers([at]) == ["edge router E (through A, out)"]
+    shown = text(render.address_view("queue.x", [at, AddressAt("B", info=AddressInfo("queue.x", "balanced", 1, []))]))
+    assert "passed on towards C (next hop B, cost 2)" in shown and "refused: amqp:not-found" in shown
+    assert "attached here (mobile address)" in shown and "anonymous link" in shown
+    data = as_json([at])
+    assert data[0]["senders"] == "link-routed" and data[0]["link_routes"][1]["served_by"] == "C"
+    json.dumps(data)
+
+
 def test_tree_table_and_json() -> None:
     network = ring()
     network.routers["Z"] = RouterInfo("Z", reachable=False)
@@ -145,6 +174,21 @@ def test_against_a_standalone_router(tmp_path: Path) -> None:
             "error: 'queue.x' is link-routed at solo: a sender's attach to it is passed on to a route container, no "
             "message is routed by address (link route queue: served by local (local, not reachable now))"
         ]
+        # `topology address`: the route is configured here, its container is not connected.
+        shown = _topology("address", "queue.x", "-b", bus)
+        assert shown.returncode == 0, shown.stderr
+        assert "'queue.x' is link-routed" in shown.stdout and "prefix queue, in (configured on solo)" in shown.stdout
+        assert "no route container for it is connected" in shown.stdout
+        (solo_row,) = [ln for ln in shown.stdout.splitlines() if "refused" in ln]
+        assert "solo" in solo_row and "amqp:not-found" in solo_row
+        listed = _topology("address", "queue.x", "-b", bus, "--json")
+        (view,) = json.loads(listed.stdout)
+        assert (view["router"], view["senders"], view["receivers"], view["address"]) == ("solo", "refused", "mobile", None)
+        assert [(r["route"], r["kind"], r["containers"], r["reachable"]) for r in view["link_routes"]] == [
+            ("in:queue", "local", 0, False)]  # fmt: skip
+        nobody = _topology("address", "nowhere", "-b", bus)
+        assert nobody.returncode == 1 and nobody.stdout == ""
+        assert nobody.stderr.strip().splitlines() == ["error: no router knows the address 'nowhere'"]
         unknown = _topology("routes", "--router", "nosuch", "-b", bus)
         assert unknown.returncode == 1 and "unknown router 'nosuch'" in unknown.stderr
         assert "Traceback" not in unknown.stderr

@@ -1,12 +1,14 @@
 """Address words, prefixes and patterns as configured addresses match them (the semantics Qpid
 Dispatch users rely on): words split on '.' or '/'; a prefix matches the address itself or the
 address followed by a word (`orders` matches `orders`, `orders.eu`, `orders/eu`, not `ordersx`);
-in a pattern `*` matches exactly one word, `#` zero or more.
+in a pattern `*` matches exactly one word, `#` zero or more. When several match, the more specific
+wins: more literal words, then a prefix over a pattern (`specificity`).
 
-Owns: those three functions, pure, so that every layer that matches addresses as the routers do
+Owns: those four functions, pure, so that every layer that matches addresses as the routers do
 uses them: router.core.addressing (address rules, link routes, policy's token patterns) and the
 `topology` CLI (which may not import the core).
-Must not touch: which rule wins (router.core.addressing.AddressMatcher).
+Must not touch: which rule wins among equally specific ones (the configuration's order:
+router.core.addressing.AddressMatcher).
 """
 
 from __future__ import annotations
@@ -49,3 +51,12 @@ def pattern_matches(pattern: list[str], address: list[str]) -> bool:
     while p < len(pattern) and pattern[p] == "#":
         p += 1
     return p == len(pattern)
+
+
+def specificity(prefix: str | None, pattern: str | None) -> tuple[int, int]:
+    """How specific a prefix (or else a pattern) is, greater first: its literal words (a
+    prefix's non-empty words, a pattern's words other than `*` and `#`), then 1 for a prefix
+    over 0 for a pattern."""
+    if prefix is not None:
+        return len([w for w in words(prefix) if w]), 1
+    return len([w for w in words(pattern or "") if w not in ("*", "#")]), 0

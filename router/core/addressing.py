@@ -19,7 +19,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import Final, Generic, TypeVar
 
-from ..config.patterns import pattern_matches, prefix_matches, words
+from ..config.patterns import pattern_matches, prefix_matches, specificity, words
 
 __all__ = ["AddressMatcher", "Kind", "Parsed", "classify", "pattern_matches", "prefix_matches", "strip_scheme", "words"]
 
@@ -93,13 +93,13 @@ class AddressMatcher(Generic[T]):
         self._lookup = lru_cache(maxsize=LOOKUPS_CACHED)(self._find)
 
     def add_prefix(self, prefix: str, value: T) -> None:
-        literal = len([w for w in words(prefix) if w])
+        literal, _ = specificity(prefix, None)
         self._rules.append(_Rule(prefix, None, value, literal, len(self._rules)))
         self._lookup.cache_clear()
 
     def add_pattern(self, pattern: str, value: T) -> None:
         parts = tuple(words(pattern))
-        literal = len([w for w in parts if w not in ("*", "#")])
+        literal, _ = specificity(None, pattern)
         self._rules.append(_Rule(None, parts, value, literal, len(self._rules)))
         self._lookup.cache_clear()
 

@@ -15,7 +15,7 @@ import trio
 
 from router.net.management_client import ManagementSession, ManagementStatusError, node_address
 
-from .network import AddressInfo, Network, RouterInfo
+from .network import AddressAt, AddressInfo, Network, RouterInfo, matching_routes
 
 ROUTER = "org.apache.qpid.dispatch.router"
 NODE = "org.apache.qpid.dispatch.router.node"
@@ -111,3 +111,20 @@ async def link_routes_at(mgmt: ManagementSession, router: str, *, bus: str) -> l
         return await mgmt.query_dicts(LINK_ROUTES, address=node_address(None if router == bus else router))
     except ManagementStatusError:
         return []
+
+
+async def address_everywhere(mgmt: ManagementSession, network: Network, address: str) -> list[AddressAt]:
+    """How every router of `network` sees `address`, by router id: its address table's entry and
+    the link routes matching it (a router that does not answer is shown with the error, not
+    fatal). One request at a time: a ManagementSession's requests share one reply receiver, and
+    one request waiting takes and drops the replies to another."""
+    seen = []
+    for rid in sorted(network.routers):
+        at = AddressAt(rid)
+        try:
+            at.info = await address_at(mgmt, rid, address, bus=network.bus)
+            at.routes = matching_routes(await link_routes_at(mgmt, rid, bus=network.bus), address)
+        except Exception as exc:  # an unreachable router is shown, not fatal
+            at.info, at.routes, at.error = None, [], str(exc) or type(exc).__name__
+        seen.append(at)
+    return seen

@@ -6,6 +6,7 @@
     topology path --address orders [--from ID]        where a message would go, by which path, why
                                                       (or that the address is link-routed there)
     topology address orders                           which routers have consumers for an address
+                                                      (or which link-route it, and to what)
     topology graph [--png FILE]                       the least-cost tree (and a drawing)
     topology watch [--interval S]                     a live view of routers and links
     topology analyse / report / costs                 the flow-record pipeline (analytics_commands.py)
@@ -22,16 +23,17 @@ from typing import Annotated, Any
 
 import trio
 import typer
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 
 from router.cli.common import parse_bus, run_async, stderr
 from router.cli.login import with_login
 from router.cli.mgmt import DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, Timeout, session, to_json
+from router.net.management_client import ManagementSession
 
 from . import analytics_commands, render
-from .gather import address_at, gather, link_routes_at
-from .network import Network, as_json, choose, link_routed
+from .gather import address_at, address_everywhere, gather, link_routes_at
+from .network import AddressAt, Network, as_json, choose, link_routed
 
 app = typer.Typer(
     name="topology",
@@ -158,6 +160,17 @@ def path(
     _run(bus, go)
 
 
+async def address_answer(mgmt: ManagementSession, name: str) -> tuple[list[AddressAt], RenderableType]:
+    """What `topology address NAME` shows, asked through `mgmt`: each router's view of the
+    address (its data for --json) and the view drawn. Failed when no router has consumers for it
+    and no link route matches it anywhere."""
+    network = await gather(mgmt, each_router=False)
+    seen = await address_everywhere(mgmt, network, name)
+    if all(at.info is None and at.error is None and not at.routes for at in seen):
+        raise Failed(f"no router knows the address {name!r}")
+    return seen, render.address_view(name, seen)
+
+
 @app.command()
 @with_login
 def address(
@@ -166,21 +179,13 @@ def address(
     json: AsJson = False,
     timeout: Timeout = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Which routers have consumers for an address, as each router sees it."""
+    """Which routers have consumers for an address, as each router sees it; or, when a link
+    route matches it, what each router does with an attach to it and where its route containers are."""
 
     async def go(host: str, port: int) -> None:
         async with session(host, port, timeout) as mgmt:
-            network = await gather(mgmt, each_router=False)
-            seen: list[Any] = []
-            for rid in sorted(network.routers):
-                try:
-                    seen.append((rid, await address_at(mgmt, rid, name, bus=network.bus), None))
-                except Exception as exc:  # an unreachable router is shown, not fatal
-                    seen.append((rid, None, str(exc) or type(exc).__name__))
-        if all(info is None and error is None for _, info, error in seen):
-            raise Failed(f"no router knows the address {name!r}")
-        data = [{"router": rid, "address": info, "error": error} for rid, info, error in seen]
-        _print(json, data, render.address_table(name, seen))
+            data, view = await address_answer(mgmt, name)
+        _print(json, data, view)
 
     _run(bus, go)
 

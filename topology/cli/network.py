@@ -6,7 +6,9 @@ addresses have consumers) built from management entities (`router`, `router.node
 (the max of both ends', as the routers compute it), the least-cost tree from a router, and which
 destinations a message to an address would go to from a router, and by which path, and why;
 whether a router passes attaches to an address on to a route container instead (its link routes,
-`router.linkRouteReach`).
+`router.linkRouteReach`, read as `RouteReach`), and where to, or refuses them, as the router's
+own choice goes (router.core.linkroute; matched with router.config.patterns, the CLI may not
+import the core): one reading for `topology path` and `topology address`.
 Must not touch: management sessions (gather.py), rendering (render.py).
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from router.config.patterns import pattern_matches, prefix_matches, words
+from router.config.patterns import pattern_matches, prefix_matches, specificity, words
 
 from ..graph import LinkState
 from ..routes import compute_routes
@@ -154,36 +156,151 @@ def choose(network: Network, source: str, info: AddressInfo) -> Choice:
     return Choice(info.address, source, info.distribution, candidates, chosen, reason, paths)
 
 
+@dataclass(frozen=True)
+class RouteReach:
+    """One place a link route is served from, as one router sees it: a `router.linkRouteReach`
+    row (router/management/link_reach.py), listed in the order an attach tries them."""
+
+    direction: str  # in: a sender's attach (its target); out: a receiver's (its source)
+    prefix: str | None
+    pattern: str | None
+    kind: str  # local (a container connected here) | edge | interior | uplink
+    served_by: str  # "local", an edge router's or an interior router's id, or "uplink"
+    route: str | None  # local: the configured route's name
+    containers: int | None  # local: route containers connected here now
+    next_hop: str | None
+    cost: int | None
+    reachable: bool  # an attach can go this way now
+
+    @property
+    def match(self) -> str:
+        """The route as configured: `prefix queue` or `pattern *.eu.#`."""
+        return f"prefix {self.prefix}" if self.prefix is not None else f"pattern {self.pattern}"
+
+    def describe(self) -> str:
+        """`queue: served by C (interior, next hop B, reachable)`."""
+        return (f"{self.prefix or self.pattern}: served by {self.served_by} ({self.kind}"
+                + (f", next hop {self.next_hop}" if self.next_hop else "")
+                + (", reachable)" if self.reachable else ", not reachable now)"))  # fmt: skip
+
+
+def _count(value: Any) -> int | None:
+    # int(): AMQP longs arrive as an int subclass that prints as Long(1).
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if isinstance(value, str) and value else None
+
+
+def matching_routes(rows: list[dict[str, Any]], address: str, direction: str | None = None) -> list[RouteReach]:
+    """The rows of a router's `router.linkRouteReach` whose route matches `address` (in
+    `direction`, or either), in the router's order; matched as the routers match them
+    (router.config.patterns)."""
+    matching = []
+    for row in rows:
+        prefix, pattern = _text(row.get("prefix")), _text(row.get("pattern"))
+        row_direction = row.get("direction")
+        if row_direction not in ("in", "out") or (direction is not None and row_direction != direction):
+            continue
+        if prefix is not None:
+            hit = prefix_matches(prefix, address)
+        else:
+            hit = pattern is not None and pattern_matches(words(pattern), words(address))
+        if hit:
+            matching.append(RouteReach(
+                direction=str(row_direction), prefix=prefix, pattern=None if prefix is not None else pattern,
+                kind=str(row.get("kind")), served_by=str(row.get("servedBy")), route=_text(row.get("route")),
+                containers=_count(row.get("containerCount")), next_hop=_text(row.get("nextHop")),
+                cost=_count(row.get("cost")), reachable=row.get("reachable") is True,
+            ))  # fmt: skip
+    return matching
+
+
 def link_routed(rows: list[dict[str, Any]], address: str) -> str | None:
     """What a router's link routes (its `router.linkRouteReach` rows) say of a message to
     `address`: None when no `in` route matches it (a sender's attach to it is a mobile address's);
-    else the matching routes and where each is served from (matched as the routers match them:
-    router.config.patterns)."""
-    matching = []
-    for row in rows:
-        prefix, pattern = row.get("prefix"), row.get("pattern")
-        if row.get("direction") != "in":
+    else the matching routes and where each is served from."""
+    return "; ".join(r.describe() for r in matching_routes(rows, address, "in")) or None
+
+
+_KINDS = (("local",), ("edge",), ("interior", "uplink"))  # the order an attach tries them
+
+
+def attach_goes(routes: list[RouteReach], direction: str) -> RouteReach | None:
+    """Where a client's attach in `direction` goes from the router whose matching rows these
+    are, as the router chooses (router.core.linkroute, `_find`): a container connected here,
+    then an edge router, then another router (or, on an edge, the uplink); within each, the most
+    specific matching route only (router.config.patterns.specificity; among equally specific
+    ones the router's configuration order, here the first listed), and in it the first row that
+    is reachable (rows come in the order the router tries them). None: no reachable way (the
+    attach is refused with amqp:not-found when some route matched)."""
+    for kinds in _KINDS:
+        rows = [r for r in routes if r.direction == direction and r.kind in kinds]
+        if not rows:
             continue
-        if isinstance(prefix, str) and prefix:
-            hit = prefix_matches(prefix, address)
-        else:
-            hit = isinstance(pattern, str) and pattern_matches(words(pattern), words(address))
-        if hit:
-            matching.append(row)
-    if not matching:
-        return None
-    return "; ".join(
-        f"{row.get('prefix') or row.get('pattern')}: served by {row.get('servedBy')} ({row.get('kind')}"
-        + (f", next hop {row['nextHop']}" if row.get("nextHop") else "")
-        + (", reachable)" if row.get("reachable") else ", not reachable now)")
-        for row in matching
-    )  # fmt: skip
+        best = max(specificity(r.prefix, r.pattern) for r in rows)
+        chosen = next(r for r in rows if specificity(r.prefix, r.pattern) == best)
+        if kinds == ("local",):  # one configured route is tried (each of its containers)
+            if chosen.reachable:
+                return chosen
+            continue
+        for row in rows:  # a learnt route: its routers in turn
+            if (row.prefix, row.pattern) == (chosen.prefix, chosen.pattern) and row.reachable:
+                return row
+    return None
+
+
+LINK_ROUTED, REFUSED, MOBILE = "link-routed", "refused", "mobile"
+
+
+@dataclass
+class AddressAt:
+    """An address as one router sees it: its entry in the address table (None: none) and the
+    link routes matching it there (its `router.linkRouteReach` rows), or why it did not answer."""
+
+    router: str
+    info: AddressInfo | None = None
+    routes: list[RouteReach] = field(default_factory=list)
+    error: str | None = None
+
+    def attach(self, direction: str) -> str | None:
+        """What this router does with a client's attach to the address in `direction` (in: a
+        sender's, out: a receiver's): LINK_ROUTED (passed on towards a route container; the
+        link's messages are not routed by the address table), REFUSED (a route matches, no
+        container is reachable: amqp:not-found) or MOBILE (attached here, its messages routed by
+        the address table); None when the router did not answer. Link routes come first
+        (router.core.attach: `link_routes.attach` before a producer or consumer is made)."""
+        if self.error is not None:
+            return None
+        if not any(r.direction == direction for r in self.routes):
+            return MOBILE
+        return LINK_ROUTED if attach_goes(self.routes, direction) is not None else REFUSED
+
+
+def route_containers(seen: list[AddressAt]) -> list[str]:
+    """Where route containers for the address's link routes are connected, from every view:
+    `A (route in:q, 1 container)` for containers on an interior router, `edge router E (through
+    B, in)` for one behind an edge router."""
+    local: dict[str, list[str]] = {}
+    edges: dict[str, None] = {}
+    for at in seen:
+        for r in at.routes:
+            if r.kind == "local" and r.containers:
+                plural = "s" if r.containers != 1 else ""
+                local.setdefault(at.router, []).append(f"route {r.route}, {r.containers} container{plural}")
+            elif r.kind == "edge":
+                edges[f"edge router {r.served_by} (through {at.router}, {r.direction})"] = None
+    return [f"{rid} ({'; '.join(routes)})" for rid, routes in local.items()] + list(edges)
 
 
 def as_json(value: Any) -> Any:
     """Dataclasses of this module as plain JSON values."""
-    if isinstance(value, (RouterInfo, AddressInfo, Choice)):
+    if isinstance(value, (RouterInfo, AddressInfo, Choice, RouteReach)):
         return {k: as_json(v) for k, v in value.__dict__.items()}
+    if isinstance(value, AddressAt):
+        return {"router": value.router, "address": as_json(value.info), "error": value.error,
+                "senders": value.attach("in"), "receivers": value.attach("out"), "link_routes": as_json(value.routes)}  # fmt: skip
     if isinstance(value, Link):
         return {"a": value.a, "b": value.b, "cost_a": value.cost_a, "cost_b": value.cost_b, "cost": value.cost,
                 "two_way": value.two_way}  # fmt: skip

@@ -13,7 +13,17 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from .network import AddressInfo, Choice, Network
+from .network import (
+    LINK_ROUTED,
+    MOBILE,
+    AddressAt,
+    AddressInfo,
+    Choice,
+    Network,
+    RouteReach,
+    attach_goes,
+    route_containers,
+)
 
 
 def _cost(value: int | None) -> str:
@@ -106,6 +116,94 @@ def address_table(address: str, seen: list[tuple[str, AddressInfo | None, str | 
             table.add_row(rid, "0", "-", "-")
         else:
             table.add_row(rid, str(info.local_consumers), info.distribution, ", ".join(sorted(info.remote_routers)) or "-")
+    return table
+
+
+_ATTACHES = {"in": "a sender's", "out": "a receiver's"}
+_WHOSE = {("in",): "a sender's attach to it", ("out",): "a receiver's attach to it",
+          ("in", "out"): "an attach to it (a sender's or a receiver's)"}  # fmt: skip
+
+
+def address_view(address: str, seen: list[AddressAt]) -> RenderableType:
+    """`topology address`: where the address has consumers (the table as before when no link
+    route matches it anywhere) or, when some router link-routes it, what each router does with
+    an attach to it, where its route containers are, and the matching routes as each knows them."""
+    if not any(at.routes for at in seen):
+        return address_table(address, [(at.router, at.info, at.error) for at in seen])
+    directions = [d for d in _ATTACHES if any(r.direction == d for at in seen for r in at.routes)]
+    routes: dict[tuple[str, str], list[str]] = {}
+    for at in seen:
+        for r in at.routes:
+            configured = routes.setdefault((r.match, r.direction), [])
+            if r.kind == "local" and at.router not in configured:
+                configured.append(at.router)
+    lines = [
+        Text(f"{address!r} is link-routed: {_WHOSE[tuple(directions)]} is passed on to a route container by a "
+             "router that knows the route, not attached there, and the messages on such a link are not routed by "
+             "the mobile address table", style="bold"),
+        Text("link route" + ("s" if len(routes) > 1 else "") + ": " + "; ".join(
+            f"{match}, {d}" + (f" (configured on {', '.join(on)})" if on else "") for (match, d), on in routes.items())),
+    ]  # fmt: skip
+    served = route_containers(seen)
+    lines.append(Text("route containers connected: " + "; ".join(served)) if served else
+                 Text("no route container for it is connected (as the routers that answered see it): a router that "
+                      "knows the route refuses an attach to it with amqp:not-found", style="red"))
+    shown: list[RenderableType] = [*lines, attach_table(address, seen)]
+    if any(at.info is not None for at in seen):
+        shown.append(Text(f"The consumers above are the mobile address's: they get only what the address table routes, "
+                          f"the messages of senders attached where {address!r} is not link-routed and those sent on an "
+                          f"anonymous link with `to` {address!r}"))  # fmt: skip
+    return Group(*shown, link_routes_table(address, seen))
+
+
+def _attach_cell(at: AddressAt, direction: str) -> Text:
+    verdict = at.attach(direction)
+    if verdict is None:
+        return Text(f"no answer: {at.error}", style="red")
+    if verdict == MOBILE:
+        return Text("attached here (mobile address)")
+    row = attach_goes(at.routes, direction)
+    if verdict != LINK_ROUTED or row is None:
+        return Text("refused: amqp:not-found (no route container reachable)", style="red")
+    return Text("passed on " + _towards(row))
+
+
+def _towards(row: RouteReach) -> str:
+    if row.kind == "local":
+        return f"to a container here (route {row.route})"
+    if row.kind == "edge":
+        return f"to edge router {row.served_by}"
+    if row.kind == "uplink":
+        return f"up the uplink (next hop {row.next_hop}, cost {_cost(row.cost)})"
+    return f"towards {row.served_by} (next hop {row.next_hop}, cost {_cost(row.cost)})"
+
+
+def attach_table(address: str, seen: list[AddressAt]) -> Table:
+    table = Table(title=f"What each router does with an attach to {address!r}")
+    for column in ("router", "a sender's attach", "a receiver's attach", "local consumers", "routers with consumers (its view)"):
+        table.add_column(column)
+    for at in seen:
+        if at.error is not None:
+            table.add_row(at.router, _attach_cell(at, "in"), "?", "?", "?")
+        elif at.info is None:
+            table.add_row(at.router, _attach_cell(at, "in"), _attach_cell(at, "out"), "0", "-")
+        else:
+            table.add_row(at.router, _attach_cell(at, "in"), _attach_cell(at, "out"), str(at.info.local_consumers),
+                          ", ".join(sorted(at.info.remote_routers)) or "-")  # fmt: skip
+    return table
+
+
+def link_routes_table(address: str, seen: list[AddressAt]) -> Table:
+    table = Table(title=f"Link routes matching {address!r}, as each router knows them (router.linkRouteReach)")
+    for column in ("router", "route", "dir", "kind", "served by", "containers", "next hop", "cost", "reachable"):
+        table.add_column(column)
+    for at in seen:
+        for r in at.routes:
+            containers = "-" if r.containers is None else str(r.containers)
+            table.add_row(at.router, r.match, r.direction, r.kind, r.served_by, containers, r.next_hop or "-",
+                          "-" if r.cost is None else str(r.cost), "yes" if r.reachable else Text("no", style="red"))  # fmt: skip
+        if at.error is None and not at.routes:
+            table.add_row(at.router, "-", "-", "-", "none matching here", "-", "-", "-", "-")
     return table
 
 
