@@ -31,6 +31,7 @@ from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
 from ..amqp.login_throttle import LoginThrottle
+from ..amqp.session import Session
 from .connections import ConnState, peer_host
 from .interrouter import detach_breaks
 from .linkrelay import RoutedLink
@@ -91,6 +92,11 @@ class Lifecycle:
                 self.link_routes.answered(event.link)  # the far side answered a routed attach
             case ev.RemoteDetach() if type(event.link.context) is RoutedLink:
                 self.link_routes.detached(event.link, event.closed, event.error)
+            case ev.RemoteAttach() if (state.role in ("normal", "route-container") and not state.closed
+                                       and engine.state.local is ACTIVE and event.link.session.state.local is ACTIVE
+                                       and (error := self.links.detaches_ignored(state, event.link.session))):  # fmt: skip
+                self._session_gone(state, event.link.session, now)
+                event.link.session.end(error)
             case ev.RemoteAttach() if self.admission.quiescing and state.role in ("normal", "route-container"):
                 self.admission.refuse_while_quiescing(state, event.link)
             case ev.RemoteAttach() if state.role == "normal":
@@ -112,9 +118,7 @@ class Lifecycle:
                 if state.role == "route-container":
                     self.autolinks.link_detached(event.link, event.error, now)
             case ev.RemoteEnd():
-                self.links.session_ended(event.session, now)
-                if state.role == "route-container":
-                    self.autolinks.session_ended(event.session, now)
+                self._session_gone(state, event.session, now)
                 if event.session.state.local is ACTIVE and engine.state.local is ACTIVE:
                     event.session.end()
             case ev.RemoteClose():
@@ -127,6 +131,12 @@ class Lifecycle:
                 self.connection_gone(state, now)
             case _:
                 pass
+
+    def _session_gone(self, state: ConnState, session: Session, now: float) -> None:
+        """Every link of `session` is gone (its end, either way)."""
+        self.links.session_ended(session, now)
+        if state.role == "route-container":
+            self.autolinks.session_ended(session, now)
 
     def close_connection(self, state: ConnState, error: Error, now: float) -> None:
         """Close a connection ourselves: what is in flight on it is reported first."""
