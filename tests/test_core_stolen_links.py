@@ -177,9 +177,10 @@ def test_refusals_never_answered_are_bounded_too_and_answered_ones_are_not() -> 
         link.detach()
         h.pump()
     assert session.state.remote is not CLOSED
-    for i in range(limit + 1):  # refused, never answered: the last one ends the session
+    for i in range(limit + 3):  # refused, never answered (in one read): the session is ended
         session.attach_receiver(f"ignored{i}", source=None)
-        h.pump()
+        session.attach_receiver(f"valid{i}", source=Source(address="q"))
+    h.pump()
     (end,) = [e for e in client.events if isinstance(e, RemoteEnd)]
     assert end.error is not None and end.error.condition == E.RESOURCE_LIMIT_EXCEEDED
     assert "the link limit is 3" in str(end.error.description)
