@@ -10,9 +10,10 @@ Owns: which unit each of those events goes to (the open, a client's session and 
 Admission; attaches and detaches to Links, to the link routes when routed, to the auto-links on a
 route container's connection), a successful SASL login (the throttle forgets the peer host's
 failures), links the engine detached for a protocol violation (gone at once, not when the
-client answers), links and sessions between routers whose loss breaks the connection (it is
-closed: the connector reconnects; not a streaming link or its session, given back when idle:
-router.core.streamreclaim), answering a peer's end and close, and the steps of a close: the
+client answers), a client's session ended when it holds, unanswered, as many links we detached
+(stolen or refused) as the link limit (Links.detaches_ignored), links and sessions between
+routers whose loss breaks the connection (it is closed: the connector reconnects; not a
+streaming link or its session, given back when idle: router.core.streamreclaim), answering a peer's end and close, and the steps of a close: the
 connection's links gone (its in-flight deliveries reported released/modified) before our
 close goes out; its end (router.core.release) when the transport closes.
 Collaborators (given by RouterCore): the core's connections, the login throttle, Admission,
