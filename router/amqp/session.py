@@ -116,7 +116,7 @@ class Session:
     def links(self) -> list[Link]:
         links = list(self.links_by_name.values())
         if self.displaced:
-            links += self.displaced
+            links.extend(self.displaced)
         return links
 
     @property

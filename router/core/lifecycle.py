@@ -31,6 +31,7 @@ from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
+from ..amqp.link import Link
 from ..amqp.login_throttle import LoginThrottle
 from ..amqp.session import Session
 from .connections import ConnState, peer_host
@@ -93,9 +94,9 @@ class Lifecycle:
                 self.link_routes.answered(event.link)  # the far side answered a routed attach
             case ev.RemoteDetach() if type(event.link.context) is RoutedLink:
                 self.link_routes.detached(event.link, event.closed, event.error)
-            case ev.RemoteAttach() if (state.role in ("normal", "route-container") and not state.closed
-                                       and engine.state.local is ACTIVE and event.link.session.state.local is ACTIVE
-                                       and (error := self.links.detaches_ignored(state, event.link.session))):  # fmt: skip
+            case ev.RemoteAttach() if state.role in ("normal", "route-container") and self._detaches_ignored(state, event.link):
+                error = self.links.detaches_ignored(state, event.link.session)
+                assert error is not None
                 self._session_gone(state, event.link.session, now)
                 event.link.session.end(error)
             case ev.RemoteAttach() if self.admission.quiescing and state.role in ("normal", "route-container"):
@@ -132,6 +133,14 @@ class Lifecycle:
                 self.connection_gone(state, now)
             case _:
                 pass
+
+    def _detaches_ignored(self, state: ConnState, link: Link) -> bool:
+        """Whether the client's session of `link` (an attach) is to be ended: it holds, unanswered,
+        as many links we detached as the link limit (Links.detaches_ignored)."""
+        session = link.session
+        if state.closed or state.engine.state.local is not ACTIVE or session.state.local is not ACTIVE:
+            return False
+        return self.links.detaches_ignored(state, session) is not None
 
     def _session_gone(self, state: ConnState, session: Session, now: float) -> None:
         """Every link of `session` is gone (its end, either way)."""
