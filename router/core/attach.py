@@ -242,8 +242,9 @@ class Links:
         waiting = sum(1 for link in held.values() if link.state.local is CLOSED)
         if waiting < limit:
             return None
-        return Error(condition=E.RESOURCE_LIMIT_EXCEEDED, description=f"{waiting} links the router detached await "
-                     f"the peer's detach on this session (the link limit is {limit}): the session is ended")  # fmt: skip
+        description = (f"{waiting} links the router detached await the peer's detach on this session "
+                       f"(the link limit is {limit}): the session is ended")  # fmt: skip
+        return Error(condition=E.RESOURCE_LIMIT_EXCEEDED, description=description)
 
     def detach_link(self, link: Link, closed: bool, error: Error | None, now: float) -> None:
         """The client detached: report what was in flight, then answer with our detach."""

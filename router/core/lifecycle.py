@@ -13,9 +13,10 @@ failures), links the engine detached for a protocol violation (gone at once, not
 client answers), a client's session ended when it holds, unanswered, as many links we detached
 (stolen or refused) as the link limit (Links.detaches_ignored), links and sessions between
 routers whose loss breaks the connection (it is closed: the connector reconnects; not a
-streaming link or its session, given back when idle: router.core.streamreclaim), answering a peer's end and close, and the steps of a close: the
-connection's links gone (its in-flight deliveries reported released/modified) before our
-close goes out; its end (router.core.release) when the transport closes.
+streaming link or its session, given back when idle: router.core.streamreclaim), answering a
+peer's end and close, and the steps of a close: the connection's links gone (its in-flight
+deliveries reported released/modified) before our close goes out; its end
+(router.core.release) when the transport closes.
 Collaborators (given by RouterCore): the core's connections, the login throttle, Admission,
 Links, AutoLinks, LinkRoutes, ConnectionEnd, Touched.
 Must not touch: transfers, dispositions and flows (the forwarder), what each unit does with an
@@ -94,7 +95,7 @@ class Lifecycle:
                 self.link_routes.answered(event.link)  # the far side answered a routed attach
             case ev.RemoteDetach() if type(event.link.context) is RoutedLink:
                 self.link_routes.detached(event.link, event.closed, event.error)
-            case ev.RemoteAttach() if state.role in ("normal", "route-container") and self._detaches_ignored(state, event.link):
+            case ev.RemoteAttach() if self._detaches_ignored(state, event.link):
                 error = self.links.detaches_ignored(state, event.link.session)
                 assert error is not None
                 self._session_gone(state, event.link.session, now)
@@ -138,7 +139,9 @@ class Lifecycle:
         """Whether the client's session of `link` (an attach) is to be ended: it holds, unanswered,
         as many links we detached as the link limit (Links.detaches_ignored)."""
         session = link.session
-        if state.closed or state.engine.state.local is not ACTIVE or session.state.local is not ACTIVE:
+        if state.role not in ("normal", "route-container") or state.closed:
+            return False  # (links between routers: bounded by the mesh's own)
+        if state.engine.state.local is not ACTIVE or session.state.local is not ACTIVE:
             return False
         return self.links.detaches_ignored(state, session) is not None
 
