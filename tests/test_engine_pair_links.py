@@ -6,16 +6,21 @@ Nothing here does I/O or sleeps: bytes move by `pump()`, time is the `now` argum
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from router.amqp import errors as E
 from router.amqp.connection import ConnectionConfig
+from router.amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from router.amqp.events import FlowReceived, ProtocolViolation, RemoteAttach, RemoteDetach, TransferReceived
+from router.amqp.link import Link
 from router.amqp.framing import frame
 from router.amqp.messaging import Source, Target
-from router.amqp.performatives import RCV_SECOND, RECEIVER, SENDER, SND_SETTLED, Error, Flow
+from router.amqp.performatives import RCV_SECOND, RECEIVER, SENDER, SND_SETTLED, Attach, Begin, Detach, Error, Flow
+from router.amqp.session import Session
 
-from router.testing.enginepair import attach_pair, bodies, connected_pair, of_type
+from router.testing.enginepair import RawPeer, attach_pair, bodies, connected_pair, of_type
 
 from .support.engine_pairs import sent
 
@@ -161,6 +166,221 @@ def test_max_message_size_is_advertised() -> None:
     attach_pair(pair, cs, ss, client_attach={"max_message_size": 1000}, server_attach={"max_message_size": 2000})
     assert of_type(pair.server_events, RemoteAttach)[0].attach.max_message_size == 1000
     assert of_type(pair.client_events, RemoteAttach)[0].attach.max_message_size == 2000
+
+
+# --- a link attached again is stolen (transport 2.6.1, "Naming a Link") ------------------------
+#
+# Our engine refuses to attach a name it has attached already (test_duplicate_link_name_is_local_
+# misuse): attach_again() forgets the name at the client first, as a peer that reuses names does.
+# The client's old link keeps its handle, and answers the server's detach when told to.
+
+
+def attach_again(cs: Session, old: Link, **attach: Any) -> Link:
+    del cs.links_by_name[(old.name, old.role)]
+    if old.role is SENDER:
+        attach.setdefault("target", Target(address=old.name))
+        return cs.attach_sender(old.name, **attach)
+    attach.setdefault("source", Source(address=old.name))
+    return cs.attach_receiver(old.name, **attach)
+
+
+def answer(link: Link) -> None:
+    link.attach(source=link.remote_source, target=link.remote_target)
+
+
+def assert_stolen(detach: Any) -> None:
+    assert isinstance(detach, RemoteDetach) and detach.closed
+    assert detach.error.condition == E.STOLEN == "amqp:link:stolen"
+    assert "stolen" in detach.error.description and detach.link.name in detach.error.description
+
+
+@pytest.mark.parametrize("client_sends", [True, False])
+def test_attaching_a_link_again_steals_it(client_sends: bool) -> None:
+    pair, cs, ss = connected_pair()
+    old_c, old_s = attach_pair(pair, cs, ss, "same", client_sends=client_sends, credit=3)
+    new_c = attach_again(cs, old_c)
+    client_events, server_events = pair.pump()
+    # The new attach is a new link, as any: the old one is gone from under the name, detached by
+    # the engine with amqp:link:stolen; its credit is gone with it.
+    (attached,) = server_events
+    assert isinstance(attached, RemoteAttach) and attached.link is not old_s
+    new_s = attached.link
+    assert ss.links_by_name[("same", old_s.role)] is new_s
+    assert old_s.state.local is CLOSED and old_s.credit == 0
+    (detached,) = client_events
+    assert detached.link is old_c
+    assert_stolen(detached)
+    # Both links are still the session's: the old one until the peer answers our detach.
+    assert ss.links == [new_s, old_s]
+    assert set(ss.links_by_remote.values()) == {old_s, new_s}
+    answer(new_s)
+    old_c.detach()
+    client_events, server_events = pair.pump()
+    assert [type(e) for e in server_events] == [RemoteDetach]
+    assert server_events[0].link is old_s  # the answer, by the old handle: accepted
+    assert ss.links == [new_s] and list(ss.links_by_remote.values()) == [new_s] and ss.displaced is None
+    assert list(ss.links_by_local.values()) == [new_s]
+    # The new link carries a delivery.
+    snd, rcv = (new_c, new_s) if client_sends else (new_s, new_c)
+    rcv.flow(1)
+    pair.pump()
+    snd.send_transfer(b"t", b"after the steal")
+    client_events, server_events = pair.pump()
+    (transfer,) = of_type(server_events if client_sends else client_events, TransferReceived)
+    assert transfer.link is rcv and bytes(transfer.payload) == b"after the steal"
+
+
+def test_a_third_attach_steals_again() -> None:
+    pair, cs, ss = connected_pair()
+    first_c, first_s = attach_pair(pair, cs, ss, "same")
+    second_c = attach_again(cs, first_c)
+    _, server_events = pair.pump()
+    second_s = of_type(server_events, RemoteAttach)[0].link
+    answer(second_s)
+    pair.pump()
+    third_c = attach_again(cs, second_c)
+    client_events, server_events = pair.pump()
+    third_s = of_type(server_events, RemoteAttach)[0].link
+    assert ss.links_by_name[("same", first_s.role)] is third_s
+    stolen = of_type(pair.client_events, RemoteDetach)
+    assert [d.link for d in stolen] == [first_c, second_c]
+    for detach in stolen:
+        assert_stolen(detach)
+    for link in (first_c, second_c):
+        link.detach()
+    _, server_events = pair.pump()
+    assert [d.link for d in of_type(server_events, RemoteDetach)] == [first_s, second_s]
+    assert ss.links == [third_s] and list(ss.links_by_remote.values()) == [third_s]
+    assert third_c.state.remote is not CLOSED
+
+
+def raw_attach(handle: int, name: str = "same") -> Attach:
+    return Attach(name=name, handle=handle, role=SENDER, initial_delivery_count=0, target=Target(address="q"))
+
+
+def test_stealing_a_link_not_answered_yet_answers_it_then_detaches_it() -> None:
+    # (a raw peer: our engine as the client would take the answer to its first attach, which
+    # names the link, for the answer to the second)
+    peer = RawPeer()
+    peer.handshake()
+    ss = peer.begin(0)
+    assert ss is not None
+    peer.send(0, raw_attach(0))
+    peer.send(0, raw_attach(1))
+    old_s, new_s = [e.link for e in of_type(peer.take_events(), RemoteAttach)]
+    # The application sees both attaches; the first one was stolen before it could answer: the
+    # engine did (null termini, as a refusal, transport 2.6.3), then detached it.
+    assert old_s.state.local is CLOSED and new_s.state.local is UNINIT
+    attach, detach = bodies(peer.output())
+    assert isinstance(attach, Attach) and attach.name == "same" and attach.target is None
+    assert isinstance(detach, Detach) and detach.handle == attach.handle and detach.closed
+    assert detach.error.condition == E.STOLEN
+    answer(new_s)
+    (answered,) = bodies(peer.output())
+    assert answered.handle != attach.handle and answered.target == Target(address="q")
+    peer.send(0, Detach(handle=0, closed=True))
+    assert [e.link for e in of_type(peer.take_events(), RemoteDetach)] == [old_s]
+    assert ss.links == [new_s] and new_s.active
+
+
+def test_stealing_before_our_begin_detaches_the_old_link_once_we_begin() -> None:
+    peer = RawPeer()
+    peer.handshake()
+    ss = peer.begin(0, answer=False)
+    assert ss is not None
+    peer.send(0, raw_attach(0))
+    peer.send(0, raw_attach(1))
+    # begin, attach, attach before the application answered the begin: nothing may go out on
+    # the session before our begin
+    old_s, new_s = [e.link for e in of_type(peer.take_events(), RemoteAttach)]
+    assert old_s.state.local is UNINIT and ss.links == [new_s, old_s]
+    assert peer.output() == b""
+    ss.begin()
+    assert old_s.state.local is CLOSED and new_s.state.local is UNINIT
+    begin, attach, detach = bodies(peer.output())
+    assert isinstance(begin, Begin) and isinstance(attach, Attach) and attach.target is None
+    assert isinstance(detach, Detach) and detach.closed and detach.error.condition == E.STOLEN
+    answer(new_s)
+    peer.send(0, Detach(handle=0, closed=True))
+    assert ss.links == [new_s] and new_s.active
+
+
+def test_stealing_a_receiver_mid_delivery_discards_the_rest_of_it() -> None:
+    pair, cs, ss = connected_pair()
+    old_c, old_s = attach_pair(pair, cs, ss, "same", credit=5)
+    old_c.send_transfer(b"t", b"first part", more=True)
+    pair.pump()
+    new_c = attach_again(cs, old_c)
+    # The rest of the delivery in flight on the old link, before the client hears of the steal.
+    old_c.send_transfer(b"t", b"second part", more=True)
+    old_c.send_transfer(b"t", b"last part")
+    client_events, server_events = pair.pump()
+    assert [type(e) for e in server_events] == [RemoteAttach]  # the old link's frames discarded
+    new_s = server_events[0].link
+    assert_stolen(of_type(client_events, RemoteDetach)[0])
+    answer(new_s)
+    new_s.flow(1)
+    pair.pump()
+    new_c.send_transfer(b"n", b"whole")  # the next delivery-id of the session: in sequence
+    old_c.detach()
+    _, server_events = pair.pump()
+    assert not of_type(server_events, ProtocolViolation)
+    (transfer,) = of_type(server_events, TransferReceived)
+    assert transfer.link is new_s and bytes(transfer.payload) == b"whole"
+    assert ss.links == [new_s] and ss.state.local is ACTIVE
+
+
+def test_stealing_a_sender_mid_delivery_aborts_it() -> None:
+    pair, cs, ss = connected_pair()
+    old_c, old_s = attach_pair(pair, cs, ss, "same", client_sends=False, credit=5)
+    old_s.send_transfer(b"t", b"first part", more=True)
+    pair.pump()
+    attach_again(cs, old_c)
+    client_events, _ = pair.pump()
+    assert old_s.out_delivery == -1
+    aborted, detached = of_type(client_events, TransferReceived)[-1], of_type(client_events, RemoteDetach)[0]
+    assert aborted.link is old_c and aborted.aborted and client_events.index(aborted) < client_events.index(detached)
+    assert_stolen(detached)
+    with pytest.raises(E.LocalUsageError):
+        old_s.send_transfer(b"u", b"no more")
+
+
+def test_a_name_the_peer_detached_can_be_attached_again_before_we_answer() -> None:
+    pair, cs, ss = connected_pair()
+    old_c, old_s = attach_pair(pair, cs, ss, "same")
+    old_c.detach()
+    del cs.links_by_name[("same", SENDER)]  # (our engine waits for the server's detach)
+    new_c = cs.attach_sender("same", target=Target(address="same"))
+    client_events, server_events = pair.pump()
+    # Not a steal: the peer detached the old link; it only waits for our detach.
+    assert [type(e) for e in server_events] == [RemoteDetach, RemoteAttach]
+    new_s = server_events[1].link
+    assert new_s is not old_s and not client_events
+    old_s.detach()
+    answer(new_s)
+    client_events, _ = pair.pump()
+    assert [e.link for e in client_events] == [old_c, new_c]
+    assert client_events[0].error is None
+    assert ss.links == [new_s] and cs.links == [new_c]
+
+
+def test_stolen_links_awaiting_the_peer_still_hold_their_handles() -> None:
+    # A peer that steals in a loop and never answers our detaches: each old link holds its
+    # handle until it does, so handle-max bounds what the loop can make us keep.
+    pair, cs, ss = connected_pair(server_begin={"handle_max": 3})
+    link, _ = attach_pair(pair, cs, ss, "same")
+    for _ in range(3):
+        link = attach_again(cs, link)
+        pair.pump()
+        answer(ss.links_by_name[("same", RECEIVER)])
+        pair.pump()
+    assert len(ss.links) == 4 and len(ss.links_by_remote) == 4
+    with pytest.raises(E.LocalUsageError):
+        attach_again(cs, link)  # no handle left: the peer's handle-max (transport 2.7.2)
+    for old in [l for l in cs.links_by_local.values() if l.state.remote is CLOSED]:
+        old.detach()
+    pair.pump()
+    assert len(ss.links) == 1 and ss.displaced is None
 
 
 # --- credit and delivery-count (transport §2.6.7) ----------------------------------------------

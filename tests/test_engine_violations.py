@@ -431,13 +431,20 @@ def test_attach_reusing_a_handle_in_use() -> None:
     prove_still_working(server)
 
 
-def test_attach_of_a_link_already_attached_under_another_handle() -> None:
+def test_attach_of_a_link_already_attached_under_another_handle_is_no_violation() -> None:
     server = Server()
     server.begin(0)
-    server.attach_sender(0, 0, name="same")
+    old = server.attach_sender(0, 0, name="same")
     server.send(0, attach(1, name="same"))
-    assert_ended_with(server, E.NOT_ALLOWED, 0)
-    prove_still_working(server)
+    # transport 2.6.1: the link is stolen (the new attach succeeds, the old link is detached
+    # with amqp:link:stolen), the session goes on: tests/test_engine_pair_links.py
+    (remote,) = server.peer.take_events()
+    assert isinstance(remote, RemoteAttach) and remote.link is not old
+    (detach,) = server.out()
+    assert isinstance(detach, Detach) and detach.handle == old.local_handle and detach.error.condition == E.STOLEN
+    server.send(0, Detach(handle=0, closed=True))  # the answer, with the old handle
+    assert [type(e) for e in server.peer.take_events()] == [RemoteDetach]
+    prove_still_working(server, 0, 2, new_session=False)
 
 
 @pytest.mark.parametrize(
@@ -699,8 +706,8 @@ def test_link_error_reaches_the_peer_engine_and_other_links_keep_working() -> No
 def test_error_with_a_long_peer_supplied_name_fits_a_small_peer_frame(name: str) -> None:
     server = Server(peer_max_frame_size=512)
     server.begin(0)
-    server.attach_sender(0, 0, name=name)
-    server.send(0, attach(1, name=name))  # the same link again: not-allowed, naming the link
+    server.attach_receiver(0, 0, name=name)
+    server.send(0, transfer(0, 0))  # a transfer from the receiver: not-allowed, naming the link
     frames = wire_frames(server.peer.output())
     (end,) = [f for f in frames if isinstance(f.body, End)]
     assert end.size <= 512
@@ -708,6 +715,19 @@ def test_error_with_a_long_peer_supplied_name_fits_a_small_peer_frame(name: str)
     assert end.body.error.description.endswith("...")  # cut short, still valid UTF-8
     (violation,) = server.violations()
     assert name in violation.description  # the event keeps it whole
+
+
+@pytest.mark.parametrize("name", ["n" * 440, "ü" * 220, "\U0001f600" * 110])
+def test_stolen_with_a_long_peer_supplied_name_fits_a_small_peer_frame(name: str) -> None:
+    server = Server(peer_max_frame_size=512)
+    server.begin(0)
+    server.attach_sender(0, 0, name=name)
+    server.send(0, attach(1, name=name))  # the same link again: stolen, naming the link
+    frames = wire_frames(server.peer.output())
+    (detach,) = [f for f in frames if isinstance(f.body, Detach)]
+    assert detach.size <= 512
+    assert detach.body.error.condition == E.STOLEN
+    assert detach.body.error.description.endswith("...")  # cut short, still valid UTF-8
 
 
 # --- sessions the application has not answered yet -----------------------------------------------

@@ -4,7 +4,8 @@ carries.
 Owns: the session's halves (begin/end, transport §2.5.5, §2.7.2, §2.7.8), its windows and
 next-incoming-id/next-outgoing-id (transport §2.5.6: kept here, moved by sessionin.py and
 sessionout.py), the link registry (handle tables, handle-max, links by name; the peer's attach
-and detach, transport §2.6.2, §2.6.5), session-scoped delivery-id allocation, and the
+and detach, transport §2.6.2, §2.6.5; a link the peer attaches again is stolen, transport 2.6.1:
+_displace), session-scoped delivery-id allocation, and the
 application's commands on a session (begin, end, attach a link, disposition).
 Collaborators: the Connection (channels, frames out, events), its Links; what arrives in a
 transfer, flow or disposition is sessionin.py's (the frame loop calls it with the session), what
@@ -32,7 +33,7 @@ from .fastpath import BYTES
 from .link import Link
 from .performatives import RECEIVER, SENDER, Attach, Begin, Detach, End, Error, Fields, Symbols
 from .sessionheld import drop_held
-from .sessionout import write_disposition
+from .sessionout import wire_error, write_disposition
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -49,7 +50,7 @@ class Session:
         "handle_max", "remote_handle_max", "links_by_local", "links_by_remote", "links_by_name",
         "_next_delivery_id", "next_incoming_delivery", "blocked", "context",
         "in_handle", "in_link", "_id_high", "_id_prefix", "_in_id_high", "_in_id_prefix",
-        "window_shut", "watch_window",
+        "window_shut", "watch_window", "displaced",
     )  # fmt: skip
 
     def __init__(self, conn: Connection, channel: int | None) -> None:
@@ -103,13 +104,20 @@ class Session:
         # Report the peer opening or shutting its incoming window (events.WindowChanged): set by
         # an application that holds frames for it itself (a router's data links to another).
         self.watch_window = False
+        # Links whose name a later attach of the peer took (on_attach: stolen, transport 2.6.1,
+        # or detached by the peer and not yet by us): out of links_by_name, still the session's
+        # (in `links`) until both ends detached; None until the first (most sessions have none).
+        self.displaced: dict[Link, None] | None = None
 
     def __repr__(self) -> str:
         return f"Session(channel={self.channel}, remote={self.remote_channel}, {self.state!r})"
 
     @property
     def links(self) -> list[Link]:
-        return list(self.links_by_name.values())
+        links = list(self.links_by_name.values())
+        if self.displaced:
+            links.extend(self.displaced)
+        return links
 
     @property
     def blocked_frames(self) -> int:
@@ -148,6 +156,10 @@ class Session:
             properties=properties,
         )
         self.conn.write_frame(self.channel, begin)
+        if self.displaced:  # links stolen before we could answer them (_displace)
+            for link in list(self.displaced):
+                if link.state.local is UNINIT and link.state.remote is ACTIVE:
+                    link.reject(_stolen(link))
 
     def end(self, error: Error | None = None) -> None:
         """Send our end (transport §2.7.8). Frames still waiting for window are dropped: the
@@ -156,7 +168,9 @@ class Session:
         action = self.state.local_input(Input.CLOSE)
         if action is Action.SEND_OPEN_THEN_CLOSE:
             self.state.local = UNINIT
+            displaced, self.displaced = self.displaced, None  # (the end detaches them all)
             self.begin()
+            self.displaced = displaced
             self.state.local = CLOSED
         drop_held(self)
         for link in self.links:
@@ -255,6 +269,10 @@ class Session:
             self.links_by_remote.pop(link.remote_handle, None)
         if self.links_by_name.get((link.name, link.role)) is link:
             del self.links_by_name[(link.name, link.role)]
+        elif self.displaced is not None:
+            self.displaced.pop(link, None)
+            if not self.displaced:
+                self.displaced = None
 
     # --- input from the peer (the connection has checked the channel) ---------------------------
 
@@ -277,9 +295,11 @@ class Session:
         role = not attach.role  # ours is the opposite of the peer's
         link = self.links_by_name.get((attach.name, role))
         if link is not None and link.state.remote is not UNINIT:
-            raise E.ProtocolError(
-                f"link {attach.name!r} is already attached", E.NOT_ALLOWED, "session"
-            )
+            # The peer attached this name before: the name is the new link's (transport 2.6.1).
+            self._displace(link)
+            if self.state.local is CLOSED:  # no handle left to refuse the old one: ended
+                return
+            link = None
         if link is None:
             link = Link(self, attach.name, role)
             self.links_by_name[(attach.name, role)] = link
@@ -292,6 +312,29 @@ class Session:
         if role is RECEIVER:  # the sender's initial-delivery-count starts our count
             link.delivery_count = attach.initial_delivery_count or 0
         self.conn.emit(RemoteAttach(link=link, attach=attach))
+
+    def _displace(self, link: Link) -> None:
+        """A new attach of the peer takes `link`'s name. Transport 2.6.1 ("Naming a Link"): a
+        link attached again while it is attached (and not suspended) is stolen: the second attach
+        succeeds, the first is closed with amqp:link:stolen. We detach it (answering its attach
+        first if we had not: then with null termini, as a refusal); once our session is begun,
+        so a link stolen before that is detached by begin(). A link the peer detached already
+        (awaiting our detach) is not stolen: it just gives up the name.
+        Either way the link stays the session's, and holds its handles, until both ends detached:
+        the peer's detach answering ours names the old handle, and a link that waits for it
+        counts against the session's handles as any other. It sends nothing more: no credit
+        (as Session.end), so that the application sees none that invites a send."""
+        del self.links_by_name[(link.name, link.role)]
+        if self.displaced is None:
+            self.displaced = {}
+        self.displaced[link] = None
+        if link.state.remote is not ACTIVE:
+            return
+        link.credit = 0
+        link.drain = False
+        if link.state.local is CLOSED or self.state.local is not ACTIVE:
+            return  # detached by us already (its answer is awaited); or detached by begin()
+        link.reject(_stolen(link))
 
     def on_detach(self, detach: Detach) -> None:
         link = self.remote_link(detach.handle, "detach")
@@ -315,3 +358,8 @@ class Session:
                 f"{frame_name} for unattached handle {handle}", E.UNATTACHED_HANDLE, "session"
             )
         return link
+
+
+def _stolen(link: Link) -> Error:
+    # (the name is the peer's: wire_error cuts it to fit the peer's frames)
+    return wire_error(E.STOLEN, f"stolen: the peer attached link {link.name!r} again (transport 2.6.1)")

@@ -228,6 +228,24 @@ class Links:
         inl = self._add_producer(conn, link, entry, address, now)
         inl.from_fallback = from_fallback  # credit only while the address has a regular destination
 
+    def detaches_ignored(self, conn: ConnState, session: Session) -> Error | None:
+        """The error to end `session` with when its peer holds, unanswered, as many links we
+        detached (refused, or stolen: transport 2.6.1) as the connection's link limit. Each
+        holds its handle and our state of it until the peer's detach answers ours: a peer that
+        attaches on without answering (a name again and again, say) would grow them without end.
+        A stolen link counts towards the link limit too while it waits: a link cannot be had
+        beyond the limit by stealing, only refused, so that this bounds what the peer holds."""
+        limit = conn.listener.max_links_per_connection
+        held = session.links_by_remote
+        if len(held) <= limit:  # (the count only when the peer holds more than it may have)
+            return None
+        waiting = sum(1 for link in held.values() if link.state.local is CLOSED)
+        if waiting < limit:
+            return None
+        description = (f"{waiting} links the router detached await the peer's detach on this session "
+                       f"(the link limit is {limit}): the session is ended")  # fmt: skip
+        return Error(condition=E.RESOURCE_LIMIT_EXCEEDED, description=description)
+
     def detach_link(self, link: Link, closed: bool, error: Error | None, now: float) -> None:
         """The client detached: report what was in flight, then answer with our detach."""
         self.link_gone(link, now)

@@ -10,11 +10,13 @@ Owns: which unit each of those events goes to (the open, a client's session and 
 Admission; attaches and detaches to Links, to the link routes when routed, to the auto-links on a
 route container's connection), a successful SASL login (the throttle forgets the peer host's
 failures), links the engine detached for a protocol violation (gone at once, not when the
-client answers), links and sessions between routers whose loss breaks the connection (it is
-closed: the connector reconnects; not a streaming link or its session, given back when idle:
-router.core.streamreclaim), answering a peer's end and close, and the steps of a close: the
-connection's links gone (its in-flight deliveries reported released/modified) before our
-close goes out; its end (router.core.release) when the transport closes.
+client answers), a client's session ended when it holds, unanswered, as many links we detached
+(stolen or refused) as the link limit (Links.detaches_ignored), links and sessions between
+routers whose loss breaks the connection (it is closed: the connector reconnects; not a
+streaming link or its session, given back when idle: router.core.streamreclaim), answering a
+peer's end and close, and the steps of a close: the connection's links gone (its in-flight
+deliveries reported released/modified) before our close goes out; its end
+(router.core.release) when the transport closes.
 Collaborators (given by RouterCore): the core's connections, the login throttle, Admission,
 Links, AutoLinks, LinkRoutes, ConnectionEnd, Touched.
 Must not touch: transfers, dispositions and flows (the forwarder), what each unit does with an
@@ -30,7 +32,9 @@ from ..amqp import events as ev
 from ..amqp.connection import Connection
 from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.performatives import Error
+from ..amqp.link import Link
 from ..amqp.login_throttle import LoginThrottle
+from ..amqp.session import Session
 from .connections import ConnState, peer_host
 from .interrouter import detach_breaks
 from .linkrelay import RoutedLink
@@ -91,6 +95,11 @@ class Lifecycle:
                 self.link_routes.answered(event.link)  # the far side answered a routed attach
             case ev.RemoteDetach() if type(event.link.context) is RoutedLink:
                 self.link_routes.detached(event.link, event.closed, event.error)
+            case ev.RemoteAttach() if self._detaches_ignored(state, event.link):
+                error = self.links.detaches_ignored(state, event.link.session)
+                assert error is not None
+                self._session_gone(state, event.link.session, now)
+                event.link.session.end(error)
             case ev.RemoteAttach() if self.admission.quiescing and state.role in ("normal", "route-container"):
                 self.admission.refuse_while_quiescing(state, event.link)
             case ev.RemoteAttach() if state.role == "normal":
@@ -112,9 +121,7 @@ class Lifecycle:
                 if state.role == "route-container":
                     self.autolinks.link_detached(event.link, event.error, now)
             case ev.RemoteEnd():
-                self.links.session_ended(event.session, now)
-                if state.role == "route-container":
-                    self.autolinks.session_ended(event.session, now)
+                self._session_gone(state, event.session, now)
                 if event.session.state.local is ACTIVE and engine.state.local is ACTIVE:
                     event.session.end()
             case ev.RemoteClose():
@@ -127,6 +134,22 @@ class Lifecycle:
                 self.connection_gone(state, now)
             case _:
                 pass
+
+    def _detaches_ignored(self, state: ConnState, link: Link) -> bool:
+        """Whether the client's session of `link` (an attach) is to be ended: it holds, unanswered,
+        as many links we detached as the link limit (Links.detaches_ignored)."""
+        session = link.session
+        if state.role not in ("normal", "route-container") or state.closed:
+            return False  # (links between routers: bounded by the mesh's own)
+        if state.engine.state.local is not ACTIVE or session.state.local is not ACTIVE:
+            return False
+        return self.links.detaches_ignored(state, session) is not None
+
+    def _session_gone(self, state: ConnState, session: Session, now: float) -> None:
+        """Every link of `session` is gone (its end, either way)."""
+        self.links.session_ended(session, now)
+        if state.role == "route-container":
+            self.autolinks.session_ended(session, now)
 
     def close_connection(self, state: ConnState, error: Error, now: float) -> None:
         """Close a connection ourselves: what is in flight on it is reported first."""
