@@ -10,7 +10,7 @@ import trio.testing
 from router.config.models import Connector, Listener, RouterConfig, RouterSection
 from router.net.management_client import management_session
 from router.testing.memrouter import MemNetwork, MemRouter
-from topology.cli.gather import gather
+from topology.cli.gather import address_everywhere, gather
 
 TIMEOUT_S = 5.0  # each request's time-out (virtual seconds)
 
@@ -64,3 +64,24 @@ async def test_gathering_through_each_router_gets_every_routers_own_view(
         # Each router's routes are its own answer (next hops as it sees them), all three of them.
         assert {rid: {d: hop for d, (hop, _) in info.routes.items()} for rid, info in network.routers.items()} == expected_hops
         assert elapsed < TIMEOUT_S / 2, f"through {bus}: took {elapsed:g} s: a router's view waited for its time-out"
+
+
+async def test_topology_address_asks_every_router_at_once(autojump_clock: trio.testing.MockClock, mem_network: MemNetwork) -> None:
+    routers = await chain(mem_network)
+    async with routers["C"].connect() as consumer:
+        await consumer.open_receiver("orders", credit=1)
+        with trio.fail_after(30):
+            while any(not (entry := routers[r].core.table.find("orders")) or not entry.remote for r in ("A", "B")):
+                await trio.sleep(0.1)  # the advert crosses the mesh (no event to await across routers)
+        for bus in ("A", "B") * 4:  # a few times over: the old client lost replies only some of the time
+            async with routers[bus].connect() as client, management_session(client, timeout_s=TIMEOUT_S) as mgmt:
+                network = await gather(mgmt, each_router=False)
+                started = trio.current_time()
+                seen = await address_everywhere(mgmt, network, "orders")
+                elapsed = trio.current_time() - started
+            assert [at.router for at in seen] == ["A", "B", "C"]
+            assert {at.router: at.error for at in seen if at.error} == {}
+            assert {at.router: (at.info.local_consumers, at.info.remote_routers) for at in seen if at.info} == {
+                "A": (0, ["C"]), "B": (0, ["C"]), "C": (1, []),
+            }
+            assert elapsed < TIMEOUT_S / 2, f"through {bus}: took {elapsed:g} s: a router's answer waited for its time-out"
