@@ -6,8 +6,9 @@
 Owns: the views (which entity type each one queries, which attributes become which columns,
 how values read: durations, yes/no, lists; a view may show a second table below its own, as
 `linkroutes` shows the routes the router knows under those configured on it), asking one router, a remote one through the mesh
-(`_topo/0/<id>/$management`) or all of them (GET-MGMT-NODES, then each; one that fails is an
-error line on stderr and exit 1, the others are still shown), and rendering.
+(`_topo/0/<id>/$management`) or all of them (GET-MGMT-NODES, then all at once on the one session,
+shown in that order; one that fails is an error line on stderr and exit 1, the others are still
+shown), and rendering.
 Must not touch: the router's internals; everything goes through the management client.
 """
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any
 
+import trio
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -241,15 +243,27 @@ async def _stat(host: str, port: int, name: ViewName, router: str | None, all_ro
     results: list[tuple[str | None, list[Any]]] = []
     failed = False
     async with session(host, port, timeout) as mgmt:
-        for rid, address in await _targets(mgmt, router, all_routers):
+        targets = await _targets(mgmt, router, all_routers)
+        fetched: list[list[Any] | ClientError] = [[] for _ in targets]
+
+        async def fetch(i: int, address: str) -> None:
             try:
-                results.append((rid, await _fetch_all(mgmt, view, address, limit)))
+                fetched[i] = await _fetch_all(mgmt, view, address, limit)
             except ClientError as exc:
+                fetched[i] = exc
+
+        async with trio.open_nursery() as nursery:  # every router at once, on the one session
+            for i, (_, address) in enumerate(targets):
+                nursery.start_soon(fetch, i, address)
+        for (rid, _), got in zip(targets, fetched):
+            if isinstance(got, ClientError):
                 if not all_routers:
-                    raise
+                    raise got
                 # One router that cannot answer (gone since it was listed) must not hide the others.
-                stderr.print(f"error: router {rid}: {exc}", markup=False)
+                stderr.print(f"error: router {rid}: {got}", markup=False)
                 failed = True
+            else:
+                results.append((rid, got))
     if as_json:
         value = {str(rid): _as_json(view, data) for rid, data in results} if all_routers else _as_json(view, results[0][1])
         sys.stdout.write(to_json(value) + "\n")

@@ -8,13 +8,20 @@
 
 Requests carry application properties `operation`, `type`, `name`, `identity` (QUERY and
 GET-TYPES name their type in `entityType`, as the anchors' tools do), the message-id that the
-reply's correlation-id must match, and a reply-to: the dynamic address of one receiver shared by
-every request of the session. They go out on one anonymous sender with `to` set per request, so
-one session can ask several routers (`_topo/0/<router-id>/$management`), and a node that cannot
-be reached is reported at once (the router releases the request) rather than by a time-out.
+reply's correlation-id must match (WD14 answers with the request's message-id), and a reply-to:
+the dynamic address of one receiver shared by every request of the session. They go out on one
+anonymous sender with `to` set per request, so one session can ask several routers
+(`_topo/0/<router-id>/$management`), and a node that cannot be reached is reported at once (the
+router releases the request) rather than by a time-out.
 
-Owns: building requests, matching replies, turning statusCode/statusDescription into
-ManagementStatusError, and time-outs.
+Any number of requests may wait at once on one session (e.g. one per router of a mesh, from a
+nursery): one task, started by `management_session()`, reads the reply receiver and hands each
+reply to the request waiting for its correlation-id. A reply nobody waits for (it came after its
+request timed out, or names no request of ours) is accepted and dropped. When the connection or
+the reply link goes, every waiting request fails at once with that error, not at its time-out.
+
+Owns: building requests, matching replies to the requests waiting for them, turning
+statusCode/statusDescription into ManagementStatusError, and time-outs.
 Must not touch: rendering (the CLI's), the router's internals.
 """
 
@@ -28,14 +35,18 @@ from typing import Any
 
 import trio
 
+from ..amqp.errors import DecodeError
 from ..amqp.message import Message
 from ..amqp.messaging import Accepted, Properties, Rejected
 from .client import Client, Receiver, Sender
-from .errors import ClientError
+from .errors import ClientError, ConnectionClosed
 
 DEFAULT_NODE = "$management"
 NODE_TYPE = "org.amqp.management"  # the type of requests addressed to the node itself
 DEFAULT_TIMEOUT_S = 10.0
+# The reply receiver's credit, topped up as the replies are read (one task reads them at once,
+# however many requests wait): more requests than this in flight wait at the router for credit.
+REPLY_CREDIT = 100
 
 
 def node_address(router_id: str | None = None) -> str:
@@ -59,8 +70,19 @@ class NoReply(ClientError):
     """The request was accepted but no reply came back in time."""
 
 
+class _Waiter:
+    """One request waiting for its reply: `reply` is set, or the session failed, then `done`."""
+
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.reply: Message | None = None
+
+
 class ManagementSession:
-    """Requests and replies on one connection. Create it with `management_session()`."""
+    """Requests and replies on one connection. Create it with `management_session()`, which
+    runs the task that reads the replies (`read_replies`)."""
 
     def __init__(self, sender: Sender, receiver: Receiver, reply_to: str, timeout_s: float) -> None:
         self._sender = sender
@@ -69,6 +91,47 @@ class ManagementSession:
         self.timeout_s = timeout_s
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:12]
+        self._waiting: dict[str, _Waiter] = {}  # message-id of a request -> its waiter
+        self._reading = False
+        self._error: ClientError | None = None
+
+    @property
+    def pending(self) -> int:
+        """Requests sent (or being sent) and waiting for their replies."""
+        return len(self._waiting)
+
+    async def read_replies(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hand each reply to the request waiting for it, until the reply link or the connection
+        fails (then every waiting request fails with that error). `management_session()` runs it."""
+        self._reading = True
+        task_status.started()
+        try:
+            while True:
+                delivery = await self._receiver.receive()
+                self._receiver.accept(delivery)  # every reply is settled, wanted or not
+                try:
+                    reply = delivery.message
+                except DecodeError:
+                    continue  # matches no request: dropped
+                correlation_id = reply.properties.correlation_id if reply.properties is not None else None
+                # Only ours are strings; a late reply (its request timed out) finds no waiter.
+                waiter = self._waiting.pop(correlation_id, None) if isinstance(correlation_id, str) else None
+                if waiter is not None:
+                    waiter.reply = reply
+                    waiter.done.set()
+        except ClientError as exc:
+            self._fail(exc)
+        finally:
+            self._reading = False
+            if self._error is None:  # cancelled: the session is over
+                self._fail(ConnectionClosed(None, "management session closed"))
+
+    def _fail(self, error: ClientError) -> None:
+        if self._error is None:
+            self._error = error
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            waiter.done.set()
 
     async def request(
         self,
@@ -80,6 +143,10 @@ class ManagementSession:
     ) -> tuple[int, str, Any]:
         """Send one request to the node at `address`; return (statusCode, statusDescription,
         body) of its reply. Properties whose value is None are not sent."""
+        if self._error is not None:
+            raise self._error
+        if not self._reading:
+            raise RuntimeError("no task reads the replies: open the session with management_session()")
         app_properties = {"operation": operation}
         app_properties.update({k: v for k, v in properties.items() if v is not None})
         message_id = f"{self._prefix}-{next(self._ids)}"
@@ -88,18 +155,20 @@ class ManagementSession:
             properties=Properties(message_id=message_id, to=address, reply_to=self._reply_to),
             application_properties=app_properties,
         )
-        with trio.move_on_after(self.timeout_s) as scope:
-            outcome = await self._sender.send(request)
-            if not isinstance(outcome, Accepted):
-                raise ClientError(getattr(outcome, "error", None), _refusal(address, outcome))
-            while True:
-                delivery = await self._receiver.receive()
-                self._receiver.accept(delivery)
-                reply = delivery.message
-                # A reply to an earlier request that timed out is not ours: skip it.
-                if reply.properties is not None and reply.properties.correlation_id == message_id:
-                    break
-        if scope.cancelled_caught:
+        waiter = self._waiting[message_id] = _Waiter()  # before sending: the reply may come first
+        try:
+            with trio.move_on_after(self.timeout_s):
+                outcome = await self._sender.send(request)
+                if not isinstance(outcome, Accepted):
+                    raise ClientError(getattr(outcome, "error", None), _refusal(address, outcome))
+                await waiter.done.wait()
+        finally:
+            # Timed out, refused or cancelled: a reply that comes later finds no waiter.
+            self._waiting.pop(message_id, None)
+        reply = waiter.reply
+        if reply is None:
+            if waiter.done.is_set() and self._error is not None:  # the session failed
+                raise self._error
             raise NoReply(None, f"no reply from {address} within {self.timeout_s:g} s")
         props = reply.application_properties or {}
         status = props.get("statusCode")
@@ -182,11 +251,24 @@ def _refusal(address: str, outcome: Any) -> str:
 
 @asynccontextmanager
 async def management_session(client: Client, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> AsyncIterator[ManagementSession]:
-    """A reply receiver (dynamic address) and an anonymous sender on `client`."""
+    """A reply receiver (dynamic address), an anonymous sender on `client`, and the task that
+    reads the replies (for as long as the block runs)."""
     with trio.fail_after(timeout_s):
-        receiver = await client.open_receiver(None, dynamic=True, credit=100)
+        receiver = await client.open_receiver(None, dynamic=True, credit=REPLY_CREDIT)
         sender = await client.open_sender(None)
     reply_to = receiver.address
     if not reply_to:
         raise ClientError(None, "the router gave no address for replies (dynamic source)")
-    yield ManagementSession(sender, receiver, reply_to, timeout_s)
+    session = ManagementSession(sender, receiver, reply_to, timeout_s)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(session.read_replies)
+            try:
+                yield session
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The nursery wraps whatever the caller's block raised; hand it back as is.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise

@@ -116,15 +116,17 @@ async def link_routes_at(mgmt: ManagementSession, router: str, *, bus: str) -> l
 async def address_everywhere(mgmt: ManagementSession, network: Network, address: str) -> list[AddressAt]:
     """How every router of `network` sees `address`, by router id: its address table's entry and
     the link routes matching it (a router that does not answer is shown with the error, not
-    fatal). One request at a time: a ManagementSession's requests share one reply receiver, and
-    one request waiting takes and drops the replies to another."""
-    seen = []
-    for rid in sorted(network.routers):
-        at = AddressAt(rid)
+    fatal). Every router is asked at once, on the one session."""
+    seen = [AddressAt(rid) for rid in sorted(network.routers)]
+
+    async def ask(at: AddressAt) -> None:
         try:
-            at.info = await address_at(mgmt, rid, address, bus=network.bus)
-            at.routes = matching_routes(await link_routes_at(mgmt, rid, bus=network.bus), address)
+            at.info = await address_at(mgmt, at.router, address, bus=network.bus)
+            at.routes = matching_routes(await link_routes_at(mgmt, at.router, bus=network.bus), address)
         except Exception as exc:  # an unreachable router is shown, not fatal
             at.info, at.routes, at.error = None, [], str(exc) or type(exc).__name__
-        seen.append(at)
+
+    async with trio.open_nursery() as nursery:
+        for at in seen:
+            nursery.start_soon(ask, at)
     return seen
