@@ -67,6 +67,11 @@ def test_closest_picks_the_least_cost_and_explains() -> None:
     local = choose(network, "A", AddressInfo("orders", "closest", 1, ["C"]))
     assert local.chosen == ["A"] and local.paths["A"] == ["A"]
     assert "delivered locally" in text(render.choice_view(local))
+    assert "link-routed" not in text(render.choice_view(local))
+    local.link_routed = "orders: served by C (interior, next hop B, reachable)"
+    shown = " ".join(text(render.choice_view(local)).split())
+    assert "'orders' is also link-routed at A (link route orders: served by C" in shown
+    assert as_json(local)["link_routed"] == local.link_routed
 
 
 def test_equal_costs_round_robin_and_multicast_takes_all() -> None:
@@ -174,6 +179,22 @@ def test_against_a_standalone_router(tmp_path: Path) -> None:
             "error: 'queue.x' is link-routed at solo: a sender's attach to it is passed on to a route container, no "
             "message is routed by address (link route queue: served by local (local, not reachable now))"
         ]
+        # A consumer of queue.x (a receiver: no `out` route) makes it a mobile address too: the
+        # path is shown, for messages sent on an anonymous link, with the sender's route told.
+        from proton.utils import BlockingConnection
+
+        consumer = BlockingConnection(f"amqp://{bus}", timeout=10)
+        try:
+            consumer.create_receiver("queue.x")
+            both = _topology("path", "--address", "queue.x", "-b", bus)
+            assert both.returncode == 0, both.stderr
+            flat = " ".join(both.stdout.split())
+            assert "'queue.x' is also link-routed at solo (link route queue: served by local" in flat
+            assert "messages sent on an anonymous link with to='queue.x'" in flat and "delivered locally" in flat
+            as_data = json.loads(_topology("path", "--address", "queue.x", "-b", bus, "--json").stdout)
+            assert as_data["chosen"] == ["solo"] and as_data["link_routed"].startswith("queue: served by local")
+        finally:
+            consumer.close()
         # `topology address`: the route is configured here, its container is not connected.
         shown = _topology("address", "queue.x", "-b", bus)
         assert shown.returncode == 0, shown.stderr

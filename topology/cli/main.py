@@ -145,8 +145,9 @@ def path(
             network = await gather(mgmt)
             start = _known(network, source or network.bus)
             info = await address_at(mgmt, start, address, bus=network.bus)
-            routed = link_routed(await link_routes_at(mgmt, start, bus=network.bus), address) if info is None else None
-        if routed is not None:
+            # (asked even when the address has consumers: a sender's attach takes the route)
+            routed = link_routed(await link_routes_at(mgmt, start, bus=network.bus), address)
+        if routed is not None and info is None:
             raise Failed(f"{address!r} is link-routed at {start}: a sender's attach to it is passed on to a route "
                          f"container, no message is routed by address (link route {routed})")  # fmt: skip
         if info is None:
@@ -155,6 +156,7 @@ def path(
             choice = choose(network, start, info)
         except LookupError as exc:
             raise Failed(str(exc)) from None
+        choice.link_routed = routed
         _print(json, choice, render.choice_view(choice))
 
     _run(bus, go)

@@ -125,6 +125,10 @@ class Choice:
     chosen: list[str]
     reason: str
     paths: dict[str, list[str]]
+    # Set when an `in` link route matches the address at `source` (link_routed): a sender's
+    # attach to it goes to a route container; the paths are those of messages sent on an
+    # anonymous link with `to` set to it, which the address table routes.
+    link_routed: str | None = None
 
 
 def choose(network: Network, source: str, info: AddressInfo) -> Choice:

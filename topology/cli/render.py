@@ -102,7 +102,12 @@ def choice_view(choice: Choice) -> RenderableType:
     paths = Tree(Text(f"{choice.source}: {choice.reason}", style="bold"))
     for rid in choice.chosen:
         paths.add(" -> ".join(choice.paths[rid]) + (" (delivered locally)" if rid == choice.source else ""))
-    return Group(where, paths)
+    if choice.link_routed is None:
+        return Group(where, paths)
+    note = Text(f"{choice.address!r} is also link-routed at {choice.source} (link route {choice.link_routed}): a sender "
+                f"attached to it there is passed on to a route container; the paths below are those of "
+                f"messages sent on an anonymous link with to={choice.address!r}.", style="yellow")  # fmt: skip
+    return Group(note, where, paths)
 
 
 def address_table(address: str, seen: list[tuple[str, AddressInfo | None, str | None]]) -> Table:
