@@ -74,12 +74,32 @@ def test_expired_messages_are_not_forwarded() -> None:
     producer, consumer, tx, rx = _pair(h)
     now_ms = int(h.now * 1000)
     past = producer.send(tx, Message.value("old", properties=Properties(absolute_expiry_time=now_ms - 1000)))  # type: ignore[arg-type]
-    by_ttl = producer.send(tx, Message.value("ttl", header=Header(ttl=500), properties=Properties(creation_time=now_ms - 2000)))  # type: ignore[arg-type]
+    both = producer.send(tx, Message.value("both", header=Header(ttl=60000), properties=Properties(absolute_expiry_time=now_ms - 1)))  # type: ignore[arg-type]
     fresh = producer.send(tx, Message.value("fresh", header=Header(ttl=60000)))  # type: ignore[arg-type]
     h.pump()
     assert consumer.bodies(rx) == ["fresh"]  # type: ignore[arg-type]
-    assert isinstance(producer.outcomes[past], Released) and isinstance(producer.outcomes[by_ttl], Released)
+    assert isinstance(producer.outcomes[past], Released) and isinstance(producer.outcomes[both], Released)
     assert h.core.table.entries["Mbig"].expired == 2
+
+
+def test_ttl_counts_from_arrival_not_from_creation_time() -> None:
+    """Messaging §3.2.1: the expiry a ttl gives is computed from the message's arrival at the
+    intermediary. A creation-time in the past (a producer whose clock is behind, or a message
+    made long before it was sent) does not make it expire on arrival (it did: the router counted
+    the ttl from creation-time, and released such messages at once). The ttl still runs out
+    while it waits."""
+    h = RouterHarness(now=time.time())
+    producer, consumer, tx, rx = _pair(h, credit=0)
+    now_ms = int(h.now * 1000)
+    old = producer.send(tx, Message.value("made long ago", header=Header(ttl=1000), properties=Properties(creation_time=now_ms - 3_600_000)))  # type: ignore[arg-type]
+    later = producer.send(tx, Message.value("waits too long", header=Header(ttl=1000), properties=Properties(creation_time=now_ms)))  # type: ignore[arg-type]
+    h.pump()
+    assert old not in producer.outcomes and later not in producer.outcomes  # both wait for credit
+    rx.flow(1)  # type: ignore[attr-defined]
+    h.pump()
+    assert consumer.bodies(rx) == ["made long ago"]  # type: ignore[arg-type]
+    h.advance(2.0)  # past the other's ttl, counted from its arrival
+    assert isinstance(producer.outcomes[later], Released)
 
 
 def test_a_message_expiring_while_waiting_for_credit_is_released() -> None:

@@ -214,14 +214,17 @@ class Forwarder(Streaming):
 
 def _expiry(view: RoutingView, now: float, wall_offset: float) -> float:
     """The `now` (monotonic) at which the message expires (messaging §3.2.1 ttl, §3.2.4
-    absolute-expiry-time): it has one of them. The message's times are wall-clock milliseconds:
-    `wall_offset` (wall minus monotonic) converts them."""
+    absolute-expiry-time): it has one of them. absolute-expiry-time is wall-clock milliseconds:
+    `wall_offset` (wall minus monotonic) converts it. The ttl counts from the message's arrival
+    here, `now`: messaging §3.2.1, "a message expiration time will be computed based on the time
+    of arrival at an intermediary". Never from the producer's creation-time (§3.2.4 gives it no
+    part in expiry): a producer whose clock is behind this router's by more than the ttl would
+    have every message expire on arrival (found with Azure's AMQP stack, which sends both)."""
     expiry = None
     if view.absolute_expiry_ms is not None:
         expiry = view.absolute_expiry_ms / 1000 - wall_offset
     if view.ttl_ms:
-        start = view.creation_time_ms / 1000 - wall_offset if view.creation_time_ms else now
-        by_ttl = start + view.ttl_ms / 1000
+        by_ttl = now + view.ttl_ms / 1000
         expiry = by_ttl if expiry is None else min(expiry, by_ttl)
     assert expiry is not None
     return expiry

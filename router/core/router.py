@@ -14,7 +14,7 @@
     core.wall_time(now)                          # wall-clock seconds at monotonic `now`
 
 Time: `now` is monotonic (a wall-clock step must neither kill neighbours nor stall timers).
-What must be wall time (a message's absolute-expiry-time and creation-time, the mesh instance,
+What must be wall time (a message's absolute-expiry-time; its ttl counts from arrival, the mesh instance,
 management timestamps) is converted through `wall_offset` (wall clock minus monotonic clock,
 captured once at start by the network layer; 0 when `now` is wall time, as in harnesses).
 
