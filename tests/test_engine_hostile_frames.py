@@ -92,9 +92,9 @@ async def still_routes(port: int) -> None:
         assert delivery.message.body_value == "ok"
 
 
-async def no_connections_left(server: RouterServer) -> None:
+async def no_connections_left(server: RouterServer, but: int = 0) -> None:
     with trio.fail_after(5):
-        while server.stats()["connections"]:
+        while server.stats()["connections"] > but:
             await trio.sleep(0.01)  # the server forgets a connection after its task ends
 
 
@@ -417,3 +417,31 @@ def test_an_outcome_passed_on_fits_the_producers_max_frame_size() -> None:
     assert isinstance(outcome, Rejected) and outcome.error is not None
     assert outcome.error.condition == "app:too-dull" and outcome.error.description.startswith("d" * 100)
     assert not [e for e in producer.events if type(e).__name__ in ("RemoteClose", "ProtocolViolation")]
+
+
+async def test_a_transfer_behind_the_producers_close_in_one_write_holds_no_consumer(
+    router_server: tuple[RouterServer, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A producer writes its close and, behind it, the first frame of a streamed message
+    (more=true): the frame must not be routed (the producer is gone with its close), or its
+    consumer's link would wait for the rest of that message for ever (found by the peer-router
+    fuzzer). The consumer gets the next producer's message."""
+    from router.amqp.performatives import Flow, Transfer
+
+    server, port = router_server
+    async with connect("127.0.0.1", port) as client:
+        receiver = await client.open_receiver("behind-close", credit=5)
+        attach = frame(0, Attach(name="p", handle=0, role=SENDER, initial_delivery_count=0,
+                                 source=Source(), target=Target(address="behind-close")))  # fmt: skip
+        behind = frame(0, Close()) + frame(0, Transfer(handle=0, delivery_id=0, delivery_tag=b"t", more=True), b"\x00Sw\xa1\x01x")
+        got = bodies(await exchange(port, opened() + BEGIN + attach, until=Flow, then=behind))
+        assert isinstance(got[-1], Close) and got[-1].error is not None and "after close" in got[-1].error.description
+        await no_connections_left(server, but=1)  # (the consumer's)
+        sender = await client.open_sender("behind-close")
+        tracker = await sender.start_send(Message.value("next"))
+        with trio.fail_after(5):
+            delivery = await receiver.receive()
+            receiver.accept(delivery)
+            assert isinstance(await tracker.wait(), Accepted)
+        assert delivery.message.body_value == "next"
+    assert not [r for r in caplog.records if r.exc_info]

@@ -26,7 +26,7 @@ from router.amqp.events import (
     RemoteEnd,
     TransferReceived,
 )
-from router.amqp.framing import AMQP_HEADER, EMPTY_FRAME, FRAME_SASL, frame
+from router.amqp.framing import AMQP_HEADER, EMPTY_FRAME, FRAME_AMQP, FRAME_SASL, frame
 from router.amqp.link import Link
 from router.amqp.messaging import ACCEPTED, Source, Target
 from router.amqp.performatives import (
@@ -358,6 +358,27 @@ def test_frames_after_the_peers_close() -> None:
     server.peer.take_events()
     server.send(0, begin())
     assert_closed_with(server, E.NOT_ALLOWED)
+
+
+@pytest.mark.parametrize("after", ["transfer", "flow", "disposition"])
+def test_hot_frames_after_the_peers_close_in_the_same_read_reach_no_session(after: str) -> None:
+    """A transfer, flow or disposition behind the peer's close in one read: the engine's fast
+    path must not hand it to a session the application is told is gone with the connection (a
+    transfer there made a delivery on a producer link the core had already forgotten, which
+    then held its consumer's link for ever: found by the peer-router fuzzer)."""
+    server = Server()
+    server.begin(0)
+    server.attach_sender(0, 0)  # the engine granted us credit
+    server.peer.take_events()
+    behind = {
+        "transfer": frame(0, transfer(0, 0, more=True), b"\x00Sw\xa1\x01x", FRAME_AMQP),
+        "flow": frame(0, flow(0, 5), b"", FRAME_AMQP),
+        "disposition": frame(0, Disposition(role=RECEIVER, first=0, settled=True, state=ACCEPTED), b"", FRAME_AMQP),
+    }[after]
+    server.feed(frame(0, Close(), b"", FRAME_AMQP) + behind)
+    events = server.peer.take_events()
+    assert [type(e).__name__ for e in events] == ["RemoteClose", "ProtocolViolation"], events
+    assert "after close" in events[1].description
 
 
 def test_heartbeat_on_any_channel_is_ignored() -> None:

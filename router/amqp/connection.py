@@ -268,6 +268,12 @@ class Connection(ConnectionBase):
                             )
                         else:
                             control(self, channel, session, performative, buf, stop, end)
+                            if self.state.remote is CLOSED:
+                                # The peer's close: nothing may follow it (transport §2.4.3), and
+                                # its transfers, flows and dispositions must not reach sessions
+                                # the application is told are gone. Every later frame takes the
+                                # control path, which refuses it.
+                                sessions = {}
                 except E.ProtocolError as exc:
                     if exc.scope != "session" or session is None:
                         raise
