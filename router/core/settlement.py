@@ -5,9 +5,9 @@ consumer sets without settling, such as received), settlement both ways (an outc
 does not settle goes to a producer in rcv-settle-mode first settled, and the consumer's delivery
 is settled at once, transport §2.7.5; to a producer that settles first, rcv-settle-mode second or
 the router before on a data link, unsettled, and the consumer's delivery waits for its
-settlement: the "three-ack" pattern; docs/mesh.md, "Outcomes and settlement"), combining multicast copies
-(rejected > accepted > modified > released, settled upstream when every copy is terminal),
-producer-side settlement (rcv-settle-mode second, sender settling first), and which
+settlement: the "three-ack" pattern; docs/mesh.md, "Outcomes and settlement"), combining
+multicast copies (rejected > accepted > modified > released, settled upstream when every copy is
+terminal), producer-side settlement (rcv-settle-mode second, sender settling first), and which
 dispositions go out (batched by credit.py's flush). What an outcome counts is outcomes.py's;
 the failures reported (never sent: released; sent but unsettled when the consumer went away:
 modified with delivery-failed) and aborts are the next layer's (failures.py).
