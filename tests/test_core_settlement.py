@@ -8,8 +8,8 @@ import pytest
 
 from router.amqp.events import DispositionReceived, RemoteClose
 from router.amqp.message import Message
-from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Rejected, Released
-from router.amqp.performatives import RCV_SECOND, Error
+from router.amqp.messaging import ACCEPTED, RELEASED, Accepted, Modified, Received, Rejected, Released
+from router.amqp.performatives import RCV_SECOND, RECEIVER, SENDER, Error
 from router.config.models import AddressConfig, RouterConfig, RouterSection
 from router.testing.routerharness import Client, RouterHarness
 
@@ -75,6 +75,79 @@ def test_receiver_settle_mode_second_settles_after_the_producer() -> None:
     assert delivery_id in producer.settled
 
 
+def _dispositions(client: Client) -> list[tuple[bool, int, int, bool, object]]:
+    """Every disposition the router sent `client`: (role, first, last, settled, state)."""
+    return [(e.role, e.first, e.last, e.settled, e.state) for e in client.events if isinstance(e, DispositionReceived)]
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES, ids=lambda o: type(o).__name__)
+def test_an_unsettled_outcome_is_settled_both_ways_for_a_first_mode_producer(outcome: object) -> None:
+    """The router, receiver of a rcv-settle-mode first producer, settles without waiting for it
+    (transport §2.7.5): one settled disposition to the producer, one to the consumer."""
+    h = RouterHarness()
+    producer, consumer, tx, rx = _pair(h)
+    consumer.auto_accept = False
+    delivery_id = producer.send(tx, Message.value("m"))  # type: ignore[arg-type]
+    h.pump()
+    (received,) = consumer.received[rx]  # type: ignore[index]
+    rx.dispose(received.delivery_id, state=outcome, settled=False)  # type: ignore[attr-defined]
+    h.pump()
+    assert _dispositions(producer) == [(RECEIVER, delivery_id, delivery_id, True, outcome)]
+    assert _dispositions(consumer) == [(SENDER, received.delivery_id, received.delivery_id, True, outcome)]
+    for state in h.core.connections.values():
+        assert all(out.outstanding == 0 for out in state.out_links)
+        assert all(inl.inflight == 0 for inl in state.in_links)
+    assert all(s.context.inbound.empty and s.context.outbound.empty for c in h.clients for s in c.router_side.sessions if s.context)
+
+
+@pytest.mark.parametrize("second", [False, True], ids=["first", "second"])
+def test_an_unsettled_non_terminal_state_is_an_unsettled_update_in_either_mode(second: bool) -> None:
+    h = RouterHarness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    rx = consumer.receiver("q")
+    tx = producer.sender("q", rcv_settle_mode=RCV_SECOND) if second else producer.sender("q")
+    h.pump()
+    rx.flow(10)
+    h.pump()
+    consumer.auto_accept = False
+    delivery_id = producer.send(tx, Message.value("m"))
+    h.pump()
+    (received,) = consumer.received[rx]
+    state = Received(section_number=0, section_offset=3)
+    rx.dispose(received.delivery_id, state=state, settled=False)
+    h.pump()
+    assert _dispositions(producer) == [(RECEIVER, delivery_id, delivery_id, False, state)]
+    assert _dispositions(consumer) == []
+    rx.dispose(received.delivery_id, state=ACCEPTED, settled=False)
+    h.pump()
+    assert _dispositions(producer)[1:] == [(RECEIVER, delivery_id, delivery_id, not second, ACCEPTED)]
+    assert bool(_dispositions(consumer)) is not second  # second: settled once the producer has
+
+
+def test_receiver_settle_mode_second_keeps_an_unsettled_outcome_until_the_producer_settles() -> None:
+    """The three acknowledgements (transport §2.6.12): the producer, in rcv-settle-mode second,
+    settles first; only then does the router settle towards it and towards the consumer."""
+    h = RouterHarness()
+    producer, consumer = h.connect("p"), h.connect("c")
+    rx = consumer.receiver("q")
+    tx = producer.sender("q", rcv_settle_mode=RCV_SECOND)
+    h.pump()
+    rx.flow(10)
+    h.pump()
+    consumer.auto_accept = False
+    delivery_id = producer.send(tx, Message.value("m"))
+    h.pump()
+    (received,) = consumer.received[rx]
+    rx.dispose(received.delivery_id, state=ACCEPTED, settled=False)
+    h.pump()
+    assert _dispositions(producer) == [(RECEIVER, delivery_id, delivery_id, False, ACCEPTED)]
+    assert _dispositions(consumer) == []
+    tx.dispose(delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    assert _dispositions(producer)[1:] == [(RECEIVER, delivery_id, delivery_id, True, ACCEPTED)]
+    assert _dispositions(consumer) == [(SENDER, received.delivery_id, received.delivery_id, True, ACCEPTED)]
+
+
 def test_unsettled_multicast_settles_with_the_strongest_outcome() -> None:
     config = RouterConfig(router=RouterSection(id="R"), addresses=(AddressConfig(prefix="mc", distribution="multicast"),))
     h = RouterHarness(config)
@@ -98,6 +171,37 @@ def test_unsettled_multicast_settles_with_the_strongest_outcome() -> None:
     r.dispose(c.received[r][0].delivery_id, state=states[2], settled=True)
     h.pump()
     assert isinstance(producer.outcomes[delivery_id], Accepted)  # rejected > accepted > modified > released
+
+
+@pytest.mark.parametrize("second", [False, True], ids=["first", "second"])
+def test_multicast_copies_given_unsettled_outcomes_are_settled_by_the_router(second: bool) -> None:
+    """Copies are settled once terminal, whatever the producer's mode (their outcomes are
+    combined, none waits for the producer); the combined outcome goes to a first-mode producer
+    settled, to a second-mode one unsettled (it settles first)."""
+    config = RouterConfig(router=RouterSection(id="R"), addresses=(AddressConfig(prefix="mc", distribution="multicast"),))
+    h = RouterHarness(config)
+    producer = h.connect("p")
+    consumers = [h.connect(f"c{i}") for i in range(2)]
+    receivers = [c.receiver("mc") for c in consumers]
+    tx = producer.sender("mc", rcv_settle_mode=RCV_SECOND) if second else producer.sender("mc")
+    h.pump()
+    for c, r in zip(consumers, receivers):
+        c.auto_accept = False
+        r.flow(10)
+    h.pump()
+    delivery_id = producer.send(tx, Message.value("m"))
+    h.pump()
+    for c, r in zip(consumers, receivers):
+        copy_id = c.received[r][0].delivery_id
+        r.dispose(copy_id, state=ACCEPTED, settled=False)
+        h.pump()
+        assert _dispositions(c) == [(SENDER, copy_id, copy_id, True, ACCEPTED)]
+    assert _dispositions(producer) == [(RECEIVER, delivery_id, delivery_id, not second, ACCEPTED)]
+    if second:
+        tx.dispose(delivery_id, state=ACCEPTED, settled=True)
+        h.pump()
+        assert _dispositions(producer)[1:] == [(RECEIVER, delivery_id, delivery_id, True, ACCEPTED)]
+    assert all(s.context.inbound.empty and s.context.outbound.empty for c in h.clients for s in c.router_side.sessions if s.context)
 
 
 @pytest.mark.parametrize("how", ["detach", "disconnect"])

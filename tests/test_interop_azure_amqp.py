@@ -12,9 +12,9 @@ short idle time-out kept alive by the router's empty frames. And where the clien
 rules, the router keeps them: it sends without credit (transport §2.6.7), and the router
 detaches its link with amqp:link:transfer-limit-exceeded and goes on; it asks for rcv-settle-mode
 second and then waits for the router to settle first, which the router must not (§2.7.5).
-One test is an expected failure (strict): a consumer that accepts without settling, with a
-first-mode sender, leaves the delivery unsettled at both ends (the router's three-ack design
-against §2.7.5's first mode; left for a decision, see its reason).
+A consumer that accepts without settling, with a first-mode sender: the sender gets the outcome
+settled and the consumer's delivery is settled by the router (§2.7.5: a first-mode receiver
+does not wait for the sender to settle; this stack's sender acts only on settled outcomes).
 
 Skips when azure-servicebus is not installed (it is in the project's `test` extra).
 """
@@ -341,41 +341,45 @@ async def test_a_second_mode_sender_is_told_unsettled_and_never_settles(router: 
     assert not done
 
 
-@pytest.mark.xfail(strict=True, reason="the router waits for a rcv-settle-mode first sender to settle after a "
-                   "consumer's unsettled outcome (the three-ack design, docs/mesh.md); transport §2.7.5 says "
-                   "a first-mode receiver MUST settle without waiting for the sender: with this stack on both "
-                   "ends the delivery is never settled")  # fmt: skip
 async def test_an_outcome_the_consumer_does_not_settle_reaches_a_first_mode_sender_settled(router: RouterProcess) -> None:
     """The receiver accepts without settling (its rcv-settle-mode second: it waits for the
     sender to settle, `await_outcome`); the router's sender is in rcv-settle-mode first, and the
-    router's disposition to it must then be settled: a first-mode receiver settles without
-    waiting for the sender (transport §2.7.5, rcv-settle-mode). This stack's sender acts only
-    on a settled disposition, so an unsettled one leaves both clients waiting for ever."""
+    router's disposition to it is then settled: a first-mode receiver settles without waiting
+    for the sender (transport §2.7.5, rcv-settle-mode). This stack's sender acts only on a
+    settled disposition (an unsettled one would leave both clients waiting for ever): its send
+    completes, accepted, and the receiver sees its delivery settled by the router, the sender
+    doing nothing more."""
     from azure.servicebus._pyamqp.outcomes import Accepted
 
     target = address()
 
-    def scenario(pump: Pump) -> list[tuple[bool, Any]]:
+    def scenario(pump: Pump) -> tuple[list[tuple[bool, Any]], list[tuple[bool, Any]], list[Outcome]]:
         rx = receiver(router, target, link_credit=1)
         tx = sender(router, target)
         try:
             pump.attached(rx)
             pump.attached(tx, rx)
-            seen: list[tuple[bool, Any]] = []
+            seen: list[tuple[bool, Any]] = []  # the router's dispositions to the sender
             incoming = tx._link._incoming_disposition
             tx._link._incoming_disposition = lambda frame: (seen.append((bool(frame[3]), frame[4])), incoming(frame))
-            send_async(tx, [Message(value="three-ack")])
+            settled: list[tuple[bool, Any]] = []  # ... and to the receiver
+            rx_incoming = rx._link._incoming_disposition
+            rx._link._incoming_disposition = lambda frame: (settled.append((bool(frame[3]), frame[4])), rx_incoming(frame))
+            outcomes = send_async(tx, [Message(value="unsettled accepted")])
             pump.until(lambda: bool(rx.deliveries), tx, rx, what="the message")
             d = rx.deliveries[0]
             rx._link.send_disposition(first_delivery_id=d.delivery_id, delivery_tag=d.tag, settled=False,
                                       delivery_state=Accepted())  # fmt: skip
-            pump.until(lambda: bool(seen), tx, passive=(rx,), what="the router's disposition")
-            return seen
+            pump.until(lambda: bool(seen) and bool(settled) and outcomes[0].done, tx, passive=(rx,),
+                       what="the router's dispositions")  # fmt: skip
+            return seen, settled, outcomes
         finally:
             close_all(tx, rx)
 
-    seen = await in_thread(scenario)
-    assert seen[0] == (True, {"accepted": []}), seen
+    seen, settled, outcomes = await in_thread(scenario)
+    assert seen == [(True, {"accepted": []})], seen
+    assert settled == [(True, {"accepted": []})], settled
+    assert [o.name for o in outcomes] == ["accepted"]
 
 
 # --- size and credit -------------------------------------------------------------------------------

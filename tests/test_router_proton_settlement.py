@@ -152,15 +152,19 @@ async def test_producer_receiver_settle_modes(router: RouterProcess, mode: str) 
 
 
 class ConsumerSettleSecond(Clients):
-    """A consumer in rcv-settle-mode second sends its outcome unsettled; the router relays it to
-    the producer unsettled (settlement travels end to end, as with the anchors); the producer
-    settles once it has seen it; only then does the router settle towards the consumer, which
-    settles last (transport §2.6.12: the three acknowledgements)."""
+    """A consumer in rcv-settle-mode second sends its outcome unsettled and waits for the router
+    to settle. A producer in rcv-settle-mode second (`producer_second`) is told the outcome
+    unsettled (settlement travels end to end, as with the anchors); it settles once it has seen
+    it; only then does the router settle towards the consumer, which settles last (transport
+    §2.6.12: the three acknowledgements). A producer in mode first (the default) is told the
+    outcome settled, the router being a first-mode receiver (transport §2.7.5), and the router
+    settles towards the consumer at once, the producer doing nothing (auto_settle off)."""
 
-    def __init__(self, router: RouterProcess, address: str) -> None:
-        super().__init__(router, auto_accept=False)
-        self.address = address
+    def __init__(self, router: RouterProcess, address: str, producer_second: bool) -> None:
+        super().__init__(router, auto_accept=False, auto_settle=False)
+        self.address, self.producer_second = address, producer_second
         self.mode: int | None = None
+        self.producer_mode: int | None = None
         self.router_settled_with: int | None = None
         self.producer_saw: tuple[int, bool] | None = None
         self.sent = False
@@ -172,7 +176,10 @@ class ConsumerSettleSecond(Clients):
     def on_link_opened(self, event: Any) -> None:
         if event.link.name == "consumer":
             self.mode = event.link.remote_rcv_settle_mode
-            event.container.create_sender(self.connect(event.container), self.address)
+            options = SettleSecond() if self.producer_second else None
+            event.container.create_sender(self.connect(event.container), self.address, options=options)
+        elif event.link.is_sender:
+            self.producer_mode = event.link.remote_rcv_settle_mode
 
     def on_sendable(self, event: Any) -> None:
         if not self.sent:
@@ -191,7 +198,8 @@ class ConsumerSettleSecond(Clients):
     def on_accepted(self, event: Any) -> None:
         if self.producer_saw is None:
             self.producer_saw = (event.delivery.remote_state, event.delivery.settled)
-            event.delivery.settle()  # the producer is done: the router may settle the consumer's
+            if self.producer_second:
+                event.delivery.settle()  # the producer is done: the router may settle the consumer's
         self._maybe_done()
 
     def _maybe_done(self) -> None:
@@ -199,13 +207,17 @@ class ConsumerSettleSecond(Clients):
             self.finish()
 
 
-async def test_consumer_in_receiver_settle_mode_second(router: RouterProcess) -> None:
-    clients = ConsumerSettleSecond(router, "settle.consumer.second")
+@pytest.mark.parametrize("producer", ["first", "second"])
+async def test_consumer_in_receiver_settle_mode_second(router: RouterProcess, producer: str) -> None:
+    second = producer == "second"
+    clients = ConsumerSettleSecond(router, f"settle.consumer.second.{producer}", second)
     await run_clients(clients)
     clients.check()
     assert clients.mode == Link.RCV_SECOND
+    assert clients.producer_mode == (Link.RCV_SECOND if second else Link.RCV_FIRST)
     assert clients.router_settled_with == Delivery.ACCEPTED
-    assert clients.producer_saw == (Delivery.ACCEPTED, False)  # the outcome, not settled
+    # second: the outcome, not settled (the producer settles first); first: settled
+    assert clients.producer_saw == (Delivery.ACCEPTED, not second)
 
 
 class Presettled(Clients):

@@ -1,11 +1,15 @@
 """Settlement both ways with python-qpid-proton on both ends, over real `router run` processes:
 one router, and two routers in a mesh.
 
-The "three-ack" pattern: the receiver (auto-settle off) accepts without settling, the sender
-settles once it has seen `accepted`, and the receiver settles only after it has seen its delivery
-settled by the router: so it knows the sender will not send it again. A receiver that modifies
-with annotations, still unsettled, shows the sender the annotations; one that marks a delivery
-received (a non-terminal state) shows the sender the section and offset it gave.
+The receiver (auto-settle off) accepts without settling, and settles only after it has seen its
+delivery settled by the router. With a sender in rcv-settle-mode second, the "three-ack" pattern:
+the sender sees `accepted` unsettled and settles, and only then does the router settle the
+receiver's delivery (so the receiver knows the sender will not send it again). With a sender in
+rcv-settle-mode first (the default), the router, a first-mode receiver, does not wait for the
+sender (transport §2.7.5): the sender sees the outcome settled, and the receiver's delivery is
+settled at once, the sender doing nothing. A receiver that modifies with annotations, still
+unsettled, shows the sender the annotations; one that marks a delivery received (a non-terminal
+state, unsettled in either mode) shows the sender the section and offset it gave.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from .support.interop import run_container, run_in_thread
+from .support.router_proton import SettleSecond
 from router.testing.meshprocs import MeshProcesses
 from .support.router_process import RouterProcess
 
@@ -31,9 +36,10 @@ COUNT = 40  # every fourth is modified (with annotations); of the others, one in
 
 
 class ThreeAck(MessagingHandler):
-    def __init__(self, sender_url: str, receiver_url: str) -> None:
+    def __init__(self, sender_url: str, receiver_url: str, second: bool) -> None:
         super().__init__(auto_accept=False, auto_settle=False)
         self.sender_url, self.receiver_url = sender_url, receiver_url
+        self.second = second  # the sender's link in rcv-settle-mode second
         self.sent = 0
         self.seen_by_sender: dict[int, Any] = {}  # message number -> (state, annotations)
         self.unsettled_when_seen: set[int] = set()  # the sender saw the outcome unsettled
@@ -49,7 +55,7 @@ class ThreeAck(MessagingHandler):
         sconn = event.container.connect(self.sender_url, reconnect=False)
         self.connections = [rconn, sconn]
         event.container.create_receiver(rconn, "three-ack")
-        event.container.create_sender(sconn, "three-ack")
+        event.container.create_sender(sconn, "three-ack", options=SettleSecond() if self.second else None)
 
     def on_sendable(self, event: Any) -> None:
         while event.sender.credit and self.sent < COUNT:
@@ -87,7 +93,8 @@ class ThreeAck(MessagingHandler):
                     self.seen_by_sender[number] = (delivery.remote_state, dict(annotations or {}))
                     if not delivery.settled:  # (Proton: settled by the remote end)
                         self.unsettled_when_seen.add(number)
-                    delivery.settle()  # the sender is done with it
+                    if self.second:
+                        delivery.settle()  # the sender is done with it (mode first: nothing to do)
             return
         if delivery.readable and not delivery.partial:
             message = Message()
@@ -118,9 +125,12 @@ async def _run(handler: ThreeAck) -> None:
     await run_in_thread(lambda: run_container(Container(handler), timeout_s=TIMEOUT_S), timeout_s=TIMEOUT_S + 3)
     assert not handler.errors
     assert len(handler.seen_by_sender) == COUNT
-    assert handler.unsettled_when_seen == set(range(COUNT)), "the router settled before the sender"
+    if handler.second:
+        assert handler.unsettled_when_seen == set(range(COUNT)), "the router settled before the sender"
+        assert not handler.early, "a receiver's delivery was settled before the sender saw its outcome"
+    else:
+        assert not handler.unsettled_when_seen, "a first-mode sender was told an outcome unsettled"
     assert sorted(handler.settled_at_receiver) == list(range(COUNT))
-    assert not handler.early, "a receiver's delivery was settled before the sender saw its outcome"
     assert handler.received_seen == {n: (0, n) for n in range(COUNT) if n % 4 == 1}  # received, as set
     for number, (state, annotations) in handler.seen_by_sender.items():
         if number % 4 == 3:
@@ -130,8 +140,10 @@ async def _run(handler: ThreeAck) -> None:
             assert state == Delivery.ACCEPTED
 
 
+@pytest.mark.parametrize("mode", ["second", "first"])
 @pytest.mark.parametrize("routers", [1, 2])
-async def test_three_ack_with_proton_on_both_ends(tmp_path: Path, routers: int) -> None:
+async def test_unsettled_outcomes_with_proton_on_both_ends(tmp_path: Path, routers: int, mode: str) -> None:
+    """second: three-ack; first: both ends settled by the router with the outcome."""
     with ExitStack() as stack:
         if routers == 1:
             router = stack.enter_context(RouterProcess.running(tmp_path))
@@ -141,4 +153,4 @@ async def test_three_ack_with_proton_on_both_ends(tmp_path: Path, routers: int) 
             mesh = stack.enter_context(MeshProcesses(tmp_path, "A-B"))
             await mesh.wait_converged()
             sender_url, receiver_url = (f"amqp://127.0.0.1:{mesh.port(r)}" for r in ("A", "B"))
-        await _run(ThreeAck(sender_url, receiver_url))
+        await _run(ThreeAck(sender_url, receiver_url, second=mode == "second"))

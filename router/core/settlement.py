@@ -1,11 +1,13 @@
 """Outcomes and settlement, end to end: from the consumer back to the producer.
 
 Owns: relaying a consumer's disposition to the producer (anycast: outcomes, and states the
-consumer sets without settling, such as received), settlement both ways (a consumer that does not
-settle with its outcome keeps its delivery unsettled until the producer settles: the
-"three-ack" pattern; docs/mesh.md, "Outcomes and settlement"), combining multicast copies
-(rejected > accepted > modified > released, settled upstream when every copy is terminal),
-producer-side settlement (rcv-settle-mode second, sender settling first), and which
+consumer sets without settling, such as received), settlement both ways (an outcome the consumer
+does not settle goes to a producer in rcv-settle-mode first settled, and the consumer's delivery
+is settled at once, transport §2.7.5; to a producer that settles first, rcv-settle-mode second or
+the router before on a data link, unsettled, and the consumer's delivery waits for its
+settlement: the "three-ack" pattern; docs/mesh.md, "Outcomes and settlement"), combining
+multicast copies (rejected > accepted > modified > released, settled upstream when every copy is
+terminal), producer-side settlement (rcv-settle-mode second, sender settling first), and which
 dispositions go out (batched by credit.py's flush). What an outcome counts is outcomes.py's;
 the failures reported (never sent: released; sent but unsettled when the consumer went away:
 modified with delivery-failed) and aborts are the next layer's (failures.py).
@@ -129,9 +131,13 @@ class Settlement(ProducerCredit):
 
     def consumer_update(self, record: Forward | Copy, delivery_id: int, state: Any) -> None:
         """The consumer set `state` on `record` without settling it (transport §2.7.6). An
-        outcome goes to the producer unsettled, and the consumer's delivery stays unsettled
-        until the producer settles (the consumer then knows it will not be sent again); a
-        non-terminal state (received, or any other the consumer sends) is passed on as it is."""
+        outcome goes to a producer in rcv-settle-mode first settled, and the router then settles
+        the consumer's delivery at once: a first-mode receiver must not wait for the sender to
+        settle (transport §2.7.5, §2.8.3). To a producer that settles first (rcv-settle-mode
+        second, or the router before on a data link: hop by hop, the ingress router decides) it
+        goes unsettled, and the consumer's delivery stays unsettled until that producer settles
+        (the consumer then knows it will not be sent again). A non-terminal state (received, or
+        any other the consumer sends) is passed on as it is, unsettled."""
         out = record.out
         assert out is not None
         terminal = is_terminal(state)
@@ -159,7 +165,9 @@ class Settlement(ProducerCredit):
         if self.flow_on:
             self.flow_settled(out, record.sent_at, self.now)
         if not self.relay_outcome(record, state, False):
-            self._settle_consumer(out, delivery_id, state)  # no producer will settle it
+            # Settled to the producer (rcv-settle-mode first), or no producer will settle it:
+            # as when the producer settles (_producer_settled), the consumer's is settled now.
+            self._settle_downstream(record, state)
 
     def end_stream(self, out: OutLink) -> None:
         """End the delivery still streaming on `out` with an abort (failures.py)."""
@@ -199,10 +207,12 @@ class Settlement(ProducerCredit):
                 copies.clear()
 
     def relay_outcome(self, fwd: Forward, state: Any, settled: bool = True) -> bool:
-        """Tell the producer the final outcome, settled if `settled` (the consumer settled, or
-        the router decides), else unsettled (the consumer waits for the producer to settle).
-        The router never settles first on a link with rcv-settle-mode second (§2.8.3).
-        True when the producer was told unsettled: its settlement is awaited."""
+        """Tell the producer the final outcome. `settled` False: the consumer did not settle;
+        the outcome then goes unsettled only to a producer that settles first (rcv-settle-mode
+        second, or a data link from another router), else settled, like any other. The router
+        never settles first on a link with rcv-settle-mode second (§2.8.3).
+        True when the producer was told unsettled: its settlement is awaited (the caller then
+        keeps the consumer's delivery unsettled; else it settles it: nobody else will)."""
         if fwd.done:
             return False
         fwd.done = True
@@ -230,7 +240,12 @@ class Settlement(ProducerCredit):
             forget_inbound(fwd)
             return False
         fwd.state = state
-        if not settled or link.rcv_settle_mode == RCV_SECOND:
+        # Unsettled to the producer only where it settles first: rcv-settle-mode second, or the
+        # data link of the router before (unsettled hop by hop: the ingress router decides for
+        # its client). A client in mode first gets it settled: a first-mode receiver settles
+        # without waiting for the sender (transport §2.7.5, §2.8.3). Tested in that order: the
+        # consumer settled, the usual case, costs what it did.
+        if link.rcv_settle_mode == RCV_SECOND or (not settled and inl.peer is not None):
             fwd.outcome_sent = True  # settled once the producer has
             self._dispositions.add(session, RECEIVER, fwd.in_id, state, False)
             return True
