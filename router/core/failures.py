@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ..amqp.messaging import RELEASED, Modified
+from . import sizelimits
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .links import OutLink, alive
 from .settlement import Settlement
@@ -81,6 +82,17 @@ class Failures(Settlement):
         else:
             entry.released += 1
             self.relay_outcome(fwd, state)
+
+    def too_large(self, fwd: Forward) -> None:
+        """No consumer of `fwd`'s address can take it: every one's max-message-size is below
+        its size (sizelimits.py). Rejected with amqp:link:message-size-exceeded, naming its size
+        and address (a presettled one is dropped and counted, as any it cannot deliver). Not
+        released: a producer told released may send it again, to the same consumers, for ever;
+        rejected tells it the truth, in transport §2.7.3's own condition."""
+        if fwd.presettled:
+            self.unroutable(fwd)
+        else:
+            self.relay_outcome(fwd, sizelimits.refusal(fwd))
 
     def fail_sent(self, out: OutLink) -> None:
         """`out` is gone: everything sent on it and still unsettled is in doubt (modified with

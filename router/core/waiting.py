@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 from ..amqp import errors as E
 from ..amqp.errors import DecodeError
 from ..amqp.events import FlowReceived
-from ..amqp.messaging import Rejected
+from ..amqp.messaging import RELEASED, Rejected
 from ..amqp.peek import peek
 from ..amqp.performatives import Error
 from . import annotate
-from . import filtering
+from . import filtering, sizelimits
 from .addressentry import AddressEntry
 from .delivery import Copy, Forward, copies_out, unpin
 from .failures import DELIVERY_FAILED
@@ -151,7 +151,12 @@ class Waiting(Fallback):
             assert isinstance(copy, Copy)
             if not copy.done and not copy.forward.done:
                 fwd = copy.forward
-                self._send_copy(fwd, out, copy)
+                if out.max_message_size and not sizelimits.fits(fwd, out):
+                    # It grew past the consumer's limit while the copy waited: this copy is
+                    # not sent, and counts as released (as one aborted: streaming.py).
+                    self._copy_failed(copy, RELEASED)
+                else:
+                    self._send_copy(fwd, out, copy)
                 if copies_out(fwd):
                     fwd.drop_frames()
         if out.band == STREAM_LINK:  # large messages waiting for their band's link may take it
@@ -159,7 +164,7 @@ class Waiting(Fallback):
         if out.neighbour is not None and out.conn.role == "edge":
             self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
-        if queue and out.entry.filtered:
+        if queue and (out.entry.filtered or out.entry.limited):
             nothing_for_it = self._give_matching(out, queue, now)
         else:
             while queue and out.can_take():
@@ -181,15 +186,16 @@ class Waiting(Fallback):
                 out.zero_credit_since = self.now
 
     def _give_matching(self, out: OutLink, queue: Fifo[Forward], now: float | None) -> bool:
-        """consumer_ready for an address with filtered consumers: `out` takes the waiting
-        deliveries its filters pass, in order; the others keep their places for other consumers.
-        True when nothing waiting is left for `out` (a drain can end)."""
+        """consumer_ready for an address with filtered consumers, or consumers with a
+        max-message-size: `out` takes the waiting deliveries its filters pass and its limit
+        allows, in order; the others keep their places for other consumers. True when nothing
+        waiting is left for `out` (a drain can end)."""
         passed_over: list[Forward] = []
         while queue and out.can_take():
             fwd = queue.popleft()
             if fwd.done:
                 continue
-            if not filtering.eligible(fwd, out):
+            if not filtering.eligible(fwd, out) or not sizelimits.fits(fwd, out):
                 passed_over.append(fwd)
                 continue
             self._wait_bytes(fwd, -1)
@@ -238,6 +244,8 @@ class Waiting(Fallback):
             entry.consumers.remove(out)
             if out.filter is not None:
                 entry.filtered -= 1
+            if out.max_message_size:
+                entry.limited -= 1
             self.mesh.consumers_changed(entry)
         self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
         record = out.streaming
@@ -267,8 +275,10 @@ class Waiting(Fallback):
             self.reroute(entry)  # to other routers, or released when there are none
             for producer in entry.producers:
                 self.credit_dirty(producer)  # no destination any more: drain their credit
-        elif out.filter is not None or entry.filtered:
-            self.reroute(entry)  # some waiting deliveries may match no consumer left: released
+        elif out.filter is not None or entry.filtered or entry.limited:
+            # Some waiting deliveries may match no consumer left (released), or be too large
+            # for every one left (rejected: sizelimits.py).
+            self.reroute(entry)
 
     def reroute(self, entry: AddressEntry) -> None:
         """Route again the deliveries waiting at `entry` (its destinations changed): with none
