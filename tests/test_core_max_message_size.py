@@ -28,7 +28,7 @@ from router.amqp.endpoints import ACTIVE
 from router.amqp.events import TransferReceived
 from router.amqp.link import Link
 from router.amqp.message import Message, encode_message
-from router.amqp.messaging import Accepted, Modified, Rejected
+from router.amqp.messaging import Accepted, Modified, Rejected, Released
 from router.config.models import AddressConfig, RouterConfig, RouterSection
 from router.testing.routerharness import Client, RouterHarness
 
@@ -176,6 +176,31 @@ def test_a_stream_growing_past_the_limit_is_aborted_and_the_link_carries_on(othe
     assert h.core.table.entries["Mq"].consumers[0].outstanding == 0
 
 
+def test_a_waiting_stream_that_outgrows_every_consumer_is_rejected_as_it_does() -> None:
+    """Its first frames fit the consumer, which has no credit: it waits, and is rejected at the
+    frame that makes it too large for every consumer (not when credit comes)."""
+    h = RouterHarness(CONFIG)
+    consumer, rx = _consumer(h, "c", "q", 10_000, credit=0)
+    producer = h.connect("p")
+    tx = producer.sender("q")
+    h.pump()
+    payload = _message(30_000)
+    delivery = tx.send_transfer(b"s", payload[:8000], more=True)
+    h.pump()
+    assert delivery not in producer.outcomes and h.core.table.entries["Mq"].pending
+    tx.send_transfer(b"s", payload[8000:12_000], more=True)
+    h.pump()
+    _size_exceeded(producer.outcomes[delivery], "q", "at least 12000")
+    tx.send_transfer(b"s", payload[12_000:])  # the rest is discarded
+    h.pump()
+    assert all(state.buffered_bytes == 0 for state in h.core.connections.values())  # nothing held of it
+    after = producer.send(tx, _message(500))
+    h.pump()
+    rx.flow(10)
+    h.pump()
+    assert isinstance(producer.outcomes[after], Accepted) and _sizes(consumer, rx) == [500]
+
+
 def test_a_stream_prefers_a_consumer_without_a_limit() -> None:
     h = RouterHarness(CONFIG)
     limited, lrx = _consumer(h, "limited", "q", 100_000)
@@ -238,6 +263,23 @@ def test_a_multicast_copy_growing_past_its_consumers_limit_is_aborted() -> None:
     assert all(rx.state.local is ACTIVE for rx in (rx1, rx2, rx3))
 
 
+def test_a_waiting_multicast_copy_that_outgrows_its_consumer_is_released_at_once() -> None:
+    """The copy for a consumer without credit waits with the frames; once the stream passes
+    that consumer's limit, the copy counts as released then (the producer does not wait for
+    that consumer's credit), and its consumer never gets it."""
+    h = RouterHarness(CONFIG)
+    c1, rx1 = _consumer(h, "c1", "mc", 10_000, credit=0)
+    c2, rx2 = _consumer(h, "c2", "mc", None)
+    producer = h.connect("p")
+    tx = producer.sender("mc")
+    h.pump()
+    delivery = _stream(h, tx, _message(30_000), 4000)
+    assert isinstance(producer.outcomes[delivery], Accepted) and _sizes(c2, rx2) == [30_000]
+    rx1.flow(10)
+    h.pump()
+    assert not c1.received[rx1] and _aborted(c1) == 0
+
+
 def test_every_multicast_copy_aborted_is_released() -> None:
     h = RouterHarness(CONFIG)
     c1, rx1 = _consumer(h, "c1", "mc", 10_000)
@@ -246,7 +288,7 @@ def test_every_multicast_copy_aborted_is_released() -> None:
     h.pump()
     delivery = _stream(h, tx, _message(30_000), 4000)
     assert _aborted(c1) == 1
-    assert type(producer.outcomes[delivery]).__name__ == "Released"
+    assert isinstance(producer.outcomes[delivery], Released)
 
 
 def test_a_limit_beyond_any_message_is_no_limit() -> None:

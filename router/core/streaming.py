@@ -84,14 +84,13 @@ class Streaming(Waiting):
             over: list[Copy] | None = None
             for copy in fwd.copies:
                 out = copy.out
-                if out.streaming is copy and alive(out.link):
-                    limit = out.max_message_size
-                    if limit and fwd.arrived > limit:  # past its consumer's max-message-size
-                        if over is None:
-                            over = []
-                        over.append(copy)
-                    else:
-                        self._stream(out, payload, fwd, copy)
+                limit = out.max_message_size
+                if limit and fwd.arrived > limit and not copy.done:  # past its consumer's max-message-size
+                    if over is None:
+                        over = []
+                    over.append(copy)
+                elif out.streaming is copy and alive(out.link):
+                    self._stream(out, payload, fwd, copy)
             if over is not None:
                 self._copies_over_limit(over)
             if fwd.first is not None:  # kept only while a copy still waits for credit
@@ -147,10 +146,13 @@ class Streaming(Waiting):
 
     def _copies_over_limit(self, over: list[Copy]) -> None:
         """Multicast copies that grew past their consumers' max-message-size: each ends with an
-        abort and counts as released, the lowest of outcomes, so that the producer hears the
-        other copies' (as a consumer too small for a complete message gets no copy)."""
+        abort (a copy still waiting for its consumer's credit is never sent: consumer_ready
+        skips it once done) and counts as released, the lowest of outcomes, so that the
+        producer hears the other copies' (as a consumer too small for a complete message gets
+        no copy)."""
         for copy in over:
-            self.abort_out(copy.out, copy.out_id)
+            if copy.out.streaming is copy:
+                self.abort_out(copy.out, copy.out_id)
             self._copy_failed(copy, RELEASED)
 
     def _may_fit(self, fwd: Forward) -> bool:

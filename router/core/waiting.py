@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..amqp import errors as E
 from ..amqp.errors import DecodeError
 from ..amqp.events import FlowReceived
-from ..amqp.messaging import RELEASED, Rejected
+from ..amqp.messaging import Rejected
 from ..amqp.peek import peek
 from ..amqp.performatives import Error
 from . import annotate
@@ -151,12 +151,7 @@ class Waiting(Fallback):
             assert isinstance(copy, Copy)
             if not copy.done and not copy.forward.done:
                 fwd = copy.forward
-                if out.max_message_size and not sizelimits.fits(fwd, out):
-                    # It grew past the consumer's limit while the copy waited: this copy is
-                    # not sent, and counts as released (as one aborted: streaming.py).
-                    self._copy_failed(copy, RELEASED)
-                else:
-                    self._send_copy(fwd, out, copy)
+                self._send_copy(fwd, out, copy)
                 if copies_out(fwd):
                     fwd.drop_frames()
         if out.band == STREAM_LINK:  # large messages waiting for their band's link may take it
