@@ -144,3 +144,25 @@ def test_multicast_across_routers_skips_consumers_too_small() -> None:
     assert isinstance(producer.outcomes[nowhere], Released)
     assert not local.received[limited] and _sizes(far, frx) == [500]
     assert frx.state.local is ACTIVE and limited.state.local is ACTIVE
+
+
+def test_a_message_waiting_for_a_lost_path_is_rejected_once_no_router_has_consumers() -> None:
+    """A's own consumer is too small; B's could take the message, but the connection to B has
+    just dropped: A's producer's message waits for a path (routes are changing). Once the
+    routes say B is gone, nothing can ever take it: rejected, not left waiting."""
+    h = _line("A", "B")
+    local, far = h.client("A", "local"), h.client("B", "far")
+    lrx, frx = local.receiver("cl", max_message_size=10_000), far.receiver("cl")
+    h.advance(0.5)
+    lrx.flow(100)
+    frx.flow(100)
+    producer = h.client("A", "p")
+    tx = producer.sender("cl")
+    h.pump()
+    h.cut(h.wire_between("A", "B"))
+    big = producer.send(tx, _message(30_000))
+    h.pump()
+    assert big not in producer.outcomes  # waits: the routes still name B
+    h.advance(5.0)
+    _size_exceeded(producer.outcomes[big], "cl")
+    assert not h.cores["A"].table.entries["Mcl"].pending and not local.received[lrx]
