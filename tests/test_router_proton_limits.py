@@ -1,5 +1,5 @@
 """The single router with Proton clients (tests/support/router_proton.py): limits (connections,
-message size, sessions per connection, links per connection)."""
+message size, a consumer's max-message-size, sessions per connection, links per connection)."""
 
 from __future__ import annotations
 

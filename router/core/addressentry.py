@@ -97,8 +97,9 @@ class AddressEntry:
         # looked at for filters (they cost nothing when unused).
         self.filtered = 0
         # Consumers with a max-message-size (router.core.sizelimits): while 0, no delivery here
-        # is compared with any (one test per delivery).
-        self.limited = 0
+        # is compared with any (one test per delivery; native, so that the test is one
+        # comparison, where an int's reference count is checked before and after it).
+        self.limited: i64 = 0
         # Its rule says enable_fallback (set when the entry is made, as its distribution): with
         # no destination, its deliveries go to its fallback destinations (router.core.fallback),
         # `redirected` of them so far.

@@ -1,7 +1,8 @@
 """Attaching and tearing down the links of clients: the Links unit of the routing core.
 
 Owns: answering attaches (address lookup, dynamic and anonymous termini, the source filters in
-force (router.core.filtering), receivers asking to be fallback destinations (source capability
+force (router.core.filtering), a consumer's max-message-size kept on its OutLink
+(router.core.sizelimits), receivers asking to be fallback destinations (source capability
 qd.fallback, router.core.fallback), refusals with the right condition, link limits), and tearing
 links down on detach, session end or connection loss, which hands in-flight deliveries to the
 forwarder for reporting and adds the link's counters to the totals of links that are gone

@@ -1,7 +1,8 @@
 """Failures: what the producer and the consumer hear when a delivery cannot go on as it was.
 
 Owns: a delivery with nowhere to go (released for the producer, or dropped when presettled:
-`unroutable`), the deliveries still unsettled on a consumer link that went away (modified with
+`unroutable`), one too large for every consumer of its address (rejected with
+message-size-exceeded: `too_large`), the deliveries still unsettled on a consumer link that went away (modified with
 delivery-failed, so that the producer may resend: `fail_sent`), a consumer left waiting for the
 settlement of a producer that went away (`producer_unlinked`), and ending a delivery on a
 consumer link before all of it was sent, with an abort (`abort_out`, `end_stream`: an aborted

@@ -15,6 +15,8 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any, Final
 
+from mypy_extensions import i64
+
 from ..amqp.endpoints import ACTIVE
 from ..amqp.errors import RESOURCE_LIMIT_EXCEEDED
 from ..amqp.filters import ConsumerFilter
@@ -179,8 +181,8 @@ class OutLink(LinkCounts):
         self.filter: ConsumerFilter | None = None
         # The consumer's max-message-size (its attach's, transport §2.7.3; 0: none): no delivery
         # larger than it is sent on this link (router.core.sizelimits). Set by Links when it
-        # registers a consumer; 0 on links to other routers.
-        self.max_message_size = 0
+        # registers a consumer; 0 on links to other routers. (Native: below 2**61.)
+        self.max_message_size: i64 = 0
         # Its priority band (0 = lowest) on an inter-router connection with several data links
         # per direction; -1 otherwise. Only band links hold frames (router.core.holding): the
         # frames of the delivery streaming on it not written yet (bytes, in order), their size,

@@ -1,7 +1,7 @@
 """Multicast: a copy of a delivery for each consumer, local and per next hop.
 
-Owns: making the copies of a multicast delivery (one per local consumer with credit whose
-filters pass it, and one per next hop towards other routers with consumers, where their own
+Owns: making the copies of a multicast delivery (one per local consumer whose filters pass it
+and whose max-message-size it fits, and one per next hop towards other routers with consumers, where their own
 routers filter; the first that cannot go now waits or is failed), sending a copy, and a copy that failed (its outcome combined into the delivery's:
 settlement.py).
 A layer of the forwarder (see forwarding.py).

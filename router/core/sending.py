@@ -1,7 +1,8 @@
 """Choosing destinations and sending: what happens to a delivery once its first frame is read.
 
 Owns: the anycast distributions (closest: round robin, local consumers first; balanced: least
-outstanding; multicast is multicast.py's), paths to other routers (chosen by remote.py), the
+outstanding; multicast is multicast.py's) among the consumers a delivery fits (their
+max-message-size: sizelimits.py; a stream preferably to one without a limit), paths to other routers (chosen by remote.py), the
 router annotations a delivery gets on its way out (annotate.py: only on deliveries that cross
 routers, stripped for clients), sending a delivery or copy on a consumer link (the unsettled
 bound: bounds.py), presettled and settled-on-send records.

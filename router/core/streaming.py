@@ -4,7 +4,8 @@ Owns: every frame of a delivery after its first (forwarding.py routes the first)
 where the first went (the consumer link, each multicast copy's, or held for a band link of a
 blocked connection), kept for an in-process endpoint or while the delivery waits for credit,
 the size limit checked again as the delivery grows (LOCAL_MESSAGE_LIMIT for in-process
-endpoints), the end of a stream (settled as written, handed over to the producer's window),
+endpoints; each consumer's max-message-size: past it, the delivery or copy to that consumer is
+aborted, sizelimits.py), the end of a stream (settled as written, handed over to the producer's window),
 a producer's abort carried downstream (transport §2.6.12), and the refusal of a delivery
 (rejected with a condition, the rest of its frames discarded) for forwarding.py's checks too.
 Collaborators: Bounds (sizes shape credit), Touched.

@@ -1,6 +1,7 @@
 """Deliveries waiting for consumer credit, in-process endpoints, and links going away.
 
-Owns: the queues of deliveries waiting for a consumer (per address) and their expiry (a heap of
+Owns: the queues of deliveries waiting for a consumer (per address; a consumer takes those
+its filters pass and its max-message-size allows) and their expiry (a heap of
 deadlines), their bytes in the bounds (bounds.py), consumer credit and drain, rerouting what
 waits when an address's destinations change, deliveries to in-process endpoints (management)
 and messages from the router itself, and what becomes of deliveries when a consumer or
