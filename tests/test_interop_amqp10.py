@@ -9,8 +9,9 @@ and modified outcomes back to the sender; 1 MiB in many frames; a receiver grant
 message of credit at a time. Where amqp10 breaks the rules the router keeps them: it reckons one
 credit more than it was granted (its attach says initial-delivery-count 1, its own count starts
 at 0; transport §2.6.7), and the router detaches the link at the transfer beyond the credit
-with amqp:link:transfer-limit-exceeded. One expected failure (strict): the router sends a
-message larger than the receiver's max-message-size (transport §2.7.3).
+with amqp:link:transfer-limit-exceeded. Its receivers attach with max-message-size 10000: the
+router sends them nothing larger (transport §2.7.3; docs/addressing.md, "Consumers'
+max-message-size").
 
 Skips cleanly when Node.js or the package is missing: `npm install --prefix tests/amqp10`
 installs it (tests/amqp10/package.json; .ci/run does).
@@ -144,13 +145,18 @@ async def test_a_transfer_beyond_the_credit_detaches_the_link(router: RouterProc
     assert {s["error"]["condition"] for s in result["sends"]} == {"amqp:link:transfer-limit-exceeded"}
 
 
-@pytest.mark.xfail(strict=True, reason="the router ignores a consumer's max-message-size (transport §2.7.3): "
-                   "a message larger than it is delivered, not refused")  # fmt: skip
 async def test_a_message_over_the_receivers_max_message_size_is_not_sent_to_it(router: RouterProcess) -> None:
     """amqp10's receiver attaches with max-message-size 10000 (its default). A 20000-byte
     message must not be delivered on that link (transport §2.7.3: the limit of the link
-    endpoint; a delivery over it is a message-size-exceeded link error); a small one after it
-    is."""
+    endpoint; a delivery over it is a message-size-exceeded link error): it is the only
+    consumer, so the sender's message is rejected with that condition; a small one after it
+    is delivered on the same link, which was never detached."""
     result = await scenario(router, "too_large")
     assert result["receiver_max_message_size"] == 10000
     assert result["received"] == ["small"], result
+    big, small = result["sends"]
+    assert big["error"]["condition"] == "amqp:link:message-size-exceeded", result
+    assert big["error"]["description"].startswith("message of 20008 bytes is larger than the max-message-size "
+                                                  "of every consumer of amqp10.too_large.")  # fmt: skip
+    assert small == {"outcome": "accepted"}
+    assert "receiver_error" not in result

@@ -170,3 +170,16 @@ def test_zero_credit_time_grows_while_a_consumer_has_no_credit() -> None:
     m.h.advance(7)
     assert link_of(m, t.receiver)["zeroCreditSeconds"] == 7
     assert address(m, "starved")["zeroCreditSeconds"] == 7
+
+
+def test_max_message_size_in_force_on_each_link() -> None:
+    """A consumer's max-message-size (the router sends it nothing larger), and the router's own
+    on a producer's link (none configured here: 0)."""
+    m = MgmtHarness()
+    consumer, producer = m.h.connect("limited"), m.h.connect("producer")
+    limited, unlimited = consumer.receiver("sized", max_message_size=5000), consumer.receiver("sized")
+    sender = producer.sender("sized")
+    m.h.pump()
+    assert link_of(m, limited)["maxMessageSize"] == 5000
+    assert link_of(m, unlimited)["maxMessageSize"] == 0
+    assert link_of(m, sender)["maxMessageSize"] == 0

@@ -1,5 +1,5 @@
 """The single router with Proton clients (tests/support/router_proton.py): limits (connections,
-message size, sessions per connection, links per connection)."""
+message size, a consumer's max-message-size, sessions per connection, links per connection)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import trio
-from proton import Message
+from proton import Endpoint, Message
+from proton.reactor import LinkOption
 from proton.utils import BlockingConnection, ConnectionClosed, LinkDetached
 
 from router.amqp import errors as E
@@ -135,6 +136,97 @@ async def test_max_message_size(own_router: Callable[[dict[str, Any]], RouterPro
         "small again": (A, None),  # the link is still usable
     }
     assert clients.received == [100, 200]
+    assert clients.aborted == aborted
+
+
+class MaxMessageSize(LinkOption):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def apply(self, link: Any) -> None:
+        link.max_message_size = self.size
+
+
+class LimitedConsumer(Clients):
+    """A consumer attached with max-message-size `limit` (with `free`, a second one without a
+    limit), then a producer on `listener` sending a small, a big and another small message.
+    Records the outcomes (with conditions), the body sizes each consumer got, the aborted
+    deliveries, and whether the limited consumer's link is still open once every outcome is in."""
+
+    expected_errors = False
+
+    def __init__(self, router: RouterProcess, address: str, listener: str, limit: int, big: int, free: bool) -> None:
+        super().__init__(router)
+        self.address, self.listener, self.limit, self.big, self.free = address, listener, limit, big, free
+        self.outcomes: dict[str, tuple[int, str | None]] = {}
+        self.tags: dict[bytes, str] = {}
+        self.received: dict[str, list[int]] = {"limited": [], "free": []}
+        self.aborted = 0
+        self.consumers_waited = 2 if free else 1
+        self.limited: Any = None
+        self.limited_open: bool | None = None
+        self.sent = False
+
+    def on_start(self, event: Any) -> None:
+        conn = self.connect(event.container)
+        self.limited = event.container.create_receiver(conn, self.address, name="limited",
+                                                       options=MaxMessageSize(self.limit))  # fmt: skip
+        if self.free:
+            event.container.create_receiver(conn, self.address, name="free")
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link.name in ("limited", "free"):
+            self.consumers_waited -= 1
+            if self.consumers_waited == 0:
+                event.container.create_sender(self.connect(event.container, self.listener), self.address, name="producer")
+
+    def on_sendable(self, event: Any) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        for label, size in [("small", 100), ("big", self.big), ("small again", 200)]:
+            self.tags[event.sender.send(Message(body=b"z" * size, inferred=True)).tag] = label
+
+    def on_aborted(self, event: Any) -> None:
+        self.aborted += 1
+
+    def on_message(self, event: Any) -> None:
+        self.received[event.link.name].append(len(event.message.body))
+
+    def on_accepted(self, event: Any) -> None:
+        self.outcomes[self.tags[event.delivery.tag]] = (event.delivery.remote_state, condition(event.delivery.remote)[0])
+        if len(self.outcomes) == 3:
+            state = self.limited.state
+            self.limited_open = bool(state & Endpoint.LOCAL_ACTIVE and state & Endpoint.REMOTE_ACTIVE)
+            self.finish()
+
+    on_rejected = on_released = on_accepted
+
+
+@pytest.mark.parametrize(
+    ("listener", "free", "aborted"),
+    [
+        ("amqp", False, 0),  # complete in its first frame (64 KiB frames): refused at once
+        ("small", False, 1),  # 4 KiB frames: cut through, then aborted as it passes the limit
+        ("amqp", True, 0),  # the consumer without a limit takes it
+    ],
+)
+async def test_a_consumers_max_message_size(router: RouterProcess, listener: str, free: bool, aborted: int) -> None:
+    """Transport §2.7.3: the router never sends a consumer a message larger than the
+    max-message-size of its attach, and the consumer's link is never detached for one. Alone,
+    it makes the message rejected with amqp:link:message-size-exceeded (promptly: not parked);
+    beside a consumer without a limit, the message goes there."""
+    clients = LimitedConsumer(router, f"consumer-size.{listener}.{free}", listener, 20_000, 50_000, free)
+    await run_clients(clients)
+    clients.check()
+    big = (A, None) if free else (R, E.MESSAGE_SIZE_EXCEEDED)
+    assert clients.outcomes == {"small": (A, None), "big": big, "small again": (A, None)}
+    assert clients.limited_open is True
+    if free:  # (the small ones to either)
+        assert all(size <= 200 for size in clients.received["limited"])
+        assert sorted(clients.received["limited"] + clients.received["free"]) == [100, 200, 50_000]
+    else:
+        assert clients.received["limited"] == [100, 200]
     assert clients.aborted == aborted
 
 

@@ -43,7 +43,7 @@ class AddressEntry:
     __slots__ = (
         "key", "address", "distribution", "consumers", "producers", "pending", "rr", "dynamic", "local",
         "deliveries_ingress", "deliveries_egress", "released", "dropped", "expired", "rejected",
-        "_remote", "has_remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered",
+        "_remote", "has_remote", "remote_out", "deliveries_transit", "accepted", "modified", "presettled", "filtered", "limited",
         "bytes", "residence", "settle", "released_told", "flow_records", "remembered",
         "out_last", "out_last_count", "fallback_enabled", "redirected",
     )  # fmt: skip
@@ -96,6 +96,10 @@ class AddressEntry:
         # Consumers with a source filter (router.core.filtering): while 0, no delivery here is
         # looked at for filters (they cost nothing when unused).
         self.filtered = 0
+        # Consumers with a max-message-size (router.core.sizelimits): while 0, no delivery here
+        # is compared with any (one test per delivery; native, so that the test is one
+        # comparison, where an int's reference count is checked before and after it).
+        self.limited: i64 = 0
         # Its rule says enable_fallback (set when the entry is made, as its distribution): with
         # no destination, its deliveries go to its fallback destinations (router.core.fallback),
         # `redirected` of them so far.

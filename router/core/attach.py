@@ -1,7 +1,8 @@
 """Attaching and tearing down the links of clients: the Links unit of the routing core.
 
 Owns: answering attaches (address lookup, dynamic and anonymous termini, the source filters in
-force (router.core.filtering), receivers asking to be fallback destinations (source capability
+force (router.core.filtering), a consumer's max-message-size kept on its OutLink
+(router.core.sizelimits), receivers asking to be fallback destinations (source capability
 qd.fallback, router.core.fallback), refusals with the right condition, link limits), and tearing
 links down on detach, session end or connection loss, which hands in-flight deliveries to the
 forwarder for reporting and adds the link's counters to the totals of links that are gone
@@ -33,6 +34,7 @@ from .grant import message_size_limit
 from .identity import terminus_capabilities
 from .linkrelay import RoutedLink
 from .links import STREAM_LINK, GoneTotals, InLink, OutLink, honoured_source, honoured_target, report_stalled
+from .sizelimits import consumer_limit
 from .streamreclaim import stream_in_gone
 from .table import FALLBACK_CAPABILITY, KEEP_GONE_MAX, AddressTable
 
@@ -141,6 +143,12 @@ class Links:
         if wanted is not None:
             out.filter = wanted
             entry.filtered += 1
+        # Its max-message-size (a client's receiver, or a broker queue's answer to an out
+        # auto-link): nothing larger is sent to it (router.core.sizelimits).
+        limit = consumer_limit(link)
+        if limit:
+            out.max_message_size = limit
+            entry.limited += 1
         first = not entry.consumers
         entry.consumers.append(out)
         self.mesh.consumers_changed(entry)

@@ -151,11 +151,13 @@ class CoreReadApi:
             undelivered, unsettled, presettled, dropped = 0, link.inflight, link.presettled, link.dropped
             stuck, stuck_count, peer_router = False, 0, link.peer
             size_hint: int | None = link.size_hint if link.size_hint >= 0 else None
+            max_message_size = link.link.max_message_size or 0
         else:
             between_routers = link.neighbour is not None
             attached = None
             undelivered, unsettled, presettled, dropped = len(link.pending or ()), link.outstanding, 0, 0
             stuck, stuck_count, size_hint = link.stuck, link.stuck_count, None
+            max_message_size = link.max_message_size
             peer_router = link.neighbour
         mine = entry is not None and not between_routers
         return LinkSnapshot(
@@ -166,7 +168,8 @@ class CoreReadApi:
             unsettled=unsettled, delivered=link.delivered, presettled=presettled, dropped_presettled=dropped,
             accepted=link.accepted, rejected=link.rejected, released=link.released, modified=link.modified,
             credit=link.link.credit, zero_credit_s=zero_credit_seconds(link, now), stuck=stuck,
-            stuck_count=stuck_count, size_hint=size_hint, peer_router=peer_router, bytes=link.bytes,
+            stuck_count=stuck_count, size_hint=size_hint, max_message_size=max_message_size,
+            peer_router=peer_router, bytes=link.bytes,
             records=link.records, records_bytes=link.records_bytes,
             residence_hist=tuple(link.residence), settle_hist=tuple(link.settle),
         )  # fmt: skip

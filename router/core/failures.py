@@ -1,7 +1,8 @@
 """Failures: what the producer and the consumer hear when a delivery cannot go on as it was.
 
 Owns: a delivery with nowhere to go (released for the producer, or dropped when presettled:
-`unroutable`), the deliveries still unsettled on a consumer link that went away (modified with
+`unroutable`), one too large for every consumer of its address (rejected with
+message-size-exceeded: `too_large`), the deliveries still unsettled on a consumer link that went away (modified with
 delivery-failed, so that the producer may resend: `fail_sent`), a consumer left waiting for the
 settlement of a producer that went away (`producer_unlinked`), and ending a delivery on a
 consumer link before all of it was sent, with an abort (`abort_out`, `end_stream`: an aborted
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ..amqp.messaging import RELEASED, Modified
+from . import sizelimits
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .links import OutLink, alive
 from .settlement import Settlement
@@ -81,6 +83,17 @@ class Failures(Settlement):
         else:
             entry.released += 1
             self.relay_outcome(fwd, state)
+
+    def too_large(self, fwd: Forward) -> None:
+        """No consumer of `fwd`'s address can take it: every one's max-message-size is below
+        its size (sizelimits.py). Rejected with amqp:link:message-size-exceeded, naming its size
+        and address (a presettled one is dropped and counted, as any it cannot deliver). Not
+        released: a producer told released may send it again, to the same consumers, for ever;
+        rejected tells it the truth, in transport §2.7.3's own condition."""
+        if fwd.presettled:
+            self.unroutable(fwd)
+        else:
+            self.relay_outcome(fwd, sizelimits.refusal(fwd))
 
     def fail_sent(self, out: OutLink) -> None:
         """`out` is gone: everything sent on it and still unsettled is in doubt (modified with

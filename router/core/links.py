@@ -15,6 +15,8 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any, Final
 
+from mypy_extensions import i64
+
 from ..amqp.endpoints import ACTIVE
 from ..amqp.errors import RESOURCE_LIMIT_EXCEEDED
 from ..amqp.filters import ConsumerFilter
@@ -142,7 +144,7 @@ class OutLink(LinkCounts):
         "link", "conn", "entry", "outstanding", "pending", "streaming", "gone", "tags",
         "capacity", "id", "neighbour", "zero_credit_since", "rewrites",
         "unsettled_limit", "stuck", "stuck_count", "filter", "band", "held", "held_bytes", "held_last", "held_by",
-        "held_in", "held_since", "bands", "streams", "stream_band", "window_shut",
+        "held_in", "held_since", "bands", "streams", "stream_band", "window_shut", "max_message_size",
     )  # fmt: skip
 
     def __init__(self, link: Link, conn: ConnState, entry: AddressEntry, neighbour: str | None = None) -> None:
@@ -177,6 +179,10 @@ class OutLink(LinkCounts):
         self.stuck_count = 0  # times it reached the bound
         # The source filters in force (router.amqp.filters), None without any.
         self.filter: ConsumerFilter | None = None
+        # The consumer's max-message-size (its attach's, transport §2.7.3; 0: none): no delivery
+        # larger than it is sent on this link (router.core.sizelimits). Set by Links when it
+        # registers a consumer; 0 on links to other routers. (Native: below 2**61.)
+        self.max_message_size: i64 = 0
         # Its priority band (0 = lowest) on an inter-router connection with several data links
         # per direction; -1 otherwise. Only band links hold frames (router.core.holding): the
         # frames of the delivery streaming on it not written yet (bytes, in order), their size,

@@ -273,7 +273,9 @@ class Mesh(MeshReadApi):
             kind = entry.key[0]
             if kind in "RT":
                 self.set_remote(entry, self.remote_for(entry.key))
-            elif entry.pending and not entry.consumers:
+            elif entry.pending and (not entry.consumers or entry.limited):
+                # (with limited consumers, some may wait for a path because they fit none of
+                # them: router.core.sizelimits)
                 self.routing.reroute(entry)
             table.discard_if_unused(entry)  # e.g. entries a delivery to another router needed once
 
@@ -297,8 +299,10 @@ class Mesh(MeshReadApi):
         if had != entry.has_destination:
             for producer in entry.producers:
                 forwarder.credit_dirty(producer)  # credit now, or drained
-        if entry.pending and not entry.consumers:
-            forwarder.reroute(entry)  # a new path, or none (released)
+        if entry.pending and (not entry.consumers or entry.limited):
+            # A new path, or none (released; or rejected, when too large for every consumer
+            # here: router.core.sizelimits).
+            forwarder.reroute(entry)
         self.table.discard_if_unused(entry)
 
     def consumers_changed(self, entry: AddressEntry) -> None:

@@ -1,7 +1,7 @@
 """Multicast: a copy of a delivery for each consumer, local and per next hop.
 
-Owns: making the copies of a multicast delivery (one per local consumer with credit whose
-filters pass it, and one per next hop towards other routers with consumers, where their own
+Owns: making the copies of a multicast delivery (one per local consumer whose filters pass it
+and whose max-message-size it fits, and one per next hop towards other routers with consumers, where their own
 routers filter; the first that cannot go now waits or is failed), sending a copy, and a copy that failed (its outcome combined into the delivery's:
 settlement.py).
 A layer of the forwarder (see forwarding.py).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..amqp.messaging import ACCEPTED, RELEASED
-from . import filtering, remote
+from . import filtering, remote, sizelimits
 from .delivery import Copy, Forward, copies_out, maps_of
 from .fifo import Fifo
 from .links import OutLink
@@ -32,16 +32,26 @@ class Multicast(Holding):
         targets: list[OutLink]
         mesh = self.mesh
         meta = fwd.meta
+        oversize = False  # a consumer here passed over for its max-message-size
         if meta is None or remote.local_ok(mesh, meta):
             targets = entry.consumers
             if entry.filtered:
                 targets = filtering.matching(fwd, targets)
+            if entry.limited:  # not to a consumer whose max-message-size it passes (sizelimits.py)
+                fitting = sizelimits.within(fwd, targets)
+                oversize = len(fitting) < len(targets)
+                targets = fitting
             if meta is not None and meta.came_from is not None:  # never back where it came from
                 targets = [out for out in targets if out.neighbour != meta.came_from]
             if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
                 alias = self.table.entries.get("L" + entry.key[1:])
                 if alias is not None:
-                    targets = targets + (filtering.matching(fwd, alias.consumers) if alias.filtered else alias.consumers)
+                    more = filtering.matching(fwd, alias.consumers) if alias.filtered else alias.consumers
+                    if alias.limited:
+                        fitting = sizelimits.within(fwd, more)
+                        oversize = oversize or len(fitting) < len(more)
+                        more = fitting
+                    targets = targets + more
             fwd.fields = None  # read at most once: the copies are chosen
         else:
             targets = []
@@ -50,7 +60,13 @@ class Multicast(Holding):
         if entry.has_remote and (meta is not None or fwd.view is not None):
             targets = targets + remote.multicast(mesh, fwd)
         if not targets:
-            self.unroutable(fwd)
+            # Too large for every consumer: its producer hears so (rejected), if it is this
+            # router's client's. From another router it is released: that router combines its
+            # copies' outcomes, where a rejected would outweigh the other copies' accepted.
+            if oversize and (meta is None or meta.came_from is None):
+                self.too_large(fwd)
+            else:
+                self.unroutable(fwd)
             return
         # A Copy only for a copy that has something left to wait for: credit, the rest of its
         # frames, or its consumer's outcome. One settled as it is written, of a delivery that has

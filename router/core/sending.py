@@ -1,7 +1,8 @@
 """Choosing destinations and sending: what happens to a delivery once its first frame is read.
 
 Owns: the anycast distributions (closest: round robin, local consumers first; balanced: least
-outstanding; multicast is multicast.py's), paths to other routers (chosen by remote.py), the
+outstanding; multicast is multicast.py's) among the consumers a delivery fits (their
+max-message-size: sizelimits.py; a stream preferably to one without a limit), paths to other routers (chosen by remote.py), the
 router annotations a delivery gets on its way out (annotate.py: only on deliveries that cross
 routers, stripped for clients), sending a delivery or copy on a consumer link (the unsettled
 bound: bounds.py), presettled and settled-on-send records.
@@ -21,7 +22,7 @@ from mypy_extensions import i64
 
 from ..amqp.messaging import ACCEPTED
 from ..amqp.performatives import SND_SETTLED, SND_UNSETTLED
-from . import annotate, filtering, remote
+from . import annotate, filtering, remote, sizelimits
 from .delivery import Copy, Forward, Payload, maps_of, unpin
 from .failures import Failures
 from .fifo import Fifo
@@ -89,6 +90,15 @@ class Sending(Failures):
             if not consumers and not entry.has_remote:
                 self.unroutable(fwd)  # released: no consumer here wants it
                 return
+        if entry.limited:  # only the consumers it fits (their max-message-size: sizelimits.py)
+            fitting = sizelimits.within(fwd, consumers)
+            if not fitting and consumers:  # too large for every one of them
+                if entry.has_remote and (fwd.meta is not None or fwd.view is not None):
+                    self._anycast_mesh(fwd, fitting, True)  # another router's consumers may take it
+                else:
+                    self.too_large(fwd)  # rejected, never parked: none here ever will
+                return
+            consumers = fitting if fwd.complete else self._for_stream(fwd, fitting)
         if entry.has_remote:
             if fwd.meta is not None or fwd.view is not None:
                 self._anycast_mesh(fwd, consumers)
@@ -112,10 +122,12 @@ class Sending(Failures):
             # the garbage collector would otherwise walk again and again).
             fwd.view = None
 
-    def _anycast_mesh(self, fwd: Forward, consumers: list[OutLink]) -> None:
+    def _anycast_mesh(self, fwd: Forward, consumers: list[OutLink], oversize: bool = False) -> None:
         """Anycast where other routers have consumers too: local consumers (`consumers`, those
-        whose filters pass it) cost 0 (closest always takes them when there are any); otherwise
-        remote.anycast chooses (a router there decides for its own filtered consumers)."""
+        whose filters pass it and whose max-message-size it fits) cost 0 (closest always takes
+        them when there are any); otherwise remote.anycast chooses (a router there decides for
+        its own consumers). `oversize`: there are local consumers, but it is too large for every
+        one of them."""
         entry = fwd.entry
         balanced = entry.distribution == "balanced"
         local = None
@@ -138,7 +150,13 @@ class Sending(Failures):
             self._send(fwd, local)
         elif choice is None:
             if fwd.meta is not None and fwd.meta.ingress is not None and not consumers:
-                self.unroutable(fwd)  # no way on from here: the previous router hears released
+                # No way on from here: the previous router hears released; or, when this
+                # router's consumers are all too small for it, the producer hears so
+                # (rejected: this is where their limits are known).
+                if oversize:
+                    self.too_large(fwd)
+                else:
+                    self.unroutable(fwd)
             else:
                 self._wait(fwd)  # a path may come back (routes changing): routed again then
         elif choice[2]:
@@ -147,6 +165,19 @@ class Sending(Failures):
             self._wait(fwd)
         else:
             self._queue_on(choice[0], fwd)
+
+    def _for_stream(self, fwd: Forward, consumers: list[OutLink]) -> list[OutLink]:
+        """The consumers to choose among for a delivery still streaming in (`consumers`: those
+        it fits so far): its size is not known yet, and it may grow past a consumer's limit
+        (streaming.py aborts it there). When a consumer without a limit can take it now, only
+        those; otherwise all of them (a limited consumer's limit may well be enough)."""
+        free = sizelimits.unlimited(consumers)
+        if not free or len(free) == len(consumers):
+            return consumers
+        entry = fwd.entry
+        if self._pick(free, entry.rr, entry.distribution == "balanced") is None:
+            return consumers
+        return free
 
     def _queue_on(self, out: OutLink, fwd: Forward) -> None:
         """Wait for credit on an inter-router data link (a large message: more streaming links

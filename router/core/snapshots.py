@@ -105,6 +105,9 @@ class LinkSnapshot:
     stuck: bool  # out: at its unsettled bound
     stuck_count: int
     size_hint: int | None  # in: the message size its window is sized by (None before one is known)
+    # The max-message-size in force on it (0: none): out, the consumer's (nothing larger is sent
+    # to it: router.core.sizelimits); in, the router's (a larger delivery is refused).
+    max_message_size: int = 0
     # Flow records (router.flow): the neighbour router of a link between routers, and what is
     # counted only while flow records are on (bytes, the two log2 histograms).
     peer_router: str | None = None

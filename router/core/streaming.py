@@ -4,7 +4,8 @@ Owns: every frame of a delivery after its first (forwarding.py routes the first)
 where the first went (the consumer link, each multicast copy's, or held for a band link of a
 blocked connection), kept for an in-process endpoint or while the delivery waits for credit,
 the size limit checked again as the delivery grows (LOCAL_MESSAGE_LIMIT for in-process
-endpoints), the end of a stream (settled as written, handed over to the producer's window),
+endpoints; each consumer's max-message-size: past it, the delivery or copy to that consumer is
+aborted, sizelimits.py), the end of a stream (settled as written, handed over to the producer's window),
 a producer's abort carried downstream (transport §2.6.12), and the refusal of a delivery
 (rejected with a condition, the rest of its frames discarded) for forwarding.py's checks too.
 Collaborators: Bounds (sizes shape credit), Touched.
@@ -19,9 +20,11 @@ from typing import TYPE_CHECKING, Final
 
 from ..amqp import errors as E
 from ..amqp.events import TransferReceived
-from ..amqp.messaging import Rejected
+from ..amqp.messaging import RELEASED, Rejected
 from ..amqp.performatives import RECEIVER, SND_SETTLED, Error
+from . import sizelimits
 from .delivery import Copy, Forward, Payload, copies_out, forget_inbound
+from .failures import DELIVERY_FAILED
 from .links import InLink, OutLink, alive
 from .table import AddressTable
 from .waiting import Waiting
@@ -79,16 +82,28 @@ class Streaming(Waiting):
             return
         payload = event.payload
         if fwd.copies is not None:
+            over: list[Copy] | None = None
             for copy in fwd.copies:
-                if copy.out.streaming is copy and alive(copy.out.link):
-                    self._stream(copy.out, payload, fwd, copy)
+                out = copy.out
+                limit = out.max_message_size
+                if limit and fwd.arrived > limit and not copy.done:  # past its consumer's max-message-size
+                    if over is None:
+                        over = []
+                    over.append(copy)
+                elif out.streaming is copy and alive(out.link):
+                    self._stream(out, payload, fwd, copy)
+            if over is not None:
+                self._copies_over_limit(over)
             if fwd.first is not None:  # kept only while a copy still waits for credit
                 fwd.add_frame(payload)
                 if copies_out(fwd):
                     fwd.drop_frames()
         elif fwd.out is not None:
             out = fwd.out
-            if alive(out.link):
+            limit = out.max_message_size
+            if limit and fwd.arrived > limit:  # past its consumer's max-message-size
+                self._over_limit(fwd, out)
+            elif alive(out.link):
                 self._stream(out, payload, fwd, fwd)
         elif fwd.entry.local is not None and fwd.first is not None:  # for an in-process endpoint
             fwd.add_frame(payload)
@@ -109,6 +124,48 @@ class Streaming(Waiting):
                 bounds.released_over_budget += 1
                 self._wait_bytes(fwd, -1)  # (it leaves the queue it waits in lazily: done)
                 self.unroutable(fwd)
+            elif fwd.entry.limited and not self._may_fit(fwd):
+                self._wait_bytes(fwd, -1)  # it grew past every consumer's max-message-size
+                self.too_large(fwd)
+
+    # --- consumers' max-message-size (sizelimits.py) ------------------------------------------------
+
+    def _over_limit(self, fwd: Forward, out: OutLink) -> None:
+        """`fwd`, streaming to consumer `out`, has grown past `out`'s max-message-size: the rest
+        is not sent to it, the delivery ends there with an abort (transport §2.6.12; aborted is
+        settled, §2.7.5, so the link carries the next delivery), and the producer hears what it
+        hears when a consumer is lost mid-stream (waiting.consumer_gone): modified with
+        delivery-failed, so that it may send it again, for another consumer. Unless none can
+        take it (every consumer of its address here has a smaller limit and no other router
+        has consumers): then rejected, as a complete message would be (failures.too_large),
+        where modified would have it sent again for ever."""
+        self.abort_out(out, fwd.out_id)
+        if self._may_fit(fwd):
+            self.relay_outcome(fwd, DELIVERY_FAILED)
+        else:
+            self.too_large(fwd)
+
+    def _copies_over_limit(self, over: list[Copy]) -> None:
+        """Multicast copies that grew past their consumers' max-message-size: each ends with an
+        abort (a copy still waiting for its consumer's credit is never sent: consumer_ready
+        skips it once done) and counts as released, the lowest of outcomes, so that the
+        producer hears the other copies' (as a consumer too small for a complete message gets
+        no copy)."""
+        for copy in over:
+            if copy.out.streaming is copy:
+                self.abort_out(copy.out, copy.out_id)
+            self._copy_failed(copy, RELEASED)
+
+    def _may_fit(self, fwd: Forward) -> bool:
+        """Some consumer of `fwd`'s address has no limit, or one `fwd` is not past yet, or
+        another router has consumers of it (their limits are known there)."""
+        entry = fwd.entry
+        if entry.has_remote:
+            return True
+        for out in entry.consumers:
+            if sizelimits.fits(fwd, out):
+                return True
+        return False
 
     def _stream(self, out: OutLink, payload: Payload, fwd: Forward, record: Forward | Copy) -> None:
         """The next frame of `record` (`fwd` or a copy of it) on `out`, ending it if the last."""

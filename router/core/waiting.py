@@ -1,6 +1,7 @@
 """Deliveries waiting for consumer credit, in-process endpoints, and links going away.
 
-Owns: the queues of deliveries waiting for a consumer (per address) and their expiry (a heap of
+Owns: the queues of deliveries waiting for a consumer (per address; a consumer takes those
+its filters pass and its max-message-size allows) and their expiry (a heap of
 deadlines), their bytes in the bounds (bounds.py), consumer credit and drain, rerouting what
 waits when an address's destinations change, deliveries to in-process endpoints (management)
 and messages from the router itself, and what becomes of deliveries when a consumer or
@@ -24,7 +25,7 @@ from ..amqp.messaging import Rejected
 from ..amqp.peek import peek
 from ..amqp.performatives import Error
 from . import annotate
-from . import filtering
+from . import filtering, sizelimits
 from .addressentry import AddressEntry
 from .delivery import Copy, Forward, copies_out, unpin
 from .failures import DELIVERY_FAILED
@@ -159,7 +160,7 @@ class Waiting(Fallback):
         if out.neighbour is not None and out.conn.role == "edge":
             self.mesh.edges.ready(out)  # an edge's link consumes addresses of its own
         queue = out.entry.pending
-        if queue and out.entry.filtered:
+        if queue and (out.entry.filtered or out.entry.limited):
             nothing_for_it = self._give_matching(out, queue, now)
         else:
             while queue and out.can_take():
@@ -181,15 +182,16 @@ class Waiting(Fallback):
                 out.zero_credit_since = self.now
 
     def _give_matching(self, out: OutLink, queue: Fifo[Forward], now: float | None) -> bool:
-        """consumer_ready for an address with filtered consumers: `out` takes the waiting
-        deliveries its filters pass, in order; the others keep their places for other consumers.
-        True when nothing waiting is left for `out` (a drain can end)."""
+        """consumer_ready for an address with filtered consumers, or consumers with a
+        max-message-size: `out` takes the waiting deliveries its filters pass and its limit
+        allows, in order; the others keep their places for other consumers. True when nothing
+        waiting is left for `out` (a drain can end)."""
         passed_over: list[Forward] = []
         while queue and out.can_take():
             fwd = queue.popleft()
             if fwd.done:
                 continue
-            if not filtering.eligible(fwd, out):
+            if not filtering.eligible(fwd, out) or not sizelimits.fits(fwd, out):
                 passed_over.append(fwd)
                 continue
             self._wait_bytes(fwd, -1)
@@ -238,6 +240,8 @@ class Waiting(Fallback):
             entry.consumers.remove(out)
             if out.filter is not None:
                 entry.filtered -= 1
+            if out.max_message_size:
+                entry.limited -= 1
             self.mesh.consumers_changed(entry)
         self.fail_sent(out)  # sent, unsettled: modified (delivery-failed)
         record = out.streaming
@@ -267,8 +271,10 @@ class Waiting(Fallback):
             self.reroute(entry)  # to other routers, or released when there are none
             for producer in entry.producers:
                 self.credit_dirty(producer)  # no destination any more: drain their credit
-        elif out.filter is not None or entry.filtered:
-            self.reroute(entry)  # some waiting deliveries may match no consumer left: released
+        elif out.filter is not None or entry.filtered or entry.limited:
+            # Some waiting deliveries may match no consumer left (released), or be too large
+            # for every one left (rejected: sizelimits.py).
+            self.reroute(entry)
 
     def reroute(self, entry: AddressEntry) -> None:
         """Route again the deliveries waiting at `entry` (its destinations changed): with none

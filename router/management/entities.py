@@ -121,6 +121,7 @@ class LinkType(EntityType):
         "zeroCreditSeconds: Seconds since its credit dropped to zero (0 while it has credit)",
         "stuckCount: Out: times it reached its unsettled bound",
         "messageSizeHint: In: the message size its credit window is sized by (0: small messages, the full window; none before a first delivery)",
+        "maxMessageSize: The max-message-size in force on it (0: none): out, the consumer's (the router sends it no larger message); in, the router's (a larger delivery is refused)",
     ) + (Attribute("stuck", "boolean", "Out: at its unsettled bound, sent nothing until it settles some"),)  # fmt: skip
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
@@ -139,6 +140,7 @@ class LinkType(EntityType):
             acceptedCount=link.accepted, rejectedCount=link.rejected, releasedCount=link.released,
             modifiedCount=link.modified, creditAvailable=link.credit, zeroCreditSeconds=link.zero_credit_s,
             stuck=link.stuck, stuckCount=link.stuck_count, messageSizeHint=link.size_hint,
+            maxMessageSize=link.max_message_size,
         )  # fmt: skip
 
 
