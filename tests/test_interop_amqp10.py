@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import trio
 
-from .support.router_process import RouterProcess
+from .support.router_process import RouterProcess, watched
 
 HERE = Path(__file__).resolve().parent / "amqp10"
 NODE = shutil.which("node")
@@ -60,11 +60,7 @@ def shared_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterPr
 @pytest.fixture
 def router(shared_router: RouterProcess) -> Iterator[RouterProcess]:
     """The module's router; the test fails if the router logged an error while it ran."""
-    assert shared_router.proc is not None and shared_router.proc.poll() is None, shared_router.output
-    before = len(shared_router.stderr)
-    yield shared_router
-    problems = [line for line in shared_router.stderr[before:] if "Traceback" in line or " ERROR " in line]
-    assert not problems, shared_router.output
+    yield from watched(shared_router)
 
 
 async def scenario(router: RouterProcess, name: str, listener: str = "amqp") -> dict[str, Any]:

@@ -48,7 +48,7 @@ from .support.azure_amqp import (  # noqa: E402
     send_async,
 )
 from .support.interop import run_in_thread  # noqa: E402
-from .support.router_process import RouterProcess  # noqa: E402
+from .support.router_process import RouterProcess, watched  # noqa: E402
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
 
@@ -76,11 +76,7 @@ def shared_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterPr
 @pytest.fixture
 def router(shared_router: RouterProcess) -> Iterator[RouterProcess]:
     """The module's router; the test fails if the router logged an error while it ran."""
-    assert shared_router.proc is not None and shared_router.proc.poll() is None, shared_router.output
-    before = len(shared_router.stderr)
-    yield shared_router
-    problems = [line for line in shared_router.stderr[before:] if "Traceback" in line or " ERROR " in line]
-    assert not problems, shared_router.output
+    yield from watched(shared_router)
 
 
 def host(router: RouterProcess, listener: str = "amqp") -> str:

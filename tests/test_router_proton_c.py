@@ -19,7 +19,7 @@ from proton.utils import BlockingConnection
 
 from .support.interop import run_container, run_in_thread
 from .support.proton_c import build_examples
-from .support.router_process import RouterProcess
+from .support.router_process import RouterProcess, watched
 
 pytestmark = [pytest.mark.interop, pytest.mark.process]
 
@@ -41,10 +41,7 @@ def shared_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterPr
 @pytest.fixture
 def router(shared_router: RouterProcess) -> Iterator[RouterProcess]:
     """The module's router; the test fails if the router logged an error while it ran."""
-    before = len(shared_router.stderr)
-    yield shared_router
-    logged = shared_router.stderr[before:]
-    assert not [line for line in logged if "Traceback" in line or " ERROR " in line], shared_router.output
+    yield from watched(shared_router)
 
 
 async def run(program: Path, router: RouterProcess, address: str, count: int) -> subprocess.CompletedProcess[bytes]:

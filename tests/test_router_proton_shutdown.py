@@ -16,11 +16,10 @@ from proton.utils import BlockingConnection, ConnectionClosed
 from router.amqp import errors as E
 
 from .support.interop import run_in_thread
-from .support.router_process import RouterProcess
+from .support.router_process import RouterProcess, logged_problems
 from .support.router_proton import (
     Clients,
     TIMEOUT_S,
-    _problems,
     condition,
     own_router,
     router,
@@ -103,7 +102,7 @@ async def test_sigterm_closes_proton_clients_with_connection_forced_and_exits_0(
         router.send_signal(signal.SIGTERM)
     code = await trio.to_thread.run_sync(router.wait, TIMEOUT_S)
     assert code == 0, router.output
-    assert not _problems(router.stderr), router.output
+    assert not logged_problems(router.stderr), router.output
     assert results["blocking"] == E.CONNECTION_FORCED
     clients.check()
     assert clients.closed_with == [E.CONNECTION_FORCED, E.CONNECTION_FORCED]

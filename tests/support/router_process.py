@@ -14,7 +14,7 @@ are marked `skipif(not core_ready())`).
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -82,3 +82,17 @@ def core_ready() -> bool:
         return trio.run(probe)
     except Exception:  # not importable yet, or broken: the tests that need it are skipped
         return False
+
+
+def logged_problems(lines: list[str]) -> list[str]:
+    """The lines of a router's log that must fail a test: tracebacks, errors, critical ones."""
+    return [line for line in lines if "Traceback" in line or " ERROR " in line or " CRITICAL " in line]
+
+
+def watched(router: RouterProcess) -> Iterator[RouterProcess]:
+    """`router` (a module's shared router process) for one test, which fails if the router
+    logged an error meanwhile: `yield from watched(shared_router)` in a function fixture."""
+    assert router.proc is not None and router.proc.poll() is None, router.output
+    before = len(router.stderr)
+    yield router
+    assert not logged_problems(router.stderr[before:]), router.output

@@ -34,7 +34,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container, LinkOption
 
 from .interop import ContainerTimeout, run_container, run_in_thread
-from .router_process import RouterProcess
+from .router_process import RouterProcess, logged_problems, watched
 
 
 TIMEOUT_S = 10.0  # every Proton blocking call and every Container run
@@ -67,17 +67,10 @@ def shared_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterPr
         yield router
 
 
-def _problems(lines: list[str]) -> list[str]:
-    return [line for line in lines if "Traceback" in line or " ERROR " in line or " CRITICAL " in line]
-
-
 @pytest.fixture
 def router(shared_router: RouterProcess) -> Iterator[RouterProcess]:
     """The module's router; the test fails if the router logged an error while it ran."""
-    assert shared_router.proc is not None and shared_router.proc.poll() is None, shared_router.output
-    before = len(shared_router.stderr)
-    yield shared_router
-    assert not _problems(shared_router.stderr[before:]), shared_router.output
+    yield from watched(shared_router)
 
 
 @pytest.fixture
@@ -96,7 +89,7 @@ def own_router(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], RouterProc
 
         yield start
     for process in started:
-        assert not _problems(process.stderr), process.output
+        assert not logged_problems(process.stderr), process.output
 
 
 def url(router: RouterProcess, listener: str = "amqp") -> str:
