@@ -75,7 +75,7 @@ COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
 	tests/test_peek.py tests/test_mesh_forwarding.py tests/test_mesh_multicast.py \
 	tests/test_mesh_failure.py tests/test_mesh_edge.py tests/test_mesh_process.py \
 	tests/test_fastpath.py tests/test_core_dispositions.py tests/test_core_deliverymap.py \
-	tests/test_packaging.py tests/test_tls_proton.py tests/test_interop_rhea.py tests/test_interop_azure_amqp.py tests/test_interop_amqp10.py \
+	tests/test_packaging.py tests/test_tls_proton.py tests/test_interop_rhea.py tests/test_interop_azure_amqp.py tests/test_interop_amqp10.py tests/test_interop_uamqp.py \
 	tests/test_core_linkroute.py tests/test_mesh_linkroute.py tests/test_mesh_edge_linkroute.py tests/test_mesh_linkroute_window.py tests/test_mesh_linkroute_sessions.py tests/test_fallback.py tests/test_engine_cut_frames.py \
 	tests/test_handshake.py tests/test_core_fifo.py tests/test_core_multicast.py tests/test_net_poller.py \
 	tests/test_engine_window_shut.py tests/test_mesh_stalled_consumer.py tests/test_mesh_band_stall_process.py \
