@@ -17,6 +17,9 @@ def test_classify_forms() -> None:
     assert classify("_topo/0/all/qdrouter", "R1").kind is Kind.ALL_ROUTERS
     assert classify("amqp:/orders", "R1").key == "orders"
     assert classify("amqp://host:5672/orders", "R1").key == "orders"
+    assert classify("amqps://host:5671/orders", "R1").key == "orders"  # (uamqp's form)
+    assert classify("amqps:/orders", "R1").key == "orders"
+    assert classify("amqpx", "R1").key == "amqpx" and classify("amqps", "R1").key == "amqps"
     assert classify("_topo/1/R2/x", "R1").kind is Kind.MOBILE  # other areas are not supported
 
 

@@ -302,3 +302,24 @@ def test_a_limit_beyond_any_message_is_no_limit() -> None:
     lrx.detach()
     h.pump()
     assert entry.limited == 0
+
+
+def test_a_message_rejected_for_one_consumer_goes_to_the_next_one_it_fits() -> None:
+    """A stream rejected at the only consumer's limit; that consumer goes, one with a larger
+    limit comes, and the same message sent again reaches it whole (the sequence a uamqp client
+    ran into)."""
+    h = RouterHarness(CONFIG)
+    small, small_rx = _consumer(h, "small", "q", 10_000)
+    producer = h.connect("p")
+    tx = producer.sender("q")
+    h.pump()
+    payload = _message(30_000)
+    first = _stream(h, tx, payload, 4000)
+    _size_exceeded(producer.outcomes[first], "q", "at least 12000")
+    small_rx.detach()
+    h.pump()
+    large, large_rx = _consumer(h, "large", "q", 60_000)
+    again = _stream(h, tx, payload, 4000)
+    assert isinstance(producer.outcomes[again], Accepted) and again in producer.settled
+    assert _sizes(large, large_rx) == [30_000] and _aborted(large) == 0
+    assert large_rx.state.local is ACTIVE

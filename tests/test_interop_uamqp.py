@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import trio
 
 pytest.importorskip("uamqp", reason="uamqp (Azure's binding over uAMQP-C) is not installed: pip install uamqp")
 
@@ -41,6 +42,8 @@ import uamqp  # noqa: E402
 from uamqp import constants, types  # noqa: E402
 
 from router.config.users import hash_password  # noqa: E402
+
+from router.net.client import connect  # noqa: E402
 
 from .support.interop import run_in_thread  # noqa: E402
 from .support.router_process import RouterProcess, watched  # noqa: E402
@@ -72,6 +75,7 @@ def shared_router(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterato
         "listeners": [
             {"name": "amqp", "port": 0, "ssl_profile": "server"},
             {"name": "plain", "port": 0, "ssl_profile": "server", "sasl_mechanisms": ["PLAIN"]},
+            {"name": "tcp", "port": 0},  # (for clients of other stacks, without TLS)
         ],
     }
     with RouterProcess.running(tmp_path_factory.mktemp("router"), config) as router:
@@ -464,6 +468,44 @@ async def test_one_message_of_credit_at_a_time_gets_everything(env: Env) -> None
     sent, bodies = await in_thread(scenario)
     assert bodies == [b"%d" % i for i in range(count)]
     assert [s.result for s in sent] == [OK] * count
+
+
+async def test_its_url_addresses_meet_other_clients_bare_ones(env: Env) -> None:
+    """uamqp names a node by URL (`amqps://host:port/orders`, as its target and source address);
+    the router routes the node's address, `orders`, as it does for `amqp://...`: a uamqp sender
+    reaches a receiver of another stack attached to the bare address."""
+    target = address()
+    async with connect("127.0.0.1", env.router.ports["tcp"]) as client:
+        receiver = await client.open_receiver(target, credit=5)
+
+        def scenario(pump: Pump) -> list[Sent]:
+            tx = env.sender(target)
+            try:
+                pump.attached(tx)
+                sent = tx.send_async(uamqp.Message(b"%d" % i) for i in range(3))
+                pump.until(lambda: all(s.done for s in sent), tx, what="the outcomes")
+                return sent
+            finally:
+                close_all(tx)
+
+        async def consume() -> list[bytes]:
+            got = []
+            for _ in range(3):
+                delivery = await receiver.receive()
+                receiver.accept(delivery)
+                got.append(delivery.message.body_bytes)
+            return got
+
+        async with trio.open_nursery() as nursery:
+            received: list[list[bytes]] = []
+
+            async def collect() -> None:
+                received.append(await consume())
+
+            nursery.start_soon(collect)
+            sent = await in_thread(scenario)
+    assert [s.result for s in sent] == [OK] * 3
+    assert received == [[b"0", b"1", b"2"]]
 
 
 # --- the connection ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from ..config.patterns import strip_scheme  # (GET-MGMT-NODES answers `amqp:/_topo/0/<id>/$management`)
 from ..net.client import connect
 from ..net.management_client import ManagementSession, management_session, node_address
 from .common import stderr
@@ -52,15 +53,6 @@ async def session(host: str, port: int, timeout_s: float, login: Login | None = 
 
 def target(router_id: str | None) -> str:
     return node_address(router_id)
-
-
-def strip_scheme(node: str) -> str:
-    """GET-MGMT-NODES answers `amqp:/_topo/0/<id>/$management` (the anchors' form) or a bare
-    address; requests are sent to the bare address."""
-    for prefix in ("amqp:/", "amqps:/"):
-        if node.startswith(prefix):
-            return node[len(prefix) :].lstrip("/")
-    return node
 
 
 def router_of(node: str) -> str:

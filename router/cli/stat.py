@@ -25,11 +25,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..net.errors import ClientError
+from ..config.patterns import strip_scheme
 from ..net.management_client import ManagementSession
 from .common import parse_bus, run_async, stderr
 from .login import with_login
 from .mgmt import (
-    DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, RouterId, Timeout, router_of, session, strip_scheme, target,
+    DEFAULT_BUS, DEFAULT_TIMEOUT_S, AsJson, Bus, RouterId, Timeout, router_of, session, target,
     to_json, usage_error,
 )  # fmt: skip
 

@@ -4,9 +4,10 @@ address followed by a word (`orders` matches `orders`, `orders.eu`, `orders/eu`,
 in a pattern `*` matches exactly one word, `#` zero or more. When several match, the more specific
 wins: more literal words, then a prefix over a pattern (`specificity`).
 
-Owns: those four functions, pure, so that every layer that matches addresses as the routers do
-uses them: router.core.addressing (address rules, link routes, policy's token patterns) and the
-`topology` CLI (which may not import the core).
+Owns: those four functions and `strip_scheme` (the node in an AMQP URL), pure, so that every
+layer that matches addresses as the routers do uses them: router.core.addressing (address rules,
+link routes, policy's token patterns), the `topology` CLI (which may not import the core) and the
+`router` CLI's management nodes.
 Must not touch: which rule wins among equally specific ones (the configuration's order:
 router.core.addressing.AddressMatcher).
 """
@@ -60,3 +61,20 @@ def specificity(prefix: str | None, pattern: str | None) -> tuple[int, int]:
     if prefix is not None:
         return len([w for w in words(prefix) if w]), 1
     return len([w for w in words(pattern or "") if w not in ("*", "#")]), 0
+
+
+def strip_scheme(address: str) -> str:
+    """The node's address in an AMQP URL (`amqp://host:port/orders`, `amqp:/orders`, and the
+    same with `amqps`: uamqp clients name their TLS peer's nodes so): `orders`; any other
+    address as it is."""
+    if not address.startswith("amqp"):
+        return address
+    for scheme in ("amqp://", "amqps://"):
+        if address.startswith(scheme):
+            rest = address[len(scheme) :]
+            slash = rest.find("/")
+            return rest[slash + 1 :] if slash >= 0 else ""
+    for scheme in ("amqp:/", "amqps:/"):
+        if address.startswith(scheme):
+            return address[len(scheme) :]
+    return address

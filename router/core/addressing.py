@@ -19,7 +19,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import Final, Generic, TypeVar
 
-from ..config.patterns import pattern_matches, prefix_matches, specificity, words
+from ..config.patterns import pattern_matches, prefix_matches, specificity, strip_scheme, words
 
 __all__ = ["AddressMatcher", "Kind", "Parsed", "classify", "pattern_matches", "prefix_matches", "strip_scheme", "words"]
 
@@ -38,16 +38,6 @@ class Parsed:
     kind: Kind
     key: str  # what the address table is keyed by on this router
     router: str | None = None  # the target router of a ROUTER address
-
-
-def strip_scheme(address: str) -> str:
-    if address.startswith("amqp://"):
-        rest = address[len("amqp://") :]
-        slash = rest.find("/")
-        return rest[slash + 1 :] if slash >= 0 else ""
-    if address.startswith("amqp:/"):
-        return address[len("amqp:/") :]
-    return address
 
 
 def classify(address: str, router_id: str) -> Parsed:
