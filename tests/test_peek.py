@@ -65,8 +65,7 @@ def _outcome(read: Any) -> tuple[Any, ...] | str:
         view = read()
     except DecodeError:
         return "DecodeError"
-    return (view.ttl_ms, view.annotations_span, view.to, view.absolute_expiry_ms,
-            view.creation_time_ms, view.insert_at, view.priority)  # fmt: skip
+    return (view.ttl_ms, view.annotations_span, view.to, view.absolute_expiry_ms, view.insert_at, view.priority)
 
 
 @given(messages, st.binary(max_size=20), st.binary(min_size=1, max_size=40))

@@ -3,9 +3,9 @@
 Owns: `peek(payload)`, which walks the sections from the start and stops at the first section
 after the properties: application-properties, the body and the footer are never read. It
 returns the header's ttl and priority, the message-annotations span (for rewriting), and from the
-properties only `to`, `absolute-expiry-time` and `creation-time`, skipping the other fields
-without decoding them (with sections.py's skipper, the bounds rule's one home; what is read and
-rewritten in the annotations is sections.py's too).
+properties only `to` and `absolute-expiry-time`, skipping the other fields without decoding them
+(with sections.py's skipper, the bounds rule's one home; what is read and rewritten in the
+annotations is sections.py's too).
 Must not touch: the body, anything about routing decisions.
 """
 
@@ -31,11 +31,11 @@ _PROPERTIES: Final = 0x73
 @mypyc_attr(acyclic=True)  # holds ints, a str and a tuple: untracked by the cyclic collector
 class RoutingView:
     """What routing reads from a message: the header's ttl and priority, the message-annotations section's
-    span (for rewriting), `to`, the expiry and creation times from the properties, and where a
+    span (for rewriting), `to` and the absolute expiry time from the properties, and where a
     message-annotations section would go if there is none. (A plain class: mypyc builds it
     natively, where a NamedTuple's constructor is a Python call.)"""
 
-    __slots__ = ("ttl_ms", "annotations_span", "to", "absolute_expiry_ms", "creation_time_ms", "insert_at", "priority")
+    __slots__ = ("ttl_ms", "annotations_span", "to", "absolute_expiry_ms", "insert_at", "priority")
 
     def __init__(
         self,
@@ -43,7 +43,6 @@ class RoutingView:
         annotations_span: tuple[int, int] | None,
         to: str | None,
         absolute_expiry_ms: int | None,
-        creation_time_ms: int | None,
         insert_at: int,
         priority: int | None = None,
     ) -> None:
@@ -51,19 +50,17 @@ class RoutingView:
         self.annotations_span = annotations_span  # the whole message-annotations section
         self.to = to
         self.absolute_expiry_ms = absolute_expiry_ms
-        self.creation_time_ms = creation_time_ms
         self.insert_at = insert_at  # where a message-annotations section would go if there is none
         self.priority = priority  # the header's (messaging 3.2.1: a ubyte), None without one
 
     def with_annotations(self, span: tuple[int, int] | None, insert_at: int) -> RoutingView:
         """This view of a message whose annotations section was rewritten."""
-        return RoutingView(self.ttl_ms, span, self.to, self.absolute_expiry_ms,
-                           self.creation_time_ms, insert_at, self.priority)  # fmt: skip
+        return RoutingView(self.ttl_ms, span, self.to, self.absolute_expiry_ms, insert_at, self.priority)
 
     def __repr__(self) -> str:
         return (f"RoutingView(ttl_ms={self.ttl_ms}, annotations_span={self.annotations_span}, "
                 f"to={self.to!r}, absolute_expiry_ms={self.absolute_expiry_ms}, "
-                f"creation_time_ms={self.creation_time_ms}, insert_at={self.insert_at}, "
+                f"insert_at={self.insert_at}, "
                 f"priority={self.priority})")  # fmt: skip
 
 
@@ -81,19 +78,19 @@ def _list_items(payload: bytes, pos: i64, stop: i64) -> tuple[i64, i64]:
     raise DecodeError("section value must be a list")
 
 
-def _properties(payload: bytes, pos: i64, stop: i64, need_to: bool) -> tuple[Any, Any, Any]:
-    """(to, absolute-expiry-time, creation-time) from the properties list at `pos`.
+def _properties(payload: bytes, pos: i64, stop: i64, need_to: bool) -> tuple[Any, Any]:
+    """(to, absolute-expiry-time) from the properties list at `pos`.
 
     Fields are skipped without decoding, and the walk stops as soon as the list has nothing
-    more we need: most messages never reach field 8.
+    more we need: most messages never reach field 8. (creation-time, field 9, is not read: a
+    ttl counts from the message's arrival, messaging §3.2.1.)
     """
     count, pos = _list_items(payload, pos, stop)
     # Any, not `str | None`: compiled, a non-string `to` would raise TypeError where the check
     # below raises DecodeError (a client's bad message must be refused, not crash the core).
     to: Any = None
     expiry: Any = None
-    created: Any = None
-    last: i64 = 3 if count <= 8 else 10  # fields read: up to `to`, or up to creation-time
+    last: i64 = 3 if count <= 8 else 9  # fields read: up to `to`, or up to absolute-expiry-time
     index: i64 = -1
     while True:
         index += 1
@@ -117,10 +114,8 @@ def _properties(payload: bytes, pos: i64, stop: i64, need_to: bool) -> tuple[Any
             value, pos = decode_at(payload, pos, stop)
             if index == 2:
                 to = value
-            elif index == 8:
-                expiry = value
             else:
-                created = value
+                expiry = value
             continue
         if pos < stop and payload[pos] == 0x40:  # null, the usual message-id and user-id: no call
             pos += 1
@@ -130,10 +125,9 @@ def _properties(payload: bytes, pos: i64, stop: i64, need_to: bool) -> tuple[Any
         raise DecodeError("properties section is truncated")
     if to is not None and not isinstance(to, str):
         raise DecodeError(f"properties.to must be a string, got {type(to).__name__}")
-    # (each tested on its own: a loop over the pair is a generic iterator when compiled)
-    if (expiry is not None and not _timestamp(expiry)) or (created is not None and not _timestamp(created)):
-        raise DecodeError("properties expiry and creation times must be timestamps")
-    return to, expiry, created
+    if expiry is not None and not _timestamp(expiry):
+        raise DecodeError("properties absolute-expiry-time must be a timestamp")
+    return to, expiry
 
 
 def _timestamp(value: Any) -> bool:
@@ -168,24 +162,24 @@ def peek_at(source: bytes, start: i64, end: i64, need_to: bool = True) -> Routin
 # times: a bare body, or properties without them), shared: views are never changed after
 # they are made (with_annotations makes a new one), and a view per message cost its allocation
 # and its freeing (~300 instructions in bench/instructions.py's relay).
-_PLAIN: Final = RoutingView(None, None, None, None, None, 0, None)
+_PLAIN: Final = RoutingView(None, None, None, None, 0, None)
 
 
 def _view(
-    ttl: int | None, annotations: tuple[int, int] | None, to: Any, expiry: Any, created: Any,
+    ttl: int | None, annotations: tuple[int, int] | None, to: Any, expiry: Any,
     insert_at: i64, priority: int | None,
 ) -> RoutingView:  # fmt: skip
     if (
         insert_at == 0 and ttl is None and annotations is None and to is None and expiry is None
-        and created is None and priority is None
+        and priority is None
     ):  # fmt: skip
         return _PLAIN
-    return RoutingView(ttl, annotations, to, expiry, created, insert_at, priority)
+    return RoutingView(ttl, annotations, to, expiry, insert_at, priority)
 
 
 def _peek(payload: bytes, base: i64, end: i64, need_to: bool) -> RoutingView:
     """The walk of peek_at over payload[base:end]; offsets returned are relative to `base`."""
-    ttl = to = expiry = created = priority = None
+    ttl = to = expiry = priority = None
     annotations: tuple[int, int] | None = None
     pos: i64 = base
     insert_at: i64 = 0
@@ -200,10 +194,10 @@ def _peek(payload: bytes, base: i64, end: i64, need_to: bool) -> RoutingView:
         else:
             code, value_pos = section_descriptor(payload, pos + 1, end)
         if code > _PROPERTIES:
-            return _view(ttl, annotations, to, expiry, created, insert_at, priority)
+            return _view(ttl, annotations, to, expiry, insert_at, priority)
         if code == _PROPERTIES:  # the last section we read: no need to find its end first
-            to, expiry, created = _properties(payload, value_pos, end, need_to)
-            return _view(ttl, annotations, to, expiry, created, insert_at, priority)
+            to, expiry = _properties(payload, value_pos, end, need_to)
+            return _view(ttl, annotations, to, expiry, insert_at, priority)
         if code == _MESSAGE_ANNOTATIONS or code == _DELIVERY_ANNOTATIONS:
             if value_pos >= end:
                 raise DecodeError("message cut short before the end of its properties")
@@ -229,4 +223,4 @@ def _peek(payload: bytes, base: i64, end: i64, need_to: bool) -> RoutingView:
         else:
             raise DecodeError(f"unknown message section {code:#04x}")
         pos = stop
-    return _view(ttl, annotations, to, expiry, created, insert_at, priority)
+    return _view(ttl, annotations, to, expiry, insert_at, priority)
