@@ -174,14 +174,15 @@ class Settlement(ProducerCredit):
         raise NotImplementedError
 
     def _settle_consumer(self, out: OutLink, delivery_id: int, state: Any) -> None:
-        """Settle the delivery `delivery_id` we sent on `out` (it is unsettled there)."""
+        """Settle the delivery `delivery_id` we sent on `out`, if it is still unsettled there
+        (a Forward's or a multicast Copy's)."""
         maps = out.link.session.context
         if isinstance(maps, SessionMaps):
             record = maps.outbound.pop(delivery_id)
             if record is not None:
                 self.unsettled_out(record, out)
-        if alive(out.link):
-            self.dispose(out.link.session, SENDER, delivery_id, state, True)
+                if alive(out.link):
+                    self.dispose(out.link.session, SENDER, delivery_id, state, True)
 
     def _copy_outcome(self, copy: Copy, state: Any) -> None:
         if copy.done:
@@ -288,10 +289,7 @@ class Settlement(ProducerCredit):
         """Settle what `fwd` sent downstream, if it is still unsettled there."""
         out = fwd.out
         if out is not None and fwd.out_id >= 0 and alive(out.link):
-            maps = out.link.session.context
-            if isinstance(maps, SessionMaps) and maps.outbound.pop(fwd.out_id) is not None:
-                self.unsettled_out(fwd, out)
-                self.dispose(out.link.session, SENDER, fwd.out_id, state, True)
+            self._settle_consumer(out, fwd.out_id, state)
 
     def unsettled_out(self, record: Forward | Copy, out: OutLink) -> None:
         """`record`, sent on `out`, is no longer unsettled there (the balanced load measures,
