@@ -109,9 +109,13 @@ class OversizeMessages(Clients):
     def on_accepted(self, event: Any) -> None:
         self.outcomes[self.tags[event.delivery.tag]] = (event.delivery.remote_state, condition(event.delivery.remote)[0])
         if len(self.outcomes) == 3:
-            self.finish()
+            self.all_told()
 
     on_rejected = on_released = on_accepted
+
+    def all_told(self) -> None:
+        """Every message has its outcome."""
+        self.finish()
 
 
 @pytest.mark.parametrize(
@@ -147,25 +151,19 @@ class MaxMessageSize(LinkOption):
         link.max_message_size = self.size
 
 
-class LimitedConsumer(Clients):
+class LimitedConsumer(OversizeMessages):
     """A consumer attached with max-message-size `limit` (with `free`, a second one without a
     limit), then a producer on `listener` sending a small, a big and another small message.
     Records the outcomes (with conditions), the body sizes each consumer got, the aborted
     deliveries, and whether the limited consumer's link is still open once every outcome is in."""
 
-    expected_errors = False
-
     def __init__(self, router: RouterProcess, address: str, listener: str, limit: int, big: int, free: bool) -> None:
-        super().__init__(router)
-        self.address, self.listener, self.limit, self.big, self.free = address, listener, limit, big, free
-        self.outcomes: dict[str, tuple[int, str | None]] = {}
-        self.tags: dict[bytes, str] = {}
-        self.received: dict[str, list[int]] = {"limited": [], "free": []}
-        self.aborted = 0
+        super().__init__(router, address, listener, big)
+        self.limit, self.free = limit, free
+        self.received_by: dict[str, list[int]] = {"limited": [], "free": []}
         self.consumers_waited = 2 if free else 1
         self.limited: Any = None
         self.limited_open: bool | None = None
-        self.sent = False
 
     def on_start(self, event: Any) -> None:
         conn = self.connect(event.container)
@@ -180,27 +178,13 @@ class LimitedConsumer(Clients):
             if self.consumers_waited == 0:
                 event.container.create_sender(self.connect(event.container, self.listener), self.address, name="producer")
 
-    def on_sendable(self, event: Any) -> None:
-        if self.sent:
-            return
-        self.sent = True
-        for label, size in [("small", 100), ("big", self.big), ("small again", 200)]:
-            self.tags[event.sender.send(Message(body=b"z" * size, inferred=True)).tag] = label
-
-    def on_aborted(self, event: Any) -> None:
-        self.aborted += 1
-
     def on_message(self, event: Any) -> None:
-        self.received[event.link.name].append(len(event.message.body))
+        self.received_by[event.link.name].append(len(event.message.body))
 
-    def on_accepted(self, event: Any) -> None:
-        self.outcomes[self.tags[event.delivery.tag]] = (event.delivery.remote_state, condition(event.delivery.remote)[0])
-        if len(self.outcomes) == 3:
-            state = self.limited.state
-            self.limited_open = bool(state & Endpoint.LOCAL_ACTIVE and state & Endpoint.REMOTE_ACTIVE)
-            self.finish()
-
-    on_rejected = on_released = on_accepted
+    def all_told(self) -> None:
+        state = self.limited.state
+        self.limited_open = bool(state & Endpoint.LOCAL_ACTIVE and state & Endpoint.REMOTE_ACTIVE)
+        self.finish()
 
 
 @pytest.mark.parametrize(
@@ -223,10 +207,10 @@ async def test_a_consumers_max_message_size(router: RouterProcess, listener: str
     assert clients.outcomes == {"small": (A, None), "big": big, "small again": (A, None)}
     assert clients.limited_open is True
     if free:  # (the small ones to either)
-        assert all(size <= 200 for size in clients.received["limited"])
-        assert sorted(clients.received["limited"] + clients.received["free"]) == [100, 200, 50_000]
+        assert all(size <= 200 for size in clients.received_by["limited"])
+        assert sorted(clients.received_by["limited"] + clients.received_by["free"]) == [100, 200, 50_000]
     else:
-        assert clients.received["limited"] == [100, 200]
+        assert clients.received_by["limited"] == [100, 200]
     assert clients.aborted == aborted
 
 

@@ -35,23 +35,22 @@ class Multicast(Holding):
         oversize = False  # a consumer here passed over for its max-message-size
         if meta is None or remote.local_ok(mesh, meta):
             targets = entry.consumers
-            if entry.filtered:
+            filtered = entry.filtered
+            limited = entry.limited
+            if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
+                alias = self.table.entries.get("L" + entry.key[1:])
+                if alias is not None:
+                    targets = targets + alias.consumers
+                    filtered += alias.filtered
+                    limited += alias.limited
+            if filtered:
                 targets = filtering.matching(fwd, targets)
-            if entry.limited:  # not to a consumer whose max-message-size it passes (sizelimits.py)
+            if limited:  # not to a consumer whose max-message-size it passes (sizelimits.py)
                 fitting = sizelimits.within(fwd, targets)
                 oversize = len(fitting) < len(targets)
                 targets = fitting
             if meta is not None and meta.came_from is not None:  # never back where it came from
                 targets = [out for out in targets if out.neighbour != meta.came_from]
-            if entry.key[0] == "T":  # _topo/0/all/x: this router's consumers of x too
-                alias = self.table.entries.get("L" + entry.key[1:])
-                if alias is not None:
-                    more = filtering.matching(fwd, alias.consumers) if alias.filtered else alias.consumers
-                    if alias.limited:
-                        fitting = sizelimits.within(fwd, more)
-                        oversize = oversize or len(fitting) < len(more)
-                        more = fitting
-                    targets = targets + more
             fwd.fields = None  # read at most once: the copies are chosen
         else:
             targets = []
