@@ -30,10 +30,8 @@ tests/test_interop_azure_amqp.py and the README's interop list):
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from azure.servicebus._pyamqp import ReceiveClient, SendClient
@@ -43,10 +41,11 @@ from azure.servicebus._pyamqp.error import RetryPolicy
 from azure.servicebus._pyamqp.message import Header, Message, Properties
 from azure.servicebus._pyamqp.sasl import SASLAnonymousCredential
 
+from .interop import Cranks
+
 __all__ = ["Header", "Message", "Properties", "ReceiverSettleMode", "SASLPlainAuth"]
 
 TURN_S = 0.02  # the longest one turn of a client's crank blocks on its socket
-TIMEOUT_S = 10.0
 
 
 class Anonymous:
@@ -112,26 +111,21 @@ class Outcome:
         return next(iter(self.state), None) if isinstance(self.state, dict) else None
 
 
-@dataclass
-class Pump:
+class Pump(Cranks):
     """Turns the cranks of a test's clients, on the one thread that drives them all."""
-
-    deadline: float = field(default_factory=lambda: time.monotonic() + TIMEOUT_S)
-    stop: threading.Event = field(default_factory=threading.Event)
 
     def until(self, condition: Callable[[], bool], *clients: Any, passive: Iterable[Any] = (), what: str = "") -> None:
         """Turn every client (`do_work`: a receiver tops up its credit there) and every passive
         one (its connection only: a receiver that must not grant credit) until `condition()`."""
-        passive = tuple(passive)
-        while not condition():
-            if self.stop.is_set():
-                raise TimeoutError(f"stopped waiting for {what or condition}")
-            if time.monotonic() > self.deadline:
-                raise TimeoutError(f"timed out waiting for {what or condition}")
+        quiet = tuple(passive)
+
+        def turn() -> None:
             for client in clients:
                 client.do_work()
-            for client in passive:
+            for client in quiet:
                 client._connection.listen(wait=TURN_S)
+
+        self.turn_until(condition, turn, what or condition)
 
     def attached(self, client: Any, *others: Any) -> None:
         """Open `client` and turn until its link is attached (the router's attach is here):

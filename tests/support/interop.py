@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
@@ -81,6 +82,24 @@ async def run_proton(container: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> No
         functools.partial(run_container, container, timeout_s=timeout_s),
         timeout_s=timeout_s + 2.0,  # run_container gives up first, closing its sockets
     )
+
+
+@dataclass
+class Cranks:
+    """Turns the cranks of blocking clients on the one thread that drives them (run_in_thread's)
+    until a condition holds; the test's `stop` (set when the test gives up) or the deadline ends
+    the wait with TimeoutError. The clients' helpers say what a turn is."""
+
+    deadline: float = field(default_factory=lambda: time.monotonic() + DEFAULT_TIMEOUT_S)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def turn_until(self, condition: Callable[[], bool], turn: Callable[[], None], what: Any) -> None:
+        while not condition():
+            if self.stop.is_set():
+                raise TimeoutError(f"stopped waiting for {what}")
+            if time.monotonic() > self.deadline:
+                raise TimeoutError(f"timed out waiting for {what}")
+            turn()
 
 
 def proton_threads() -> list[threading.Thread]:

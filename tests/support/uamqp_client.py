@@ -18,17 +18,17 @@ tests/test_interop_uamqp.py and the README's interop list) is described there.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import uamqp
 from uamqp import authentication, constants, errors
 
+from .interop import Cranks
+
 TURN_S = 0.002  # the pause between two rounds of turns (uAMQP-C's work() does not block)
-TIMEOUT_S = 10.0
 
 
 def anonymous(port: int, ca_file: str) -> Any:
@@ -99,22 +99,16 @@ class Receiver(uamqp.ReceiveClient):  # type: ignore[misc]
         self.messages.append(message)
 
 
-@dataclass
-class Pump:
+class Pump(Cranks):
     """Turns the clients of a test, on the one thread that drives them all."""
 
-    deadline: float = field(default_factory=lambda: time.monotonic() + TIMEOUT_S)
-    stop: threading.Event = field(default_factory=threading.Event)
-
     def until(self, condition: Callable[[], bool], *clients: Any, what: str = "") -> None:
-        while not condition():
-            if self.stop.is_set():
-                raise TimeoutError(f"stopped waiting for {what or condition}")
-            if time.monotonic() > self.deadline:
-                raise TimeoutError(f"timed out waiting for {what or condition}")
+        def turn() -> None:
             for client in clients:
                 client.do_work()
-            time.sleep(TURN_S)
+            time.sleep(TURN_S)  # (uAMQP-C's work() does not block: no busy loop)
+
+        self.turn_until(condition, turn, what or condition)
 
     def attached(self, client: Any, *others: Any) -> None:
         """Open `client` and turn it (and `others`) until its link is attached."""
