@@ -4,6 +4,8 @@ accounted for (received, or reported released/modified)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from router.amqp.events import DispositionReceived, RemoteClose
@@ -14,14 +16,26 @@ from router.config.models import AddressConfig, RouterConfig, RouterSection
 from router.testing.routerharness import Client, RouterHarness
 
 
-def _pair(h: RouterHarness, address: str = "q", credit: int = 100, **receiver: object) -> tuple[Client, Client, object, object]:
+def _pair(
+    h: RouterHarness, address: str = "q", credit: int = 100, sender: dict[str, Any] | None = None, **receiver: object
+) -> tuple[Client, Client, Any, Any]:
     producer, consumer = h.connect("p"), h.connect("c")
     rx = consumer.receiver(address, **receiver)  # type: ignore[arg-type]
-    tx = producer.sender(address)
+    tx = producer.sender(address, **(sender or {}))
     h.pump()
     rx.flow(credit)
     h.pump()
     return producer, consumer, tx, rx
+
+
+def _one_held(h: RouterHarness, producer: Client, consumer: Client, tx: Any, rx: Any) -> tuple[int, Any]:
+    """A message the consumer receives and neither settles nor answers yet: (its delivery-id at
+    the producer, what the consumer received)."""
+    consumer.auto_accept = False
+    delivery_id = producer.send(tx, Message.value("m"))
+    h.pump()
+    (received,) = consumer.received[rx]
+    return delivery_id, received
 
 
 OUTCOMES = [
@@ -36,10 +50,7 @@ OUTCOMES = [
 def test_the_consumers_outcome_reaches_the_producer_intact(outcome: object) -> None:
     h = RouterHarness()
     producer, consumer, tx, rx = _pair(h)
-    consumer.auto_accept = False
-    delivery_id = producer.send(tx, Message.value("m"))  # type: ignore[arg-type]
-    h.pump()
-    (received,) = consumer.received[rx]  # type: ignore[index]
+    delivery_id, received = _one_held(h, producer, consumer, tx, rx)
     rx.dispose(received.delivery_id, state=outcome, settled=True)  # type: ignore[attr-defined]
     h.pump()
     assert producer.outcomes[delivery_id] == outcome
@@ -58,12 +69,7 @@ def test_presettled_traffic_flows_without_dispositions() -> None:
 
 def test_receiver_settle_mode_second_settles_after_the_producer() -> None:
     h = RouterHarness()
-    producer, consumer = h.connect("p"), h.connect("c")
-    rx = consumer.receiver("q")
-    tx = producer.sender("q", rcv_settle_mode=RCV_SECOND)
-    h.pump()
-    rx.flow(10)
-    h.pump()
+    producer, consumer, tx, rx = _pair(h, credit=10, sender={"rcv_settle_mode": RCV_SECOND})
     assert tx.remote_attach is not None and tx.remote_attach.rcv_settle_mode == RCV_SECOND
     delivery_id = producer.send(tx, Message.value("m"))
     h.pump()
@@ -86,10 +92,7 @@ def test_an_unsettled_outcome_is_settled_both_ways_for_a_first_mode_producer(out
     (transport §2.7.5): one settled disposition to the producer, one to the consumer."""
     h = RouterHarness()
     producer, consumer, tx, rx = _pair(h)
-    consumer.auto_accept = False
-    delivery_id = producer.send(tx, Message.value("m"))  # type: ignore[arg-type]
-    h.pump()
-    (received,) = consumer.received[rx]  # type: ignore[index]
+    delivery_id, received = _one_held(h, producer, consumer, tx, rx)
     rx.dispose(received.delivery_id, state=outcome, settled=False)  # type: ignore[attr-defined]
     h.pump()
     assert _dispositions(producer) == [(RECEIVER, delivery_id, delivery_id, True, outcome)]
@@ -103,16 +106,8 @@ def test_an_unsettled_outcome_is_settled_both_ways_for_a_first_mode_producer(out
 @pytest.mark.parametrize("second", [False, True], ids=["first", "second"])
 def test_an_unsettled_non_terminal_state_is_an_unsettled_update_in_either_mode(second: bool) -> None:
     h = RouterHarness()
-    producer, consumer = h.connect("p"), h.connect("c")
-    rx = consumer.receiver("q")
-    tx = producer.sender("q", rcv_settle_mode=RCV_SECOND) if second else producer.sender("q")
-    h.pump()
-    rx.flow(10)
-    h.pump()
-    consumer.auto_accept = False
-    delivery_id = producer.send(tx, Message.value("m"))
-    h.pump()
-    (received,) = consumer.received[rx]
+    producer, consumer, tx, rx = _pair(h, credit=10, sender={"rcv_settle_mode": RCV_SECOND} if second else None)
+    delivery_id, received = _one_held(h, producer, consumer, tx, rx)
     state = Received(section_number=0, section_offset=3)
     rx.dispose(received.delivery_id, state=state, settled=False)
     h.pump()
@@ -128,16 +123,8 @@ def test_receiver_settle_mode_second_keeps_an_unsettled_outcome_until_the_produc
     """The three acknowledgements (transport §2.6.12): the producer, in rcv-settle-mode second,
     settles first; only then does the router settle towards it and towards the consumer."""
     h = RouterHarness()
-    producer, consumer = h.connect("p"), h.connect("c")
-    rx = consumer.receiver("q")
-    tx = producer.sender("q", rcv_settle_mode=RCV_SECOND)
-    h.pump()
-    rx.flow(10)
-    h.pump()
-    consumer.auto_accept = False
-    delivery_id = producer.send(tx, Message.value("m"))
-    h.pump()
-    (received,) = consumer.received[rx]
+    producer, consumer, tx, rx = _pair(h, credit=10, sender={"rcv_settle_mode": RCV_SECOND})
+    delivery_id, received = _one_held(h, producer, consumer, tx, rx)
     rx.dispose(received.delivery_id, state=ACCEPTED, settled=False)
     h.pump()
     assert _dispositions(producer) == [(RECEIVER, delivery_id, delivery_id, False, ACCEPTED)]
