@@ -34,6 +34,26 @@ def _line(*ids: str) -> MeshHarness:
     return h
 
 
+def _consumers(h: MeshHarness, address: str, *where: tuple[str, str, int | None]) -> list[tuple[Any, Any]]:
+    """A consumer of `address` per (router, name, max-message-size or None), each known to the
+    mesh and with 100 credit: their (client, receiving link)."""
+    made = []
+    for rid, name, limit in where:
+        client = h.client(rid, name)
+        made.append((client, client.receiver(address, max_message_size=limit) if limit else client.receiver(address)))
+    h.advance(0.5)  # the consumers are known everywhere
+    for _, rx in made:
+        rx.flow(100)
+    return made
+
+
+def _producer(h: MeshHarness, address: str, at: str = "A") -> tuple[Any, Any]:
+    producer = h.client(at, "p")
+    tx = producer.sender(address)
+    h.pump()
+    return producer, tx
+
+
 def _message(size: int) -> bytes:
     payload = encode_message(Message.data(b"x" * size))
     return encode_message(Message.data(b"x" * (2 * size - len(payload))))
@@ -53,13 +73,8 @@ def _size_exceeded(state: Any, address: str) -> str:
 
 def test_a_message_too_large_for_the_far_consumer_is_rejected_back_to_the_producer() -> None:
     h = _line("A", "B")
-    consumer = h.client("B", "c")
-    rx = consumer.receiver("cl", max_message_size=10_000)
-    h.advance(0.5)  # B's consumer is known at A
-    rx.flow(100)
-    producer = h.client("A", "p")
-    tx = producer.sender("cl")
-    h.pump()
+    ((consumer, rx),) = _consumers(h, "cl", ("B", "c", 10_000))
+    producer, tx = _producer(h, "cl")
     big = producer.send(tx, _message(30_000))
     small = producer.send(tx, _message(5000))
     h.pump()
@@ -74,14 +89,8 @@ def test_the_egress_router_sends_it_on_to_a_consumer_it_fits() -> None:
     """A - B - C, closest: A sends to B (the closer); B's consumer is too small for the large
     message, so B sends it on to C's; the small ones stay with B's."""
     h = _line("A", "B", "C")
-    limited, free = h.client("B", "limited"), h.client("C", "free")
-    lrx, frx = limited.receiver("cl", max_message_size=10_000), free.receiver("cl")
-    h.advance(0.5)
-    lrx.flow(100)
-    frx.flow(100)
-    producer = h.client("A", "p")
-    tx = producer.sender("cl")
-    h.pump()
+    (limited, lrx), (free, frx) = _consumers(h, "cl", ("B", "limited", 10_000), ("C", "free", None))
+    producer, tx = _producer(h, "cl")
     sent = [producer.send(tx, _message(size)) for size in (30_000, 500, 30_000, 500)]
     h.pump()
     assert all(isinstance(producer.outcomes[d], Accepted) for d in sent)
@@ -91,13 +100,8 @@ def test_the_egress_router_sends_it_on_to_a_consumer_it_fits() -> None:
 
 def test_a_stream_growing_past_the_far_consumers_limit_is_aborted_there() -> None:
     h = _line("A", "B", "C")
-    consumer = h.client("C", "c")
-    rx = consumer.receiver("cl", max_message_size=10_000)
-    h.advance(0.5)
-    rx.flow(100)
-    producer = h.client("A", "p")
-    tx = producer.sender("cl")
-    h.pump()
+    ((consumer, rx),) = _consumers(h, "cl", ("C", "c", 10_000))
+    producer, tx = _producer(h, "cl")
     payload = _message(40_000)
     delivery = -1
     for at in range(0, len(payload), 4000):
@@ -122,14 +126,8 @@ def test_multicast_across_routers_skips_consumers_too_small() -> None:
     anywhere can take it, A's own is passed over and B's copy is released: the producer hears
     released (a router does not know another's consumers' limits; docs/addressing.md)."""
     h = _line("A", "B")
-    local, far = h.client("A", "local"), h.client("B", "far")
-    lrx, frx = local.receiver("mc"), far.receiver("mc", max_message_size=10_000)
-    h.advance(0.5)
-    lrx.flow(100)
-    frx.flow(100)
-    producer = h.client("A", "p")
-    tx = producer.sender("mc")
-    h.pump()
+    (local, lrx), (far, frx) = _consumers(h, "mc", ("A", "local", None), ("B", "far", 10_000))
+    producer, tx = _producer(h, "mc")
     big, small = producer.send(tx, _message(30_000)), producer.send(tx, _message(500))
     h.pump()
     assert isinstance(producer.outcomes[big], Accepted) and isinstance(producer.outcomes[small], Accepted)
@@ -151,14 +149,8 @@ def test_a_message_waiting_for_a_lost_path_is_rejected_once_no_router_has_consum
     just dropped: A's producer's message waits for a path (routes are changing). Once the
     routes say B is gone, nothing can ever take it: rejected, not left waiting."""
     h = _line("A", "B")
-    local, far = h.client("A", "local"), h.client("B", "far")
-    lrx, frx = local.receiver("cl", max_message_size=10_000), far.receiver("cl")
-    h.advance(0.5)
-    lrx.flow(100)
-    frx.flow(100)
-    producer = h.client("A", "p")
-    tx = producer.sender("cl")
-    h.pump()
+    (local, lrx), (far, frx) = _consumers(h, "cl", ("A", "local", 10_000), ("B", "far", None))
+    producer, tx = _producer(h, "cl")
     h.cut(h.wire_between("A", "B"))
     big = producer.send(tx, _message(30_000))
     h.pump()
