@@ -38,6 +38,21 @@ def _one_held(h: RouterHarness, producer: Client, consumer: Client, tx: Any, rx:
     return delivery_id, received
 
 
+
+def _fan_out(h: RouterHarness, count: int, sender: dict[str, Any] | None = None) -> tuple[Client, Any, list[Client], list[Any]]:
+    """A producer on "mc" and `count` consumers of it, each with 10 credit and answering nothing
+    by itself: (producer, its link, consumers, their links)."""
+    producer = h.connect("p")
+    consumers = [h.connect(f"c{i}") for i in range(count)]
+    receivers = [c.receiver("mc") for c in consumers]
+    tx = producer.sender("mc", **(sender or {}))
+    h.pump()
+    for c, r in zip(consumers, receivers):
+        c.auto_accept = False
+        r.flow(10)
+    h.pump()
+    return producer, tx, consumers, receivers
+
 OUTCOMES = [
     ACCEPTED,
     Rejected(error=Error(condition="app:bad-order", description="no such product", info={"sku": "x1"})),
@@ -138,15 +153,7 @@ def test_receiver_settle_mode_second_keeps_an_unsettled_outcome_until_the_produc
 def test_unsettled_multicast_settles_with_the_strongest_outcome() -> None:
     config = RouterConfig(router=RouterSection(id="R"), addresses=(AddressConfig(prefix="mc", distribution="multicast"),))
     h = RouterHarness(config)
-    producer = h.connect("p")
-    consumers = [h.connect(f"c{i}") for i in range(3)]
-    receivers = [c.receiver("mc") for c in consumers]
-    tx = producer.sender("mc")
-    h.pump()
-    for c, r in zip(consumers, receivers):
-        c.auto_accept = False
-        r.flow(10)
-    h.pump()
+    producer, tx, consumers, receivers = _fan_out(h, 3)
     delivery_id = producer.send(tx, Message.value("m"))
     h.pump()
     states = [RELEASED, ACCEPTED, Modified(delivery_failed=True)]
@@ -167,15 +174,7 @@ def test_multicast_copies_given_unsettled_outcomes_are_settled_by_the_router(sec
     settled, to a second-mode one unsettled (it settles first)."""
     config = RouterConfig(router=RouterSection(id="R"), addresses=(AddressConfig(prefix="mc", distribution="multicast"),))
     h = RouterHarness(config)
-    producer = h.connect("p")
-    consumers = [h.connect(f"c{i}") for i in range(2)]
-    receivers = [c.receiver("mc") for c in consumers]
-    tx = producer.sender("mc", rcv_settle_mode=RCV_SECOND) if second else producer.sender("mc")
-    h.pump()
-    for c, r in zip(consumers, receivers):
-        c.auto_accept = False
-        r.flow(10)
-    h.pump()
+    producer, tx, consumers, receivers = _fan_out(h, 2, {"rcv_settle_mode": RCV_SECOND} if second else None)
     delivery_id = producer.send(tx, Message.value("m"))
     h.pump()
     for c, r in zip(consumers, receivers):

@@ -82,14 +82,18 @@ def bodies(frames: list[WireFrame]) -> list[Any]:
 async def still_routes(port: int) -> None:
     """Another client gets its message through and its outcome."""
     async with connect("127.0.0.1", port) as client:
-        receiver = await client.open_receiver("after", credit=1)
-        sender = await client.open_sender("after")
-        tracker = await sender.start_send(Message.value("ok"))
-        with trio.fail_after(5):
-            delivery = await receiver.receive()
-            receiver.accept(delivery)
-            assert isinstance(await tracker.wait(), Accepted)
-        assert delivery.message.body_value == "ok"
+        await routes_to(client, await client.open_receiver("after", credit=1), "after")
+
+
+async def routes_to(client: Any, receiver: Any, address: str) -> None:
+    """A message `client` sends to `address` reaches `receiver` (the next it gets) and is accepted."""
+    sender = await client.open_sender(address)
+    tracker = await sender.start_send(Message.value("ok"))
+    with trio.fail_after(5):
+        delivery = await receiver.receive()
+        receiver.accept(delivery)
+        assert isinstance(await tracker.wait(), Accepted)
+    assert delivery.message.body_value == "ok"
 
 
 async def no_connections_left(server: RouterServer, but: int = 0) -> None:
@@ -437,11 +441,5 @@ async def test_a_transfer_behind_the_producers_close_in_one_write_holds_no_consu
         got = bodies(await exchange(port, opened() + BEGIN + attach, until=Flow, then=behind))
         assert isinstance(got[-1], Close) and got[-1].error is not None and "after close" in got[-1].error.description
         await no_connections_left(server, but=1)  # (the consumer's)
-        sender = await client.open_sender("behind-close")
-        tracker = await sender.start_send(Message.value("next"))
-        with trio.fail_after(5):
-            delivery = await receiver.receive()
-            receiver.accept(delivery)
-            assert isinstance(await tracker.wait(), Accepted)
-        assert delivery.message.body_value == "next"
+        await routes_to(client, receiver, "behind-close")  # its next message is the next producer's
     assert not [r for r in caplog.records if r.exc_info]
