@@ -19,7 +19,7 @@ from router.amqp.message import Message, decode_message, encode_message, scan_se
 from router.amqp.messaging import DeliveryAnnotations, Header, MessageAnnotations, Properties
 from router.amqp.msgfields import MessageFields
 from router.amqp.peek import peek
-from router.amqp.sections import annotation_entries, read_strings, skip_value
+from router.amqp.sections import annotation_entries, header_ttl_at, read_strings, skip_value, with_ttl
 from router.amqp.types import Array, Described, Symbol, ULong
 from router.core import annotate, annotparse
 
@@ -274,3 +274,70 @@ def test_a_first_frame_seen_through_a_memoryview_is_rewritten_like_bytes() -> No
         parsed = annotparse.parse(routed, peek(routed), "R1")
         again = annotparse.parse(routed, peek(routed), "R1")
         assert bytes(annotate.strip(memoryview(routed), parsed)) == bytes(annotate.strip(routed, again)) == payload
+
+
+# --- the header's ttl (the reduced ttl, messaging §3.2.1) -----------------------------------------
+
+# A ttl's encodings a peer may send (composite.py reads any integer that fits a uint): the
+# constructor, the value's width, and the largest value it holds.
+TTL_ENCODINGS = [(0x70, 4, 2**32 - 1), (0x52, 1, 255), (0x80, 8, 2**32 - 1), (0x53, 1, 255), (0x71, 4, 2**31 - 1),
+                 (0x54, 1, 127)]  # fmt: skip
+
+
+def _header(durable: bool | None, priority: int | None, ttl: tuple[int, int, int], count: int, wide: bool) -> bytes:
+    """A header section in the encoding asked for: its ttl as `ttl` (constructor, width, value),
+    `count` fields (3 to 5), in a list32 when `wide`."""
+    code, width, value = ttl
+    fields = [
+        b"\x40" if durable is None else (b"\x41" if durable else b"\x42"),
+        b"\x40" if priority is None else b"\x50" + bytes((priority,)),
+        bytes((code,)) + value.to_bytes(width, "big"),
+        b"\x42",  # first-acquirer false
+        b"\x52\x03",  # delivery-count 3
+    ][:count]
+    body = b"".join(fields)
+    if wide:
+        listed = b"\xd0" + (len(body) + 4).to_bytes(4, "big") + count.to_bytes(4, "big") + body
+    else:
+        listed = b"\xc0" + bytes((len(body) + 1, count)) + body
+    return b"\x00\x53\x70" + listed
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(TTL_ENCODINGS), st.data(), st.booleans(), st.integers(3, 5),
+       st.one_of(st.none(), st.booleans()), st.one_of(st.none(), st.integers(0, 9)))  # fmt: skip
+def test_a_reduced_ttl_changes_the_header_alone(encoding: tuple[int, int, int], data: st.DataObject, wide: bool,
+                                                count: int, durable: bool | None, priority: int | None) -> None:  # fmt: skip
+    code, width, largest = encoding
+    ttl = data.draw(st.integers(2, largest))
+    reduced = data.draw(st.integers(1, ttl - 1))
+    header = _header(durable, priority, (code, width, ttl), count, wide)
+    rest = encode_message(Message.value("v", message_annotations={"x-opt-app": 1}, properties=Properties(to="q")))
+    payload = header + rest
+    at = header_ttl_at(payload)
+    assert at is not None and at[:2] == (0, len(header))
+    rewritten = with_ttl(payload, at, reduced)
+    message = decode_message(rewritten)
+    assert message.header is not None and message.header.ttl == reduced
+    original = decode_message(payload).header
+    assert original is not None and message.header == Header(
+        durable=original.durable, priority=original.priority, ttl=reduced,
+        first_acquirer=original.first_acquirer, delivery_count=original.delivery_count)  # fmt: skip
+    assert rewritten.endswith(rest)  # the annotations and the bare message: their exact bytes
+    if code in (0x70, 0x52):  # a uint keeps its width: only the value's bytes differ
+        value_end = at[2] + 1 + width
+        assert len(rewritten) == len(payload)
+        assert rewritten[: at[2] + 1] == payload[: at[2] + 1] and rewritten[value_end:] == payload[value_end:]
+    out = proton.Message()
+    out.decode(rewritten)
+    assert round(out.ttl * 1000) == reduced
+
+
+def test_a_message_without_a_header_ttl_has_no_ttl_to_rewrite() -> None:
+    for payload in (
+        encode_message(Message.value("no header")),
+        encode_message(Message.value("no ttl", header=Header(durable=True, priority=4))),
+        b"\x00\x53\x70\x45" + encode_message(Message.value("list0")),
+        b"\x00\x53\x70\xc0\x04\x03\x41\x40\x40" + encode_message(Message.value("null ttl")),
+    ):
+        assert header_ttl_at(payload) is None

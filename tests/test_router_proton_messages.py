@@ -1,6 +1,6 @@
 """The single router with Proton clients (tests/support/router_proton.py): what the router
-does to messages on the way (expiry, before forwarding and while waiting for credit; router
-annotations from clients stripped)."""
+does to messages on the way (expiry, before forwarding and while waiting for credit; the ttl
+of a message that waited reduced; router annotations from clients stripped)."""
 
 from __future__ import annotations
 
@@ -124,6 +124,60 @@ async def test_a_message_expiring_while_waiting_for_credit_is_released(router: R
     clients.check()
     assert clients.outcomes == [(clients.first, Delivery.RELEASED)]
     assert clients.received == ["after"]
+
+
+class TtlReducedWhileWaiting(Clients):
+    """A consumer without credit gives the producer its credit; a message with a ttl of 60 s
+    waits in the router (a round trip on the producer's connection: it is there); a second
+    consumer attaches later, with credit, and gets it. HELD_S between the round trip and that
+    attach is the one wait on time itself: what is under test is the time the router held the
+    message, which no event marks."""
+
+    SENT_TTL_S = 60.0
+    HELD_S = 0.05
+
+    def __init__(self, router: RouterProcess, address: str) -> None:
+        super().__init__(router, prefetch=0)
+        self.address = address
+        self.sent = False
+        self.ttl: float | None = None
+
+    def on_start(self, event: Any) -> None:
+        event.container.create_receiver(self.connect(event.container), self.address, name="no-credit")
+
+    def on_link_opened(self, event: Any) -> None:
+        container = event.container
+        if event.link.name == "no-credit":
+            self.producer = self.connect(container)
+            container.create_sender(self.producer, self.address)
+        elif event.link.name == "queued":
+            container.schedule(self.HELD_S, self)
+        elif event.link.name == "later":
+            event.link.flow(1)
+
+    def on_sendable(self, event: Any) -> None:
+        if not self.sent:
+            self.sent = True
+            event.sender.send(Message(body="held", ttl=self.SENT_TTL_S))
+            self.probe(event.container, self.producer, "queued")
+
+    def on_timer_task(self, event: Any) -> None:
+        event.container.create_receiver(self.connect(event.container), self.address, name="later")
+
+    def on_message(self, event: Any) -> None:
+        self.ttl = event.message.ttl
+        self.accept(event.delivery)
+        self.finish()
+
+
+async def test_a_message_that_waited_in_the_router_arrives_with_a_reduced_ttl(router: RouterProcess) -> None:
+    """Messaging §3.2.1: an intermediary passes on the ttl left, not the one it received."""
+    clients = TtlReducedWhileWaiting(router, "expiry.reduced")
+    await run_clients(clients)
+    clients.check()
+    sent, ttl = TtlReducedWhileWaiting.SENT_TTL_S, clients.ttl
+    assert ttl is not None and sent - TIMEOUT_S < ttl < sent
+    assert ttl <= sent - TtlReducedWhileWaiting.HELD_S * 0.8, ttl  # (a timer may fire a hair early)
 
 
 # --- router annotations --------------------------------------------------------------------------------

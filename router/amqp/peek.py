@@ -57,6 +57,18 @@ class RoutingView:
         """This view of a message whose annotations section was rewritten."""
         return RoutingView(self.ttl_ms, span, self.to, self.absolute_expiry_ms, insert_at, self.priority)
 
+    def with_ttl(self, ttl_ms: int, moved_from: int, shift: int) -> RoutingView:
+        """This view of a message whose header's ttl was rewritten to `ttl_ms`, the bytes from
+        offset `moved_from` on now `shift` further (a header encoded anew may change length:
+        sections.with_ttl)."""
+        span = self.annotations_span
+        if shift and span is not None and span[0] >= moved_from:
+            span = (span[0] + shift, span[1] + shift)
+        insert_at = self.insert_at
+        if shift and insert_at >= moved_from:
+            insert_at += shift
+        return RoutingView(ttl_ms, span, self.to, self.absolute_expiry_ms, insert_at, self.priority)
+
     def __repr__(self) -> str:
         return (f"RoutingView(ttl_ms={self.ttl_ms}, annotations_span={self.annotations_span}, "
                 f"to={self.to!r}, absolute_expiry_ms={self.absolute_expiry_ms}, "

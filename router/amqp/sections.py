@@ -3,10 +3,11 @@
 Owns: `skip_value`, the one bounds-checked skipper every reader of message bytes uses (peek.py's
 routing view, scan_sections, MessageFields, policy, the annotations below); `section_descriptor`;
 `section_spans`, the walk over a message's head that MessageFields and policy share;
-and the message-annotations map at the byte level: its entries located without decoding them
+the message-annotations map at the byte level: its entries located without decoding them
 (`annotation_entries`, keys sorted into kinds by a table the caller gives), the string and
 list-of-strings values read, and strings, lists of strings and whole sections written by hand
-(the general decoder and encoder cost about 20 µs per hop).
+(the general decoder and encoder cost about 20 µs per hop); and the header's ttl located and
+rewritten (`header_ttl_at`, `with_ttl`: the reduced ttl of messaging §3.2.1).
 What a key means (the router's own `x-opt-qd.*` keys) is the core's: router/core/annotate.py.
 Must not touch: decoding values (decode.py), encoding (encode.py), framing, routing.
 
@@ -20,15 +21,17 @@ that mypyc compiles it to plain loads (bench/README.md, "Counting instructions")
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, Final
 
 from mypy_extensions import i64
 
 from .decode import MAX_DEPTH, array_element_ok, array_header, check_array_count, decode_at
+from .encode import encode
 from .errors import DecodeError
 from .fastparse import u32
-from .messaging import SECTION_ORDER
+from .messaging import SECTION_ORDER, Header
 from .types import Symbol, ULong
 
 # What follows a constructor (types §1.6), by constructor byte: a fixed width >= 0, or one of
@@ -279,3 +282,60 @@ def annotations_section(pieces: list[bytes], pairs: int) -> bytes:
         return ANNOTATIONS_SECTION + b"\xc1" + bytes((len(body) + 1, 2 * pairs)) + body
     return (ANNOTATIONS_SECTION + b"\xd1" + (len(body) + 4).to_bytes(4, "big") + (2 * pairs).to_bytes(4, "big")
             + body)  # fmt: skip
+
+
+# --- the header's ttl (messaging §3.2.1), at the byte level --------------------------------------
+
+_HEADER: Final = 0x70
+_MESSAGE_ANNOTATIONS: Final = 0x72  # the last section the header may be looked for before
+_TTL_FIELD: Final = 2  # the header's third field: durable, priority, ttl
+_UINT: Final = 0x70  # uint in four bytes (types §1.6.8)
+_SMALLUINT: Final = 0x52  # uint in one byte
+
+
+def header_ttl_at(data: bytes) -> tuple[int, int, int] | None:
+    """(start, stop, ttl offset): where the header section of message head `data` lies and where
+    its ttl's encoding starts; None when it has no header or its header no ttl. Only the
+    sections before the properties are walked (the header is the first, messaging §3.2)."""
+    spans, _ = section_spans(data, _MESSAGE_ANNOTATIONS)
+    for code, start, stop in spans:
+        if code == _HEADER:
+            return _ttl_in(data, start, stop)
+    return None
+
+
+def _ttl_in(data: bytes, start: int, stop: int) -> tuple[int, int, int] | None:
+    """header_ttl_at for the header section at data[start:stop] (a described list)."""
+    _, pos = section_descriptor(data, start + 1, stop)
+    if pos + 3 <= stop and data[pos] == 0xC0:  # list8, the usual encoding
+        count, pos = data[pos + 2], pos + 3
+    elif pos + 9 <= stop and data[pos] == 0xD0:
+        count, pos = u32(data, pos + 5), pos + 9
+    else:
+        return None  # list0: no field at all
+    if count <= _TTL_FIELD:
+        return None
+    for _ in range(_TTL_FIELD):
+        pos = skip_value(data, pos, stop)
+    if pos >= stop or data[pos] == 0x40:  # null: no ttl
+        return None
+    return start, stop, pos
+
+
+def with_ttl(data: bytes, at: tuple[int, int, int], ttl_ms: int) -> bytes:
+    """`data` with its header's ttl (where header_ttl_at found it: `at`) set to `ttl_ms`. The
+    header is not part of the bare message (messaging §3.2): every other byte stays as it is.
+    A uint ttl is overwritten where it is, in its own width when `ttl_ms` fits it (a reduced
+    ttl always does: 0x70, four bytes, or 0x52, one, holding a larger value before), so the
+    message keeps its length; a ttl in any other integer encoding (composite.py accepts any that
+    fits: peers narrow and widen) has the header section encoded anew, its length may change."""
+    start, stop, pos = at
+    code = data[pos]
+    if code == _UINT and 0 <= ttl_ms <= 0xFFFFFFFF:
+        return b"".join((data[: pos + 1], ttl_ms.to_bytes(4, "big"), data[pos + 5 :]))
+    if code == _SMALLUINT and 0 <= ttl_ms <= 0xFF:
+        return b"".join((data[: pos + 1], bytes((ttl_ms,)), data[pos + 2 :]))
+    header, _ = decode_at(data, start, stop)
+    if type(header) is not Header:
+        raise DecodeError("malformed header section")
+    return b"".join((data[:start], encode(replace(header, ttl=ttl_ms)), data[stop:]))

@@ -66,7 +66,8 @@ class Forward:
         self.done = False  # finished: outcome relayed, released, expired or aborted
         self.message_format = message_format
         self.state: Any = None  # the outcome told to the producer (multicast: the strongest)
-        # The first frame's routing view (where its annotations are), kept for the mesh.
+        # The first frame's routing view (where its annotations are, its header's ttl), kept for
+        # the mesh and, while it waits, for its reduced ttl (router.core.ttl).
         self.view: RoutingView | None = None
         # Router annotations: set when it came from another router or goes to one.
         self.meta: Meta | None = None

@@ -37,6 +37,7 @@ from .delivery import Forward
 from .links import InLink
 from .multicast import Multicast
 from .table import FALLBACK, AddressTable
+from .ttl import reduce_ttl
 
 if TYPE_CHECKING:
     from .bounds import Bounds
@@ -120,6 +121,7 @@ class Fallback(Multicast):
             return False
         fwd.entry.deliveries_ingress += 1
         self._readdress(fwd)
+        reduce_ttl(fwd, self.now)  # it waited (ttl.py)
         self._route(fwd)
         return True
 

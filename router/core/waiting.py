@@ -2,10 +2,12 @@
 
 Owns: the queues of deliveries waiting for a consumer (per address; a consumer takes those
 its filters pass and its max-message-size allows) and their expiry (a heap of
-deadlines), their bytes in the bounds (bounds.py), consumer credit and drain, rerouting what
-waits when an address's destinations change, deliveries to in-process endpoints (management)
-and messages from the router itself, and what becomes of deliveries when a consumer or
-producer link goes away (released, modified, or unlinked from their producer).
+deadlines; the header ttl of one that waited is reduced as it leaves its queue to be sent on
+or routed again: ttl.py), their bytes in the bounds (bounds.py), consumer credit and drain,
+rerouting what waits when an address's destinations change, deliveries to in-process
+endpoints (management) and messages from the router itself, and what becomes of deliveries
+when a consumer or producer link goes away (released, modified, or unlinked from their
+producer).
 Collaborators: the address table, the mesh, Bounds, Touched.
 A layer of the forwarder (see forwarding.py).
 Must not touch: reading frames (forwarding.py, streaming.py), choosing among consumers (sending.py).
@@ -35,6 +37,7 @@ from .linkrelay import RoutedLink
 from .links import STREAM_LINK, InLink, OutLink, alive
 from .streamlinks import take_waiting
 from .table import AddressTable
+from .ttl import reduce_ttl
 
 if TYPE_CHECKING:
     from .bounds import Bounds
@@ -132,9 +135,11 @@ class Waiting(Fallback):
                 self.bounds.hold(conn, sign * fwd.size)
 
     def _send_waiting(self, fwd: Forward, out: OutLink) -> None:
-        """Send `fwd`, which waited for credit on inter-router link `out`."""
+        """Send `fwd`, which waited for credit on inter-router link `out` (or for a streaming link:
+        take_waiting), with the ttl it has left (ttl.py)."""
         if not fwd.done:
             self._wait_bytes(fwd, -1)
+            reduce_ttl(fwd, self.now)
             self._send(fwd, out)
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
@@ -152,6 +157,7 @@ class Waiting(Fallback):
             assert isinstance(copy, Copy)
             if not copy.done and not copy.forward.done:
                 fwd = copy.forward
+                reduce_ttl(fwd, self.now)  # (the copies still waiting share the first frame)
                 self._send_copy(fwd, out, copy)
                 if copies_out(fwd):
                     fwd.drop_frames()
@@ -172,6 +178,7 @@ class Waiting(Fallback):
                     fwd.entry.expired += 1
                     self.unroutable(fwd)
                     continue
+                reduce_ttl(fwd, self.now)
                 out.entry.rr += 1
                 self._send(fwd, out)
             nothing_for_it = not queue
@@ -199,6 +206,7 @@ class Waiting(Fallback):
                 fwd.entry.expired += 1
                 self.unroutable(fwd)
                 continue
+            reduce_ttl(fwd, self.now)
             out.entry.rr += 1
             self._send(fwd, out)
         queue.push_front(passed_over)
@@ -288,6 +296,7 @@ class Waiting(Fallback):
                 continue
             self._wait_bytes(fwd, -1)
             if entry.has_destination:
+                reduce_ttl(fwd, self.now)  # (it may go at once)
                 self._route(fwd)
             elif not (entry.fallback_enabled and self._reroute_to_fallback(fwd)):
                 self.unroutable(fwd)
