@@ -40,7 +40,7 @@ def _profile(cert: str, key: str) -> dict[str, Any]:
     return {"name": "bench", "cert_file": cert, "key_file": key, "ca_file": cert}
 
 
-def single(binary: Path, cert: str, key: str, *, count: int, direct_count: int, rounds: int) -> dict[str, Any]:
+def single(binary: Path, cert: str, key: str, *, count: int, rounds: int) -> dict[str, Any]:
     """Scenario 1 through one router with a plain and a TLS listener, alternating with direct runs."""
     config = {
         "router": {"id": "bench-tls"},
@@ -52,7 +52,7 @@ def single(binary: Path, cert: str, key: str, *, count: int, direct_count: int, 
     r = Router(config)
     try:
         for _ in range(rounds):
-            runs["direct"].append(run_direct(direct_count, 100, binary=binary)["listen"]["msgs_per_s"])
+            runs["direct"].append(run_direct(count, 100, binary=binary)["listen"]["msgs_per_s"])
             for kind, port, tls in (("plain", r.ports["amqp"], []), ("tls", r.ports["amqps"], ["--ssl-ca", cert])):
                 rate, cpu = _one(binary, [r], port, port, count, tls)
                 runs[kind].append(rate)
@@ -98,13 +98,13 @@ def chain(length: int, cert: str, key: str, tls: bool) -> Iterator[list[Router]]
             r.stop()
 
 
-def through_chains(binary: Path, cert: str, key: str, *, count: int, direct_count: int, rounds: int) -> dict[str, Any]:
+def through_chains(binary: Path, cert: str, key: str, *, count: int, rounds: int) -> dict[str, Any]:
     """Scenario 7 in plain TCP and over TLS (two chains up at once), alternating with direct runs."""
     runs: dict[str, list[Any]] = {"direct": [], "plain": [], "tls": [], "plain_cpu": [], "tls_cpu": []}
     with chain(3, cert, key, tls=False) as plain, chain(3, cert, key, tls=True) as secured:
         time.sleep(2.0)  # the routers find each other
         for _ in range(rounds):
-            runs["direct"].append(run_direct(direct_count, 100, binary=binary)["listen"]["msgs_per_s"])
+            runs["direct"].append(run_direct(count, 100, binary=binary)["listen"]["msgs_per_s"])
             for kind, routers, tls in (("plain", plain, []), ("tls", secured, ["--ssl-ca", cert])):
                 rate, cpu = _one(binary, routers, routers[0].port, routers[-1].port, count, tls)
                 runs[kind].append(rate)
@@ -136,6 +136,6 @@ def run(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as directory:
         cert, key = make_certificate(Path(directory))
         return {
-            "1_anycast_100b_unsettled_plain_and_tls": single(binary, cert, key, count=n, direct_count=5 * n, rounds=rounds),
-            "7_chain_of_3_plain_and_tls": through_chains(binary, cert, key, count=n // 2, direct_count=5 * n, rounds=rounds),
+            "1_anycast_100b_unsettled_plain_and_tls": single(binary, cert, key, count=5 * n, rounds=rounds),
+            "7_chain_of_3_plain_and_tls": through_chains(binary, cert, key, count=5 * n, rounds=rounds),
         }
