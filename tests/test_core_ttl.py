@@ -221,3 +221,4 @@ def test_a_message_routed_again_to_a_fallback_destination_gets_the_reduced_ttl()
     h.pump()
     (received,) = store.received[store_rx]
     assert received.message.header == Header(ttl=6_000)
+

@@ -341,3 +341,29 @@ def test_a_message_without_a_header_ttl_has_no_ttl_to_rewrite() -> None:
         b"\x00\x53\x70\xc0\x04\x03\x41\x40\x40" + encode_message(Message.value("null ttl")),
     ):
         assert header_ttl_at(payload) is None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_whatever_header_peek_reads_a_ttl_from_the_rewrite_can_rewrite(data: st.DataObject) -> None:
+    """A peer's header bytes, mutated anywhere: when peek accepts the message and reads a ttl
+    from it (so the router may hold it and reduce that ttl), header_ttl_at finds that ttl and
+    with_ttl rewrites it into a message peek reads the new ttl from, everything after the header
+    unchanged; otherwise the message is refused at peek (DecodeError) and never waits."""
+    header = _header(True, 4, (0x70, 4, 60_000), data.draw(st.integers(3, 5)), data.draw(st.booleans()))
+    mutated = bytearray(header)
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutated[data.draw(st.integers(3, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+    rest = encode_message(Message.value("v", properties=Properties(to="q")))
+    payload = bytes(mutated) + rest
+    try:
+        view = peek(payload)
+    except DecodeError:
+        return
+    if not view.ttl_ms:
+        return
+    at = header_ttl_at(payload)
+    assert at is not None
+    rewritten = with_ttl(payload, at, 1)
+    assert peek(rewritten).ttl_ms == 1
+    assert rewritten[at[0] :].endswith(payload[at[1] :])

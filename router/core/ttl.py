@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
+from ..amqp.errors import DecodeError
 from ..amqp.sections import header_ttl_at, with_ttl
 from .delivery import Forward, Meta, Payload
 
@@ -61,10 +62,15 @@ def reduce_ttl(fwd: Forward, now: float) -> None:
     if left >= held:
         return
     data = first if type(first) is bytes else bytes(first)
-    at = header_ttl_at(data)
-    if at is None:  # (peek read a ttl from this header: not reached)
+    try:
+        at = header_ttl_at(data)
+        if at is None:  # (peek read a ttl from this header: not reached)
+            return
+        rewritten = with_ttl(data, at, left)
+    except DecodeError:
+        # (peek read this header already, so not reached either; but these are a peer's bytes,
+        # and a SHOULD of the spec is no reason to fail a delivery: it goes on as it came)
         return
-    rewritten = with_ttl(data, at, left)
     shift = len(rewritten) - len(data)
     header_end = at[1]
     fwd.first = rewritten
@@ -81,10 +87,14 @@ def reduce_ttl(fwd: Forward, now: float) -> None:
 
 
 def _with_ttl(frame: Payload, ttl_ms: int) -> bytes:
-    """`frame` (a first frame with the same header) with its header's ttl set to `ttl_ms`."""
+    """`frame` (a first frame with the same header) with its header's ttl set to `ttl_ms`; as
+    it is if its header cannot be read (see reduce_ttl)."""
     data = frame if type(frame) is bytes else bytes(frame)
-    at = header_ttl_at(data)
-    return data if at is None else with_ttl(data, at, ttl_ms)
+    try:
+        at = header_ttl_at(data)
+        return data if at is None else with_ttl(data, at, ttl_ms)
+    except DecodeError:
+        return data
 
 
 def _move(meta: Meta, moved_from: int, shift: int) -> None:
