@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import i64
+
 from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Input
 from .errors import LocalUsageError
 from .performatives import (
@@ -180,7 +182,7 @@ class Link(LinkFields):
         more: bool = False,
         message_format: int = 0,
         state: DeliveryState | None = None,
-    ) -> int:
+    ) -> i64:
         """Send (part of) a delivery and return its delivery-id.
 
         The first call for a delivery consumes one credit; with `more=True` the delivery stays

@@ -219,7 +219,7 @@ class Session:
             del self.links_by_local[link.local_handle]
         link.local_handle = None
 
-    def next_delivery_id(self) -> int:
+    def next_delivery_id(self) -> i64:
         delivery_id = self._next_delivery_id
         # serial_add written out (native ints: a call per delivery cost more than its body)
         self._next_delivery_id = (delivery_id + 1) & 0xFFFFFFFF

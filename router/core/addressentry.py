@@ -61,15 +61,17 @@ class AddressEntry:
         self.dynamic = dynamic
         # An in-process endpoint (e.g. the management node) that takes every delivery here.
         self.local: LocalEndpoint | None = None
-        self.deliveries_ingress = 0
-        self.deliveries_egress = 0
-        self.released = 0
-        self.dropped = 0
-        self.expired = 0
+        self.deliveries_ingress: i64 = 0
+        self.deliveries_egress: i64 = 0
+        self.released: i64 = 0
+        self.dropped: i64 = 0
+        self.expired: i64 = 0
         # Outcomes told to the producers of deliveries to this address (as the links count them),
         # and deliveries that arrived settled.
-        self.accepted = self.rejected = self.modified = 0
-        self.presettled = 0
+        self.accepted: i64 = 0
+        self.rejected: i64 = 0
+        self.modified: i64 = 0
+        self.presettled: i64 = 0
         # Counted while flow records are on (router.core.flowcount): message bytes received for
         # it, and the log2 histograms of its deliveries' residence and time to settlement.
         self.bytes = 0
@@ -92,7 +94,7 @@ class AddressEntry:
         # The anycast paths of its deliveries that enter the mesh here (remote.anycast; made on
         # first use).
         self.remembered: Remembered | None = None
-        self.deliveries_transit = 0  # sent to another router
+        self.deliveries_transit: i64 = 0  # sent to another router
         # Consumers with a source filter (router.core.filtering): while 0, no delivery here is
         # looked at for filters (they cost nothing when unused).
         self.filtered = 0

@@ -21,6 +21,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from mypy_extensions import i64
+
 from ..amqp.connection import Connection, ConnectionConfig
 from ..amqp.login_throttle import LoginThrottle
 from ..amqp.sasl import SUPPORTED, PlainCheck, SaslClientConfig, SaslResult, SaslServerConfig
@@ -237,10 +239,10 @@ class ConnState:
         )
         # Unsettled deliveries sent on this connection's consumer links, and their bound
         # (router.core.bounds): at the bound every consumer link of the connection is stuck.
-        self.unsettled_out = 0
+        self.unsettled_out: i64 = 0
         # Connections between routers: the producers' windows bound them (links.NO_LIMIT: an
         # int below 2**62, unboxed when compiled).
-        self.unsettled_limit = 1 << 61
+        self.unsettled_limit: i64 = 1 << 61
         if isinstance(listener, Listener) and listener.role == "normal":
             self.unsettled_limit = listener.max_unsettled_per_connection
         self.stuck = False

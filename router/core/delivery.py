@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import i64
+
 from ..amqp.msgfields import MessageFields
 from ..amqp.peek import RoutingView
 from ..amqp.session import Session
@@ -35,14 +37,16 @@ class Forward:
     )  # fmt: skip
 
     def __init__(
-        self, in_link: InLink | None, in_id: int, presettled: bool, payload: Payload, size: int,
-        complete: bool, entry: AddressEntry, message_format: int,
+        self, in_link: InLink | None, in_id: i64, presettled: bool, payload: Payload, size: i64,
+        complete: bool, entry: AddressEntry, message_format: i64,
     ) -> None:  # fmt: skip
         """A delivery whose first frame is `payload`, of `size` bytes (its length: the caller
         has it, where len() of a bytes-or-view is a generic call)."""
         # None once the producer is gone or settled first, or for a message the router itself
         # sends (an in-process endpoint's reply).
         self.in_link: InLink | None = in_link
+        # Ids, sizes and counts are native ints (i64): compiled, set and read with no reference
+        # counting.
         self.in_id = in_id
         self.in_session: Session | None = in_link.link.session if in_link is not None else None
         self.presettled = presettled
@@ -57,10 +61,10 @@ class Forward:
         self.arrived = self.size  # bytes received so far (for max-message-size)
         self.entry = entry
         self.out: OutLink | None = None  # anycast: the consumer link it went to
-        self.out_id = -1
+        self.out_id: i64 = -1
         self.copies: list[Copy] | None = None  # multicast
-        self.remaining = 0  # multicast copies without an outcome yet
-        self.best = -1  # multicast: rank of the strongest outcome so far
+        self.remaining: i64 = 0  # multicast copies without an outcome yet
+        self.best: i64 = -1  # multicast: rank of the strongest outcome so far
         self.outcome_sent = False  # the producer has been told (rcv-settle-mode second waits)
         self.expiry: float | None = None  # the core's `now` (monotonic) at expiry, while waiting to be sent
         self.done = False  # finished: outcome relayed, released, expired or aborted
@@ -155,7 +159,7 @@ class Copy:
         self.sent_at = 0.0  # flow records: the core's `now` when it was sent (0.0: not yet)
         self.forward = forward
         self.out = out
-        self.out_id = -1
+        self.out_id: i64 = -1
         self.sent_frames = 0  # how many of the forward's frames went out (streaming)
         self.done = False
 

@@ -77,7 +77,7 @@ class DeliveryMap:
         """The delivery-ids held (a snapshot: the caller may change the map meanwhile)."""
         return iter([delivery_id for delivery_id, _ in self.items()])
 
-    def put(self, delivery_id: int, record: Any) -> None:
+    def put(self, delivery_id: i64, record: Any) -> None:
         offset: i64 = (delivery_id - self._base) & MASK
         span = self._span
         if offset < span:
@@ -106,7 +106,7 @@ class DeliveryMap:
         self._span = offset + 1
         self._count += 1
 
-    def get(self, delivery_id: int) -> Any:
+    def get(self, delivery_id: i64) -> Any:
         """The record of `delivery_id`, left in place (None if there is none)."""
         offset: i64 = (delivery_id - self._base) & MASK
         if offset < self._span:
@@ -118,7 +118,7 @@ class DeliveryMap:
             return stragglers[delivery_id]
         return None
 
-    def pop(self, delivery_id: int) -> Any:
+    def pop(self, delivery_id: i64) -> Any:
         """Remove the record of `delivery_id` and return it (None if there is none)."""
         offset: i64 = (delivery_id - self._base) & MASK
         if offset < self._span:
@@ -195,7 +195,7 @@ class DeliveryMap:
         self._slots, self._head, self._mask = ring, 0, capacity - 1
         self._shrink_below = capacity // 4 if capacity > RING_KEPT else 0
 
-    def _shed(self, delivery_id: int) -> None:
+    def _shed(self, delivery_id: i64) -> None:
         """Make room for `delivery_id`: records more than half a span before it become
         stragglers."""
         slots, stragglers = self._slots, self._stragglers

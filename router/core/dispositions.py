@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mypy_extensions import i64
+
 from ..amqp.endpoints import ACTIVE
 from ..amqp.session import Session
 from .delivery import maps_of
@@ -32,8 +34,8 @@ class DispositionBatch:
         self.settled = settled
         self.runs: list[tuple[int, int, Any]] | None = None  # finished (first, last, state) runs
         self.ordered = True  # every run starts after the previous one ends
-        self.run_first = -1  # -1: no run yet
-        self.run_last = -1
+        self.run_first: i64 = -1  # -1: no run yet
+        self.run_last: i64 = -1
         self.run_state: Any = None
         self.pending = False  # among the Dispositions' batches to take
 
@@ -43,7 +45,7 @@ class DispositionBatch:
         self.run_first = self.run_last = -1
         self.run_state = None
 
-    def add(self, delivery_id: int, state: Any) -> None:
+    def add(self, delivery_id: i64, state: Any) -> None:
         last = self.run_last
         if delivery_id == last + 1 and last >= 0:
             previous = self.run_state
@@ -110,7 +112,7 @@ class Dispositions:
         self._pending: list[DispositionBatch] = []
         self._last: DispositionBatch | None = None
 
-    def add(self, session: Session, role: bool, delivery_id: int, state: Any, settled: bool) -> None:
+    def add(self, session: Session, role: bool, delivery_id: i64, state: Any, settled: bool) -> None:
         batch = self._last
         if batch is None or batch.session is not session or batch.role != role or batch.settled != settled:
             batch = self._batch(session, role, settled)

@@ -63,16 +63,23 @@ class LinkCounts:
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self.delivered = self.accepted = self.rejected = self.released = self.modified = 0
-        self.presettled = 0
+        # Native ints (i64): compiled, each count per message is one machine add, not a tagged
+        # int's checked one; read from Python (management) they are ordinary ints.
+        self.delivered: i64 = 0
+        self.accepted: i64 = 0
+        self.rejected: i64 = 0
+        self.released: i64 = 0
+        self.modified: i64 = 0
+        self.presettled: i64 = 0
         # Counted only while flow records are on (router.flow; forwarder's flow_* methods):
         # message bytes, and log2 histograms (32 buckets, router.flow.hist) of the time from
         # a delivery's arrival to its sending on, and from its sending on to its outcome.
-        self.bytes = 0
+        self.bytes: i64 = 0
         self.residence: list[int] = [0] * 32
         self.settle: list[int] = [0] * 32
         # Of `delivered` and `bytes`: the flow records' own messages (AddressEntry.flow_records).
-        self.records = self.records_bytes = 0
+        self.records: i64 = 0
+        self.records_bytes: i64 = 0
 
 
 class InLink(LinkCounts):
@@ -109,11 +116,11 @@ class InLink(LinkCounts):
         self.looked_up_to = ""
         self.looked_up: AddressEntry | None = None
         self.looked_up_version = -1
-        self.capacity = capacity or conn.listener.link_capacity
-        self.inflight = 0  # deliveries taken from this link without a final outcome yet
+        self.capacity: i64 = capacity or conn.listener.link_capacity
+        self.inflight: i64 = 0  # deliveries taken from this link without a final outcome yet
         # Of those, the ones that count against the credit window (`capacity`): all but the
         # deliveries already handed to a local consumer (see ProducerCredit._refresh_credit in credit.py).
-        self.held = 0
+        self.held: i64 = 0
         self.credit_dirty = False  # waiting in ProducerCredit's list for the next credit refresh
         self.streaming: Forward | None = None  # the multi-frame delivery arriving now
         self.discarding = False  # dropping the remaining frames of a refused delivery
@@ -158,7 +165,7 @@ class OutLink(LinkCounts):
         # Whether every delivery's first frame is rewritten for it (Forwarder._egress): router
         # annotations for a neighbour, or for a consumer whose listener keeps them.
         self.rewrites = neighbour is not None or not conn.strip_out
-        self.outstanding = 0  # sent and unsettled: the "balanced" load measure
+        self.outstanding: i64 = 0  # sent and unsettled: the "balanced" load measure
         # Deliveries waiting for this link's credit: multicast copies, and on an inter-router
         # data link anycast deliveries too.
         self.pending: Fifo[Copy | Forward] | None = None
@@ -172,7 +179,7 @@ class OutLink(LinkCounts):
         # unsettled deliveries is stuck (sent nothing more) until it settles some. Links to
         # other routers are bounded by the producers' windows instead.
         listener = conn.listener
-        self.unsettled_limit = (
+        self.unsettled_limit: i64 = (
             listener.max_unsettled_per_link if neighbour is None and isinstance(listener, Listener) else NO_LIMIT
         )
         self.stuck = False
