@@ -210,7 +210,7 @@ class TransferSink:
     receive_data."""
 
     def first_frame(
-        self, link: Link, delivery_id: int, settled: bool, more: bool, message_format: int,
+        self, link: Link, delivery_id: i64, settled: bool, more: bool, message_format: i64,
         payload: bytes | memoryview, source: bytes, offset: i64, now: float,
     ) -> bool:  # fmt: skip
         """The first frame of delivery `delivery_id` on receiver `link` (the fields as

@@ -47,7 +47,7 @@ def parse_general(buf: bytes, pos: int, end: int, cls: type) -> Any:
 # byte is the one before) and None for the bytes, so that a tag nobody reads (the router's
 # anycast path never does) is never sliced; the general decoder gives the bytes, tag_at -1.
 # Both None and -1: the transfer has no tag.
-TransferFields = tuple[int, int, "bytes | None", i64, int, "bool | None", bool, "int | None", Any, bool, bool, int]
+TransferFields = tuple[i64, i64, "bytes | None", i64, i64, "bool | None", bool, "int | None", Any, bool, bool, i64]
 
 
 def tag_in(buf: bytes, tag_at: i64) -> bytes:

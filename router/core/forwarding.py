@@ -86,7 +86,7 @@ class Forwarder(Streaming):
             self._next_frame(inl, inl.streaming, event)
 
     def first_frame(
-        self, inl: InLink, delivery_id: int, settled: bool, more: bool, aborted: bool, message_format: int,
+        self, inl: InLink, delivery_id: i64, settled: bool, more: bool, aborted: bool, message_format: i64,
         payload: Payload, source: bytes, offset: i64, now: float,
     ) -> None:  # fmt: skip
         """A delivery's first frame on producer link `inl` (TransferReceived's fields: from

@@ -133,8 +133,8 @@ class InLink(LinkCounts):
         # above which a delivery is looked at. Not on a data link from another router: its
         # window carries many producers' deliveries, which their own windows bound (at the
         # router where they entered the mesh).
-        self.size_hint = UNKNOWN if peer is None else 0
-        self.size_watch = 0 if peer is None else NO_LIMIT
+        self.size_hint: i64 = UNKNOWN if peer is None else 0
+        self.size_watch: i64 = 0 if peer is None else NO_LIMIT
         # It takes what an address's fallback destination holds (an in auto-link with fallback:
         # true): credit only while the address has a regular destination, and its deliveries
         # never go to a fallback (router.core.fallback).

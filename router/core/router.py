@@ -121,7 +121,7 @@ class RouterCore(CoreUnits):
             raise
 
     def first_frame(
-        self, link: Link, delivery_id: int, settled: bool, more: bool, message_format: int,
+        self, link: Link, delivery_id: i64, settled: bool, more: bool, message_format: i64,
         payload: bytes | memoryview, source: bytes, offset: i64, now: float,
     ) -> bool:  # fmt: skip
         """A producer's first frame, straight from the connection's frame loop (events.TransferSink,

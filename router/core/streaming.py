@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from mypy_extensions import i64
+
 from ..amqp import errors as E
 from ..amqp.events import TransferReceived
 from ..amqp.messaging import RELEASED, Rejected
@@ -43,7 +45,8 @@ class Streaming(Waiting):
     def __init__(self, table: AddressTable, bounds: Bounds, mesh: Mesh, touched: Touched, router_id: str,
                  max_message_size: int | None) -> None:  # fmt: skip
         super().__init__(table, bounds, mesh, touched, router_id)
-        self.max_message_size = max_message_size
+        # The router's own limit on what producers send it (0: none; native: one comparison per frame).
+        self.max_message_size: i64 = max_message_size or 0
 
     def _refuse(
         self, inl: InLink, delivery_id: int, settled: bool, more: bool, condition: str, description: str
