@@ -180,7 +180,7 @@ class Link(LinkFields):
         *,
         settled: bool = False,
         more: bool = False,
-        message_format: int = 0,
+        message_format: i64 = 0,
         state: DeliveryState | None = None,
     ) -> i64:
         """Send (part of) a delivery and return its delivery-id.

@@ -230,27 +230,27 @@ class Session:
         the last held, their link detached): the next delivery gets `first`."""
         self._next_delivery_id = first
 
-    def id_bytes(self, delivery_id: int) -> bytes:
+    def id_bytes(self, delivery_id: i64) -> bytes:
         """`delivery_id` (one of this session's, 0 to 2**32 - 1) as four big-endian bytes."""
         return self.id_prefix(delivery_id) + BYTES[delivery_id & 0xFF]
 
-    def id_prefix(self, delivery_id: int) -> bytes:
+    def id_prefix(self, delivery_id: i64) -> bytes:
         """The top three of `delivery_id`'s four big-endian bytes, made once per 256 consecutive
         ids, where `int.to_bytes` per delivery boxed the int, converted it and allocated (~500
         instructions when compiled)."""
         high = delivery_id >> 8
         if high != self._id_high:
             self._id_high = high
-            self._id_prefix = high.to_bytes(3, "big")
+            self._id_prefix = int(high).to_bytes(3, "big")
         return self._id_prefix
 
-    def in_id_prefix(self, delivery_id: int) -> bytes:
+    def in_id_prefix(self, delivery_id: i64) -> bytes:
         """id_prefix for the peer's delivery-ids (the first of our dispositions as receiver,
         fastpath.disposition_frame), kept apart so that the two sequences do not undo each other's."""
         high = delivery_id >> 8
         if high != self._in_id_high:
             self._in_id_high = high
-            self._in_id_prefix = high.to_bytes(3, "big")
+            self._in_id_prefix = int(high).to_bytes(3, "big")
         return self._in_id_prefix
 
     def link_locally_detached(self, link: Link) -> None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from mypy_extensions import i64
+
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED, UNINIT
 from .fastpath import (
@@ -137,12 +139,12 @@ def write_session_flow(session: Session, echo: bool = False) -> None:
 def write_transfer(
     session: Session,
     link: Link,
-    delivery_id: int,
+    delivery_id: i64,
     tag: bytes,
     payload: bytes | memoryview,
     settled: bool,
     more: bool,
-    message_format: int,
+    message_format: i64,
     state: DeliveryState | None,
     first: bool,
     aborted: bool = False,
