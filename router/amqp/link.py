@@ -68,6 +68,7 @@ class Link(LinkFields):
         self.source, self.target = source, target
         self.snd_settle_mode, self.rcv_settle_mode = snd_settle_mode, rcv_settle_mode
         self.max_message_size = max_message_size
+        self.in_limit = max_message_size or 0
         try:
             self.local_handle = self.session.allocate_handle(self)
             self.out_middle_tag_length = -1  # a new handle: transfer_middle again

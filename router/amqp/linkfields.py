@@ -31,7 +31,7 @@ class LinkFields:
 
     __slots__ = (
         "session", "name", "role", "state", "local_handle", "remote_handle",
-        "source", "target", "snd_settle_mode", "rcv_settle_mode", "max_message_size",
+        "source", "target", "snd_settle_mode", "rcv_settle_mode", "max_message_size", "in_limit",
         "remote_attach", "remote_closed", "remote_error",
         "delivery_count", "credit", "drain", "available", "initial_delivery_count",
         "queued_deliveries", "in_delivery", "in_tag", "in_settled", "in_bytes",
@@ -54,6 +54,9 @@ class LinkFields:
         self.snd_settle_mode = SND_MIXED
         self.rcv_settle_mode = RCV_FIRST
         self.max_message_size: int | None = None
+        # The same as a native int, 0 for none: what every incoming transfer is checked against
+        # (an optional int is an object to unbox per frame). Set with it, in Link's constructor.
+        self.in_limit: i64 = 0
         self.remote_attach: Attach | None = None
         self.remote_closed = False
         self.remote_error: Error | None = None

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from mypy_extensions import i64
+
 from . import errors as E
 from .endpoints import ACTIVE, CLOSED
 from .events import DispositionReceived, FlowReceived, TransferReceived, WindowChanged
@@ -94,7 +96,7 @@ def _link_flow(
         session.conn.emit(FlowReceived(link, drained))
 
 
-def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end: int) -> None:
+def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end: i64) -> None:
     (handle, delivery_id, tag, tag_at, message_format, settled, more, rcv_settle_mode, state,
      _resume, aborted, payload_start) = fields  # fmt: skip
     if handle == session.in_handle and session.in_link is not None:
@@ -155,7 +157,11 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
         delivery_id, tag, tag_at = link.in_delivery, link.in_tag, -1
         if settled:
             link.in_settled = True
-    link.in_delivery = delivery_id if more and not aborted else -1
+    # (an if, not a conditional expression: mixing i64 and an int literal boxes, compiled)
+    if more and not aborted:
+        link.in_delivery = delivery_id
+    else:
+        link.in_delivery = -1
     # Large payloads are views of the read (no copy until the output join); small ones are
     # copied, which costs no more than making a view and pins nothing.
     payload_size = frame_end - payload_start
@@ -164,8 +170,8 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
     else:
         payload = buf[payload_start:frame_end]
     link.in_bytes += payload_size  # (len() of a bytes | memoryview is a generic call)
-    limit = link.max_message_size
-    if limit and link.in_bytes > limit and link.detach_on_oversize:
+    limit = link.in_limit
+    if limit != 0 and link.in_bytes > limit and link.detach_on_oversize:
         link.in_delivery = -1
         session.conn.link_error(
             link, E.MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {limit}"

@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from mypy_extensions import i64
+
 from ..amqp.events import DispositionReceived
 from ..amqp.messaging import RELEASED, is_terminal
 from ..amqp.performatives import RCV_SECOND, RECEIVER, SENDER
-from ..amqp.serial import SERIAL_MASK, serial_count, serial_ids_in
+from ..amqp.serial import serial_count, serial_ids_in
 from .credit import ProducerCredit
 from .delivery import Copy, Forward, SessionMaps, forget_inbound
 from .links import OutLink, alive
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
 # A disposition's range walked natively (iterating the range serial_ids_in returns boxes every
 # delivery-id, an allocation each above 256).
-_MASK: Final = SERIAL_MASK
+_MASK: Final = 0xFFFFFFFF  # serial.SERIAL_MASK, as a literal: compiled, a constant in the code
 
 
 class Settlement(ProducerCredit):
@@ -54,13 +56,15 @@ class Settlement(ProducerCredit):
             return
         if maps.routed is not None:  # a session with link-routed links (router.core.linkrelay)
             self.relay.on_disposition(event, maps.routed)
-        first, last = event.first, event.last
+        # Native ints (i64): compiled, each id of a range is plain arithmetic, not a boxed int.
+        first: i64 = event.first
+        last: i64 = event.last
         if event.role is RECEIVER:  # a consumer's outcome or state for deliveries we sent it
             outbound = maps.outbound
             if outbound.empty:
                 return
             state = event.state
-            count = serial_count(first, last)
+            count: i64 = serial_count(first, last)
             if event.settled:  # the consumer is done with them: so are we
                 if count <= 2 * len(outbound) + 64:  # (serial_ids_in's rule) no boxed ids
                     for i in range(count):
@@ -86,8 +90,9 @@ class Settlement(ProducerCredit):
                         self.consumer_update(record, delivery_id, state)
         elif event.settled:  # the producer settles deliveries it sent us
             inbound = maps.inbound
-            if serial_count(first, last) <= 2 * len(inbound) + 64:  # (serial_ids_in's rule)
-                for i in range(serial_count(first, last)):
+            settled_count: i64 = serial_count(first, last)
+            if settled_count <= 2 * len(inbound) + 64:  # (serial_ids_in's rule)
+                for i in range(settled_count):
                     fwd = inbound.pop((first + i) & _MASK)
                     if fwd is not None:
                         self._producer_settled(fwd)
