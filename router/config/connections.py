@@ -132,12 +132,12 @@ class Listener(ConnectionSettings):
         "(a listener that does not offer ANONYMOUS always refuses them)",
     )
     max_unsettled_per_link: int = Field(
-        default=5000, ge=1,
+        default=5000, ge=1, le=1 << 61,
         description="stop sending to a consumer link holding this many unsettled deliveries (the link is stuck "
         "until it settles some; other consumers of the address get the traffic)",
     )
     max_unsettled_per_connection: int = Field(
-        default=20000, ge=1,
+        default=20000, ge=1, le=1 << 61,
         description="the same bound for all consumer links of one connection together",
     )
     ssl_profile: Name | None = Field(default=None, description="the ssl_profiles entry whose certificate this listener presents (TLS)")

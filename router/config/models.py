@@ -73,7 +73,7 @@ class RouterSection(Model):
 
 class Limits(Model):
     max_connections: int = Field(default=65535, ge=1)
-    max_message_size: int | None = Field(default=None, ge=1, description="bytes; larger deliveries are rejected")
+    max_message_size: int | None = Field(default=None, ge=1, le=1 << 61, description="bytes; larger deliveries are rejected")
     buffered_budget_bytes: int = Field(
         default=128 * 1024 * 1024, ge=1024 * 1024,
         description="router-wide budget of message bytes held for producers (waiting for consumer credit): "
