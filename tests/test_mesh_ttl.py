@@ -138,3 +138,16 @@ def test_a_message_waiting_for_a_local_consumer_routed_again_to_the_other_router
     h.pump()
     (received,) = remote.received[remote_rx]
     assert received.message.header == Header(ttl=7_000)
+
+
+def test_a_message_that_outlived_its_ttl_waiting_for_the_data_link_is_expired_there() -> None:
+    """ttl 10 s, 12 s held at A for its data link to B: A expires it as the link takes it (the
+    producer hears released, A's address counts it expired); B never sees it."""
+    h = _two_routers()
+    at_b = _arriving_at(h, "B")
+    consumer, rx = _consumer(h, "B", "orders", credit=10)
+    producer, tx = _producer(h, "orders")
+    delivery = _held_at_a(h, producer, tx, Message.value("m", header=Header(ttl=10_000)), 12.0)
+    assert at_b == [] and not consumer.received[rx]
+    assert isinstance(producer.outcomes[delivery], Released)
+    assert h.cores["A"].table.entries["Morders"].expired == 1

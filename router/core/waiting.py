@@ -139,6 +139,14 @@ class Waiting(Fallback):
         take_waiting), with the ttl it has left (ttl.py)."""
         if not fwd.done:
             self._wait_bytes(fwd, -1)
+            expiry = fwd.expiry
+            if expiry is not None and expiry <= self.now:
+                # It outlived its ttl waiting here (this queue is not on the expiry timer: it
+                # is looked at as it leaves): expired here, as in an address's queue, not sent on
+                # with a ttl of 1 for the next router to expire.
+                fwd.entry.expired += 1
+                self.unroutable(fwd)
+                return
             reduce_ttl(fwd, self.now)
             self._send(fwd, out)
 
