@@ -61,12 +61,7 @@ class RoutingView:
         """This view of a message whose header's ttl was rewritten to `ttl_ms`, the bytes from
         offset `moved_from` on now `shift` further (a header encoded anew may change length:
         sections.with_ttl)."""
-        span = self.annotations_span
-        if shift and span is not None and span[0] >= moved_from:
-            span = (span[0] + shift, span[1] + shift)
-        insert_at = self.insert_at
-        if shift and insert_at >= moved_from:
-            insert_at += shift
+        span, insert_at = shifted(self.annotations_span, self.insert_at, moved_from, shift)
         return RoutingView(ttl_ms, span, self.to, self.absolute_expiry_ms, insert_at, self.priority)
 
     def __repr__(self) -> str:
@@ -74,6 +69,18 @@ class RoutingView:
                 f"to={self.to!r}, absolute_expiry_ms={self.absolute_expiry_ms}, "
                 f"insert_at={self.insert_at}, "
                 f"priority={self.priority})")  # fmt: skip
+
+
+def shifted(
+    span: tuple[int, int] | None, insert_at: int, moved_from: int, shift: int
+) -> tuple[tuple[int, int] | None, int]:
+    """An annotations span and insertion offset into a message whose bytes from `moved_from`
+    on moved `shift` further (the view's, and the router annotations' Meta keeps the same two)."""
+    if shift and span is not None and span[0] >= moved_from:
+        span = (span[0] + shift, span[1] + shift)
+    if shift and insert_at >= moved_from:
+        insert_at += shift
+    return span, insert_at
 
 
 def _list_items(payload: bytes, pos: i64, stop: i64) -> tuple[i64, i64]:

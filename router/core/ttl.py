@@ -31,8 +31,9 @@ import math
 from typing import Final
 
 from ..amqp.errors import DecodeError
+from ..amqp.peek import shifted
 from ..amqp.sections import header_ttl_at, with_ttl
-from .delivery import Forward, Meta, Payload
+from .delivery import Forward, Payload
 
 # expiry - now is a difference of floats (the expiry was `now + ttl` at arrival), off by far
 # less than this: a delivery that waited no time keeps its ttl as it came.
@@ -61,47 +62,37 @@ def reduce_ttl(fwd: Forward, now: float) -> None:
     left = _remaining_ms(expiry, now)
     if left >= held:
         return
-    data = first if type(first) is bytes else bytes(first)
-    try:
-        at = header_ttl_at(data)
-        if at is None:  # (peek read a ttl from this header: not reached)
-            return
-        rewritten = with_ttl(data, at, left)
-    except DecodeError:
-        # (peek read this header already, so not reached either; but these are a peer's bytes,
-        # and a SHOULD of the spec is no reason to fail a delivery: it goes on as it came)
+    rewritten = _rewritten(first, left)
+    if rewritten is None:
         return
-    shift = len(rewritten) - len(data)
-    header_end = at[1]
-    fwd.first = rewritten
+    data, header_end, shift = rewritten
+    fwd.first = data
     fwd.view = view.with_ttl(left, header_end, shift)
     fwd.fields = None  # (read from the old bytes: a filter asking again reads the new ones)
     rframe = fwd.rframe
     if rframe is not None:  # a multicast delivery's first frame for other routers
-        fwd.rframe = _with_ttl(rframe, left)
+        again = _rewritten(rframe, left)
+        if again is not None:
+            fwd.rframe = again[0]
     if shift:  # a header encoded anew (sections.with_ttl): what lies after it moved
         fwd.size += shift
         meta = fwd.meta
         if meta is not None:
-            _move(meta, header_end, shift)
+            meta.span, meta.insert_at = shifted(meta.span, meta.insert_at, header_end, shift)
 
 
-def _with_ttl(frame: Payload, ttl_ms: int) -> bytes:
-    """`frame` (a first frame with the same header) with its header's ttl set to `ttl_ms`; as
-    it is if its header cannot be read (see reduce_ttl)."""
+def _rewritten(frame: Payload, ttl_ms: int) -> tuple[bytes, int, int] | None:
+    """`frame` (a first frame) with its header's ttl set to `ttl_ms`, where its header ended and
+    how much longer it is now (sections.with_ttl may encode the header anew); None when it has
+    no header ttl or its header cannot be read (peek read it already, so neither is reached; but
+    these are a peer's bytes, and a SHOULD of the spec is no reason to fail a delivery: it goes
+    on as it came)."""
     data = frame if type(frame) is bytes else bytes(frame)
     try:
         at = header_ttl_at(data)
-        return data if at is None else with_ttl(data, at, ttl_ms)
+        if at is None:
+            return None
+        rewritten = with_ttl(data, at, ttl_ms)
+        return rewritten, at[1], len(rewritten) - len(data)
     except DecodeError:
-        return data
-
-
-def _move(meta: Meta, moved_from: int, shift: int) -> None:
-    """`meta`'s offsets into the first frame, where the bytes from `moved_from` on are now
-    `shift` further."""
-    span = meta.span
-    if span is not None and span[0] >= moved_from:
-        meta.span = (span[0] + shift, span[1] + shift)
-    if meta.insert_at >= moved_from:
-        meta.insert_at += shift
+        return None
