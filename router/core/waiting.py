@@ -137,18 +137,22 @@ class Waiting(Fallback):
     def _send_waiting(self, fwd: Forward, out: OutLink) -> None:
         """Send `fwd`, which waited for credit on inter-router link `out` (or for a streaming link:
         take_waiting), with the ttl it has left (ttl.py)."""
-        if not fwd.done:
-            self._wait_bytes(fwd, -1)
-            expiry = fwd.expiry
-            if expiry is not None and expiry <= self.now:
-                # It outlived its ttl waiting here (this queue is not on the expiry timer: it
-                # is looked at as it leaves): expired here, as in an address's queue, not sent on
-                # with a ttl of 1 for the next router to expire.
-                fwd.entry.expired += 1
-                self.unroutable(fwd)
-                return
-            reduce_ttl(fwd, self.now)
+        # (this queue is not on the expiry timer: a delivery is looked at as it leaves it, so
+        # that one that outlived its ttl is expired here, not sent on with a ttl of 1)
+        if not fwd.done and self._leave_queue(fwd, self.now):
             self._send(fwd, out)
+
+    def _leave_queue(self, fwd: Forward, now: float | None) -> bool:
+        """`fwd` leaves the queue it waited in, to be sent: its bytes leave the bounds; True, with
+        the ttl it has left (ttl.py), or False when it outlived its ttl there (expired: counted,
+        and released or dropped). `now` None: not looked at for expiry."""
+        self._wait_bytes(fwd, -1)
+        if now is not None and fwd.expiry is not None and fwd.expiry <= now:
+            fwd.entry.expired += 1
+            self.unroutable(fwd)
+            return False
+        reduce_ttl(fwd, self.now)
+        return True
 
     def consumer_ready(self, out: OutLink, now: float | None = None) -> None:
         """`out` may take deliveries: give it waiting ones, then answer a drain request."""
@@ -179,14 +183,8 @@ class Waiting(Fallback):
         else:
             while queue and out.can_take():
                 fwd = queue.popleft()
-                if fwd.done:
+                if fwd.done or not self._leave_queue(fwd, now):
                     continue
-                self._wait_bytes(fwd, -1)
-                if now is not None and fwd.expiry is not None and fwd.expiry <= now:
-                    fwd.entry.expired += 1
-                    self.unroutable(fwd)
-                    continue
-                reduce_ttl(fwd, self.now)
                 out.entry.rr += 1
                 self._send(fwd, out)
             nothing_for_it = not queue
@@ -209,12 +207,8 @@ class Waiting(Fallback):
             if not filtering.eligible(fwd, out) or not sizelimits.fits(fwd, out):
                 passed_over.append(fwd)
                 continue
-            self._wait_bytes(fwd, -1)
-            if now is not None and fwd.expiry is not None and fwd.expiry <= now:
-                fwd.entry.expired += 1
-                self.unroutable(fwd)
+            if not self._leave_queue(fwd, now):
                 continue
-            reduce_ttl(fwd, self.now)
             out.entry.rr += 1
             self._send(fwd, out)
         queue.push_front(passed_over)
