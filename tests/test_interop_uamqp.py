@@ -166,9 +166,7 @@ async def test_receiver_first_round_trip_keeps_every_section(env: Env) -> None:
         rx = env.receiver(target, properties={"client": "uamqp"}, link_properties={"com.example:priority": 3},
                           desired_capabilities=types.AMQPSymbol("com.example:whatever").c_data)  # fmt: skip
         tx = env.sender(target, properties={"client": "uamqp"}, link_properties={"com.example:x": "y"})
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(rx, tx):
             sent = tx.send_async(rich_message(i) for i in range(count))
             pump.until(lambda: len(rx.messages) == count, tx, rx, what="the messages")
             settled = [m.settled for m in rx.messages]
@@ -176,8 +174,6 @@ async def test_receiver_first_round_trip_keeps_every_section(env: Env) -> None:
                 assert m.accept()
             pump.until(lambda: all(s.done for s in sent), tx, rx, what="the outcomes")
             return sent, rx.messages, settled
-        finally:
-            close_all(tx, rx)
 
     sent, messages, settled = await in_thread(scenario)
     assert [(s.result, s.state) for s in sent] == [(OK, [])] * count  # accepted
@@ -270,11 +266,7 @@ async def test_rejected_released_and_modified_reach_the_sender(env: Env) -> None
     target = address()
 
     def scenario(pump: Pump) -> list[Sent]:
-        rx = env.receiver(target)
-        tx = env.sender(target)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(env.receiver(target), env.sender(target)) as (rx, tx):
             sent = tx.send_async(uamqp.Message(b"m%d" % i) for i in range(4))
             pump.until(lambda: len(rx.messages) == 4, tx, rx, what="the messages")
             m = rx.messages
@@ -284,8 +276,6 @@ async def test_rejected_released_and_modified_reach_the_sender(env: Env) -> None
             m[3].modify(True, True)
             pump.until(lambda: all(s.done for s in sent), tx, rx, what="the outcomes")
             return sent
-        finally:
-            close_all(tx, rx)
 
     sent = await in_thread(scenario)
     assert [(s.result, s.state) for s in sent] == [
@@ -304,18 +294,12 @@ async def test_a_second_mode_sender_never_completes(env: Env) -> None:
     target = address()
 
     def scenario(pump: Pump) -> tuple[bool, Sent]:
-        rx = env.receiver(target)
-        tx = env.sender(target, receive_settle_mode=SECOND)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(env.receiver(target), env.sender(target, receive_settle_mode=SECOND)) as (rx, tx):
             (sent,) = tx.send_async([uamqp.Message(b"second")])
             pump.until(lambda: bool(rx.messages), tx, rx, what="the message")
             accepted = rx.messages[0].accept()
             pump.turns(1.0, tx, rx)
             return accepted, Sent(sent.result, sent.state)  # (closing the client fails it)
-        finally:
-            close_all(tx, rx)
 
     accepted, sent = await in_thread(scenario)
     assert accepted
@@ -330,11 +314,7 @@ async def test_receive_and_delete_with_unsettled_transfers_never_settles(env: En
     target = address()
 
     def scenario(pump: Pump) -> tuple[list[Sent], list[Sent], int]:
-        rx = env.receiver(target, receive_settle_mode=FIRST)
-        tx = env.sender(target)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(env.receiver(target, receive_settle_mode=FIRST), env.sender(target)) as (rx, tx):
             sent = tx.send_async(uamqp.Message(b"rd %d" % i) for i in range(2))
             pump.until(lambda: len(rx.messages) == 2, tx, rx, what="the messages")
             pump.turns(0.5, tx, rx)
@@ -343,8 +323,6 @@ async def test_receive_and_delete_with_unsettled_transfers_never_settles(env: En
             rx.close()
             pump.until(lambda: all(s.done for s in sent), tx, what="the outcomes")
             return before, sent, received
-        finally:
-            close_all(tx, rx)
 
     before, after, received = await in_thread(scenario)
     assert received == 2
@@ -358,16 +336,13 @@ async def test_receive_and_delete_with_settled_transfers(env: Env) -> None:
     target, count = address(), 3
 
     def scenario(pump: Pump) -> tuple[list[Sent], list[bool], list[bytes]]:
-        rx = env.receiver(target, receive_settle_mode=FIRST, send_settle_mode=constants.SenderSettleMode.Settled)
-        tx = env.sender(target)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(
+            env.receiver(target, receive_settle_mode=FIRST, send_settle_mode=constants.SenderSettleMode.Settled),
+            env.sender(target),
+        ) as (rx, tx):
             sent = tx.send_async(uamqp.Message(b"rd %d" % i) for i in range(count))
             pump.until(lambda: len(rx.messages) == count and all(s.done for s in sent), tx, rx, what="the outcomes")
             return sent, [m.settled for m in rx.messages], [body(m) for m in rx.messages]
-        finally:
-            close_all(tx, rx)
 
     sent, settled, bodies = await in_thread(scenario)
     assert [s.result for s in sent] == [OK] * count
@@ -386,19 +361,13 @@ async def test_one_mebibyte_message_in_many_frames(env: Env) -> None:
     data = bytes(range(256)) * (MiB // 256)
 
     def scenario(pump: Pump) -> tuple[list[Sent], list[bytes]]:
-        rx = env.receiver(target, max_message_size=2 * MiB)
-        tx = env.sender(target)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(env.receiver(target, max_message_size=2 * MiB), env.sender(target)) as (rx, tx):
             sent = tx.send_async([uamqp.Message(data), uamqp.Message(b"after")])
             pump.until(lambda: len(rx.messages) == 2, tx, rx, what="the messages")
             for m in rx.messages:
                 m.accept()
             pump.until(lambda: all(s.done for s in sent), tx, rx, what="the outcomes")
             return sent, [body(m) for m in rx.messages]
-        finally:
-            close_all(tx, rx)
 
     sent, bodies = await in_thread(scenario)
     assert [s.result for s in sent] == [OK, OK]
@@ -415,19 +384,13 @@ async def test_the_receivers_default_max_message_size_is_honoured(env: Env) -> N
     target = address()
 
     def scenario(pump: Pump) -> tuple[list[Sent], list[bytes]]:
-        rx = env.receiver(target)
-        tx = env.sender(target)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(env.receiver(target), env.sender(target)) as (rx, tx):
             sent = tx.send_async([uamqp.Message(b"x" * MiB), uamqp.Message(b"small")])
             pump.until(lambda: bool(rx.messages) and sent[0].done, tx, rx, what="the small message")
             for m in rx.messages:
                 m.accept()
             pump.until(lambda: all(s.done for s in sent), tx, rx, what="the outcomes")
             return sent, [m._body and body(m) for m in rx.messages]
-        finally:
-            close_all(tx, rx)
 
     sent, bodies = await in_thread(scenario)
     assert sent[0].result == ERROR, (sent, bodies)
@@ -445,11 +408,7 @@ async def test_one_message_of_credit_at_a_time_gets_everything(env: Env) -> None
     target, count = address(), 30
 
     def scenario(pump: Pump) -> tuple[list[Sent], list[bytes]]:
-        rx = env.receiver(target, prefetch=1)
-        tx = env.sender(target)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(env.receiver(target, prefetch=1), env.sender(target)) as (rx, tx):
             sent = tx.send_async(uamqp.Message(b"%d" % i) for i in range(count))
             accepted = 0
 
@@ -462,8 +421,6 @@ async def test_one_message_of_credit_at_a_time_gets_everything(env: Env) -> None
 
             pump.until(step, tx, rx, what="the outcomes")
             return sent, [body(m) for m in rx.messages]
-        finally:
-            close_all(tx, rx)
 
     sent, bodies = await in_thread(scenario)
     assert bodies == [b"%d" % i for i in range(count)]
@@ -518,19 +475,13 @@ async def test_short_idle_timeout_is_kept_alive(env: Env) -> None:
     target = address()
 
     def scenario(pump: Pump) -> tuple[Sent, list[bytes]]:
-        rx = env.receiver(target, idle_timeout=1000)
-        tx = env.sender(target, idle_timeout=1000)
-        try:
-            pump.attached(rx)
-            pump.attached(tx, rx)
+        with pump.pair(env.receiver(target, idle_timeout=1000), env.sender(target, idle_timeout=1000)) as (rx, tx):
             pump.turns(2.5, tx, rx)
             (sent,) = tx.send_async([uamqp.Message(b"still here")])
             pump.until(lambda: bool(rx.messages), tx, rx, what="the message")
             rx.messages[0].accept()
             pump.until(lambda: sent.done, tx, rx, what="the outcome")
             return sent, [body(m) for m in rx.messages]
-        finally:
-            close_all(tx, rx)
 
     sent, bodies = await in_thread(scenario)
     assert sent.result == OK

@@ -19,7 +19,8 @@ tests/test_interop_uamqp.py and the README's interop list) is described there.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +121,17 @@ class Pump(Cranks):
             return ready[0]
 
         self.until(turn, *others, what="the attach")
+
+    @contextmanager
+    def pair(self, rx: Any, tx: Any) -> Iterator[tuple[Any, Any]]:
+        """Receiver `rx` attached, then sender `tx` (so that it has credit), both closed after
+        the block whatever happens in it."""
+        try:
+            self.attached(rx)
+            self.attached(tx, rx)
+            yield rx, tx
+        finally:
+            close_all(tx, rx)
 
     def turns(self, seconds: float, *clients: Any) -> None:
         """Turn `clients` for `seconds`."""
