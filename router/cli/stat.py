@@ -24,8 +24,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..net.errors import ClientError
 from ..config.patterns import strip_scheme
+from ..net.errors import ClientError
 from ..net.management_client import ManagementSession
 from .common import parse_bus, run_async, stderr
 from .login import with_login
