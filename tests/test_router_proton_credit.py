@@ -95,6 +95,65 @@ async def test_credit_only_while_a_consumer_exists_in_a_window_of_link_capacity(
     assert clients.sent == clients.received == clients.accepted == capacity
 
 
+class QuarterTopUp(Clients):
+    """A consumer with plenty of credit, a producer on a listener of link capacity 100: the
+    producer sends 24 messages (less than a quarter of its window), all accepted (round trip:
+    its credit is still 76, no flow per message), then one more (round trip: topped up to 100)."""
+
+    def __init__(self, router: RouterProcess, address: str) -> None:
+        super().__init__(router, prefetch=0)
+        self.address = address
+        self.credit: dict[str, int] = {}
+        self.sent = self.accepted = 0
+        self.sender: Any = None
+        self.receiver: Any = None
+
+    def on_start(self, event: Any) -> None:
+        container = event.container
+        self.receiver = container.create_receiver(self.connect(container), self.address)
+        self.producer = self.connect(container, "mid")
+
+    def on_link_opened(self, event: Any) -> None:
+        container = event.container
+        if event.link == self.receiver:
+            self.receiver.flow(1000)
+            self.sender = container.create_sender(self.producer, self.address)
+        elif event.link.name == "after-24":
+            self.credit["after 24"] = self.sender.credit
+            self.send(1)
+        elif event.link.name == "after-25":
+            self.credit["after 25"] = self.sender.credit
+            self.finish()
+
+    def on_link_flow(self, event: Any) -> None:
+        if event.link == self.sender and self.sent == 0 and self.sender.credit > 0:
+            self.credit["first"] = self.sender.credit
+            self.send(24)
+
+    def send(self, count: int) -> None:
+        for _ in range(count):
+            self.sender.send(Message(body=self.sent))
+            self.sent += 1
+
+    def on_message(self, event: Any) -> None:
+        self.accept(event.delivery)
+
+    def on_accepted(self, event: Any) -> None:
+        self.accepted += 1
+        if self.accepted == self.sent:
+            self.probe(event.container, self.producer, f"after-{self.sent}")
+
+
+async def test_a_producer_is_topped_up_once_a_quarter_of_its_window_is_used(router: RouterProcess) -> None:
+    """Flows go out in batches, not one per message, but before the producer runs short: the
+    router only looks at the end of a batch of reads, and topped up at half the window a
+    producer streaming at full speed ran dry before the flow reached it."""
+    clients = QuarterTopUp(router, "credit.quarter")
+    await run_clients(clients)
+    clients.check()
+    assert clients.credit == {"first": 100, "after 24": 76, "after 25": 100}
+
+
 class FirstWindow(Clients):
     """A consumer with credit, then a producer on the default listener: its first window is what
     the connection's byte bound holds of single-frame messages of the largest frame (16 MiB /
