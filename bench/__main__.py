@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import micro, scenarios, tls, topology, websocket
+from . import micro, scenarios, targets, tls, topology, websocket
 
 SUITES = {"micro": micro.run, "router": scenarios.run, "chain": scenarios.run_chain, "topology": topology.run, "tls": tls.run, "websocket": websocket.run}
 
@@ -65,11 +65,17 @@ def main(argv: list[str]) -> int:
         for key, value in _flatten(results).items():
             table.add_row(key, f"{value:,.3f}" if abs(value) < 10 else f"{value:,.0f}")
         console.print(table)
+        reached = targets.verdicts(results) if name == "router" else []
+        if reached:
+            summary = Table("target", "value", "bound", "met", title="targets")
+            for row in reached:
+                summary.add_row(row["target"], f"{row['value']:,.3f}", row["bound"], "yes" if row["met"] else "[bold red]no[/]")
+            console.print(summary)
         console.print(f"python: {python_build()}")
         console.print(f"router build: {router_build()}")
         stamp = datetime.datetime.now().strftime("%Y-%m-%dT%H%M%S")
         path = out_dir / f"{stamp}-{name}.json"
-        path.write_text(json.dumps({"suite": name, "python": python_build(), "router_build": router_build(), "results": results}, indent=2))
+        path.write_text(json.dumps({"suite": name, "python": python_build(), "router_build": router_build(), "results": results, "targets": reached}, indent=2))
         console.print(f"saved {path}")
     return 0
 
