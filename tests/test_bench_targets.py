@@ -20,11 +20,11 @@ def test_each_figure_is_read_against_its_bound_and_scenarios_not_run_are_left_ou
     }
 
 
-def test_a_bound_itself_is_met_and_every_target_names_a_figure_the_suite_reports() -> None:
+def test_a_bound_itself_is_met_and_every_scenario_but_the_slow_consumer_has_a_target() -> None:
     for target in TARGETS:
         assert target.met(target.bound)
     suite_keys = {
         "1_anycast_100b_unsettled", "2_anycast_100b_presettled", "3_anycast_10kib_unsettled", "4_pingpong_latency",
         "5_idle_connections", "7_chain_of_3_100b_unsettled", "8_multicast_1_to_2_100b_unsettled",
     }  # fmt: skip
-    assert {target.scenario for target in TARGETS} == suite_keys
+    assert {target.scenario for target in TARGETS} == suite_keys  # (6: reported, no bound)
