@@ -29,7 +29,7 @@ from .performatives import (
     Fields,
     Symbols,
 )
-from .linkfields import LinkFields
+from .linkfields import LinkFields, size_limit
 from .serial import serial_add, serial_lt
 from .sessionout import write_control, write_link_flow, write_transfer
 
@@ -68,9 +68,7 @@ class Link(LinkFields):
         self.source, self.target = source, target
         self.snd_settle_mode, self.rcv_settle_mode = snd_settle_mode, rcv_settle_mode
         self.max_message_size = max_message_size
-        # (a ulong: 2**64 - 1 is how many peers say "no limit"; anything from 2**61 on is no
-        # limit in practice, and as a native int it must fit)
-        self.in_limit = max_message_size if max_message_size is not None and max_message_size < 1 << 61 else 0
+        self.in_limit = size_limit(max_message_size)
         try:
             self.local_handle = self.session.allocate_handle(self)
             self.out_middle_tag_length = -1  # a new handle: transfer_middle again

@@ -14,7 +14,7 @@ the base's: reading them costs what it did in one class.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from mypy_extensions import i64
 
@@ -24,6 +24,21 @@ from .performatives import RCV_FIRST, SENDER, SND_MIXED, Attach, Error
 
 if TYPE_CHECKING:
     from .session import Session
+
+
+# A max-message-size no message reaches (it would not fit in memory): kept as none. Clients that
+# mean "no limit" send 2**64 - 1 as often as 0, and an int above 2**62 is boxed when compiled
+# (every comparison with it the slow path) and does not fit a native int.
+BEYOND_ANY: Final = 1 << 61
+
+
+def size_limit(max_message_size: int | None) -> int:
+    """A max-message-size (a ulong, transport §2.7.3) as a limit sizes are compared with: 0 for
+    none (absent, 0, or beyond any message). The link's own (LinkFields.in_limit) and a
+    consumer's as the router keeps it (router.core.sizelimits) are read by this one rule."""
+    if max_message_size is None or max_message_size <= 0 or max_message_size >= BEYOND_ANY:
+        return 0
+    return int(max_message_size)
 
 
 class LinkFields:

@@ -23,10 +23,11 @@ Must not touch: choosing among the consumers that fit (sending.py, multicast.py)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from ..amqp import errors as E
 from ..amqp.messaging import Rejected
+from ..amqp.linkfields import size_limit
 from ..amqp.performatives import Error
 
 if TYPE_CHECKING:
@@ -34,22 +35,11 @@ if TYPE_CHECKING:
     from .delivery import Forward
     from .links import OutLink
 
-# A limit no message reaches (it would not fit in memory): kept as none. Clients that mean
-# "no limit" send 2**64 - 1 as often as 0, and an int above 2**62 is boxed when compiled (every
-# comparison with it the slow path).
-BEYOND_ANY: Final = 1 << 61
-
-
 def consumer_limit(link: Link) -> int:
     """The max-message-size of the consumer's attach of `link` (the router's sending link), 0
     for none (absent, 0, or beyond any message)."""
     remote = link.remote_attach
-    if remote is None:
-        return 0
-    limit = remote.max_message_size
-    if limit is None or limit <= 0 or limit >= BEYOND_ANY:
-        return 0
-    return int(limit)
+    return 0 if remote is None else size_limit(remote.max_message_size)
 
 
 def fits(fwd: Forward, out: OutLink) -> bool:
