@@ -58,6 +58,7 @@ def transfer_performative(
     more: bool,
     aborted: bool = False,
     state: DeliveryState | None = None,
+    rcv_settle_mode: int | None = None,
 ) -> bytes:
     """The encoded transfer performative (transport §2.7.5), without frame header or payload."""
     if len(tag) < 256:
@@ -69,8 +70,8 @@ def transfer_performative(
         + _TRUE_FALSE[settled] + _TRUE_FALSE[more]
     )  # fmt: skip
     count = 6
-    if aborted or state is not None:
-        extra = bytearray(b"\x40")  # rcv-settle-mode
+    if aborted or state is not None or rcv_settle_mode is not None:
+        extra = bytearray(b"\x40" if rcv_settle_mode is None else bytes((0x50, rcv_settle_mode)))  # ubyte
         encode_value(extra, state)
         extra += b"\x42" + _TRUE_FALSE[aborted]  # resume, aborted
         body += extra

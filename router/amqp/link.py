@@ -18,9 +18,12 @@ from .endpoints import ACTIVE, CLOSED, UNINIT, Action, Input
 from .errors import LocalUsageError
 from .performatives import (
     RCV_FIRST,
+    RCV_MODES,
+    RCV_SECOND,
     RECEIVER,
     SENDER,
     SND_MIXED,
+    SND_MODES,
     SND_SETTLED,
     SND_UNSETTLED,
     Attach,
@@ -58,13 +61,13 @@ class Link(LinkFields):
         """Send our attach (transport §2.7.3), either first or answering the peer's."""
         self.session.conn.check_not_closed()
         self.state.local_input(Input.OPEN)
+        remote = self.remote_attach
         if snd_settle_mode is None:
-            # Answering: a responder normally mirrors the initiator's settle modes.
-            remote = self.remote_attach
-            snd_settle_mode = remote.snd_settle_mode if remote else SND_MIXED
+            # Answering: a responder normally mirrors the initiator's settle modes; a mode that
+            # does not exist (transport §2.8.2, §2.8.3) is not echoed (the router refuses it).
+            snd_settle_mode = remote.snd_settle_mode if remote and remote.snd_settle_mode in SND_MODES else SND_MIXED
         if rcv_settle_mode is None:
-            remote = self.remote_attach
-            rcv_settle_mode = remote.rcv_settle_mode if remote else RCV_FIRST
+            rcv_settle_mode = remote.rcv_settle_mode if remote and remote.rcv_settle_mode in RCV_MODES else RCV_FIRST
         self.source, self.target = source, target
         self.snd_settle_mode, self.rcv_settle_mode = snd_settle_mode, rcv_settle_mode
         self.max_message_size = max_message_size
@@ -183,6 +186,7 @@ class Link(LinkFields):
         more: bool = False,
         message_format: i64 = 0,
         state: DeliveryState | None = None,
+        rcv_settle_mode: int | None = None,
     ) -> i64:
         """Send (part of) a delivery and return its delivery-id.
 
@@ -191,7 +195,11 @@ class Link(LinkFields):
         peer's max-frame-size is split into frames here. `tag` None: the delivery-id's four
         bytes are its tag, made once for both fields (a delivery-id is unique among the
         session's unsettled deliveries, so the tag is among the link's, transport §2.6.12).
+        `rcv_settle_mode`: the transfer's own (transport §2.7.5): first, or second where the
+        receiver attached second; None (the common case) leaves it to the link's.
         """
+        if rcv_settle_mode is not None:
+            self._check_transfer_settle_mode(rcv_settle_mode)
         session = self.session
         if (
             self.role is not SENDER or self.state.local is not ACTIVE
@@ -229,9 +237,18 @@ class Link(LinkFields):
             self.out_delivery = -1
         write_transfer(
             session, self, delivery_id, tag, payload, settled, more, message_format, state, first,
-            False, own_tag,
+            False, own_tag, rcv_settle_mode,
         )  # fmt: skip
         return delivery_id
+
+    def _check_transfer_settle_mode(self, mode: int) -> None:
+        remote = self.remote_attach
+        if mode == RCV_FIRST or (mode == RCV_SECOND and remote is not None and remote.rcv_settle_mode == RCV_SECOND):
+            return
+        raise LocalUsageError(
+            f"transfer rcv-settle-mode {mode}: first (0) only, or second (1) where the receiver attached "
+            "second (transport 2.7.5)"
+        )
 
     def abort(self) -> None:
         """Abort the delivery being streamed out (transport §2.6.12): the receiver discards it."""

@@ -21,6 +21,8 @@ SND_SETTLED: Final = 1
 SND_MIXED: Final = 2
 RCV_FIRST: Final = 0  # receiver-settle-mode, transport §2.8.3
 RCV_SECOND: Final = 1
+SND_MODES: Final = (SND_UNSETTLED, SND_SETTLED, SND_MIXED)  # the modes that exist
+RCV_MODES: Final = (RCV_FIRST, RCV_SECOND)
 
 Symbols = tuple[str, ...]
 Fields = dict[Any, Any]

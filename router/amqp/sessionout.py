@@ -149,12 +149,14 @@ def write_transfer(
     first: bool,
     aborted: bool = False,
     own_tag: bool = False,
+    rcv_settle_mode: int | None = None,
 ) -> None:
     """One transfer of `link` (Link.send_transfer, Link.abort). `own_tag`: the delivery's tag
-    is its delivery-id's four big-endian bytes (`tag` is then unused)."""
+    is its delivery-id's four big-endian bytes (`tag` is then unused). `rcv_settle_mode`: the
+    transfer's own (transport §2.7.5), None for the link's."""
     blocked = session.blocked  # None unless the peer's window ever closed: no truth test then
     if (
-        message_format == 0 and state is None and not aborted
+        message_format == 0 and state is None and not aborted and rcv_settle_mode is None
         and (blocked is None or not blocked) and session.remote_incoming_window > 0
     ):  # fmt: skip
         size = len(payload)
@@ -187,7 +189,7 @@ def write_transfer(
         tag = session.id_bytes(delivery_id)
     handle, channel = link.local_handle, session.channel
     last = transfer_performative(
-        handle, delivery_id, tag, message_format, settled, more, aborted, state
+        handle, delivery_id, tag, message_format, settled, more, aborted, state, rcv_settle_mode
     )
     conn = session.conn
     room = conn.remote_max_frame_size - 8 - len(last)
@@ -207,7 +209,7 @@ def write_transfer(
         frames: list[tuple[bytes, bytes | memoryview]] = [(last, payload)]
     else:  # split (transport §2.6.14); every frame but the last carries more=true
         middle = transfer_performative(
-            handle, delivery_id, tag, message_format, settled, True, False, state
+            handle, delivery_id, tag, message_format, settled, True, False, state, rcv_settle_mode
         )
         view = memoryview(payload)
         frames = [(middle, view[i : i + room]) for i in range(0, size - room, room)]

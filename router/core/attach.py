@@ -24,7 +24,7 @@ from ..amqp.endpoints import ACTIVE, CLOSED, UNINIT
 from ..amqp.filters import ConsumerFilter, FilterError, parse_filter_set
 from ..amqp.link import Link
 from ..amqp.messaging import Source, Target
-from ..amqp.performatives import Error
+from ..amqp.performatives import RCV_MODES, SND_MODES, Error
 from ..amqp.session import Session
 from ..amqp.types import Symbol
 from .addressentry import AddressEntry
@@ -47,6 +47,20 @@ if TYPE_CHECKING:
 
 def _refuse(link: Link, condition: str, description: str) -> None:
     link.reject(Error(condition=condition, description=description))
+
+
+def _unknown_settle_mode(link: Link) -> str | None:
+    """Why the peer's attach names a settle mode that does not exist (transport §2.8.2, §2.8.3),
+    or None: an answer mirrors the modes (Link.answer), and echoing one the router does not
+    know would claim to honour it."""
+    remote = link.remote_attach
+    if remote is None:
+        return None
+    if remote.snd_settle_mode not in SND_MODES:
+        return f"snd-settle-mode {int(remote.snd_settle_mode)} is none of unsettled (0), settled (1), mixed (2)"
+    if remote.rcv_settle_mode not in RCV_MODES:
+        return f"rcv-settle-mode {int(remote.rcv_settle_mode)} is neither first (0) nor second (1)"
+    return None
 
 
 class Links:
@@ -81,6 +95,10 @@ class Links:
         if conn.link_count >= conn.listener.max_links_per_connection:
             _refuse(link, E.RESOURCE_LIMIT_EXCEEDED,
                     f"link limit ({conn.listener.max_links_per_connection}) reached on this connection")  # fmt: skip
+            return
+        refusal = _unknown_settle_mode(link)
+        if refusal is not None:  # never echoed, nor passed on to a link route's container
+            _refuse(link, E.INVALID_FIELD, refusal)
             return
         if self.link_routes.attach(conn, link, now):  # link-routed (router.core.linkroute)
             return

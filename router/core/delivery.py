@@ -33,7 +33,7 @@ class Forward:
         "in_link", "in_id", "in_session", "presettled", "first", "rest", "complete", "size", "entry",
         "out", "out_id", "copies", "remaining", "best", "outcome_sent", "expiry", "done",
         "message_format", "state", "arrived", "view", "meta", "rframe", "holds_slot", "fields",
-        "arrived_at", "sent_at", "hop", "waiting",
+        "arrived_at", "sent_at", "hop", "waiting", "settles_first",
     )  # fmt: skip
 
     def __init__(
@@ -91,6 +91,9 @@ class Forward:
         # they were counted (an abort cannot otherwise tell a waiting delivery from one whose
         # routing never finished, or one an in-process endpoint is collecting).
         self.waiting = False
+        # Its producer's transfer asked rcv-settle-mode first on a link attached second
+        # (transport §2.7.5): settled to the producer with its outcome, as on a first link.
+        self.settles_first = False
 
     def __repr__(self) -> str:
         return f"Forward(in={self.in_id}, out={self.out_id}, done={self.done})"

@@ -39,7 +39,7 @@ from ..amqp.errors import DecodeError
 from ..amqp.events import TransferReceived
 from ..amqp.messaging import RELEASED, Rejected
 from ..amqp.peek import RoutingView, peek_at
-from ..amqp.performatives import Error
+from ..amqp.performatives import RCV_FIRST, Error
 from . import annotate, annotparse, remote
 from .addressentry import AddressEntry
 from .delivery import Forward, Payload, maps_of
@@ -64,6 +64,8 @@ class Forwarder(Streaming):
         """`wall_offset`: wall-clock seconds minus `now` (RouterCore's)."""
         super().__init__(table, bounds, mesh, touched, router_id, max_message_size)
         self.wall_offset = wall_offset
+        # The delivery first_frame is given asked rcv-settle-mode first (on_transfer's, for one call).
+        self.settles_first_next = False
 
     # --- arriving frames ------------------------------------------------------------------------
 
@@ -75,14 +77,25 @@ class Forwarder(Streaming):
             else:
                 self.mesh.on_transfer(event, now)  # a control message between routers
             return
+        # A transfer's own rcv-settle-mode first settles its delivery with its outcome where the
+        # link says second (transport §2.7.5; the engine refused any other difference). Such a
+        # transfer never takes RouterCore.first_frame's straight path.
+        mode = event.rcv_settle_mode
+        settles_first = mode is not None and mode == RCV_FIRST
         if event.first:
-            self.first_frame(
-                inl, event.delivery_id, event.settled, event.more, event.aborted, event.message_format,
-                event.payload, event.source, event.offset, now,
-            )  # fmt: skip
+            self.settles_first_next = settles_first
+            try:
+                self.first_frame(
+                    inl, event.delivery_id, event.settled, event.more, event.aborted, event.message_format,
+                    event.payload, event.source, event.offset, now,
+                )  # fmt: skip
+            finally:
+                self.settles_first_next = False
         elif inl.discarding:
             inl.discarding = event.more
         elif inl.streaming is not None:
+            if settles_first:
+                inl.streaming.settles_first = True
             self._next_frame(inl, inl.streaming, event)
 
     def first_frame(
@@ -136,6 +149,8 @@ class Forwarder(Streaming):
             entry = self._lookup(inl, to)
         fwd = Forward(inl, delivery_id, settled, payload, size, not more,
                       entry if entry is not None else NOWHERE, message_format)  # fmt: skip
+        if self.settles_first_next:
+            fwd.settles_first = True
         if self.flow_on:
             self.flow_arrived(inl, fwd, size, now, meta.flow_trace if meta is not None else None)
         if fwd.size > inl.size_watch and not more:  # a large message: credit by bytes (bounds.py)

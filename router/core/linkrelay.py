@@ -32,7 +32,7 @@ from ..amqp.errors import LocalUsageError
 from ..amqp.events import DispositionReceived, FlowReceived, TransferReceived
 from ..amqp.link import Link
 from ..amqp.messaging import RELEASED, Modified
-from ..amqp.performatives import Error
+from ..amqp.performatives import RCV_FIRST, Error
 from ..amqp.serial import serial_ids_in
 from .bandwindow import count_held, data_session
 from .delivery import maps_of
@@ -83,15 +83,17 @@ class Relay:
                 dst.held_since = now
                 self.held_links.add(dst)
             dst.held.append((src, event.delivery_id, event.delivery_tag, data, event.settled, event.more,
-                             event.message_format, event.state, event.aborted, event.first))  # fmt: skip
+                             event.message_format, event.state, event.aborted, event.first,
+                             _own_settle_mode(event)))  # fmt: skip
             src.conn.held_frame_bytes += len(data)
             count_held(src.link.session, len(data), self.touched)
             return
         self._send(src, dst, event.delivery_id, event.delivery_tag, event.payload, event.settled, event.more,
-                   event.message_format, event.state, event.aborted, event.first)  # fmt: skip
+                   event.message_format, event.state, event.aborted, event.first, _own_settle_mode(event))  # fmt: skip
 
     def _send(self, src: RoutedLink, dst: RoutedLink, delivery_id: int, tag: bytes, payload: Any, settled: bool,
-              more: bool, message_format: int, state: Any, aborted: bool, first: bool) -> None:  # fmt: skip
+              more: bool, message_format: int, state: Any, aborted: bool, first: bool,
+              rcv_settle_mode: int | None) -> None:  # fmt: skip
         link = dst.link
         if not alive(link):
             return
@@ -107,7 +109,7 @@ class Relay:
             return
         try:
             out_id = link.send_transfer(tag, payload, settled=settled, more=more, message_format=message_format,
-                                        state=state)  # fmt: skip
+                                        state=state, rcv_settle_mode=rcv_settle_mode)  # fmt: skip
         except LocalUsageError as exc:  # e.g. settled on a link whose sender promised snd-settle-mode unsettled
             self.fail_pair(src, Error(condition=E.INVALID_FIELD, description=f"cannot relay this transfer: {exc}"))
             return
@@ -305,3 +307,11 @@ def _blocked(dst: RoutedLink) -> bool:
 def _session_alive(link: Link) -> bool:
     session = link.session
     return session.state.local is ACTIVE and session.conn.state.local is ACTIVE and not session.conn.finished
+
+
+def _own_settle_mode(event: TransferReceived) -> int | None:
+    """The transfer's own rcv-settle-mode to relay: first (transport §2.7.5), which the next
+    receiver may be asked whatever its link's mode; a second the engine let through only
+    repeats the link's and is not relayed, the next link's receiver may have attached first."""
+    mode = event.rcv_settle_mode
+    return mode if mode is not None and mode == RCV_FIRST else None

@@ -35,6 +35,12 @@ if TYPE_CHECKING:
     from .linkrelay import Relay
 
 
+def _settles_second(fwd: Forward, link_mode: int) -> bool:
+    """Whether the producer settles `fwd` first (rcv-settle-mode second, transport §2.8.3): its
+    link's mode, unless its transfer asked first (§2.7.5)."""
+    return link_mode == RCV_SECOND and not fwd.settles_first
+
+
 # A disposition's range walked natively (iterating the range serial_ids_in returns boxes every
 # delivery-id, an allocation each above 256).
 _MASK: Final = 0xFFFFFFFF  # serial.SERIAL_MASK, as a literal: compiled, a constant in the code
@@ -251,7 +257,7 @@ class Settlement(ProducerCredit):
         # its client). A client in mode first gets it settled: a first-mode receiver settles
         # without waiting for the sender (transport §2.7.5, §2.8.3). Tested in that order: the
         # consumer settled, the usual case, costs what it did.
-        if link.rcv_settle_mode == RCV_SECOND or (not settled and inl.peer is not None):
+        if _settles_second(fwd, link.rcv_settle_mode) or (not settled and inl.peer is not None):
             fwd.outcome_sent = True  # settled once the producer has
             self._dispositions.add(session, RECEIVER, fwd.in_id, state, False)
             return True
@@ -268,7 +274,7 @@ class Settlement(ProducerCredit):
         inl = fwd.in_link
         if inl is None or inl.gone or not alive(inl.link) or fwd.in_session is None:
             return
-        if inl.link.rcv_settle_mode == RCV_SECOND:
+        if _settles_second(fwd, inl.link.rcv_settle_mode):
             return  # the producer settles first; nothing is left downstream to settle then
         fwd.outcome_sent = False
         self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)  # (then forgotten: as above)
@@ -279,7 +285,7 @@ class Settlement(ProducerCredit):
         if fwd.outcome_sent:  # the producer settles after our outcome
             fwd.outcome_sent = False
             if inl is not None and alive(inl.link) and fwd.in_session is not None \
-                    and inl.link.rcv_settle_mode == RCV_SECOND:  # fmt: skip
+                    and _settles_second(fwd, inl.link.rcv_settle_mode):  # fmt: skip
                 self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)  # now we settle too
             self._settle_downstream(fwd, fwd.state)  # the consumer learns the producer is done
             return
