@@ -10,7 +10,7 @@ from typing import Any
 
 from router.amqp.link import Link
 from router.amqp.message import Message, encode_message
-from router.amqp.messaging import Header, Properties, Released, Source
+from router.amqp.messaging import Accepted, Header, Properties, Released, Source
 from router.amqp.sections import header_ttl_at
 from router.config.models import AddressConfig, RouterConfig, RouterSection
 from router.testing.routerharness import Client, RouterHarness
@@ -143,6 +143,43 @@ def test_a_multicast_copy_that_waited_gets_the_reduced_ttl_the_one_sent_at_once_
     late_rx.flow(10)
     h.pump()
     assert _payloads(late, late_rx) == [encode_message(_message(6_000))]
+
+
+def test_a_multicast_copy_that_waits_past_its_expiry_is_expired_not_sent() -> None:
+    """A copy waiting for its consumer's credit is looked at as it leaves the queue: past its
+    ttl it is expired there (released into the combined outcome), never sent with a ttl of 1.
+    The copy sent at once is accepted: the producer hears accepted, settled."""
+    h = RouterHarness(CONFIG)
+    ready, ready_rx = _consumer(h, "mc", credit=10)
+    late, late_rx = _consumer(h, "mc")
+    producer, tx = _producer(h, "mc")
+    sent = producer.send(tx, _message(1_000))
+    h.pump()
+    assert len(ready.received[ready_rx]) == 1
+    assert sent not in producer.settled  # the late copy still waits
+    h.advance(1.5)
+    late_rx.flow(10)
+    h.pump()
+    assert not late.received[late_rx]
+    assert h.core.table.entries["Mmc"].expired == 1
+    assert isinstance(producer.outcomes[sent], Accepted) and sent in producer.settled
+    fresh = producer.send(tx, _message(10_000))  # the late consumer takes what has not expired
+    h.pump()
+    assert len(late.received[late_rx]) == 1 and fresh in producer.settled
+
+
+def test_a_presettled_multicast_copy_that_waits_past_its_expiry_is_dropped_and_counted() -> None:
+    h = RouterHarness(CONFIG)
+    late, late_rx = _consumer(h, "mc")
+    producer, tx = _producer(h, "mc")
+    producer.send(tx, _message(1_000), settled=True)
+    h.pump()
+    h.advance(1.5)
+    late_rx.flow(10)
+    h.pump()
+    assert not late.received[late_rx]
+    entry = h.core.table.entries["Mmc"]
+    assert entry.expired == 1 and entry.dropped == 1
 
 
 def test_a_small_ttl_keeps_its_one_byte_encoding() -> None:

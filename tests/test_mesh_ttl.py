@@ -151,3 +151,21 @@ def test_a_message_that_outlived_its_ttl_waiting_for_the_data_link_is_expired_th
     assert at_b == [] and not consumer.received[rx]
     assert isinstance(producer.outcomes[delivery], Released)
     assert h.cores["A"].table.entries["Morders"].expired == 1
+
+
+def test_a_multicast_copy_that_outlived_its_ttl_waiting_for_the_data_link_is_expired_there() -> None:
+    """The same for a multicast copy bound for the other router: A expires it as the data link
+    takes it (its copy released: the producer hears released, settled); B never sees it."""
+    h = MeshHarness()
+    multicast = (AddressConfig(prefix="mc", distribution="multicast"),)
+    h.router("A", instance=1, addresses=multicast)
+    h.router("B", instance=2, addresses=multicast)
+    h.link("A", "B")
+    h.converge()
+    at_b = _arriving_at(h, "B")
+    consumer, rx = _consumer(h, "B", "mc.news", credit=10)
+    producer, tx = _producer(h, "mc.news")
+    delivery = _held_at_a(h, producer, tx, Message.value("m", header=Header(ttl=10_000)), 12.0)
+    assert at_b == [] and not consumer.received[rx]
+    assert isinstance(producer.outcomes[delivery], Released) and delivery in producer.settled
+    assert h.cores["A"].table.entries["Mmc.news"].expired == 1

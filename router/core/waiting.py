@@ -169,8 +169,16 @@ class Waiting(Fallback):
             assert isinstance(copy, Copy)
             if not copy.done and not copy.forward.done:
                 fwd = copy.forward
-                reduce_ttl(fwd, self.now)  # (the copies still waiting share the first frame)
-                self._send_copy(fwd, out, copy)
+                expiry = fwd.expiry
+                if expiry is not None and expiry <= self.now:
+                    # Outlived its ttl waiting for this consumer (a queue not on the expiry
+                    # timer, looked at as a copy leaves it, as _send_waiting's): this copy is
+                    # expired, released into the combined outcome (dropped if presettled).
+                    fwd.entry.expired += 1
+                    self._copy_failed(copy)
+                else:
+                    reduce_ttl(fwd, self.now)  # (the copies still waiting share the first frame)
+                    self._send_copy(fwd, out, copy)
                 if copies_out(fwd):
                     fwd.drop_frames()
         if out.band == STREAM_LINK:  # large messages waiting for their band's link may take it
