@@ -76,6 +76,20 @@ def test_through_a_mesh_the_ingress_router_settles_a_delivery_asking_first(n: in
     _nothing_held(h)
 
 
+def test_a_transfer_repeating_its_links_mode_changes_nothing() -> None:
+    h = RouterHarness()
+    producer, consumer, tx, rx = _second_mode_pair(h)
+    repeated = tx.send_transfer(b"r", encode_message(Message.value("m")), rcv_settle_mode=RCV_SECOND)
+    other = h.connect("p2")
+    first_link = other.sender("q")  # rcv-settle-mode first
+    h.pump()
+    also = first_link.send_transfer(b"f", encode_message(Message.value("n")), rcv_settle_mode=RCV_FIRST)
+    h.pump()
+    assert consumer.bodies(rx) == ["m", "n"]
+    assert isinstance(producer.outcomes[repeated], Accepted) and repeated not in producer.settled
+    assert isinstance(other.outcomes[also], Accepted) and also in other.settled
+
+
 def test_first_asked_on_a_later_frame_of_a_streamed_delivery_counts_too() -> None:
     h = RouterHarness()
     producer, consumer, tx, rx = _second_mode_pair(h)

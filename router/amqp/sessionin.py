@@ -162,17 +162,21 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
         link.in_delivery = delivery_id
     else:
         link.in_delivery = -1
-    if rcv_settle_mode is not None and rcv_settle_mode != link.rcv_settle_mode and rcv_settle_mode != RCV_FIRST:
-        # transport §2.7.5: second on a link negotiated first is illegal (and receiver-settle-mode
-        # has no third value, §2.8.3). First on a link negotiated second is the peer's right: its
-        # delivery is settled as soon as its outcome is known (the core's, from the event).
-        link.in_delivery = -1
-        session.conn.link_error(
-            link, E.INVALID_FIELD,
-            f"transfer rcv-settle-mode {int(rcv_settle_mode)} on a link attached with rcv-settle-mode "
-            f"{int(link.rcv_settle_mode)} (transport 2.7.5)",
-        )  # fmt: skip
-        return
+    asks_first = False  # the transfer's own rcv-settle-mode differs from its link's: first
+    if rcv_settle_mode is not None and rcv_settle_mode != link.rcv_settle_mode:
+        if rcv_settle_mode != RCV_FIRST:
+            # transport §2.7.5: second on a link negotiated first is illegal (and
+            # receiver-settle-mode has no third value, §2.8.3).
+            link.in_delivery = -1
+            session.conn.link_error(
+                link, E.INVALID_FIELD,
+                f"transfer rcv-settle-mode {int(rcv_settle_mode)} on a link attached with rcv-settle-mode "
+                f"{int(link.rcv_settle_mode)} (transport 2.7.5)",
+            )  # fmt: skip
+            return
+        # First on a link negotiated second is the peer's right: the delivery is settled as soon
+        # as its outcome is known (the core's, from the event: never the sink's straight path).
+        asks_first = True
     # Large payloads are views of the read (no copy until the output join); small ones are
     # copied, which costs no more than making a view and pins nothing.
     payload_size = frame_end - payload_start
@@ -192,7 +196,7 @@ def on_transfer(session: Session, buf: bytes, fields: TransferFields, frame_end:
     events = conn.events_list()
     sink = conn.transfer_sink
     if (
-        sink is not None and first and not aborted and len(events) == 0 and rcv_settle_mode is None
+        sink is not None and first and not aborted and len(events) == 0 and not asks_first
         and sink.first_frame(
             link, delivery_id, link.in_settled, more, message_format, payload, buf, payload_start, conn.now
         )
