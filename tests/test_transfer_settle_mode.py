@@ -102,6 +102,30 @@ def test_first_asked_on_a_later_frame_of_a_streamed_delivery_counts_too() -> Non
     assert isinstance(producer.outcomes[delivery_id], Accepted) and delivery_id in producer.settled
 
 
+def test_first_asked_after_the_outcome_was_told_unsettled_settles_then() -> None:
+    """The consumer answers before the last frame (the producer, in mode second, hears the
+    outcome unsettled; the consumer's delivery is aborted there); the last frame asks first: the
+    router settles then (transport §2.7.5: once the delivery has arrived), without waiting for
+    the producer, and keeps nothing of it."""
+    h = RouterHarness()
+    producer, consumer, tx, rx = _second_mode_pair(h)
+    consumer.auto_accept = False
+    payload = encode_message(Message.value("y" * 2000))
+    delivery_id = tx.send_transfer(b"s", payload[:1000], more=True)
+    h.pump()
+    (partial,) = [e for e in consumer.events if isinstance(e, ev.TransferReceived)]
+    rx.dispose(partial.delivery_id, state=ACCEPTED, settled=False)
+    h.pump()
+    assert isinstance(producer.outcomes[delivery_id], Accepted) and delivery_id not in producer.settled
+    tx.send_transfer(None, payload[1000:], rcv_settle_mode=RCV_FIRST)
+    h.pump()
+    assert delivery_id in producer.settled
+    # (the consumer's delivery ended when it answered early: the rest aborted, settled)
+    assert [e.aborted for e in consumer.events if isinstance(e, ev.TransferReceived)] == [False, True]
+    for maps in (s.context for state in h.core.connections.values() for s in state.engine.sessions):
+        assert maps is None or (maps.inbound.empty and maps.outbound.empty)
+
+
 def test_the_engine_refuses_to_send_second_where_the_receiver_settles_first() -> None:
     h = RouterHarness()
     producer = h.connect("p")

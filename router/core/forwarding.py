@@ -95,7 +95,7 @@ class Forwarder(Streaming):
             inl.discarding = event.more
         elif inl.streaming is not None:
             if settles_first:
-                inl.streaming.settles_first = True
+                self.asked_first(inl.streaming)
             self._next_frame(inl, inl.streaming, event)
 
     def first_frame(

@@ -280,6 +280,20 @@ class Settlement(ProducerCredit):
         self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)  # (then forgotten: as above)
         forget_inbound(fwd)
 
+    def asked_first(self, fwd: Forward) -> None:
+        """A frame of `fwd` asked rcv-settle-mode first (transport §2.7.5: the receiver settles
+        once the delivery has arrived, without waiting for the sender): from now on it settles
+        with its outcome; one told unsettled already (its link's mode second) is settled now."""
+        fwd.settles_first = True
+        if not fwd.outcome_sent:
+            return
+        fwd.outcome_sent = False
+        inl = fwd.in_link
+        if inl is not None and alive(inl.link) and fwd.in_session is not None:
+            self.dispose(fwd.in_session, RECEIVER, fwd.in_id, fwd.state, True)
+        self._settle_downstream(fwd, fwd.state)
+        forget_inbound(fwd)
+
     def _producer_settled(self, fwd: Forward) -> None:
         inl = fwd.in_link
         if fwd.outcome_sent:  # the producer settles after our outcome
