@@ -252,6 +252,26 @@ def test_credit_shrinks_with_observed_message_size() -> None:
     assert state.buffered_bytes == 0 and h.core.bounds.buffered_total == 0
 
 
+def test_a_producer_of_large_messages_has_producer_window_bytes_in_flight() -> None:
+    """The bound on bytes in flight per producer link (`producer_window_bytes`, 2 MiB by
+    default), below what `read_high_water_bytes` (16 MiB) alone would allow: 10 KiB messages get
+    about 200 credits, not link_capacity's 1,000; raised, the window grows with it."""
+    for window_bytes in (None, 8 << 20):
+        h = RouterHarness(_config() if window_bytes is None else _config(producer_window_bytes=window_bytes))
+        producer, consumer = h.connect("p"), h.connect("c")
+        rx, tx = consumer.receiver("big"), producer.sender("big")
+        h.pump()
+        rx.flow(100_000)
+        h.pump()
+        producer.send(tx, Message.data(b"x" * 10_240))
+        h.pump()
+        inl = _in(producer, tx)
+        assert inl.size_hint > 10_240
+        expected = min(1000, (window_bytes or 2 << 20) // inl.size_hint)
+        assert tx.credit + inl.held == expected
+        assert len(consumer.received[rx]) == 1
+
+
 def test_small_messages_keep_the_full_window_and_sizes_decay() -> None:
     h = RouterHarness(_config(read_high_water_bytes=1 << 20))
     producer, consumer = h.connect("p"), h.connect("c")

@@ -57,6 +57,13 @@ class ConnectionSettings(Model):
         "what a first window brings beyond it is released, and a peer past it is no longer read (between routers, "
         "frames held for blocked consumers first stop the priority band they came on: docs/mesh.md)",
     )
+    producer_window_bytes: int = Field(
+        default=2 * 1024 * 1024, ge=65536,
+        description="bytes of large messages a client's producer link may have in flight: once its messages are "
+        "known to be larger than read_high_water_bytes / (4 x link_capacity) (4 KiB by default), its credit window is "
+        "this many bytes' worth (at most link_capacity, at least 1). More only fills queues (on a fast network 2 MiB keeps "
+        "the path busy); a producer far away may need its bandwidth x round trip. Links between routers keep their window",
+    )
     write_high_water_bytes: int = Field(
         default=4 * 1024 * 1024, ge=65536,
         description="send no more deliveries to a connection while this many bytes wait to be written "

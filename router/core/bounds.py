@@ -218,6 +218,8 @@ class Bounds:
         if inl.size_hint > 0:  # large messages: the connection's bound is shared by its links
             size = inl.size_hint
             room //= max(1, len(conn.in_links))
+            if conn.producer_window < room:  # and no more in flight than keeps the path busy
+                room = conn.producer_window
         elif inl.size_hint == 0:  # small messages (a budget nearly full): at most this size
             size = max(1, small_size(inl))
         else:  # not known yet: single-frame messages, the whole bound (each of a client's first

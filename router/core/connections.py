@@ -195,7 +195,7 @@ class ConnState:
         "opened", "closed", "opened_at", "host", "sasl_mechanism", "role", "outgoing", "peer",
         "strip_in", "strip_out", "last_delivery", "touch_round",
         "unsettled_out", "unsettled_limit", "stuck",
-        "tls", "policy", "_routed", "read_high_water", "held_pause_above",
+        "tls", "policy", "_routed", "read_high_water", "producer_window", "held_pause_above",
     )  # fmt: skip
 
     def __init__(self, engine: Connection, listener: Listener | Connector) -> None:
@@ -231,6 +231,8 @@ class ConnState:
         # a native int where the settings model's attribute is a generic lookup (~150
         # instructions) on the path of every delivery that waits.
         self.read_high_water: int = listener.read_high_water_bytes
+        # What one of its producer links of large messages may have in flight (bounds.window).
+        self.producer_window: int = listener.producer_window_bytes
         # Waiting and held bytes past which it is not read (bounds.read_paused): the same bound,
         # but between routers, whose bands shut first, far enough above it for what a neighbour
         # sent before it heard (router.core.bandwindow).
