@@ -272,6 +272,26 @@ def test_a_producer_of_large_messages_has_producer_window_bytes_in_flight() -> N
         assert len(consumer.received[rx]) == 1
 
 
+def test_a_producer_of_messages_above_producer_window_bytes_keeps_two_messages_in_flight() -> None:
+    """The next message may follow a 3 MiB one before its outcome: two messages' worth, where
+    producer_window_bytes alone (2 MiB) would leave one."""
+    h = RouterHarness(_config())
+    producer, consumer = h.connect("p"), h.connect("c")
+    consumer.auto_accept = False
+    rx, tx = consumer.receiver("huge"), producer.sender("huge")
+    h.pump()
+    rx.flow(10)
+    h.pump()
+    producer.send(tx, Message.data(b"x" * (3 << 20)))
+    h.pump()
+    inl = _in(producer, tx)
+    assert inl.size_hint > 3 << 20
+    assert tx.credit + inl.held == 2 and tx.credit >= 1  # the first is unanswered: the next may go
+    producer.send(tx, Message.value("next"))
+    h.pump()
+    assert len(consumer.received[rx]) == 2
+
+
 def test_small_messages_keep_the_full_window_and_sizes_decay() -> None:
     h = RouterHarness(_config(read_high_water_bytes=1 << 20))
     producer, consumer = h.connect("p"), h.connect("c")

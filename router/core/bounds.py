@@ -218,8 +218,11 @@ class Bounds:
         if inl.size_hint > 0:  # large messages: the connection's bound is shared by its links
             size = inl.size_hint
             room //= max(1, len(conn.in_links))
-            if conn.producer_window < room:  # and no more in flight than keeps the path busy
-                room = conn.producer_window
+            # and no more in flight than keeps the path busy, but room for two messages: the
+            # next may follow a large one before its outcome (as a window of one would not let it)
+            target = conn.producer_window if conn.producer_window >= 2 * size else 2 * size
+            if target < room:
+                room = target
         elif inl.size_hint == 0:  # small messages (a budget nearly full): at most this size
             size = max(1, small_size(inl))
         else:  # not known yet: single-frame messages, the whole bound (each of a client's first
