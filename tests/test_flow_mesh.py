@@ -107,6 +107,29 @@ def test_interval_records_count_every_delivery_once_per_router_with_its_outcome(
     assert not [r for r in quiet if r["type"].endswith("_interval")]
 
 
+def test_an_outcome_in_the_interval_after_its_delivery_is_counted_in_the_address_record() -> None:
+    """Deliveries counted in one interval record, their outcomes in the next one (no delivery of
+    its own): the address's totals still count every outcome once."""
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A")
+    producer, consumer = h.client("A", "p"), h.client("A", "c")
+    consumer.auto_accept = False
+    rx = consumer.receiver("orders")
+    h.pump()
+    rx.flow(10)
+    tx = producer.sender("orders")
+    h.pump()
+    for i in range(4):
+        producer.send(tx, Message.value(i))
+    h.pump()
+    first = [r for r in _records(h, recorders) if r["type"] == "address_interval" and r["address"] == "orders"]
+    for received in consumer.received[rx]:
+        rx.dispose(received.delivery_id, state=ACCEPTED, settled=True)
+    h.pump()
+    second = [r for r in _records(h, recorders) if r["type"] == "address_interval" and r["address"] == "orders"]
+    assert sum(r["deliveries"] for r in first + second) == 4
+    assert sum(r["accepted"] for r in first) == 0 and sum(r["accepted"] for r in second) == 4
+
+
 def test_closed_links_get_a_closed_snapshot() -> None:
     h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A", "B", "C")
     _traffic(h, [ACCEPTED])

@@ -195,10 +195,12 @@ class FlowRecorder:
             before = None  # the entry was dropped and made again since: its counters restarted
         deliveries = snap.ingress - (before.ingress if before is not None else 0)
         dropped = snap.dropped - (before.dropped if before is not None else 0)
-        if deliveries <= 0 and dropped <= 0:
-            return
         counts = {name: getattr(snap, name) - (getattr(before, name) if before is not None else 0) for name in OUTCOMES}
         counts["released"] = snap.released_told - (before.released_told if before is not None else 0)
+        if deliveries <= 0 and dropped <= 0 and not any(counts.values()):
+            # No activity. Outcomes count as activity (as a link's): a delivery counted in one
+            # interval may learn its outcome in the next, which would otherwise count it nowhere.
+            return
         self._emit("address_interval", now, {
             "address": snap.address, "interval_s": self._interval_s(now), "deliveries": deliveries,
             "bytes": snap.bytes - (before.bytes if before is not None else 0), **counts, "dropped": dropped,
