@@ -64,8 +64,6 @@ class Forwarder(Streaming):
         """`wall_offset`: wall-clock seconds minus `now` (RouterCore's)."""
         super().__init__(table, bounds, mesh, touched, router_id, max_message_size)
         self.wall_offset = wall_offset
-        # The delivery first_frame is given asked rcv-settle-mode first (on_transfer's, for one call).
-        self.settles_first_next = False
 
     # --- arriving frames ------------------------------------------------------------------------
 
@@ -83,14 +81,14 @@ class Forwarder(Streaming):
         mode = event.rcv_settle_mode
         settles_first = mode is not None and mode == RCV_FIRST
         if event.first:
-            self.settles_first_next = settles_first
-            try:
-                self.first_frame(
-                    inl, event.delivery_id, event.settled, event.more, event.aborted, event.message_format,
-                    event.payload, event.source, event.offset, now,
-                )  # fmt: skip
-            finally:
-                self.settles_first_next = False
+            self.first_frame(
+                inl, event.delivery_id, event.settled, event.more, event.aborted, event.message_format,
+                event.payload, event.source, event.offset, now,
+            )  # fmt: skip
+            if settles_first:  # (a delivery the router holds unsettled: an outcome told already is settled)
+                fwd = maps_of(inl.link.session).inbound.get(event.delivery_id)
+                if fwd is not None:
+                    self.asked_first(fwd)
         elif inl.discarding:
             inl.discarding = event.more
         elif inl.streaming is not None:
@@ -149,8 +147,6 @@ class Forwarder(Streaming):
             entry = self._lookup(inl, to)
         fwd = Forward(inl, delivery_id, settled, payload, size, not more,
                       entry if entry is not None else NOWHERE, message_format)  # fmt: skip
-        if self.settles_first_next:
-            fwd.settles_first = True
         if self.flow_on:
             self.flow_arrived(inl, fwd, size, now, meta.flow_trace if meta is not None else None)
         if fwd.size > inl.size_watch and not more:  # a large message: credit by bytes (bounds.py)

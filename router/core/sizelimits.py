@@ -26,14 +26,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..amqp import errors as E
-from ..amqp.messaging import Rejected
 from ..amqp.linkfields import size_limit
+from ..amqp.messaging import Rejected
 from ..amqp.performatives import Error
 
 if TYPE_CHECKING:
     from ..amqp.link import Link
     from .delivery import Forward
     from .links import OutLink
+
 
 def consumer_limit(link: Link) -> int:
     """The max-message-size of the consumer's attach of `link` (the router's sending link), 0
