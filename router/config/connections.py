@@ -61,8 +61,9 @@ class ConnectionSettings(Model):
         default=2 * 1024 * 1024, ge=65536,
         description="bytes of large messages a client's producer link may have in flight: once its messages are "
         "known to be larger than read_high_water_bytes / (4 x link_capacity) (4 KiB by default), its credit window is "
-        "this many bytes' worth (at most link_capacity; two messages' worth at least, within read_high_water_bytes). More only fills queues (on a fast network 2 MiB keeps "
-        "the path busy); a producer far away may need its bandwidth x round trip. Links between routers keep their window",
+        "this many bytes' worth (at most link_capacity; two messages' worth at least, within read_high_water_bytes). "
+        "More only fills queues (on a fast network 2 MiB keeps the path busy); a producer far away may need its "
+        "bandwidth x round trip. Links between routers keep their window",
     )
     write_high_water_bytes: int = Field(
         default=4 * 1024 * 1024, ge=65536,

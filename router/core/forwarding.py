@@ -39,11 +39,11 @@ from ..amqp.errors import DecodeError
 from ..amqp.events import TransferReceived
 from ..amqp.messaging import RELEASED, Rejected
 from ..amqp.peek import RoutingView, peek_at
-from ..amqp.performatives import RCV_FIRST, Error
+from ..amqp.performatives import Error
 from . import annotate, annotparse, remote
 from .addressentry import AddressEntry
 from .delivery import Forward, Payload, maps_of
-from .linkrelay import RoutedLink
+from .linkrelay import RoutedLink, own_settle_mode
 from .links import InLink
 from .streaming import Streaming
 from .table import NOWHERE, UNAVAILABLE, AddressTable
@@ -78,8 +78,7 @@ class Forwarder(Streaming):
         # A transfer's own rcv-settle-mode first settles its delivery with its outcome where the
         # link says second (transport §2.7.5; the engine refused any other difference). Such a
         # transfer never takes RouterCore.first_frame's straight path.
-        mode = event.rcv_settle_mode
-        settles_first = mode is not None and mode == RCV_FIRST
+        settles_first = own_settle_mode(event) is not None
         if event.first:
             self.first_frame(
                 inl, event.delivery_id, event.settled, event.more, event.aborted, event.message_format,

@@ -84,12 +84,12 @@ class Relay:
                 self.held_links.add(dst)
             dst.held.append((src, event.delivery_id, event.delivery_tag, data, event.settled, event.more,
                              event.message_format, event.state, event.aborted, event.first,
-                             _own_settle_mode(event)))  # fmt: skip
+                             own_settle_mode(event)))  # fmt: skip
             src.conn.held_frame_bytes += len(data)
             count_held(src.link.session, len(data), self.touched)
             return
         self._send(src, dst, event.delivery_id, event.delivery_tag, event.payload, event.settled, event.more,
-                   event.message_format, event.state, event.aborted, event.first, _own_settle_mode(event))  # fmt: skip
+                   event.message_format, event.state, event.aborted, event.first, own_settle_mode(event))  # fmt: skip
 
     def _send(self, src: RoutedLink, dst: RoutedLink, delivery_id: int, tag: bytes, payload: Any, settled: bool,
               more: bool, message_format: int, state: Any, aborted: bool, first: bool,
@@ -309,9 +309,10 @@ def _session_alive(link: Link) -> bool:
     return session.state.local is ACTIVE and session.conn.state.local is ACTIVE and not session.conn.finished
 
 
-def _own_settle_mode(event: TransferReceived) -> int | None:
-    """The transfer's own rcv-settle-mode to relay: first (transport §2.7.5), which the next
-    receiver may be asked whatever its link's mode; a second the engine let through only
-    repeats the link's and is not relayed, the next link's receiver may have attached first."""
+def own_settle_mode(event: TransferReceived) -> int | None:
+    """The transfer's own rcv-settle-mode that counts: first (transport §2.7.5), which a receiver
+    may be asked whatever its link's mode (relayed on a link route; the forwarder settles such a
+    delivery with its outcome); a second the engine let through only repeats the link's and is
+    not relayed, the next link's receiver may have attached first."""
     mode = event.rcv_settle_mode
     return mode if mode is not None and mode == RCV_FIRST else None
