@@ -86,9 +86,12 @@ class Router:
 
 
 @contextmanager
-def router(addresses: list[dict[str, Any]] | None = None, **listener: Any) -> Iterator[Router]:
+def router(
+    addresses: list[dict[str, Any]] | None = None, settings: dict[str, Any] | None = None, **listener: Any
+) -> Iterator[Router]:
+    """A `router run` with one listener (`listener` adds to it); `settings` add to its router section."""
     config: dict[str, Any] = {
-        "router": {"id": "bench"},
+        "router": {"id": "bench", **(settings or {})},
         "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, **listener}],
     }
     if addresses:
@@ -238,26 +241,42 @@ def through_chain(binary: Path, *, size: int, count: int, rounds: int, length: i
     }  # fmt: skip
 
 
+BUSY_POLL_US = 50  # the busy-polling router of scenario 4 (router.busy_poll_us)
+
+
+def _pingpong_through(binary: Path, r: Router, count: int) -> dict[str, Any]:
+    common = ["--host", "127.0.0.1", "--port", str(r.port)]
+    echo = _loadgen(binary, "echo", *common, "--address", "ping", "--count", str(count))
+    time.sleep(0.3)
+    pp = _loadgen(binary, "pingpong", *common, "--address", "ping", "--reply-address", "pong",
+                  "--count", str(count), "--size", "100")  # fmt: skip
+    result = _finish("pingpong", pp)
+    echo.terminate()
+    echo.communicate(timeout=10)
+    return result
+
+
 def pingpong(binary: Path, *, count: int, rounds: int) -> dict[str, Any]:
-    direct, routed = [], []
-    with router() as r:
-        for _ in range(rounds):
+    """Request/response round trips: direct, through a router as configured by default, and
+    through one that busy-polls (router.busy_poll_us; the two routers alternate in each round)."""
+    direct: list[dict[str, Any]] = []
+    routed: list[dict[str, Any]] = []
+    busy: list[dict[str, Any]] = []
+    with router() as plain, router(settings={"busy_poll_us": BUSY_POLL_US}) as polling:
+        for i in range(rounds):
             direct.append(run_direct_pingpong(count, 100, binary=binary)["pingpong"])
-            common = ["--host", "127.0.0.1", "--port", str(r.port)]
-            echo = _loadgen(binary, "echo", *common, "--address", "ping", "--count", str(count))
-            time.sleep(0.3)
-            pp = _loadgen(binary, "pingpong", *common, "--address", "ping", "--reply-address", "pong",
-                          "--count", str(count), "--size", "100")  # fmt: skip
-            routed.append(_finish("pingpong", pp))
-            echo.terminate()
-            echo.communicate(timeout=10)
+            for r, results in ((plain, routed), (polling, busy))[:: 1 if i % 2 == 0 else -1]:
+                results.append(_pingpong_through(binary, r, count))
     p50_direct = statistics.median(x["p50_us"] for x in direct)
     p50_router = statistics.median(x["p50_us"] for x in routed)
+    p50_busy = statistics.median(x["p50_us"] for x in busy)
     return {
         "direct_p50_us": p50_direct, "router_p50_us": p50_router, "p50_ratio": p50_router / p50_direct,
         "router_p99_us": statistics.median(x["p99_us"] for x in routed),
         "router_p999_us": statistics.median(x["p999_us"] for x in routed),
         "direct_p99_us": statistics.median(x["p99_us"] for x in direct),
+        "busy_poll_us": BUSY_POLL_US, "busy_poll_p50_us": p50_busy, "busy_poll_p50_ratio": p50_busy / p50_direct,
+        "busy_poll_p99_us": statistics.median(x["p99_us"] for x in busy),
     }  # fmt: skip
 
 

@@ -70,6 +70,7 @@ VIEWS: dict[ViewName, View] = {
         ("Modified", "modifiedDeliveries"), ("Presettled", "presettledDeliveries"),
         ("Dropped Presettled", "droppedPresettledDeliveries"), ("From Router", "deliveriesFromRouter"),
         ("Dropped From Router", "droppedFromRouter"), ("Deliveries to Fallback", "deliveriesRedirectedToFallback"),
+        ("Busy Poll (us)", "busyPollUs"), ("Busy Polls Caught", "busyPollCaught"), ("Busy Polls Missed", "busyPollMissed"),
     ), single=True),
     ViewName.connections: View("connection", "Connections", (
         ("id", "identity"), ("host", "host"), ("container", "container"), ("role", "role"), ("proto", "protocol"),

@@ -79,6 +79,12 @@ class RouterType(EntityType):
         "failedLogins: SASL logins that failed (every listener)",
         "failedLoginsDelayed: Failed logins whose outcome was held back (repeated failures from one host)",
         "failedLoginHosts: Hosts remembered now for their failed logins (bounded)",
+    ) + (
+        Attribute("busyPollUs", "ulong", "Microseconds the router looks for work before it sleeps (router.busy_poll_us; 0: off)"),
+    ) + counters(
+        "busyPollCaught: Busy polls that found work (a wake-up saved)",
+        "busyPollMissed: Busy polls that found none (the router slept after all)",
+        "busyPollMicroseconds: Time spent busy polling",
     ) + counters(
         "managementReadsRefused: Management reads refused (403) over AMQP",
         "managementWritesRefused: Management writes refused (403) over AMQP",
@@ -89,6 +95,9 @@ class RouterType(EntityType):
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:
         t = agent.core.read.totals(now)
         router = agent.config.router
+        # The network layer's poller (a control without one, as in tests, shows none).
+        busy_poll = getattr(agent.control, "busy_poll_counters", None)
+        polls = busy_poll() if busy_poll is not None else {}
         # Identity = the router id: WD14's `id` (the identity, §4.3.3) and the anchors' `id`
         # attribute then agree.
         yield self.entity(
@@ -111,6 +120,8 @@ class RouterType(EntityType):
             managementReadsRefused=agent.authz.refusals["amqp-read"],
             managementWritesRefused=agent.authz.refusals["amqp-write"],
             httpReadsRefused=agent.authz.refusals["http-read"], httpWritesRefused=agent.authz.refusals["http-write"],
+            busyPollUs=router.busy_poll_us, busyPollCaught=polls.get("caught"), busyPollMissed=polls.get("missed"),
+            busyPollMicroseconds=polls.get("us"),
         )  # fmt: skip
 
 

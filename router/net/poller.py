@@ -24,8 +24,17 @@ router shares its time as before. Where blocking would hide the process's state 
 was written for) it waits the ordinary way: for a second epoll of the same descriptors, through
 trio (an epoll inside trio's cannot hold trio's own: the kernel refuses loops).
 
+Busy polling (`busy_poll_s` > 0, the router's `busy_poll_us`): before blocking, the poller keeps
+looking (epoll without a wait) for that long, bounded by trio's next deadline. A process that
+blocks is woken by the kernel when a peer writes, and on an idle CPU (above all a virtual one)
+that wake-up costs more than the router's own work on a lone message; a request and its reply
+cross the router twice, so a request/response round trip through the router paid four wake-ups
+where a direct one pays two (bench/README.md, "Busy polling"). The price is CPU: up to
+`busy_poll_s` of it after every last event, which a router sharing its core with other busy
+processes takes from them. Off by default.
+
 Owns: the two epoll descriptors, which driver each descriptor belongs to, when to block and when
-to yield. Must not touch: what a read does (the driver's `readable`), closing descriptors.
+to yield, busy polling and its counters. Must not touch: what a read does (the driver's `readable`), closing descriptors.
 """
 
 from __future__ import annotations
@@ -56,7 +65,12 @@ class Readable(Protocol):
 class Poller:
     """The reads of the server's TCP connections (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, busy_poll_s: float = 0.0) -> None:
+        self.busy_poll_s = busy_poll_s  # how long to keep looking before blocking (0: not at all)
+        self.busy_caught = 0  # busy polls that found a ready descriptor (a wake-up saved)
+        self.busy_missed = 0  # busy polls that found none and blocked after all
+        self.busy_seconds = 0.0  # time spent busy polling
+        self.busy_polling = False  # in a busy poll now
         # Both hold every watched descriptor: `_own` also trio's epoll (waited in directly),
         # `_parked` not (waited for through trio, which holds it then).
         self._own = select.epoll()
@@ -152,7 +166,13 @@ class Poller:
                 if wait <= 0:
                     alone = False  # trio's deadline is due: it acts on it when this task yields
                     continue
-                ready = own.poll(min(wait, _MAX_WAIT_S))
+                if self.busy_poll_s > 0.0:
+                    ready = self._busy_poll(own, min(self.busy_poll_s, wait))
+                    if not ready:
+                        wait = deadline - (offset + _perf_counter())
+                        ready = own.poll(min(wait, _MAX_WAIT_S)) if wait > 0 else []
+                else:
+                    ready = own.poll(min(wait, _MAX_WAIT_S))
                 if not ready:
                     alone = False  # (the deadline came)
                     continue
@@ -173,6 +193,24 @@ class Poller:
                         driver.readable(now)
             if scheduled.count != mark or runner is None or runq:
                 alone = False  # the reads woke tasks (writers, the core's timer): they run next
+
+
+    def _busy_poll(self, own: select.epoll, limit_s: float) -> list[tuple[int, int]]:
+        """Look at `own` without waiting, again and again, for at most `limit_s`: what is ready
+        (nothing when the time ran out)."""
+        start = _perf_counter()
+        end = start + limit_s
+        self.busy_polling = True
+        ready = own.poll(0)
+        while not ready and _perf_counter() < end:
+            ready = own.poll(0)
+        self.busy_polling = False
+        self.busy_seconds += _perf_counter() - start
+        if ready:
+            self.busy_caught += 1
+        else:
+            self.busy_missed += 1
+        return ready
 
 
 class _Scheduled:

@@ -83,7 +83,7 @@ class RouterServer(ServerLifecycle):
             self._installs_agent = agent is None
         self.core: Core = core
         self.pump = CorePump(core, clock)
-        self.poller = Poller()
+        self.poller = Poller(busy_poll_s=config.router.busy_poll_us / 1e6)
         self.guard = ConnectionGuard(self.pump, self.poller)
         # TlsError (naming the profile and the file) if a profile's files do not load.
         self.tls = TlsProfiles(config.ssl_profiles)
@@ -154,6 +154,11 @@ class RouterServer(ServerLifecycle):
 
     def listener_counters(self, name: str) -> dict[str, int]:
         return self.control.listener_counters(name)
+
+    def busy_poll_counters(self) -> dict[str, int]:
+        """The poller's busy polls (router.busy_poll_us): found work, found none, microseconds spent."""
+        poller = self.poller
+        return {"caught": poller.busy_caught, "missed": poller.busy_missed, "us": int(poller.busy_seconds * 1e6)}
 
     def update_ssl_profile(self, profile: SslProfile) -> None:
         self.control.update_ssl_profile(profile)
