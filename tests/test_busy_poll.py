@@ -1,95 +1,25 @@
-"""Busy polling (router.busy_poll_us, router.net.poller): the poller keeps looking for a ready
-socket before it blocks, never past trio's next deadline; a `router run` configured so serves
-python-qpid-proton request/reply round trips and counts its busy polls in the `router` entity
-(`router stat`)."""
+"""Busy polling (router.busy_poll_us): off by default and bounded; a `router run` configured
+with it serves python-qpid-proton request/reply round trips and counts its busy polls in the
+`router` entity (`router stat`). The poller's side (a write caught while it polls, trio's
+deadlines kept) is in tests/test_net_poller.py."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from router.config.models import RouterSection
-from router.net.poller import Poller
 
 from .support.interop import run_container
 from .support.management import ProcessRouter, cli_json, router_with_http
 
 TIMEOUT_S = 10.0
-
-
-class Reader:
-    """A driver stand-in: reads what the poller says is there."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.got: list[bytes] = []
-
-    def readable(self, now: float) -> None:
-        self.got.append(self.sock.recv(1000))
-
-
-async def _running(nursery: trio.Nursery, busy_poll_s: float) -> Poller:
-    poller = Poller(busy_poll_s=busy_poll_s)
-    nursery.start_soon(poller.run)
-    while not poller.running:
-        await trio.sleep(0)
-    return poller
-
-
-def _write_while_busy_polling(poller: Poller, sock: socket.socket, data: bytes) -> threading.Thread:
-    """Another thread writes `data` once the poller is in a busy poll (nothing of trio's knows)."""
-
-    def run() -> None:
-        while not poller.busy_polling:
-            pass  # (the poller spends up to its whole busy poll before it blocks)
-        sock.send(data)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-async def test_what_arrives_during_a_busy_poll_is_read_without_blocking(nursery: trio.Nursery) -> None:
-    a, b = socket.socketpair()
-    with a, b:
-        b.setblocking(False)
-        poller = await _running(nursery, busy_poll_s=30.0)  # longer than the test: only a read ends it
-        reader = Reader(b)
-        poller.watch(b.fileno(), reader)
-        writer = _write_while_busy_polling(poller, a, b"caught")
-        with trio.fail_after(TIMEOUT_S):
-            while not reader.got:
-                await trio.sleep(0)  # (runnable: the poller only looks while this task runs)
-                await trio.to_thread.run_sync(writer.join, 0.01)  # blocks trio: the poller alone
-        writer.join()
-        assert reader.got == [b"caught"]
-        assert poller.busy_caught >= 1 and poller.busy_seconds > 0
-        poller.unwatch(b.fileno())
-
-
-async def test_a_busy_poll_ends_at_trios_next_deadline(nursery: trio.Nursery) -> None:
-    """A busy poll longer than the time to trio's next deadline stops there: the sleeper wakes
-    on time and the poll counts as one that found nothing."""
-    a, b = socket.socketpair()
-    with a, b:
-        poller = await _running(nursery, busy_poll_s=30.0)
-        poller.watch(b.fileno(), Reader(b))
-        with trio.fail_after(TIMEOUT_S):
-            for _ in range(3):
-                start = trio.current_time()
-                await trio.sleep(0.05)
-                assert trio.current_time() - start < 5  # not the busy poll's 30 s
-        assert poller.busy_missed >= 1 and poller.busy_caught == 0
-        poller.unwatch(b.fileno())
 
 
 def test_busy_poll_us_is_off_by_default_and_bounded() -> None:

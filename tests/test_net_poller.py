@@ -58,8 +58,8 @@ class Reader:
             self.steps_seen.append(self.steps.count)
 
 
-async def _running(nursery: trio.Nursery) -> Poller:
-    poller = Poller()
+async def _running(nursery: trio.Nursery, busy_poll_s: float = 0.0) -> Poller:
+    poller = Poller(busy_poll_s=busy_poll_s)
     nursery.start_soon(poller.run)
     while not poller.running:
         await trio.sleep(0)
@@ -67,12 +67,14 @@ async def _running(nursery: trio.Nursery) -> Poller:
 
 
 @contextlib.asynccontextmanager
-async def _watched_pair(nursery: trio.Nursery, steps: TaskSteps | None = None) -> AsyncIterator[tuple[Poller, socket.socket, Reader]]:
+async def _watched_pair(
+    nursery: trio.Nursery, steps: TaskSteps | None = None, busy_poll_s: float = 0.0
+) -> AsyncIterator[tuple[Poller, socket.socket, Reader]]:
     """A running poller watching one end of a socket pair: (the poller, the other end, the reader)."""
     a, b = socket.socketpair()
     with a, b:
         b.setblocking(False)
-        poller = await _running(nursery)
+        poller = await _running(nursery, busy_poll_s)
         reader = Reader(b, steps)
         poller.watch(b.fileno(), reader)
         yield poller, a, reader
@@ -302,3 +304,41 @@ async def test_a_runs_clock_on_a_mock_clock_asks_it(autojump_clock: trio.testing
     clock = run_clock()
     await trio.sleep(1000)
     assert clock() == trio.current_time() == autojump_clock.current_time()
+
+
+def _write_while_busy_polling(poller: Poller, sock: socket.socket, data: bytes) -> threading.Thread:
+    """Another thread writes `data` once the poller is in a busy poll (nothing of trio's knows)."""
+
+    def run() -> None:
+        while not poller.busy_polling:
+            pass  # (the poller spends up to its whole busy poll before it blocks)
+        sock.send(data)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+async def test_what_arrives_during_a_busy_poll_is_read_without_blocking(nursery: trio.Nursery) -> None:
+    # A busy poll longer than the test: only a read ends it.
+    async with _watched_pair(nursery, busy_poll_s=30.0) as (poller, a, reader):
+        writer = _write_while_busy_polling(poller, a, b"caught")
+        with trio.fail_after(5):
+            while not reader.got:
+                await trio.sleep(0)  # (runnable: the poller only looks while this task runs)
+                await trio.to_thread.run_sync(writer.join, 0.01)  # trio waits: the poller is alone
+        writer.join()
+        assert reader.got == [b"caught"]
+        assert poller.busy_caught >= 1 and poller.busy_seconds > 0
+
+
+async def test_a_busy_poll_ends_at_trios_next_deadline(nursery: trio.Nursery) -> None:
+    """A busy poll longer than the time to trio's next deadline stops there: the sleeper wakes
+    on time and the poll counts as one that found nothing."""
+    async with _watched_pair(nursery, busy_poll_s=30.0) as (poller, _a, _reader):
+        with trio.fail_after(5):
+            for _ in range(3):
+                start = trio.current_time()
+                await trio.sleep(0.05)
+                assert trio.current_time() - start < 5  # not the busy poll's 30 s
+        assert poller.busy_missed >= 1 and poller.busy_caught == 0
