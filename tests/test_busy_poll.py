@@ -14,6 +14,7 @@ from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
+from router.cli.busypoll import advice, cpu_quota
 from router.config.models import RouterSection
 
 from .support.interop import run_container
@@ -28,6 +29,30 @@ def test_busy_poll_us_is_off_by_default_and_bounded() -> None:
         RouterSection(id="r", busy_poll_us=-1)
     with pytest.raises(ValueError, match="busy_poll_us"):
         RouterSection(id="r", busy_poll_us=10_001)
+
+
+def test_a_cpu_quota_is_read_from_cgroup_v2_or_v1(tmp_path: Path) -> None:
+    assert cpu_quota(tmp_path) is None  # neither: no quota known
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cpu_quota(tmp_path) is None
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")
+    assert cpu_quota(tmp_path) == 1.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")  # v2 decides when it is there
+    assert cpu_quota(tmp_path) is None
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert cpu_quota(tmp_path) == 0.5
+
+
+def test_busy_polling_under_a_quota_or_on_one_cpu_is_advised_against() -> None:
+    assert advice(0, 0.5, 1) == []  # off: nothing to say
+    assert advice(50, None, 2) == []
+    (quota,) = advice(50, 0.5, 4)
+    assert "CPU quota (0.5 CPUs)" in quota and "busy_poll_us to 0" in quota
+    (one_cpu,) = advice(50, None, 1)
+    assert "one CPU" in one_cpu
+    assert len(advice(50, 2.0, 1)) == 2
 
 
 @pytest.fixture
@@ -89,3 +114,4 @@ def test_a_busy_polling_router_serves_proton_request_reply_and_counts_its_polls(
     polls = after["busyPollCaught"] + after["busyPollMissed"] - before["busyPollCaught"] - before["busyPollMissed"]
     assert polls >= 40  # at least one busy poll before each message's wake-up
     assert after["busyPollMicroseconds"] > before["busyPollMicroseconds"]
+    assert "busy polling: 200 us" in busy_router.process.output  # said at start
