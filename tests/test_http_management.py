@@ -21,7 +21,7 @@ from router.amqp.messaging import ACCEPTED
 from router.management.http import ManagementApp
 from router.net.client import Client, connect
 
-from .support.management import MEDIA_TYPE, managed_router
+from .support.management import MEDIA_TYPE, managed_router, management_config
 
 ADDRESS = "/management/address"
 
@@ -196,6 +196,25 @@ async def test_metrics_change_after_traffic() -> None:
         async with connect("127.0.0.1", router.amqp_port):
             now = _samples((await router.http("GET", "/metrics")).body.decode())
             assert now[("amqp_router_connections", ())] >= 1
+
+
+async def test_busy_polls_are_metered() -> None:
+    config = management_config()
+    config = config.model_copy(update={"router": config.router.model_copy(update={"busy_poll_us": 100})})
+    async with managed_router(config) as router:
+        first = _samples((await router.http("GET", "/metrics")).body.decode())
+        async with connect("127.0.0.1", router.amqp_port) as client:
+            await _traffic(client, "polled", 5)
+        after = _samples((await router.http("GET", "/metrics")).body.decode())
+        polls = ("amqp_router_busy_polls_caught_total", "amqp_router_busy_polls_missed_total")
+        assert sum(after[(name, ())] for name in polls) > sum(first[(name, ())] for name in polls)
+        assert after[("amqp_router_busy_poll_seconds_total", ())] > first[("amqp_router_busy_poll_seconds_total", ())]
+    # Off (the default): the counters are there and stay 0.
+    async with managed_router() as router:
+        async with connect("127.0.0.1", router.amqp_port) as client:
+            await _traffic(client, "unpolled", 5)
+        off = _samples((await router.http("GET", "/metrics")).body.decode())
+        assert off[("amqp_router_busy_polls_caught_total", ())] == off[("amqp_router_busy_poll_seconds_total", ())] == 0
 
 
 def first_version(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> str:

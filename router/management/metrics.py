@@ -96,6 +96,12 @@ COUNTERS = (
     ("http_reads_refused", "Management reads refused over HTTP (401 or 403).", "httpReadsRefused"),
     ("http_writes_refused", "Management writes refused over HTTP (401 or 403).", "httpWritesRefused"),
 )
+# (metric name, help, router entity attribute, factor to the metric's unit)
+SCALED_COUNTERS = (
+    ("busy_polls_caught", "Busy polls that found work (router.busy_poll_us).", "busyPollCaught", 1.0),
+    ("busy_polls_missed", "Busy polls that found none (the router slept after all).", "busyPollMissed", 1.0),
+    ("busy_poll_seconds", "Time spent busy polling.", "busyPollMicroseconds", 1e-6),
+)
 ADDRESS_COUNTERS = (
     ("address_deliveries_ingress", "Deliveries that arrived for the address.", "deliveriesIngress"),
     ("address_deliveries_egress", "Deliveries sent to the address's local consumers.", "deliveriesEgress"),
@@ -147,6 +153,10 @@ class RouterCollector(Collector):
             value = _number(router.get(attribute))
             if value is not None:
                 yield CounterMetricFamily(PREFIX + name, doc, value=value)
+        for name, doc, attribute, factor in SCALED_COUNTERS:
+            value = _number(router.get(attribute))
+            if value is not None:
+                yield CounterMetricFamily(PREFIX + name, doc, value=value * factor)
         yield from self._per_address()
         yield from self._per_listener()
         yield from self._per_vhost()
