@@ -14,7 +14,7 @@ from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from router.cli.busypoll import advice, cpu_quota
+from router.net.busypoll import advice, cpu_quota
 from router.config.models import RouterSection
 
 from .support.interop import run_container

@@ -110,6 +110,26 @@ async def test_reload_applies_listeners_addresses_and_users(nursery: trio.Nurser
     server.shutdown()
 
 
+async def test_busy_poll_us_is_applied_at_run_time(nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
+    server = RouterServer(config())
+    await nursery.start(server.run)
+    assert server.poller.busy_poll_s == 0 and server.busy_poll_counters()["configured_us"] == 0
+    polling = config(router=RouterSection(id=ROUTER.id, busy_poll_us=80))
+    assert plan_reload(config(), polling).needs_restart == []  # not "read only at start"
+    report = server.reload(polling)
+    assert report.applied == ["update router.busy_poll_us 0 -> 80"] and report.needs_restart == []
+    assert server.poller.busy_poll_s == 80e-6
+    assert "busy polling: 80 us" in caplog.text  # (and a warning where it cannot be afforded)
+    (entity,) = server.agent.entities("router")
+    assert entity["busyPollUs"] == 80  # what is in force, not the file the router started with
+    # The router serves on, polling; and the file unchanged is no change.
+    assert type(await roundtrip(server.listener_ports()["amqp"])).__name__ == "Accepted"
+    assert server.reload(polling).applied == []
+    server.reload(config())
+    assert server.poller.busy_poll_s == 0 and server.agent.entities("router")[0]["busyPollUs"] == 0
+    server.shutdown()
+
+
 async def test_writing_the_bound_port_into_the_file_keeps_the_listener(nursery: trio.Nursery) -> None:
     server = RouterServer(config())
     await nursery.start(server.run)

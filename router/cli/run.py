@@ -31,7 +31,6 @@ import typer
 
 from ..config.loader import ConfigError, load_config
 from ..config.models import RouterConfig
-from .busypoll import log_busy_poll
 from .common import LOG_LEVELS, leaves, setup_logging, stderr
 
 if TYPE_CHECKING:
@@ -112,7 +111,6 @@ async def serve(
 
     raise_fd_limit()
     log_build()
-    log_busy_poll(config.router.busy_poll_us)
     server = RouterServer(config, drain_s=max(0.1, grace_period_s - GRACE_MARGIN_S))
     reloader = Reloader(server, config_file)
     if config.log_levels and server.agent is not None:

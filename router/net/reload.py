@@ -17,6 +17,7 @@ Rules (docs/management.md, "Configuration changes without restarts"):
   either is refused whole, and the running configuration stays in force.
 - Sections read only at start (http, limits, failed_logins, flow, the router's hello and dead
   intervals) are not applied: each change is logged as needing a restart; the rest is applied.
+  The router's busy_poll_us is the server's own (RouterServer.reload sets it).
 - A change that management refuses (a port in use, certificate files that do not load) is
   logged with its reason and skipped; the other changes are still applied.
 Must not touch: sockets (the agent's ConfigControl, RouterServer, does that), the core.
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 # (the RouterConfig section, the management entity type) for entities keyed by name.
 NAMED = (("ssl_profiles", "sslProfile"), ("listeners", "listener"), ("connectors", "connector"))
 IDENTITY_FIELDS = ("id", "mode")  # of the `router` section
+APPLIED_BY_SERVER = ("busy_poll_us",)  # of the `router` section: the server applies it itself
 RESTART_ONLY = ("http", "limits", "failed_logins", "flow")  # sections read once, at start
 AUTO_LINK_TYPE = "router.config.autoLink"  # identity: the auto-link's key
 
@@ -109,7 +111,9 @@ def plan_reload(old: RouterConfig, new: RouterConfig, bound_ports: Mapping[str, 
         if getattr(old, name) != getattr(new, name):
             plan.needs_restart.append(name)
     for name in type(old.router).model_fields:
-        if name not in IDENTITY_FIELDS and getattr(old.router, name) != getattr(new.router, name):
+        if name in IDENTITY_FIELDS or name in APPLIED_BY_SERVER:
+            continue
+        if getattr(old.router, name) != getattr(new.router, name):
             plan.needs_restart.append(f"router.{name}")
     creates: list[Change] = []
     updates: list[Change] = []

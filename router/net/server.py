@@ -22,6 +22,7 @@ Must not touch: routing decisions (router.core), protocol rules (router.amqp).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,7 @@ from ..amqp.connection import Connection
 from ..config.models import Connector, Listener, RouterConfig, SslProfile
 from .connectors import Connectors, Dial
 from .control import NetControl
+from .busypoll import log_busy_poll
 from .corepump import Core, CorePump
 from .driver import ConnectionDriver
 from .flowtask import FlowTask
@@ -41,6 +43,8 @@ from .poller import Poller
 from .reload import ReloadReport
 from .serverlife import SHUTDOWN_FLUSH_S, BoundAddress, ServerLifecycle
 from .tls import TlsProfiles
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BoundAddress", "Core", "RouterServer"]
 
@@ -83,7 +87,9 @@ class RouterServer(ServerLifecycle):
             self._installs_agent = agent is None
         self.core: Core = core
         self.pump = CorePump(core, clock)
-        self.poller = Poller(busy_poll_s=config.router.busy_poll_us / 1e6)
+        self.poller = Poller()
+        self.busy_poll_us = 0
+        self.set_busy_poll(config.router.busy_poll_us)
         self.guard = ConnectionGuard(self.pump, self.poller)
         # TlsError (naming the profile and the file) if a profile's files do not load.
         self.tls = TlsProfiles(config.ssl_profiles)
@@ -141,7 +147,13 @@ class RouterServer(ServerLifecycle):
     # --- run-time configuration (the management agent's ConfigControl): control.py's ----------
 
     def reload(self, new: RouterConfig) -> ReloadReport:
-        return self.control.reload(new)
+        report = self.control.reload(new)
+        busy_poll_us = new.router.busy_poll_us
+        if busy_poll_us != self.busy_poll_us:
+            log.info("configuration reload: update router.busy_poll_us %d -> %d", self.busy_poll_us, busy_poll_us)
+            report.applied.append(f"update router.busy_poll_us {self.busy_poll_us} -> {busy_poll_us}")
+            self.set_busy_poll(busy_poll_us)
+        return report
 
     def create_listener(self, listener: Listener) -> int:
         return self.control.create_listener(listener)
@@ -155,10 +167,18 @@ class RouterServer(ServerLifecycle):
     def listener_counters(self, name: str) -> dict[str, int]:
         return self.control.listener_counters(name)
 
+    def set_busy_poll(self, busy_poll_us: int) -> None:
+        """How long the poller looks for work before it sleeps (router.busy_poll_us), from now on."""
+        self.busy_poll_us = busy_poll_us
+        self.poller.busy_poll_s = busy_poll_us / 1e6
+        log_busy_poll(busy_poll_us)
+
     def busy_poll_counters(self) -> dict[str, int]:
-        """The poller's busy polls (router.busy_poll_us): found work, found none, microseconds spent."""
+        """The busy polls (router.busy_poll_us): the setting in force, polls that found work, that
+        found none, microseconds spent."""
         poller = self.poller
-        return {"caught": poller.busy_caught, "missed": poller.busy_missed, "us": int(poller.busy_seconds * 1e6)}
+        return {"configured_us": self.busy_poll_us, "caught": poller.busy_caught, "missed": poller.busy_missed,
+                "us": int(poller.busy_seconds * 1e6)}  # fmt: skip
 
     def update_ssl_profile(self, profile: SslProfile) -> None:
         self.control.update_ssl_profile(profile)

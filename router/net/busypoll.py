@@ -1,5 +1,6 @@
-"""What `router run` says at start about busy polling (router.busy_poll_us): that it is on, and
-a warning when the process cannot afford it (a CPU quota, or a single CPU to run on).
+"""What the router logs about busy polling (router.busy_poll_us) when it is set, at start or by a
+reload: that it is on, and a warning when the process cannot afford it (a CPU quota, or a single
+CPU to run on).
 
 Owns: reading the process's CPU quota (cgroup v2 `cpu.max`, else v1 `cpu.cfs_quota_us` /
 `cpu.cfs_period_us`) and the advice. Must not touch: the poller (router.net.poller polls).
@@ -11,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-log = logging.getLogger("router.run")
+log = logging.getLogger("router.net.server")
 
 CGROUP = Path("/sys/fs/cgroup")
 
