@@ -111,6 +111,7 @@ async def test_reload_applies_listeners_addresses_and_users(nursery: trio.Nurser
 
 
 async def test_busy_poll_us_is_applied_at_run_time(nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="router.net.server")
     server = RouterServer(config())
     await nursery.start(server.run)
     assert server.poller.busy_poll_s == 0 and server.busy_poll_counters()["configured_us"] == 0
