@@ -4,6 +4,7 @@ change, with an invalid file refused while the running configuration stays in fo
 
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
 from typing import Any
