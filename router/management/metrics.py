@@ -95,13 +95,11 @@ COUNTERS = (
     ("management_writes_refused", "Management writes refused over AMQP (403).", "managementWritesRefused"),
     ("http_reads_refused", "Management reads refused over HTTP (401 or 403).", "httpReadsRefused"),
     ("http_writes_refused", "Management writes refused over HTTP (401 or 403).", "httpWritesRefused"),
+    ("busy_polls_caught", "Busy polls that found work (router.busy_poll_us).", "busyPollCaught"),
+    ("busy_polls_missed", "Busy polls that found none (the router slept after all).", "busyPollMissed"),
 )
-# (metric name, help, router entity attribute, factor to the metric's unit)
-SCALED_COUNTERS = (
-    ("busy_polls_caught", "Busy polls that found work (router.busy_poll_us).", "busyPollCaught", 1.0),
-    ("busy_polls_missed", "Busy polls that found none (the router slept after all).", "busyPollMissed", 1.0),
-    ("busy_poll_seconds", "Time spent busy polling.", "busyPollMicroseconds", 1e-6),
-)
+# (metric name, help, router entity attribute, factor from the attribute's unit to the metric's)
+SCALED_COUNTERS = (("busy_poll_seconds", "Time spent busy polling.", "busyPollMicroseconds", 1e-6),)
 ADDRESS_COUNTERS = (
     ("address_deliveries_ingress", "Deliveries that arrived for the address.", "deliveriesIngress"),
     ("address_deliveries_egress", "Deliveries sent to the address's local consumers.", "deliveriesEgress"),

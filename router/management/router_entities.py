@@ -80,7 +80,8 @@ class RouterType(EntityType):
         "failedLoginsDelayed: Failed logins whose outcome was held back (repeated failures from one host)",
         "failedLoginHosts: Hosts remembered now for their failed logins (bounded)",
     ) + (
-        Attribute("busyPollUs", "ulong", "Microseconds the router looks for work before it sleeps (router.busy_poll_us; 0: off)"),
+        Attribute("busyPollUs", "ulong",
+                  "Microseconds the router looks for work before it sleeps (router.busy_poll_us; 0: off)"),
     ) + counters(
         "busyPollCaught: Busy polls that found work (a wake-up saved)",
         "busyPollMissed: Busy polls that found none (the router slept after all)",
@@ -120,8 +121,8 @@ class RouterType(EntityType):
             managementReadsRefused=agent.authz.refusals["amqp-read"],
             managementWritesRefused=agent.authz.refusals["amqp-write"],
             httpReadsRefused=agent.authz.refusals["http-read"], httpWritesRefused=agent.authz.refusals["http-write"],
-            busyPollUs=polls.get("configured_us", router.busy_poll_us), busyPollCaught=polls.get("caught"), busyPollMissed=polls.get("missed"),
-            busyPollMicroseconds=polls.get("us"),
+            busyPollUs=polls.get("configured_us", router.busy_poll_us), busyPollCaught=polls.get("caught"),
+            busyPollMissed=polls.get("missed"), busyPollMicroseconds=polls.get("us"),
         )  # fmt: skip
 
 

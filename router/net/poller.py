@@ -34,7 +34,8 @@ where a direct one pays two (bench/README.md, "Busy polling"). The price is CPU:
 processes takes from them. Off by default.
 
 Owns: the two epoll descriptors, which driver each descriptor belongs to, when to block and when
-to yield, busy polling and its counters. Must not touch: what a read does (the driver's `readable`), closing descriptors.
+to yield, busy polling and its counters. Must not touch: what a read does (the driver's
+`readable`), closing descriptors.
 """
 
 from __future__ import annotations
@@ -193,7 +194,6 @@ class Poller:
                         driver.readable(now)
             if scheduled.count != mark or runner is None or runq:
                 alone = False  # the reads woke tasks (writers, the core's timer): they run next
-
 
     def _busy_poll(self, own: select.epoll, limit_s: float) -> list[tuple[int, int]]:
         """Look at `own` without waiting, again and again, for at most `limit_s`: what is ready

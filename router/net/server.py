@@ -29,9 +29,9 @@ from typing import Any
 
 from ..amqp.connection import Connection
 from ..config.models import Connector, Listener, RouterConfig, SslProfile
+from .busypoll import log_busy_poll
 from .connectors import Connectors, Dial
 from .control import NetControl
-from .busypoll import log_busy_poll
 from .corepump import Core, CorePump
 from .driver import ConnectionDriver
 from .flowtask import FlowTask
