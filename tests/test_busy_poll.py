@@ -14,8 +14,8 @@ from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from router.net.busypoll import advice, cpu_quota
 from router.config.models import RouterSection
+from router.net.busypoll import advice, cpu_quota
 
 from .support.interop import run_container
 from .support.management import ProcessRouter, cli_json, router_with_http
