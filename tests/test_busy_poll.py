@@ -45,14 +45,15 @@ def test_a_cpu_quota_is_read_from_cgroup_v2_or_v1(tmp_path: Path) -> None:
     assert cpu_quota(tmp_path) == 0.5
 
 
-def test_busy_polling_under_a_quota_or_on_one_cpu_is_advised_against() -> None:
+def test_busy_polling_under_a_quota_below_a_cpu_or_on_a_one_cpu_host_is_advised_against() -> None:
     assert advice(0, 0.5, 1) == []  # off: nothing to say
     assert advice(50, None, 2) == []
+    assert advice(50, 1.0, 8) == []  # a whole CPU: one polling thread is never throttled
     (quota,) = advice(50, 0.5, 4)
-    assert "CPU quota (0.5 CPUs)" in quota and "busy_poll_us to 0" in quota
+    assert "CPU quota of 0.5 CPUs" in quota and "busy_poll_us to 0" in quota
     (one_cpu,) = advice(50, None, 1)
     assert "one CPU" in one_cpu
-    assert len(advice(50, 2.0, 1)) == 2
+    assert len(advice(50, 0.25, 1)) == 2
 
 
 @pytest.fixture

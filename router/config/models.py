@@ -67,7 +67,7 @@ class RouterSection(Model):
         description="after its last event the router keeps looking for the next one this many microseconds "
         "before it sleeps: a request/response round trip through the router saves two wake-ups, for up to that "
         "much CPU after every burst of work; for a router with a core of its own (50-100), not one that shares it "
-        "or runs under a CPU quota (docs/architecture.md 'Busy polling'); 0: off",
+        "or runs under a CPU quota below one CPU (docs/architecture.md 'Busy polling'); 0: off",
     )  # fmt: skip
 
     @model_validator(mode="after")

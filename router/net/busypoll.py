@@ -1,6 +1,6 @@
 """What the router logs about busy polling (router.busy_poll_us) when it is set, at start or by a
-reload: that it is on, and a warning when the process cannot afford it (a CPU quota, or a single
-CPU to run on).
+reload: that it is on, and a warning when the process cannot afford it (a CPU quota below one
+CPU, or a host with one CPU).
 
 Owns: reading the process's CPU quota (cgroup v2 `cpu.max`, else v1 `cpu.cfs_quota_us` /
 `cpu.cfs_period_us`) and the advice. Must not touch: the poller (router.net.poller polls).
@@ -32,20 +32,24 @@ def cpu_quota(root: Path = CGROUP) -> float | None:
         return None
 
 
-def advice(busy_poll_us: int, quota: float | None, cpus: int) -> list[str]:
-    """Why busy polling would cost more than it saves here (empty: nothing against it)."""
+def advice(busy_poll_us: int, quota: float | None, host_cpus: int) -> list[str]:
+    """Why busy polling would cost more than it saves here (empty: nothing against it). A router
+    pinned to one CPU of its own (taskset, or a Kubernetes Guaranteed pod under the static CPU
+    manager) is the case polling is for; a quota of a whole CPU or more never throttles a router
+    that polls on one thread. What hurts: a quota below one CPU, and a host with one CPU, where
+    nothing else runs while the router polls."""
     if busy_poll_us == 0:
         return []
     found = []
-    if quota is not None:
+    if quota is not None and quota < 1.0:
         found.append(
-            f"the router runs under a CPU quota ({quota:g} CPUs): busy polling spends it, and a throttled router "
-            "waits for the next quota period; set router.busy_poll_us to 0 or remove the CPU limit"
+            f"the router runs under a CPU quota of {quota:g} CPUs: busy polling spends it, and a throttled router "
+            "waits for the next quota period; set router.busy_poll_us to 0 or give the router a whole CPU"
         )
-    if cpus < 2:
+    if host_cpus < 2:
         found.append(
-            "the router may run on one CPU only: while it polls, the peer that would answer cannot run; "
-            "set router.busy_poll_us to 0 or give the process more CPUs"
+            "this host has one CPU: while the router polls nothing else runs on it (a client here cannot "
+            "answer); set router.busy_poll_us to 0"
         )
     return found
 
@@ -55,5 +59,5 @@ def log_busy_poll(busy_poll_us: int) -> None:
     if busy_poll_us == 0:
         return
     log.info("busy polling: %d us of looking for work before each sleep (router.busy_poll_us)", busy_poll_us)
-    for warning in advice(busy_poll_us, cpu_quota(), len(os.sched_getaffinity(0))):
+    for warning in advice(busy_poll_us, cpu_quota(), os.cpu_count() or 1):
         log.warning("busy polling: %s", warning)
