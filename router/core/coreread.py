@@ -4,6 +4,11 @@
     read.totals(now)                      # RouterTotals: router-wide counters
     read.connections(now)                 # [ConnectionSnapshot], by connection id
     read.links(now)                       # [LinkSnapshot], by link id
+    read.link_credits()                   # [(link id, credit)] of the links up, by link id (cheap)
+    read.links_of(ids, now)               # [LinkSnapshot] of those links only
+    read.link_activity()                  # {link id: LinkSnapshot.activity}, without snapshots
+    read.address_activity()               # {table key: AddressSnapshot.activity}
+    read.addresses_of(keys, now)          # [AddressSnapshot] of those addresses only
     read.gone_links(now)                  # [(LinkSnapshot, ConnectionSnapshot)] gone since the last call
     read.addresses(now)                   # [AddressSnapshot], by table key
     read.address(key, now, by)            # one AddressSnapshot (a table key or, unless by identity, an address)
@@ -27,7 +32,7 @@ from .links import InLink, OutLink
 from .snapshots import AddressSnapshot, ConnectionSnapshot, LinkSnapshot, RouterTotals
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Container, Iterable
 
     from ..amqp.connection import Connection
     from ..amqp.login_throttle import LoginThrottle
@@ -56,6 +61,17 @@ def _address_zero_credit(e: AddressEntry, now: float) -> int | None:
         return 0
     known = [s for s in seconds if s is not None]
     return min(known) if len(known) == len(seconds) else None
+
+
+def _link_activity(link: InLink | OutLink) -> int:
+    """A sum of the link's counters of deliveries and outcomes (each only grows)."""
+    dropped = link.dropped if isinstance(link, InLink) else 0
+    return link.delivered + link.accepted + link.rejected + link.released + link.modified + dropped
+
+
+def _address_activity(e: AddressEntry) -> int:
+    """A sum of the address's counters of deliveries and outcomes (each only grows)."""
+    return e.deliveries_ingress + e.dropped + e.accepted + e.rejected + e.released_told + e.modified + e.released
 
 
 class CoreReadApi:
@@ -142,6 +158,29 @@ class CoreReadApi:
     def links(self, now: float) -> list[LinkSnapshot]:
         return [self._link(link, now) for link in self._live_links()]
 
+    def link_credits(self) -> list[tuple[int, int]]:
+        """(id, credit) of every link up, by id: what a reader polling often needs (the flow
+        recorder, every second), without a snapshot of every link."""
+        return [(link.id, link.link.credit) for link in self._live_links() if not link.gone]
+
+    def link_activity(self) -> dict[int, int]:
+        """Every live link's `LinkSnapshot.activity` by id, without the snapshots: a reader
+        takes snapshots only of the links whose activity moved."""
+        return {link.id: _link_activity(link) for link in self._live_links()}
+
+    def address_activity(self) -> dict[str, int]:
+        """Every address's `AddressSnapshot.activity` by table key, without the snapshots."""
+        return {key: _address_activity(e) for key, e in self._table.entries.items()}
+
+    def addresses_of(self, keys: Iterable[str], now: float) -> list[AddressSnapshot]:
+        """Snapshots of the addresses with these table keys (those still in the table), by key."""
+        entries = self._table.entries
+        return [self._address(entries[key], now) for key in sorted(keys) if key in entries]
+
+    def links_of(self, ids: Container[int], now: float) -> list[LinkSnapshot]:
+        """Snapshots of the links with these ids (those still live), by id, in one pass."""
+        return [self._link(link, now) for link in self._live_links() if link.id in ids]
+
     @staticmethod
     def _link(link: InLink | OutLink, now: float) -> LinkSnapshot:
         entry = link.entry
@@ -171,7 +210,7 @@ class CoreReadApi:
             stuck_count=stuck_count, size_hint=size_hint, max_message_size=max_message_size,
             peer_router=peer_router, bytes=link.bytes,
             records=link.records, records_bytes=link.records_bytes,
-            residence_hist=tuple(link.residence), settle_hist=tuple(link.settle),
+            residence_hist=tuple(link.residence), settle_hist=tuple(link.settle), activity=_link_activity(link),
         )  # fmt: skip
 
     def gone_links(self, now: float) -> list[tuple[LinkSnapshot, ConnectionSnapshot]]:
@@ -215,5 +254,5 @@ class CoreReadApi:
             released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected, accepted=e.accepted,
             modified=e.modified, presettled=e.presettled, bytes=e.bytes,
             residence_hist=tuple(e.residence), settle_hist=tuple(e.settle), released_told=e.released_told,
-            redirected_to_fallback=e.redirected,
+            redirected_to_fallback=e.redirected, activity=_address_activity(e),
         )  # fmt: skip

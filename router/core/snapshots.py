@@ -117,6 +117,9 @@ class LinkSnapshot:
     # Of `delivered` and `bytes`: the flow records' own messages (counted while records are on).
     records: int = 0
     records_bytes: int = 0
+    # Grows with every delivery and outcome counted here: unchanged, nothing above moved (a
+    # reader looking for change compares it: coreread's link_activity).
+    activity: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +151,4 @@ class AddressSnapshot:
     settle_hist: tuple[int, ...] = ()
     released_told: int = 0  # producers told released, by the router or a consumer
     redirected_to_fallback: int = 0  # deliveries to it sent to its fallback destinations instead
+    activity: int = 0  # grows with every delivery and outcome counted here (coreread's address_activity)

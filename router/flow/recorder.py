@@ -12,6 +12,10 @@ it went (the core keeps gone links for it: Links.keep_gone), and one opened and 
 two polls gets its snapshots and interval record then, when it carried deliveries. Credit
 starvation is sampled at each poll: a link with no credit at a poll counts the time since the
 previous poll as starved.
+What it reads costs the router's loop, so it reads little: a poll reads every link's credit and
+only new links whole; an interval reads whole only the links and addresses whose activity (a
+sum of their counters, coreread) moved, or that were starved. At 10,000 links and addresses a
+poll takes ~5 ms and a quiet interval ~9 ms, where snapshots of everything took 60 and 170 ms.
 Must not touch: the core's state (read only, besides turning its flow counting on), I/O.
 """
 
@@ -35,7 +39,8 @@ OUTCOMES = ("accepted", "rejected", "released", "modified")
 class _LinkSeen:
     record: dict[str, Any]  # the link snapshot's fields (state aside)
     at_interval: LinkSnapshot | None  # its counters at the last interval (None: opened since)
-    last: LinkSnapshot  # as seen at the last poll
+    last: LinkSnapshot  # its latest snapshot (when first seen, then at each interval)
+    credit: int  # its credit at the last poll
     starved_s: float = 0.0
 
 
@@ -69,6 +74,7 @@ class FlowRecorder:
         core.links.keep_gone = []
         self._router_said: tuple[Any, ...] | None = None
         self._links: dict[int, _LinkSeen] = {}
+        self._flow_links: set[int] = set()  # the collectors' links (never reported)
         self._addresses: dict[str, AddressSnapshot] = {}
         self._interval_at: float | None = None
         self._polled_at: float | None = None
@@ -117,24 +123,38 @@ class FlowRecorder:
         elapsed = now - self._polled_at if self._polled_at is not None else 0.0
         self._polled_at = now
         read = self.core.read
-        connections = {c.id: c for c in read.connections(now)}
         # Links gone since the last poll, with their counters when they went: the deliveries of
         # their last moments (or of their whole life, opened and gone between two polls) are
         # counted in their last interval record, so that counting ingress links counts them all.
         gone = {snap.id: (snap, conn) for snap, conn in read.gone_links(now) if not self._is_flow_link(snap)}
+        # Every link's credit (cheap), a snapshot only of the links not seen before: at 10,000
+        # links a snapshot of each every second took ~60 ms of the router's loop.
         current: set[int] = set()
-        for snap in read.links(now):
-            if not snap.up or self._is_flow_link(snap):
+        new: set[int] = set()
+        flow_links: set[int] = set()  # the collectors' links up now
+        for link_id, credit in read.link_credits():
+            if link_id in self._flow_links:
+                flow_links.add(link_id)
+                continue
+            seen = self._links.get(link_id)
+            if seen is None:
+                new.add(link_id)
+                continue
+            current.add(link_id)
+            if seen.credit <= 0 and credit <= 0:
+                seen.starved_s += elapsed
+            seen.credit = credit
+        connections = {c.id: c for c in read.connections(now)} if new else {}
+        for snap in read.links_of(new, now) if new else ():
+            if self._is_flow_link(snap):
+                flow_links.add(snap.id)
                 continue
             current.add(snap.id)
-            seen = self._links.get(snap.id)
-            if seen is None:
-                seen = self._links[snap.id] = _LinkSeen(_link_fields(snap, connections.get(snap.connection_id)), None, snap)
-                self._emit("link", now, {**seen.record, "state": "open"})
-            else:
-                if seen.last.credit <= 0 and snap.credit <= 0:
-                    seen.starved_s += elapsed
-                seen.last = snap
+            seen = self._links[snap.id] = _LinkSeen(
+                _link_fields(snap, connections.get(snap.connection_id)), None, snap, snap.credit
+            )
+            self._emit("link", now, {**seen.record, "state": "open"})
+        self._flow_links = flow_links
         for link_id in [i for i in self._links if i not in current]:
             seen = self._links.pop(link_id)
             last = gone.pop(link_id, None)
@@ -142,7 +162,7 @@ class FlowRecorder:
             self._emit("link", now, {**seen.record, "state": "closed"})
         for snap, conn in gone.values():  # opened and gone between two polls: reported when it carried something
             if snap.delivered > 0:
-                seen = _LinkSeen(_link_fields(snap, conn), None, snap)
+                seen = _LinkSeen(_link_fields(snap, conn), None, snap, snap.credit)
                 self._emit("link", now, {**seen.record, "state": "open"})
                 self._link_interval(seen, snap, now)
                 self._emit("link", now, {**seen.record, "state": "closed"})
@@ -154,9 +174,20 @@ class FlowRecorder:
     # --- every interval_s ------------------------------------------------------------------------
 
     def interval(self, now: float) -> None:
-        for seen in self._links.values():
-            self._link_interval(seen, seen.last, now)
-        for snap in self.core.read.addresses(now):
+        """An interval record for each link and address with activity since the last one. Only
+        those are read whole: a snapshot of each of 10,000 links and addresses took ~150 ms."""
+        read, links, addresses = self.core.read, self._links, self._addresses
+        # (a link with no interval yet is counted from 0, as _link_interval does)
+        moved = {link_id for link_id, activity in read.link_activity().items()
+                 if (seen := links.get(link_id)) is not None
+                 and (activity != (seen.at_interval.activity if seen.at_interval else 0) or seen.starved_s)}  # fmt: skip
+        for link in read.links_of(moved, now) if moved else ():
+            seen = links[link.id]
+            seen.last = link
+            self._link_interval(seen, link, now)
+        baseline = {key: snap.activity for key, snap in addresses.items()}  # (none yet: counted from 0)
+        changed = [key for key, activity in read.address_activity().items() if activity != baseline.get(key, 0)]
+        for snap in read.addresses_of(changed, now):
             self._address_interval(snap, now)
         self._interval_at = now
 
