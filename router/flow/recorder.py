@@ -39,7 +39,6 @@ OUTCOMES = ("accepted", "rejected", "released", "modified")
 class _LinkSeen:
     record: dict[str, Any]  # the link snapshot's fields (state aside)
     at_interval: LinkSnapshot | None  # its counters at the last interval (None: opened since)
-    last: LinkSnapshot  # its latest snapshot (when first seen, then at each interval)
     credit: int  # its credit at the last poll
     starved_s: float = 0.0
 
@@ -150,19 +149,20 @@ class FlowRecorder:
                 flow_links.add(snap.id)
                 continue
             current.add(snap.id)
-            seen = self._links[snap.id] = _LinkSeen(
-                _link_fields(snap, connections.get(snap.connection_id)), None, snap, snap.credit
-            )
+            record = _link_fields(snap, connections.get(snap.connection_id))
+            seen = self._links[snap.id] = _LinkSeen(record, None, snap.credit)
             self._emit("link", now, {**seen.record, "state": "open"})
         self._flow_links = flow_links
         for link_id in [i for i in self._links if i not in current]:
             seen = self._links.pop(link_id)
             last = gone.pop(link_id, None)
-            self._link_interval(seen, last[0] if last is not None else seen.last, now)
+            if last is not None:  # (not kept past KEEP_GONE_MAX links gone between two polls:
+                # its last counts are then on its address's record only)
+                self._link_interval(seen, last[0], now)
             self._emit("link", now, {**seen.record, "state": "closed"})
         for snap, conn in gone.values():  # opened and gone between two polls: reported when it carried something
             if snap.delivered > 0:
-                seen = _LinkSeen(_link_fields(snap, conn), None, snap, snap.credit)
+                seen = _LinkSeen(_link_fields(snap, conn), None, snap.credit)
                 self._emit("link", now, {**seen.record, "state": "open"})
                 self._link_interval(seen, snap, now)
                 self._emit("link", now, {**seen.record, "state": "closed"})
@@ -180,11 +180,10 @@ class FlowRecorder:
         # (a link with no interval yet is counted from 0, as _link_interval does)
         moved = {link_id for link_id, activity in read.link_activity().items()
                  if (seen := links.get(link_id)) is not None
-                 and (activity != (seen.at_interval.activity if seen.at_interval else 0) or seen.starved_s)}  # fmt: skip
+                 and (activity != (seen.at_interval.activity if seen.at_interval else 0)
+                      or seen.starved_s)}  # fmt: skip
         for link in read.links_of(moved, now) if moved else ():
-            seen = links[link.id]
-            seen.last = link
-            self._link_interval(seen, link, now)
+            self._link_interval(links[link.id], link, now)
         baseline = {key: snap.activity for key, snap in addresses.items()}  # (none yet: counted from 0)
         changed = [key for key, activity in read.address_activity().items() if activity != baseline.get(key, 0)]
         for snap in read.addresses_of(changed, now):

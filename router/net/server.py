@@ -88,7 +88,6 @@ class RouterServer(ServerLifecycle):
         self.core: Core = core
         self.pump = CorePump(core, clock)
         self.poller = Poller()
-        self.busy_poll_us = 0
         self.set_busy_poll(config.router.busy_poll_us)
         self.guard = ConnectionGuard(self.pump, self.poller)
         # TlsError (naming the profile and the file) if a profile's files do not load.
@@ -167,9 +166,13 @@ class RouterServer(ServerLifecycle):
     def listener_counters(self, name: str) -> dict[str, int]:
         return self.control.listener_counters(name)
 
+    @property
+    def busy_poll_us(self) -> int:
+        """How long the poller looks for work before it sleeps, in force now (router.busy_poll_us)."""
+        return round(self.poller.busy_poll_s * 1e6)
+
     def set_busy_poll(self, busy_poll_us: int) -> None:
-        """How long the poller looks for work before it sleeps (router.busy_poll_us), from now on."""
-        self.busy_poll_us = busy_poll_us
+        """Set busy_poll_us from now on."""
         self.poller.busy_poll_s = busy_poll_us / 1e6
         log_busy_poll(busy_poll_us)
 
