@@ -7,11 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from proton import Message
-from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from router.config.models import RouterSection
@@ -19,6 +16,7 @@ from router.net.busypoll import advice, cpu_quota
 
 from .support.interop import run_container
 from .support.management import ProcessRouter, cli_json, router_with_http
+from .support.router_proton import RequestResponse
 
 TIMEOUT_S = 10.0
 
@@ -62,55 +60,17 @@ def busy_router(tmp_path: Path) -> Iterator[ProcessRouter]:
         yield router
 
 
-class RequestReply(MessagingHandler):  # type: ignore[misc]
-    """One Proton connection that serves requests on `busy-requests` (replying to their
-    reply-to) and sends them one at a time, each after the previous reply: a lone message each."""
-
-    def __init__(self, url: str, rounds: int) -> None:
-        super().__init__()
-        self.url, self.rounds = url, rounds
-        self.replies: list[str] = []
-        self.accepted = 0
-        self.opened = 0
-
-    def on_start(self, event: Any) -> None:
-        conn = event.container.connect(self.url)
-        self.requests = event.container.create_receiver(conn, "busy-requests")
-        self.reply_link = event.container.create_receiver(conn, "busy-replies")
-        self.sender = event.container.create_sender(conn, None)
-
-    def on_link_opened(self, event: Any) -> None:
-        self.opened += 1
-        if self.opened == 3:
-            self._request()
-
-    def _request(self) -> None:
-        body = f"request {len(self.replies)}"
-        self.sender.send(Message(address="busy-requests", reply_to="busy-replies", body=body))
-
-    def on_message(self, event: Any) -> None:
-        if event.receiver == self.requests:
-            self.sender.send(Message(address=event.message.reply_to, body=f"reply to {event.message.body}"))
-            return
-        self.replies.append(event.message.body)
-        if len(self.replies) < self.rounds:
-            self._request()
-
-    def on_accepted(self, event: Any) -> None:
-        self.accepted += 1
-        if self.accepted == 2 * self.rounds:
-            event.connection.close()
-
-
 @pytest.mark.interop
 @pytest.mark.process
 def test_a_busy_polling_router_serves_proton_request_reply_and_counts_its_polls(busy_router: ProcessRouter) -> None:
     before = cli_json("stat", "general", "--json", "-b", busy_router.bus)
     assert before["busyPollUs"] == 200
-    client = RequestReply(f"127.0.0.1:{busy_router.amqp_port}", rounds=20)
-    run_container(Container(client), timeout_s=TIMEOUT_S)
-    assert client.replies == [f"reply to request {i}" for i in range(20)]
-    assert client.accepted == 40  # every request and reply was told accepted
+    # Each request after the previous reply (a lone message each), replies to a dynamic address.
+    clients = RequestResponse(busy_router.process, "busy-requests", 20, one_at_a_time=True)
+    run_container(Container(clients), timeout_s=TIMEOUT_S)
+    clients.check()
+    assert clients.responses == [(i, f"REQUEST {i}") for i in range(20)]
+    assert clients.accepted == 40  # every request and reply was told accepted
     after = cli_json("stat", "general", "--json", "-b", busy_router.bus)
     polls = after["busyPollCaught"] + after["busyPollMissed"] - before["busyPollCaught"] - before["busyPollMissed"]
     assert polls >= 40  # at least one busy poll before each message's wake-up

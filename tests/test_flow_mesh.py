@@ -48,6 +48,19 @@ def _records(h: MeshHarness, recorders: dict[str, FlowRecorder], interval: bool 
     return out
 
 
+def _orders_on_a(h: MeshHarness, *, auto_accept: bool = True) -> tuple[Any, Any, Any, Any]:
+    """A producer and a consumer (credit 10) of `orders` on router A: (producer, consumer, its
+    sender, its receiver)."""
+    producer, consumer = h.client("A", "p"), h.client("A", "c")
+    consumer.auto_accept = auto_accept
+    rx = consumer.receiver("orders")
+    h.pump()
+    rx.flow(10)
+    tx = producer.sender("orders")
+    h.pump()
+    return producer, consumer, tx, rx
+
+
 # Per harness (weakly: the id of a harness gone may be reused by the next one's)
 _PAIRS: weakref.WeakKeyDictionary[MeshHarness, Any] = weakref.WeakKeyDictionary()
 
@@ -114,13 +127,7 @@ def test_an_outcome_in_the_interval_after_its_delivery_is_counted_in_the_address
     """Deliveries counted in one interval record, their outcomes in the next one (no delivery of
     its own): the address's totals still count every outcome once."""
     h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A")
-    producer, consumer = h.client("A", "p"), h.client("A", "c")
-    consumer.auto_accept = False
-    rx = consumer.receiver("orders")
-    h.pump()
-    rx.flow(10)
-    tx = producer.sender("orders")
-    h.pump()
+    producer, consumer, tx, rx = _orders_on_a(h, auto_accept=False)
     for i in range(4):
         producer.send(tx, Message.value(i))
     h.pump()
@@ -314,14 +321,11 @@ def test_the_recorder_reads_whole_only_the_links_and_addresses_that_moved(monkey
     a snapshot of each of 10,000 links every second, and of every link and address at each
     interval, stalled the router's loop for 60-170 ms. New links are still read whole once."""
     h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A")
-    producer, consumer = h.client("A", "p"), h.client("A", "c")
+    producer, consumer, tx, _rx = _orders_on_a(h)
     quiet = [consumer.receiver(f"quiet-{i}") for i in range(20)]  # links and addresses that stay idle
-    rx = consumer.receiver("orders")
     h.pump()
-    rx.flow(10)
     for link in quiet:
         link.flow(1)
-    tx = producer.sender("orders")
     h.pump()
     recorder = recorders["A"]
     opened = [r for r in _records(h, recorders) if r["type"] == "link" and r["state"] == "open"]

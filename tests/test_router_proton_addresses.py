@@ -16,6 +16,7 @@ from .support.router_process import RouterProcess
 from .support.router_proton import (
     Clients,
     ROUTER_ID,
+    RequestResponse,
     TIMEOUT_S,
     condition,
     router,
@@ -364,53 +365,6 @@ async def test_blocking_request_response_through_a_dynamic_reply_address(router:
     prefix = f"_topo/0/{ROUTER_ID}/temp."
     assert reply_to.startswith(prefix) and other.startswith(prefix)
     assert len(reply_to) > len(prefix) and other != reply_to  # unique per dynamic source
-
-
-class RequestResponse(Clients):
-    """Proton's request/response pattern on one Container: the client's dynamic receiver gets a
-    reply address; requests carry it as reply_to; the service answers through the anonymous
-    relay."""
-
-    def __init__(self, router: RouterProcess, service: str, n: int) -> None:
-        super().__init__(router)
-        self.service, self.n = service, n
-        self.reply_to: str | None = None
-        self.responses: list[tuple[Any, Any]] = []
-        self.sent = False
-
-    def on_start(self, event: Any) -> None:
-        container = event.container
-        server = self.connect(container)
-        self.requests = container.create_receiver(server, self.service)
-        self.answers = container.create_sender(server, None)
-        client = self.connect(container)
-        self.replies = container.create_receiver(client, None, dynamic=True)
-        self.asker = container.create_sender(client, self.service)
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.link == self.replies:
-            self.reply_to = self.replies.remote_source.address
-            self._ask()
-
-    def on_sendable(self, event: Any) -> None:
-        if event.sender == self.asker:
-            self._ask()
-
-    def _ask(self) -> None:
-        if self.sent or self.reply_to is None or self.asker.credit == 0:
-            return
-        self.sent = True
-        for i in range(self.n):
-            self.asker.send(Message(body=f"request {i}", reply_to=self.reply_to, correlation_id=i))
-
-    def on_message(self, event: Any) -> None:
-        msg = event.message
-        if event.receiver == self.requests:
-            self.answers.send(Message(address=msg.reply_to, correlation_id=msg.correlation_id, body=msg.body.upper()))
-        else:
-            self.responses.append((msg.correlation_id, msg.body))
-            if len(self.responses) == self.n:
-                self.finish()
 
 
 async def test_container_request_response_through_a_dynamic_reply_address(router: RouterProcess) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import trio
-from proton import Data, Delivery, Endpoint, Link, Transport, symbol
+from proton import Data, Delivery, Endpoint, Link, Message, Transport, symbol
 from proton.handlers import MessagingHandler
 from proton.reactor import Container, LinkOption
 
@@ -221,6 +221,65 @@ class Clients(MessagingHandler):
     def check(self) -> None:
         assert self.done, "the scenario did not finish"
         assert not self.errors, self.errors
+
+
+class RequestResponse(Clients):
+    """Proton's request/response pattern on one Container: the client's dynamic receiver gets a
+    reply address; requests carry it as reply_to; the service answers through the anonymous
+    relay. All `n` requests at once, or (`one_at_a_time`) each after the previous reply, so
+    that every message travels alone. Done when every response came and every request and
+    response was told accepted (`accepted`, 2n)."""
+
+    def __init__(self, router: RouterProcess, service: str, n: int, *, one_at_a_time: bool = False) -> None:
+        super().__init__(router)
+        self.service, self.n, self.one_at_a_time = service, n, one_at_a_time
+        self.reply_to: str | None = None
+        self.responses: list[tuple[Any, Any]] = []
+        self.sent = 0
+        self.accepted = 0
+
+    def on_start(self, event: Any) -> None:
+        container = event.container
+        server = self.connect(container)
+        self.requests = container.create_receiver(server, self.service)
+        self.answers = container.create_sender(server, None)
+        client = self.connect(container)
+        self.replies = container.create_receiver(client, None, dynamic=True)
+        self.asker = container.create_sender(client, self.service)
+
+    def on_link_opened(self, event: Any) -> None:
+        if event.link == self.replies:
+            self.reply_to = self.replies.remote_source.address
+            self._ask()
+
+    def on_sendable(self, event: Any) -> None:
+        if event.sender == self.asker:
+            self._ask()
+
+    def _ask(self) -> None:
+        if self.reply_to is None or self.asker.credit == 0:
+            return
+        wanted = len(self.responses) + 1 if self.one_at_a_time else self.n
+        while self.sent < min(wanted, self.n) and self.asker.credit > 0:
+            self.asker.send(Message(body=f"request {self.sent}", reply_to=self.reply_to, correlation_id=self.sent))
+            self.sent += 1
+
+    def on_message(self, event: Any) -> None:
+        msg = event.message
+        if event.receiver == self.requests:
+            self.answers.send(Message(address=msg.reply_to, correlation_id=msg.correlation_id, body=msg.body.upper()))
+        else:
+            self.responses.append((msg.correlation_id, msg.body))
+            self._ask()
+            self._finish_when_done()
+
+    def on_accepted(self, event: Any) -> None:
+        self.accepted += 1
+        self._finish_when_done()
+
+    def _finish_when_done(self) -> None:
+        if len(self.responses) == self.n and self.accepted == 2 * self.n and not self.done:
+            self.finish()
 
 
 def trace_frames(transport: Any, into: list[str]) -> None:
