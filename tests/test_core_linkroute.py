@@ -228,7 +228,7 @@ def test_a_refusing_container_refuses_the_client() -> None:
 
 def test_client_lost_detaches_the_containers_side() -> None:
     h, broker, client = harness()
-    client.receiver("q.c", credit=0)
+    client.receiver("q.c")
     h.pump()
     upstream = passed_on(broker)
     h.pump()
@@ -245,7 +245,7 @@ def test_the_containers_late_answer_to_a_pair_already_broken_is_not_a_new_attach
     # the container answer again, and so on for ever: a peer router breaking routed pairs
     # kept a container and the router busy).
     h, broker, client = harness()
-    client.receiver("q.c", credit=0)
+    client.receiver("q.c")
     h.pump()
     h.disconnect(client)
     upstream = attached_to(broker)

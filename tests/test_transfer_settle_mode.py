@@ -135,7 +135,7 @@ def test_the_engine_refuses_to_send_second_where_the_receiver_settles_first() ->
     h = RouterHarness()
     producer = h.connect("p")
     tx = producer.sender("q")  # rcv-settle-mode first
-    h.connect("c").receiver("q", credit=1).flow(1)
+    h.connect("c").receiver("q").flow(1)
     h.pump()
     with pytest.raises(LocalUsageError, match="rcv-settle-mode 1: first"):
         tx.send_transfer(b"t", encode_message(Message.value("m")), rcv_settle_mode=RCV_SECOND)

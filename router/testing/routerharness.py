@@ -59,13 +59,12 @@ class Client:
             target=Target(address=address), **attach,
         )  # fmt: skip
 
-    def receiver(self, address: str | None, credit: int = 0, **attach: Any) -> Link:
+    def receiver(self, address: str | None, **attach: Any) -> Link:
         assert self.session is not None
         attach.setdefault("source", Source(address=address))
         self.tags += 1
         link = self.session.attach_receiver(f"{self.name}-r{self.tags}-{address}", **attach)
         self.received[link] = []
-        self._credit = credit
         return link
 
     def send(self, link: Link, message: Message | bytes, *, settled: bool = False) -> int:
