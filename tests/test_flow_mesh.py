@@ -6,12 +6,15 @@ on another router as JSON lines."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import weakref
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from router.amqp.message import Message, encode_message
 from router.amqp.messaging import ACCEPTED, RELEASED, Rejected
@@ -19,7 +22,9 @@ from router.amqp.performatives import Error
 from router.config.models import Flow
 from router.core.coreread import CoreReadApi
 from router.flow.publish import CONTENT_TYPE, publish
+from router.flow import recorder as recorder_module
 from router.flow.recorder import FlowRecorder
+from router.net.flowtask import FlowTask
 from router.testing.meshharness import MeshHarness
 
 REJECTED = Rejected(error=Error(condition="app:bad"))
@@ -369,3 +374,100 @@ def test_a_link_without_credit_is_reported_starved_with_no_activity() -> None:
     (starved,) = [r for r in recorder.take(1000) if r["type"] == "link_interval"]
     assert starved["address"] == "waiting" and starved["deliveries"] == 0
     assert starved["credit_starved_s"] == 3.0
+
+
+def _queues(h: MeshHarness, n: int, credit: int = 10) -> tuple[Any, Any, list[Any]]:
+    """A producer `p` and a consumer `c` on router A with a link each to q-0 .. q-<n-1>: (producer,
+    consumer, the producer's senders)."""
+    producer, consumer = h.client("A", "p"), h.client("A", "c")
+    receivers = [consumer.receiver(f"q-{i}") for i in range(n)]
+    h.pump()
+    for rx in receivers:
+        rx.flow(credit)
+    senders = [producer.sender(f"q-{i}") for i in range(n)]
+    h.pump()
+    return producer, consumer, senders
+
+
+def test_an_interval_is_made_in_slices_and_what_changes_between_them_is_counted_once() -> None:
+    """The records an interval must read whole are made a slice at a time (the router's loop runs
+    between slices): a slice makes no more than its share, and deliveries made and links gone
+    between slices are each counted once, in this interval or the next."""
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A")
+    recorder = recorders["A"]
+    producer, _consumer, senders = _queues(h, 6)
+    records = _records(h, recorders)
+    for tx in senders:
+        producer.send(tx, Message.value("one"))
+    h.pump()
+    h.advance(10.0)
+    recorder.begin_poll(h.now)  # the interval is due: 12 links and 6 addresses moved
+    assert recorder.step(limit=3)  # work is left
+    first = recorder.take(1000)
+    assert [r["type"] for r in first] == ["link_interval"] * 3
+    producer.send(senders[5], Message.value("two"))  # between slices
+    h.pump()
+    _cut_client(h, "p")  # every producer link goes between slices
+    h.pump()
+    recorder.finish()
+    records += first + recorder.take(1000)
+    h.advance(1.0)
+    records += _records(h, recorders, interval=False)  # the links gone, with their last counts
+    h.advance(10.0)
+    records += _records(h, recorders)
+    ingress = [r for r in records if r["type"] == "link_interval" and r["direction"] == "in"]
+    egress = [r for r in records if r["type"] == "link_interval" and r["direction"] == "out"]
+    addresses = [r for r in records if r["type"] == "address_interval"]
+    for kind in (ingress, egress, addresses):
+        counted = Counter()
+        for r in kind:
+            counted[r["address"]] += r["deliveries"]
+        assert counted == {**{f"q-{i}": 1 for i in range(5)}, "q-5": 2}
+    closed = [r for r in records if r["type"] == "link" and r["state"] == "closed"]
+    assert len(closed) == 6 and all(r["peer"] == "p" for r in closed)
+
+
+def test_new_links_are_read_in_slices_too() -> None:
+    h, recorders = _chain(Flow(enabled=True, sample_one_in=0), "A")
+    recorder = recorders["A"]
+    recorder.take(1000)  # the router's snapshot
+    _queues(h, 4)
+    recorder.begin_poll(h.now)
+    assert recorder.step(limit=5)
+    assert [(r["type"], r["state"]) for r in recorder.take(1000)] == [("link", "open")] * 5
+    assert not recorder.step(limit=5)
+    assert len(recorder.take(1000)) == 3
+
+
+async def test_the_flush_lets_the_router_s_loop_run_between_slices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    h = MeshHarness()
+    flow = Flow(enabled=True, sample_one_in=0, file_dir=str(tmp_path), mesh_address=None)
+    h.router("A", instance=1, flow=flow)
+    h.converge()
+    task = FlowTask(h.cores["A"], flow, lambda: h.now, "test")
+    producer, _consumer, senders = _queues(h, 10)
+    task.flush(h.now)  # 20 links seen open
+    for tx in senders:
+        producer.send(tx, Message.value("one"))
+    h.pump()
+    h.advance(10.0)
+    monkeypatch.setattr(recorder_module, "SLICE", 3)
+    ticks = 0
+
+    async def other_connections() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_connections)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        await task.flush_in_slices(h.now)
+        during = ticks - before
+        nursery.cancel_scope.cancel()
+    assert during >= 30 // 3 - 1  # 20 link and 10 address records, three at a time
+    written = [json.loads(line) for path in sorted(tmp_path.iterdir()) for line in gzip.decompress(path.read_bytes()).splitlines()]
+    intervals = [r for r in written if r["type"].endswith("_interval")]
+    assert len(intervals) == 30 and sum(r["deliveries"] for r in intervals if r["type"] == "address_interval") == 10

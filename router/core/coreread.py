@@ -5,10 +5,11 @@
     read.connections(now)                 # [ConnectionSnapshot], by connection id
     read.links(now)                       # [LinkSnapshot], by link id
     read.link_credits()                   # [(link id, credit)] of the links up, by link id (cheap)
-    read.links_of(ids, now)               # [LinkSnapshot] of those links only
+    read.links_of(ids, now)               # LinkSnapshots of those links only, made as taken
+    read.new_links_of(ids, now)           # (LinkSnapshot, ConnectionSnapshot) of those, as taken
     read.link_activity()                  # {link id: LinkSnapshot.activity}, without snapshots
     read.address_activity()               # {table key: AddressSnapshot.activity}
-    read.addresses_of(keys, now)          # [AddressSnapshot] of those addresses only
+    read.addresses_of(keys, now)          # AddressSnapshots of those addresses only, made as taken
     read.gone_links(now)                  # [(LinkSnapshot, ConnectionSnapshot)] gone since the last call
     read.addresses(now)                   # [AddressSnapshot], by table key
     read.address(key, now, by)            # one AddressSnapshot (a table key or, unless by identity, an address)
@@ -32,7 +33,7 @@ from .links import InLink, OutLink
 from .snapshots import AddressSnapshot, ConnectionSnapshot, LinkSnapshot, RouterTotals
 
 if TYPE_CHECKING:
-    from collections.abc import Container, Iterable
+    from collections.abc import Container, Iterable, Iterator
 
     from ..amqp.connection import Connection
     from ..amqp.login_throttle import LoginThrottle
@@ -172,14 +173,32 @@ class CoreReadApi:
         """Every address's `AddressSnapshot.activity` by table key, without the snapshots."""
         return {key: _address_activity(e) for key, e in self._table.entries.items()}
 
-    def addresses_of(self, keys: Iterable[str], now: float) -> list[AddressSnapshot]:
-        """Snapshots of the addresses with these table keys (those still in the table), by key."""
+    def addresses_of(self, keys: Iterable[str], now: float) -> Iterator[AddressSnapshot]:
+        """Snapshots of the addresses with these table keys that are in the table, by key, each
+        made when it is taken, as links_of (an entry removed before its turn is skipped, and so
+        is one made again under its key since: gone_addresses has the one removed)."""
         entries = self._table.entries
-        return [self._address(entries[key], now) for key in sorted(keys) if key in entries]
+        for key, entry in [(key, entries[key]) for key in sorted(keys) if key in entries]:
+            if entries.get(key) is entry:
+                yield self._address(entry, now)
 
-    def links_of(self, ids: Container[int], now: float) -> list[LinkSnapshot]:
-        """Snapshots of the links with these ids (those still live), by id, in one pass."""
-        return [self._link(link, now) for link in self._live_links() if link.id in ids]
+    def links_of(self, ids: Container[int], now: float) -> Iterator[LinkSnapshot]:
+        """Snapshots of the links with these ids that are up, by id, each made when it is taken:
+        a reader may take them a few at a time with the loop running between (a link gone
+        before its turn is skipped: gone_links has it)."""
+        for link in [link for link in self._live_links() if link.id in ids]:
+            if not link.gone:
+                yield self._link(link, now)
+
+    def new_links_of(self, ids: Container[int], now: float) -> Iterator[tuple[LinkSnapshot, ConnectionSnapshot]]:
+        """As links_of, each with its connection (one snapshot per connection)."""
+        connections: dict[int, ConnectionSnapshot] = {}
+        for link in [link for link in self._live_links() if link.id in ids]:
+            if not link.gone:
+                conn = connections.get(link.conn.id)
+                if conn is None:
+                    conn = connections[link.conn.id] = self._connection(link.conn, now)
+                yield self._link(link, now), conn
 
     @staticmethod
     def _link(link: InLink | OutLink, now: float) -> LinkSnapshot:

@@ -103,7 +103,20 @@ class FlowTask:
         self._wake.set()  # an outcome: the next batch may go without waiting for the second
 
     def flush(self, now: float) -> None:
+        """Poll the recorder, make every record it leaves, and send or write them."""
         self.recorder.poll(now)
+        self._hand_on(now)
+
+    async def flush_in_slices(self, now: float) -> None:
+        """As flush, with the router's loop serving connections between the recorder's slices
+        (router.flow.recorder.SLICE): at 10,000 busy addresses an interval's records took one
+        ~0.4 s stall of every connection when made at once."""
+        self.recorder.begin_poll(now)
+        while self.recorder.step():
+            await trio.lowlevel.checkpoint()
+        self._hand_on(now)
+
+    def _hand_on(self, now: float) -> None:
         if self.publisher is not None:
             self.publisher.send(self.core, now)
             return
@@ -150,7 +163,7 @@ class FlowTask:
             try:
                 if trio.current_time() >= next_flush:
                     next_flush = trio.current_time() + FLUSH_S
-                    self.flush(self.clock())
+                    await self.flush_in_slices(self.clock())
                 else:
                     self.send_more(self.clock())
                 after_core()
