@@ -14,24 +14,15 @@ from typing import Any
 
 import pytest
 import trio
-from prometheus_client.parser import text_string_to_metric_families
 
 from router.amqp.message import Message
 from router.amqp.messaging import ACCEPTED
 from router.management.http import ManagementApp
 from router.net.client import Client, connect
 
-from .support.management import MEDIA_TYPE, managed_router, management_config
+from .support.management import MEDIA_TYPE, managed_router, management_config, metric_samples
 
 ADDRESS = "/management/address"
-
-
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
 
 
 async def _traffic(client: Client, address: str, count: int) -> None:
@@ -180,12 +171,12 @@ async def test_metrics_change_after_traffic() -> None:
     async with managed_router() as router:
         before = await router.http("GET", "/metrics")
         assert before.status == 200 and before.headers["content-type"].startswith("text/plain")
-        first = _samples(before.body.decode())
+        first = metric_samples(before.body.decode())
         assert first[("amqp_router_info", (("mode", "standalone"), ("router_id", router.id), ("version", first_version(first))))] == 1
         async with connect("127.0.0.1", router.amqp_port) as client:
             # Scraped while the links are up: an address with no links left is forgotten.
             await _traffic(client, "metered", 7)
-            after = _samples((await router.http("GET", "/metrics")).body.decode())
+            after = metric_samples((await router.http("GET", "/metrics")).body.decode())
         for counter in ("amqp_router_deliveries_ingress_total", "amqp_router_deliveries_egress_total",
                         "amqp_router_deliveries_accepted_total"):  # fmt: skip
             assert after[(counter, ())] >= first[(counter, ())] + 7, counter
@@ -194,7 +185,7 @@ async def test_metrics_change_after_traffic() -> None:
         assert ("process_resident_memory_bytes", ()) in after
         # A connection open now shows in the gauges.
         async with connect("127.0.0.1", router.amqp_port):
-            now = _samples((await router.http("GET", "/metrics")).body.decode())
+            now = metric_samples((await router.http("GET", "/metrics")).body.decode())
             assert now[("amqp_router_connections", ())] >= 1
 
 
@@ -202,10 +193,10 @@ async def test_busy_polls_are_metered() -> None:
     config = management_config()
     config = config.model_copy(update={"router": config.router.model_copy(update={"busy_poll_us": 100})})
     async with managed_router(config) as router:
-        first = _samples((await router.http("GET", "/metrics")).body.decode())
+        first = metric_samples((await router.http("GET", "/metrics")).body.decode())
         async with connect("127.0.0.1", router.amqp_port) as client:
             await _traffic(client, "polled", 5)
-        after = _samples((await router.http("GET", "/metrics")).body.decode())
+        after = metric_samples((await router.http("GET", "/metrics")).body.decode())
         polls = ("amqp_router_busy_polls_caught_total", "amqp_router_busy_polls_missed_total")
         assert sum(after[(name, ())] for name in polls) > sum(first[(name, ())] for name in polls)
         assert after[("amqp_router_busy_poll_seconds_total", ())] > first[("amqp_router_busy_poll_seconds_total", ())]
@@ -213,7 +204,7 @@ async def test_busy_polls_are_metered() -> None:
     async with managed_router() as router:
         async with connect("127.0.0.1", router.amqp_port) as client:
             await _traffic(client, "unpolled", 5)
-        off = _samples((await router.http("GET", "/metrics")).body.decode())
+        off = metric_samples((await router.http("GET", "/metrics")).body.decode())
         assert off[("amqp_router_busy_polls_caught_total", ())] == off[("amqp_router_busy_poll_seconds_total", ())] == 0
 
 

@@ -100,6 +100,7 @@ VIEWS: dict[ViewName, View] = {
         ("Resident Memory", "residentMemoryBytes"), ("Virtual Memory", "virtualMemoryBytes"),
         ("Peak Resident Memory", "peakResidentMemoryBytes"), ("Python Objects (GC-tracked)", "pythonObjects"),
         ("GC Collections (gen 0/1/2)", "gcCollections"), ("GC Pending (gen 0/1/2)", "gcCounts"),
+        ("GC Pauses, s (gen 0/1/2)", "gcPauseSeconds"), ("GC Longest Pause, s (gen 0/1/2)", "gcLongestPauseSeconds"),
         ("Open File Descriptors", "openFds"),
     ), single=True),
     ViewName.vhosts: View("vhostStats", "Vhosts (policy)", (

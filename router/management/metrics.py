@@ -31,12 +31,15 @@ Metrics (all prefixed `amqp_router_`):
   `vhost_connections_approved_total`, `vhost_connections_denied_total`,
   `vhost_sessions_denied_total`, `vhost_senders_denied_total`, `vhost_receivers_denied_total`,
   `vhost_max_message_size_denied_total`, `vhost_messages_denied_total`; gauge `vhost_connections`
+- per collector generation (label `generation`, router.gcpauses): counter
+  `gc_pause_seconds_total`, gauge `gc_longest_pause_seconds`
 A router's totals cover what the router still remembers: an address whose entry the router drops
 when it becomes unused loses its series, and Prometheus sees a counter reset if it comes back.
 
 The `memory` entity type gives the management faces the same process figures (resident and
 virtual size, peak resident size, open file descriptors, objects the garbage collector tracks,
-collections per generation): what a Python process can honestly say about its memory.
+collections per generation, and how long they held the router): what a Python process can
+honestly say about its memory.
 
 Owns: metric names, help texts and labels; the memory entity type.
 Must not touch: the agent's or the core's state.
@@ -54,6 +57,7 @@ from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTO
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .. import gcpauses
 from .agent import ManagementAgent
 from .model import Attribute, EntityType
 
@@ -208,9 +212,25 @@ def metrics_registry(agent: ManagementAgent) -> CollectorRegistry:
     CPU, open files), platform and garbage-collector metrics."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RouterCollector(agent))
-    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR, GcPauseCollector()):
         registry.register(collector)
     return registry
+
+
+class GcPauseCollector(Collector):
+    """The collector's pauses (router.gcpauses), per generation."""
+
+    def collect(self) -> Iterator[Metric]:
+        pauses = gcpauses.current()
+        if pauses is None:
+            return
+        total = CounterMetricFamily(PREFIX + "gc_pause_seconds", "Time the garbage collector held the router.", labels=["generation"])
+        longest = GaugeMetricFamily(PREFIX + "gc_longest_pause_seconds", "The longest single garbage collection.", labels=["generation"])
+        for generation, (seconds, most) in enumerate(zip(pauses.seconds, pauses.longest)):
+            total.add_metric([str(generation)], seconds)
+            longest.add_metric([str(generation)], most)
+        yield total
+        yield longest
 
 
 # --- the memory entity ------------------------------------------------------------------------------
@@ -237,6 +257,9 @@ def process_memory() -> dict[str, Any]:
     figures["gcCounts"] = list(gc.get_count())
     figures["gcThresholds"] = list(gc.get_threshold())
     figures["gcFrozenObjects"] = gc.get_freeze_count()
+    pauses = gcpauses.current()
+    figures["gcPauseSeconds"] = [round(s, 6) for s in pauses.seconds] if pauses is not None else None
+    figures["gcLongestPauseSeconds"] = [round(s, 6) for s in pauses.longest] if pauses is not None else None
     return figures
 
 
@@ -253,6 +276,8 @@ class MemoryType(EntityType):
         Attribute("gcCounts", "list", "Allocations (gen 0) or collections (gen 1, 2) since the last collection"),
         Attribute("gcThresholds", "list", "When each generation is collected (`router run` raises gen 0's)"),
         Attribute("gcFrozenObjects", "ulong", "Objects from start-up left out of every collection (`router run`)"),
+        Attribute("gcPauseSeconds", "list", "Time the garbage collector held the router, per generation, since it started"),
+        Attribute("gcLongestPauseSeconds", "list", "The longest single collection per generation (every connection waits for one)"),
     )
 
     def entities(self, agent: ManagementAgent, now: float) -> Iterator[dict[str, Any]]:

@@ -24,6 +24,7 @@ import trio
 from .connectors import Connectors
 from .control import NetControl
 from .corepump import Core, CorePump
+from .. import gcpauses
 from .flowtask import FlowTask
 from .http_server import serve_http
 from .listeners import AmqpListeners
@@ -65,6 +66,7 @@ class ServerLifecycle:
     async def run(self, *, task_status: trio.TaskStatus[list[BoundAddress]] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind every listener, serve until shutdown() or cancellation, then stop gracefully."""
         self._open_configured()  # before anything runs: a port in use fails run() at once
+        gcpauses.watch()  # the collector's pauses, for the memory entity and /metrics
         if self._installs_agent:
             from .management_face import install_management
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import trio
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from router.amqp.message import Message
 from router.config.models import HttpListener, Listener, RouterConfig, RouterSection
@@ -83,6 +84,15 @@ class ManagedRouter:
         url = f"http://127.0.0.1:{self.http_port}{path}"
         with trio.fail_after(HTTP_TIMEOUT_S + 1):
             return await trio.to_thread.run_sync(_request, url, method, data, sent)
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics as {(sample name, sorted labels): value}."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
 
 
 def management_config(router_id: str = "mgmt-router") -> RouterConfig:

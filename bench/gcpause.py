@@ -1,0 +1,134 @@
+"""How long a full garbage collection holds a router with N connections, and whether relaying
+messages runs the collector at all.
+
+A RouterServer runs in this process with `router run`'s collector settings (tune_gc); the clients
+(each: SASL, open, one session and one receiving link on an address of its own, then idle) run in
+another process, so that only the router's objects are counted. Once every connection is open:
+the objects the collector tracks (per connection), three full collections timed (gc.collect(),
+the work of the collection CPython runs itself when the survivors of younger collections reach
+a quarter of the rest), and, with --messages M, M 100-byte messages relayed between two C
+loadgen clients while the collections of each generation are counted (router.gcpauses).
+
+    python bench/gcpause.py [--connections 500,1000,2000,5000] [--messages 1000000]
+
+Run it from a copy of bench/ in a venv with the wheel installed for the compiled router (as
+bench/README.md's figures are), or from the checkout for the interpreted one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path[0] = str(ROOT)  # (as bench/idlemem.py: bench/topology.py would hide the package)
+
+from router.build_info import build_info  # noqa: E402
+from router.cli.run import tune_gc  # noqa: E402
+from router.config.models import Listener, RouterConfig, RouterSection  # noqa: E402
+from router.gcpauses import GcPauses  # noqa: E402
+from router.net.server import RouterServer  # noqa: E402
+
+_CLIENTS = """
+import sys, trio
+from router.net.client import connect
+async def main(port, count):
+    limit = trio.Semaphore(200)
+    opened = 0
+    async def one(i):
+        nonlocal opened
+        await limit.acquire()
+        async with connect("127.0.0.1", port) as client:
+            await client.open_receiver(f"idle-{i}", credit=10)
+            limit.release()
+            opened += 1
+            if opened == count:
+                print("open", flush=True)
+            await trio.sleep_forever()
+    async with trio.open_nursery() as nursery:
+        for i in range(count):
+            nursery.start_soon(one, i)
+trio.run(main, int(sys.argv[1]), int(sys.argv[2]))
+"""
+
+
+async def _relay(port: int, messages: int) -> dict[str, object]:
+    """`messages` relayed by the C loadgen; the collections of each generation meanwhile."""
+    from bench.scenarios import BUILD, build
+
+    binary = str(build(BUILD))
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    common = ["--host", "127.0.0.1", "--port", str(port), "--timeout", "300", "--address", "gcpause", "--count", str(messages)]
+    try:
+        receiver = await trio.lowlevel.open_process([binary, "receive", *common], stdout=subprocess.DEVNULL)
+        await trio.sleep(0.3)
+        started = time.perf_counter()
+        sender = await trio.lowlevel.open_process([binary, "send", *common, "--size", "100"], stdout=subprocess.DEVNULL)
+        await sender.wait()
+        await receiver.wait()
+        seconds = time.perf_counter() - started
+    finally:
+        gc.callbacks.remove(pauses)
+    return {"messages": messages, "seconds": round(seconds, 2), "collections": pauses.counts,
+            "longest_ms": [round(s * 1e3, 2) for s in pauses.longest]}  # fmt: skip
+
+
+async def measure(count: int, messages: int) -> dict[str, object]:
+    config = RouterConfig(router=RouterSection(id="gcpause"), listeners=(Listener(host="127.0.0.1", port=0, idle_timeout_s=0),))
+    server = RouterServer(config)
+    async with trio.open_nursery() as nursery:
+        port = (await nursery.start(server.run))[0][2]
+        tune_gc()
+        base = len(gc.get_objects())
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        clients = await trio.lowlevel.open_process(
+            [sys.executable, "-c", _CLIENTS, str(port), str(count)], stdout=subprocess.PIPE, env=env
+        )
+        try:
+            with trio.fail_after(600):
+                while server.stats()["connections"] < count:
+                    await trio.sleep(0.05)
+            await trio.sleep(1.0)
+            tracked = len(gc.get_objects())
+            full = []
+            for _ in range(3):
+                started = time.perf_counter()
+                gc.collect()
+                full.append(round((time.perf_counter() - started) * 1e3, 1))
+            result: dict[str, object] = {"connections": count, "tracked": tracked,
+                                         "tracked_per_connection": round((tracked - base) / count, 1), "full_ms": full}  # fmt: skip
+            if messages:
+                result["relay"] = await _relay(port, messages)
+        finally:
+            clients.kill()
+            await clients.wait()
+        server.shutdown()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--connections", default="500,1000,2000,5000")
+    parser.add_argument("--messages", type=int, default=0)
+    args = parser.parse_args()
+    counts = [int(n) for n in args.connections.split(",")]
+    from bench.scenarios import raise_open_files_limit
+
+    raise_open_files_limit(max(counts) + 256)
+    print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
+    for count in counts:
+        print(json.dumps(trio.run(measure, count, args.messages)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
