@@ -7,7 +7,7 @@ another process, so that only the router's objects are counted. Once every conne
 the objects the collector tracks (per connection), three full collections timed (gc.collect(),
 the work of the collection CPython runs itself when the survivors of younger collections reach
 a quarter of the rest), and, with --messages M, M 100-byte messages relayed between two C
-loadgen clients while the collections of each generation are counted (router.gcpauses).
+loadgen clients while the collections of each generation are counted (router.management.gcpauses).
 
     python bench/gcpause.py [--connections 500,1000,2000,5000] [--messages 1000000]
 
@@ -35,7 +35,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 from router.build_info import build_info  # noqa: E402
 from router.cli.run import tune_gc  # noqa: E402
 from router.config.models import Listener, RouterConfig, RouterSection  # noqa: E402
-from router.gcpauses import GcPauses  # noqa: E402
+from router.management.gcpauses import GcPauses  # noqa: E402
 from router.net.server import RouterServer  # noqa: E402
 
 _CLIENTS = """

@@ -74,7 +74,7 @@ def test_general_and_memory_as_json(router: ProcessRouter) -> None:
     memory = cli_json("stat", "memory", "--json", "-b", router.bus)
     assert memory["residentMemoryBytes"] > 1_000_000 and memory["openFds"] >= 3
     assert len(memory["gcCollections"]) == 3
-    # how long collections held it (router.gcpauses): hooked from the start, never negative
+    # how long collections held it (router.management.gcpauses): hooked from the start, never negative
     pauses, longest = memory["gcPauseSeconds"], memory["gcLongestPauseSeconds"]
     assert len(pauses) == len(longest) == 3 and all(0 <= most <= total for most, total in zip(longest, pauses))
     # `router run` freezes what start-up loaded and collects young objects less often

@@ -1,6 +1,6 @@
-"""The garbage collector's pauses (router.gcpauses): every collection timed per generation, the
-longest kept, a warning when one holds the router long (at most once per WARN_EVERY_S), and the
-figures on the memory entity and /metrics of a running router."""
+"""The garbage collector's pauses (router.management.gcpauses): every collection timed per
+generation, the longest kept, a warning when one holds the router long (at most once per
+WARN_EVERY_S), and the figures on the memory entity and /metrics of a running router."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from router import gcpauses
-from router.gcpauses import WARN_EVERY_S, WARN_S, GcPauses
+from router.management import gcpauses
+from router.management.gcpauses import WARN_EVERY_S, WARN_S, GcPauses
 
 from .support.management import managed_router, metric_samples
 

@@ -31,7 +31,7 @@ Metrics (all prefixed `amqp_router_`):
   `vhost_connections_approved_total`, `vhost_connections_denied_total`,
   `vhost_sessions_denied_total`, `vhost_senders_denied_total`, `vhost_receivers_denied_total`,
   `vhost_max_message_size_denied_total`, `vhost_messages_denied_total`; gauge `vhost_connections`
-- per collector generation (label `generation`, router.gcpauses): counter
+- per collector generation (label `generation`, router.management.gcpauses): counter
   `gc_pause_seconds_total`, gauge `gc_longest_pause_seconds`
 A router's totals cover what the router still remembers: an address whose entry the router drops
 when it becomes unused loses its series, and Prometheus sees a counter reset if it comes back.
@@ -57,7 +57,7 @@ from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTO
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .. import gcpauses
+from . import gcpauses
 from .agent import ManagementAgent
 from .model import Attribute, EntityType
 
@@ -218,7 +218,7 @@ def metrics_registry(agent: ManagementAgent) -> CollectorRegistry:
 
 
 class GcPauseCollector(Collector):
-    """The collector's pauses (router.gcpauses), per generation."""
+    """The collector's pauses (router.management.gcpauses), per generation."""
 
     def collect(self) -> Iterator[Metric]:
         pauses = gcpauses.current()

@@ -21,10 +21,10 @@ from typing import Any
 
 import trio
 
+from ..management import gcpauses
 from .connectors import Connectors
 from .control import NetControl
 from .corepump import Core, CorePump
-from .. import gcpauses
 from .flowtask import FlowTask
 from .http_server import serve_http
 from .listeners import AmqpListeners
