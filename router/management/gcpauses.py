@@ -11,9 +11,9 @@ Why: the hot path makes no cyclic garbage (3,000,000 relayed messages ran no col
 so collections come from connections and links opening and closing. A full collection walks
 every object the collector tracks, ~85 per idle connection with a link, and its cost per object
 grows once they outgrow the CPU's caches: ~3 ms at 500 connections, 9-16 ms at 1,000, 50-87 ms
-at 2,000 and ~200 ms at 5,000 (bench/gcpause.py). CPython runs one when the objects that survived younger
-collections reach a quarter of the rest, so a router with many long-lived connections and some
-churn stops every connection for that long now and then: an operator must be able to see it.
+at 2,000 and ~200 ms at 5,000 (bench/gcpause.py). With `router run`'s settings (tune_gc) one
+comes rarely (after some 900,000 connections opened and closed), but it stops every connection
+for that long when it comes: an operator must be able to see it.
 Must not touch: the collector's settings (router.cli.run.tune_gc sets them).
 """
 
