@@ -37,33 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(ROOT)  # (as bench/idlemem.py: bench/topology.py would hide the package)
 
+from bench.idlemem import clients_held  # noqa: E402
 from router.build_info import build_info  # noqa: E402
 from router.cli.run import tune_gc  # noqa: E402
 from router.config.models import Listener, RouterConfig, RouterSection  # noqa: E402
 from router.management.gcpauses import GcPauses  # noqa: E402
 from router.net.server import RouterServer  # noqa: E402
-
-_CLIENTS = """
-import sys, trio
-from router.net.client import connect
-async def main(port, count):
-    limit = trio.Semaphore(200)
-    opened = 0
-    async def one(i):
-        nonlocal opened
-        await limit.acquire()
-        async with connect("127.0.0.1", port) as client:
-            await client.open_receiver(f"idle-{i}", credit=10)
-            limit.release()
-            opened += 1
-            if opened == count:
-                print("open", flush=True)
-            await trio.sleep_forever()
-    async with trio.open_nursery() as nursery:
-        for i in range(count):
-            nursery.start_soon(one, i)
-trio.run(main, int(sys.argv[1]), int(sys.argv[2]))
-"""
 
 
 _CHURN = """
@@ -82,7 +61,7 @@ trio.run(main, int(sys.argv[1]), int(sys.argv[2]))
 """
 
 
-async def _churn(port: int, count: int, env: dict[str, str]) -> dict[str, object]:
+async def _churn(port: int, count: int) -> dict[str, object]:
     """`count` connections opened (each with a receiving link) and closed, 50 at a time: the
     collections meanwhile and the objects the collector counted towards them per connection."""
     pauses = GcPauses()
@@ -90,6 +69,7 @@ async def _churn(port: int, count: int, env: dict[str, str]) -> dict[str, object
     threshold = gc.get_threshold()[0]
     young_before, count_before = gc.get_stats()[0]["collections"], gc.get_count()[0]
     try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         await trio.run_process([sys.executable, "-c", _CHURN, str(port), str(count)], env=env)
         await trio.sleep(1.0)  # the router's side of the last closes
     finally:
@@ -129,14 +109,7 @@ async def measure(count: int, messages: int, churn: int) -> dict[str, object]:
         port = (await nursery.start(server.run))[0][2]
         tune_gc()
         base = len(gc.get_objects())
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        clients = await trio.lowlevel.open_process(
-            [sys.executable, "-c", _CLIENTS, str(port), str(count)], stdout=subprocess.PIPE, env=env
-        )
-        try:
-            with trio.fail_after(600):
-                while server.stats()["connections"] < count:
-                    await trio.sleep(0.05)
+        async with clients_held(server, port, count, link=True):
             await trio.sleep(1.0)
             tracked = len(gc.get_objects())
             full = []
@@ -149,10 +122,7 @@ async def measure(count: int, messages: int, churn: int) -> dict[str, object]:
             if messages:
                 result["relay"] = await _relay(port, messages)
             if churn:
-                result["churn"] = await _churn(port, churn, env)
-        finally:
-            clients.kill()
-            await clients.wait()
+                result["churn"] = await _churn(port, churn)
         server.shutdown()
     return result
 

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -36,26 +38,46 @@ from router.net.server import RouterServer  # noqa: E402
 
 HANDSHAKE_TIMEOUT_S = 2.0
 
+# argv: port, count, and "link" for a receiving link on an address of its own on each
 _CLIENTS = """
 import sys, trio
 from router.net.client import connect
-async def main(port, count):
+async def main(port, count, link):
     limit = trio.Semaphore(200)
     opened = 0
-    async def one():
+    async def one(i):
         nonlocal opened
-        async with limit:
-            client = connect("127.0.0.1", port)
-            await client.__aenter__()
-        opened += 1
-        if opened == count:
-            print("open", flush=True)
-        await trio.sleep_forever()
+        await limit.acquire()
+        async with connect("127.0.0.1", port) as client:
+            if link:
+                await client.open_receiver(f"idle-{i}", credit=10)
+            limit.release()
+            opened += 1
+            if opened == count:
+                print("open", flush=True)
+            await trio.sleep_forever()
     async with trio.open_nursery() as nursery:
-        for _ in range(count):
-            nursery.start_soon(one)
-trio.run(main, int(sys.argv[1]), int(sys.argv[2]))
+        for i in range(count):
+            nursery.start_soon(one, i)
+trio.run(main, int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["link"])
 """
+
+
+@asynccontextmanager
+async def clients_held(server: RouterServer, port: int, count: int, *, link: bool = False, timeout_s: float = 600) -> AsyncIterator[None]:
+    """`count` idle connections (each with a receiving link on an address of its own if `link`)
+    from another process, held from when `server` has them all until the block ends."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    argv = [sys.executable, "-c", _CLIENTS, str(port), str(count), *(["link"] if link else [])]
+    clients = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE, env=env)
+    try:
+        with trio.fail_after(timeout_s):
+            while server.stats()["connections"] < count:
+                await trio.sleep(0.05)
+        yield
+    finally:
+        clients.kill()
+        await clients.wait()
 
 
 def rss_bytes() -> int:
@@ -77,20 +99,10 @@ async def measure(count: int, top: int) -> None:
         tracemalloc.start(1)
         rss0 = rss_bytes()
         before = tracemalloc.take_snapshot()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        clients = await trio.lowlevel.open_process(
-            [sys.executable, "-c", _CLIENTS, str(port), str(count)], stdout=subprocess.PIPE, env=env
-        )
-        try:
-            with trio.fail_after(300):
-                while server.stats()["connections"] < count:
-                    await trio.sleep(0.05)
+        async with clients_held(server, port, count):
             await trio.sleep(HANDSHAKE_TIMEOUT_S + 0.5)
             after = tracemalloc.take_snapshot()
             rss1 = rss_bytes()
-        finally:
-            clients.kill()
-            await clients.wait()
         stats = after.compare_to(before, "lineno")
         total = sum(s.size_diff for s in stats)
         print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
