@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 import yaml
 
 from .loadgen.build import build
-from .loadgen.smoke import parse_result, run_direct, run_direct_pingpong
+from .loadgen.smoke import parse_result, run_direct, run_direct_pingpong, taskset
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(__file__).resolve().parent / "loadgen" / "build"
@@ -103,9 +104,9 @@ def router(
         r.stop()
 
 
-def _loadgen(binary: Path, *args: str, timeout_s: float = 120) -> subprocess.Popen[str]:
+def _loadgen(binary: Path, *args: str, timeout_s: float = 120, cpu: int | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [str(binary), *args, "--timeout", str(timeout_s)],
+        [*taskset(cpu), str(binary), *args, "--timeout", str(timeout_s)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -244,33 +245,64 @@ def through_chain(binary: Path, *, size: int, count: int, rounds: int, length: i
 BUSY_POLL_US = 50  # the busy-polling router of scenario 4 (router.busy_poll_us)
 
 
-def _pingpong_through(binary: Path, r: Router, count: int) -> dict[str, Any]:
+def _pingpong_through(binary: Path, r: Router, count: int, clients_cpu: int | None = None) -> dict[str, Any]:
     common = ["--host", "127.0.0.1", "--port", str(r.port)]
-    echo = _loadgen(binary, "echo", *common, "--address", "ping", "--count", str(count))
+    echo = _loadgen(binary, "echo", *common, "--address", "ping", "--count", str(count), cpu=clients_cpu)
     time.sleep(0.3)
     pp = _loadgen(binary, "pingpong", *common, "--address", "ping", "--reply-address", "pong",
-                  "--count", str(count), "--size", "100")  # fmt: skip
+                  "--count", str(count), "--size", "100", cpu=clients_cpu)  # fmt: skip
     result = _finish("pingpong", pp)
     echo.terminate()
     echo.communicate(timeout=10)
     return result
 
 
+# Scenario 4 as the target words it ("client and router on different cores"): the router alone
+# on one CPU, both clients on another; the direct pair across the same two CPUs.
+PINNED_ROUTER_CPU, PINNED_CLIENTS_CPU = 1, 0
+
+
+def _can_pin() -> bool:
+    return shutil.which("taskset") is not None and {PINNED_ROUTER_CPU, PINNED_CLIENTS_CPU} <= os.sched_getaffinity(0)
+
+
 def pingpong(binary: Path, *, count: int, rounds: int) -> dict[str, Any]:
     """Request/response round trips: direct, through a router as configured by default, and
-    through one that busy-polls (router.busy_poll_us; the two routers alternate in each round)."""
+    through one that busy-polls (router.busy_poll_us; the two routers alternate in each round);
+    then, where two CPUs can be pinned, the same placement the target names: the direct pair
+    across two CPUs, and a router with the default configuration pinned to a CPU of its own
+    (which it sees, and polls: router.net.busypoll) with both clients on the other."""
     direct: list[dict[str, Any]] = []
     routed: list[dict[str, Any]] = []
     busy: list[dict[str, Any]] = []
+    pinned_direct: list[dict[str, Any]] = []
+    pinned: list[dict[str, Any]] = []
     with router() as plain, router(settings={"busy_poll_us": BUSY_POLL_US}) as polling:
         for i in range(rounds):
             direct.append(run_direct_pingpong(count, 100, binary=binary)["pingpong"])
             for r, results in ((plain, routed), (polling, busy))[:: 1 if i % 2 == 0 else -1]:
                 results.append(_pingpong_through(binary, r, count))
+    if _can_pin():
+        config = {"router": {"id": "bench"}, "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}]}
+        own_cpu = Router(config, prefix=tuple(taskset(PINNED_ROUTER_CPU)))
+        try:
+            for _ in range(rounds):
+                cpus = (PINNED_ROUTER_CPU, PINNED_CLIENTS_CPU)
+                pinned_direct.append(run_direct_pingpong(count, 100, binary=binary, cpus=cpus)["pingpong"])
+                pinned.append(_pingpong_through(binary, own_cpu, count, clients_cpu=PINNED_CLIENTS_CPU))
+        finally:
+            own_cpu.stop()
     p50_direct = statistics.median(x["p50_us"] for x in direct)
     p50_router = statistics.median(x["p50_us"] for x in routed)
     p50_busy = statistics.median(x["p50_us"] for x in busy)
-    return {
+    placed: dict[str, Any] = {}
+    if pinned:
+        p50_pinned_direct = statistics.median(x["p50_us"] for x in pinned_direct)
+        p50_pinned = statistics.median(x["p50_us"] for x in pinned)
+        placed = {"pinned_direct_p50_us": p50_pinned_direct, "pinned_router_p50_us": p50_pinned,
+                  "pinned_p50_ratio": p50_pinned / p50_pinned_direct,
+                  "pinned_router_p99_us": statistics.median(x["p99_us"] for x in pinned)}  # fmt: skip
+    return {**placed,
         "direct_p50_us": p50_direct, "router_p50_us": p50_router, "p50_ratio": p50_router / p50_direct,
         "router_p99_us": statistics.median(x["p99_us"] for x in routed),
         "router_p999_us": statistics.median(x["p999_us"] for x in routed),
@@ -422,7 +454,7 @@ def run_multicast(quick: bool = False) -> dict[str, Any]:
                                                            rounds=rounds)}  # fmt: skip
 
 
-if __name__ == "__main__":  # python -m bench.scenarios idle [COUNT]
+if __name__ == "__main__":  # python -m bench.scenarios idle [COUNT] | multicast | pingpong
     import json
 
     if len(sys.argv) >= 2 and sys.argv[1] == "idle":
@@ -430,10 +462,14 @@ if __name__ == "__main__":  # python -m bench.scenarios idle [COUNT]
 
         print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
         print(json.dumps(idle_connections(int(sys.argv[2]) if len(sys.argv) > 2 else 10_000), indent=2))
-    elif len(sys.argv) >= 2 and sys.argv[1] == "multicast":
+    elif len(sys.argv) >= 2 and sys.argv[1] in ("multicast", "pingpong"):
         from router.build_info import build_info
 
         print(f"router build: hot path {build_info().describe()}; python {sys.version.split()[0]}")
-        print(json.dumps(run_multicast("--quick" in sys.argv), indent=2))
+        quick = "--quick" in sys.argv
+        if sys.argv[1] == "multicast":
+            print(json.dumps(run_multicast(quick), indent=2))
+        else:  # scenario 4 alone
+            print(json.dumps(pingpong(build(BUILD), count=1000 if quick else 5000, rounds=1 if quick else 3), indent=2))
     else:
-        raise SystemExit("usage: python -m bench.scenarios idle [COUNT] | multicast [--quick]")
+        raise SystemExit("usage: python -m bench.scenarios idle [COUNT] | multicast [--quick] | pingpong [--quick]")

@@ -31,6 +31,8 @@ TARGETS: tuple[Target, ...] = (
     Target("3_anycast_10kib_unsettled", "ratio", True, 0.55, "3. 10 KiB unsettled, ratio to direct"),
     Target("4_pingpong_latency", "p50_ratio", False, 2.0, "4. ping-pong p50, router / direct"),
     Target("4_pingpong_latency", "busy_poll_p50_ratio", False, 2.0, "4b. the same, the router busy-polling (50 us)"),
+    Target("4_pingpong_latency", "pinned_p50_ratio", False, 2.0,
+           "4p. the same placed as the target says: router (default configuration) on a CPU of its own"),
     Target("5_idle_connections", "rss_per_connection_kib", False, 12.0, "5. idle connection, KiB"),
     Target("7_chain_of_3_100b_unsettled", "ratio", True, 0.18, "7. chain of 3, ratio to direct"),
     Target("8_multicast_1_to_2_100b_unsettled", "ratio", True, 0.30, "8. multicast 1 -> 2, ratio to 1 -> 1 direct"),

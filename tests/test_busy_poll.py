@@ -1,18 +1,21 @@
-"""Busy polling (router.busy_poll_us): off by default and bounded; a `router run` configured
-with it serves python-qpid-proton request/reply round trips and counts its busy polls in the
+"""Busy polling (router.busy_poll_us): bounded, by default on only for a router pinned to one CPU
+of its own; a `router run` configured with it serves python-qpid-proton request/reply round trips and counts its busy polls in the
 `router` entity (`router stat`). The poller's side (a write caught while it polls, trio's
 deadlines kept) is in tests/test_net_poller.py."""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from proton.reactor import Container
 
-from router.config.models import RouterSection
-from router.net.busypoll import advice, cpu_quota
+from router.config.models import RouterConfig, RouterSection
+from router.net.busypoll import AUTO_US, advice, cpu_quota, in_force
+from router.net.server import RouterServer
 
 from .support.interop import run_container
 from .support.management import ProcessRouter, cli_json, router_with_http
@@ -21,12 +24,43 @@ from .support.router_proton import RequestResponse
 TIMEOUT_S = 10.0
 
 
-def test_busy_poll_us_is_off_by_default_and_bounded() -> None:
-    assert RouterSection(id="r").busy_poll_us == 0
+def test_busy_poll_us_is_auto_by_default_and_bounded() -> None:
+    assert RouterSection(id="r").busy_poll_us is None
     with pytest.raises(ValueError, match="busy_poll_us"):
         RouterSection(id="r", busy_poll_us=-1)
     with pytest.raises(ValueError, match="busy_poll_us"):
         RouterSection(id="r", busy_poll_us=10_001)
+
+
+def test_by_default_a_router_polls_only_on_a_cpu_of_its_own() -> None:
+    assert in_force(None, {3}, 8, None) == (AUTO_US, "auto: pinned to CPU 3 of 8, a CPU of its own; 0 turns it off")
+    assert in_force(None, {3}, 8, 1.0) == (AUTO_US, in_force(None, {3}, 8, None)[1])  # a whole CPU's quota
+    assert in_force(None, {0, 1}, 8, None) == (0, "auto: the router shares its CPUs")  # two CPUs: not one of its own
+    assert in_force(None, set(range(8)), 8, None)[0] == 0
+    assert in_force(None, {0}, 1, None)[0] == 0  # the host's only CPU
+    assert in_force(None, {2}, 4, 0.5) == (0, "auto: pinned to CPU 2, but under a CPU quota of 0.5 CPUs")
+    # A setting is a setting, wherever the router runs.
+    assert in_force(0, {3}, 8, None) == (0, "router.busy_poll_us")
+    assert in_force(200, set(range(8)), 8, None) == (200, "router.busy_poll_us")
+
+
+async def test_a_router_pinned_to_one_cpu_polls_by_default_and_not_when_told_not_to(caplog: pytest.LogCaptureFixture) -> None:
+    """The placement is read from the process itself (its CPU affinity), as `taskset` or a
+    Kubernetes Guaranteed pod under the static CPU manager sets it."""
+    allowed = os.sched_getaffinity(0)
+    if (os.cpu_count() or 1) < 2 or (cpu_quota() or 1.0) < 1.0:
+        pytest.skip("needs a host with two CPUs or more, and no CPU quota below one CPU")
+    try:
+        os.sched_setaffinity(0, {min(allowed)})
+        with caplog.at_level(logging.INFO, logger="router.net.server"):
+            pinned = RouterServer(RouterConfig(router=RouterSection(id="pinned")))
+        assert (pinned.busy_poll_us, pinned.busy_poll_setting) == (AUTO_US, None)
+        assert f"busy polling: {AUTO_US} us" in caplog.text and f"auto: pinned to CPU {min(allowed)}" in caplog.text
+        assert RouterServer(RouterConfig(router=RouterSection(id="off", busy_poll_us=0))).busy_poll_us == 0
+    finally:
+        os.sched_setaffinity(0, allowed)
+    if len(allowed) > 1:
+        assert RouterServer(RouterConfig(router=RouterSection(id="shared"))).busy_poll_us == 0
 
 
 def test_a_cpu_quota_is_read_from_cgroup_v2_or_v1(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import yaml
 
 from router.amqp.message import Message
 from router.config.models import AddressConfig, Connector, Listener, RouterConfig, RouterSection
+from router.net.busypoll import busy_poll_in_force
 from router.net.client import connect
 from router.net.reload import ReloadRefused, plan_reload
 from router.net.server import RouterServer
@@ -113,11 +114,12 @@ async def test_reload_applies_listeners_addresses_and_users(nursery: trio.Nurser
 
 async def test_busy_poll_us_is_applied_at_run_time(nursery: trio.Nursery, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="router.net.server")
-    server = RouterServer(config())
+    off = config(router=RouterSection(id=ROUTER.id, busy_poll_us=0))  # (the default polls on a pinned host)
+    server = RouterServer(off)
     await nursery.start(server.run)
     assert server.poller.busy_poll_s == 0 and server.busy_poll_counters()["configured_us"] == 0
     polling = config(router=RouterSection(id=ROUTER.id, busy_poll_us=80))
-    assert plan_reload(config(), polling).needs_restart == []  # not "read only at start"
+    assert plan_reload(off, polling).needs_restart == []  # not "read only at start"
     report = server.reload(polling)
     assert report.applied == ["update router.busy_poll_us 0 -> 80"] and report.needs_restart == []
     assert server.poller.busy_poll_s == 80e-6
@@ -127,8 +129,11 @@ async def test_busy_poll_us_is_applied_at_run_time(nursery: trio.Nursery, caplog
     # The router serves on, polling; and the file unchanged is no change.
     assert type(await roundtrip(server.listener_ports()["amqp"])).__name__ == "Accepted"
     assert server.reload(polling).applied == []
-    server.reload(config())
+    server.reload(off)
     assert server.poller.busy_poll_s == 0 and server.agent.entities("router")[0]["busyPollUs"] == 0
+    # Back to the default: decided again from where the router runs (router.net.busypoll).
+    assert server.reload(config()).applied == ["update router.busy_poll_us 0 -> auto"]
+    assert server.busy_poll_setting is None and server.busy_poll_us == busy_poll_in_force(None)[0]
     server.shutdown()
 
 

@@ -61,11 +61,12 @@ def _read_port(proc: subprocess.Popen[str], timeout_s: float) -> int:
 
 @contextmanager
 def listening(
-    binary: Path, args: list[str], timeout_s: float
+    binary: Path, args: list[str], timeout_s: float, prefix: list[str] | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """Run `loadgen listen ARGS` on an ephemeral 127.0.0.1 port; yield the process and the port.
-    The process is killed on the way out if it is still running."""
-    cmd = [str(binary), "listen", "--host", HOST, "--port", "0", "--timeout", str(timeout_s), *args]
+    """Run `loadgen listen ARGS` on an ephemeral 127.0.0.1 port (under the command `prefix`, e.g.
+    taskset); yield the process and the port. The process is killed on the way out if it is still
+    running."""
+    cmd = [*(prefix or []), str(binary), "listen", "--host", HOST, "--port", "0", "--timeout", str(timeout_s), *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         yield proc, _read_port(proc, timeout_s=10.0)
@@ -75,12 +76,20 @@ def listening(
         proc.communicate(timeout=10.0)
 
 
+def taskset(cpu: int | None) -> list[str]:
+    """The command prefix that runs a process on CPU `cpu` only (None: anywhere)."""
+    return [] if cpu is None else ["taskset", "-c", str(cpu)]
+
+
 def _pair(
-    binary: Path, listen_args: list[str], client: list[str], role: str, timeout_s: float
+    binary: Path, listen_args: list[str], client: list[str], role: str, timeout_s: float,
+    cpus: tuple[int, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    with listening(binary, listen_args, timeout_s) as (server, port):
+    """`cpus`: (the listener's, the client's), each pinned there."""
+    listen_cpu, client_cpu = cpus if cpus is not None else (None, None)
+    with listening(binary, listen_args, timeout_s, taskset(listen_cpu)) as (server, port):
         done = subprocess.run(
-            [str(binary), *client, "--host", HOST, "--port", str(port), "--timeout", str(timeout_s)],
+            [*taskset(client_cpu), str(binary), *client, "--host", HOST, "--port", str(port), "--timeout", str(timeout_s)],
             capture_output=True, text=True, timeout=timeout_s + 10.0,
         )  # fmt: skip
         out, err = server.communicate(timeout=timeout_s + 10.0)
@@ -109,14 +118,15 @@ def run_direct(
 
 
 def run_direct_pingpong(
-    count: int, size: int, *, timeout_s: float = 60.0, binary: Path | None = None
+    count: int, size: int, *, timeout_s: float = 60.0, binary: Path | None = None, cpus: tuple[int, int] | None = None
 ) -> dict[str, dict[str, Any]]:
-    """`count` request/reply round trips between `loadgen pingpong` and `loadgen listen --echo`;
-    return {"pingpong": <round-trip JSON>, "listen": <echo count>}."""
+    """`count` request/reply round trips between `loadgen pingpong` and `loadgen listen --echo`
+    (`cpus`: the echo's CPU and the client's, each pinned there); return {"pingpong": <round-trip
+    JSON>, "listen": <echo count>}."""
     binary = binary or build(DEFAULT_BUILD_DIR)
     client = ["pingpong", "--address", "requests", "--reply-address", "replies"]
     client += ["--count", str(count), "--size", str(size)]
-    return _pair(binary, ["--echo", "--count", str(count)], client, "pingpong", timeout_s)
+    return _pair(binary, ["--echo", "--count", str(count)], client, "pingpong", timeout_s, cpus)
 
 
 def main(argv: list[str]) -> int:

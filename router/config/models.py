@@ -62,12 +62,14 @@ class RouterSection(Model):
         "(docs/mesh.md 'Streaming links'); 0: none, streams go on their band's link",
     )  # fmt: skip
 
-    busy_poll_us: int = Field(
-        default=0, ge=0, le=10_000,
+    busy_poll_us: int | None = Field(
+        default=None, ge=0, le=10_000,
         description="after its last event the router keeps looking for the next one this many microseconds "
         "before it sleeps: a request/response round trip through the router saves two wake-ups, for up to that "
         "much CPU after every burst of work; for a router with a core of its own (50-100), not one that shares it "
-        "or runs under a CPU quota below one CPU (docs/architecture.md 'Busy polling'); 0: off",
+        "or runs under a CPU quota below one CPU (docs/architecture.md 'Busy polling'); 0: off; null (the "
+        "default): 50 when the router may run on one CPU only (taskset, a Guaranteed pod under the static CPU "
+        "manager) on a host with more, and no CPU quota below one CPU holds it, else off",
     )  # fmt: skip
 
     @model_validator(mode="after")

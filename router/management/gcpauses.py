@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -43,6 +44,8 @@ class GcPauses:
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         """gc.callbacks' hook: `phase` is "start" or "stop", `info` names the generation."""
+        if sys.is_finalizing():  # the interpreter's last collections, the router gone
+            return
         now = self.clock()
         if phase == "start":
             self._started = now

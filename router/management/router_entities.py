@@ -81,7 +81,8 @@ class RouterType(EntityType):
         "failedLoginHosts: Hosts remembered now for their failed logins (bounded)",
     ) + (
         Attribute("busyPollUs", "ulong",
-                  "Microseconds the router looks for work before it sleeps (router.busy_poll_us; 0: off)"),
+                  "Microseconds the router looks for work before it sleeps, in force (router.busy_poll_us; 0: off; "
+                  "by default 50 when the router has a CPU of its own, else 0)"),
     ) + counters(
         "busyPollCaught: Busy polls that found work (a wake-up saved)",
         "busyPollMissed: Busy polls that found none (the router slept after all)",

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..amqp.connection import Connection
 from ..config.models import Connector, Listener, RouterConfig, SslProfile
-from .busypoll import log_busy_poll
+from .busypoll import busy_poll_in_force, log_busy_poll
 from .connectors import Connectors, Dial
 from .control import NetControl
 from .corepump import Core, CorePump
@@ -45,6 +45,11 @@ from .serverlife import SHUTDOWN_FLUSH_S, BoundAddress, ServerLifecycle
 from .tls import TlsProfiles
 
 log = logging.getLogger(__name__)
+
+
+def _setting(busy_poll_us: int | None) -> str:
+    return "auto" if busy_poll_us is None else str(busy_poll_us)
+
 
 __all__ = ["BoundAddress", "Core", "RouterServer"]
 
@@ -147,11 +152,12 @@ class RouterServer(ServerLifecycle):
 
     def reload(self, new: RouterConfig) -> ReloadReport:
         report = self.control.reload(new)
-        busy_poll_us = new.router.busy_poll_us
-        if busy_poll_us != self.busy_poll_us:
-            log.info("configuration reload: update router.busy_poll_us %d -> %d", self.busy_poll_us, busy_poll_us)
-            report.applied.append(f"update router.busy_poll_us {self.busy_poll_us} -> {busy_poll_us}")
-            self.set_busy_poll(busy_poll_us)
+        configured = new.router.busy_poll_us
+        if configured != self.busy_poll_setting:
+            before, after = _setting(self.busy_poll_setting), _setting(configured)
+            log.info("configuration reload: update router.busy_poll_us %s -> %s", before, after)
+            report.applied.append(f"update router.busy_poll_us {before} -> {after}")
+            self.set_busy_poll(configured)
         return report
 
     def create_listener(self, listener: Listener) -> int:
@@ -171,10 +177,12 @@ class RouterServer(ServerLifecycle):
         """How long the poller looks for work before it sleeps, in force now (router.busy_poll_us)."""
         return round(self.poller.busy_poll_s * 1e6)
 
-    def set_busy_poll(self, busy_poll_us: int) -> None:
-        """Set busy_poll_us from now on."""
+    def set_busy_poll(self, configured: int | None) -> None:
+        """Set router.busy_poll_us from now on (None: auto, router.net.busypoll)."""
+        self.busy_poll_setting = configured
+        busy_poll_us, why = busy_poll_in_force(configured)
         self.poller.busy_poll_s = busy_poll_us / 1e6
-        log_busy_poll(busy_poll_us)
+        log_busy_poll(busy_poll_us, why)
 
     def busy_poll_counters(self) -> dict[str, int]:
         """The busy polls (router.busy_poll_us): the setting in force, polls that found work, that
