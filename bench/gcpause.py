@@ -117,8 +117,9 @@ async def measure(count: int, messages: int, churn: int) -> dict[str, object]:
                 started = time.perf_counter()
                 gc.collect()
                 full.append(round((time.perf_counter() - started) * 1e3, 1))
-            result: dict[str, object] = {"connections": count, "tracked": tracked,
-                                         "tracked_per_connection": round((tracked - base) / count, 1), "full_ms": full}  # fmt: skip
+            per_connection = round((tracked - base) / count, 1)
+            result: dict[str, object] = {"connections": count, "tracked": tracked, "tracked_per_connection": per_connection,
+                                         "full_ms": full}  # fmt: skip
             if messages:
                 result["relay"] = await _relay(port, messages)
             if churn:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +62,17 @@ async def test_a_router_pinned_to_one_cpu_polls_by_default_and_not_when_told_not
         os.sched_setaffinity(0, allowed)
     if len(allowed) > 1:
         assert RouterServer(RouterConfig(router=RouterSection(id="shared"))).busy_poll_us == 0
+
+
+@pytest.mark.process
+def test_router_run_under_taskset_polls_by_default(tmp_path: Path) -> None:
+    allowed = os.sched_getaffinity(0)
+    if shutil.which("taskset") is None or (os.cpu_count() or 1) < 2 or (cpu_quota() or 1.0) < 1.0:
+        pytest.skip("needs taskset, a host with two CPUs or more, and no CPU quota below one CPU")
+    cpu = max(allowed)
+    with router_with_http(tmp_path, "pinned", prefix=("taskset", "-c", str(cpu))) as router:
+        assert cli_json("stat", "general", "--json", "-b", router.bus)["busyPollUs"] == AUTO_US
+        assert f"auto: pinned to CPU {cpu} of" in router.process.output
 
 
 def test_a_cpu_quota_is_read_from_cgroup_v2_or_v1(tmp_path: Path) -> None:

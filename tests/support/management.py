@@ -141,10 +141,11 @@ class ProcessRouter:
 
 
 @contextmanager
-def router_with_http(directory: Path, router_id: str, **config: Any) -> Iterator[ProcessRouter]:
+def router_with_http(directory: Path, router_id: str, *, prefix: tuple[str, ...] = (), **config: Any) -> Iterator[ProcessRouter]:
     """`router run` on a file with an AMQP listener `amqp` and an HTTP listener `http` (both on
-    127.0.0.1, port 0; `config` adds sections or replaces these); stopped with SIGTERM on exit,
-    which must end it with code 0. `process.ports` has every listener's port by name."""
+    127.0.0.1, port 0; `config` adds sections or replaces these), under the command `prefix` (e.g.
+    taskset); stopped with SIGTERM on exit, which must end it with code 0. `process.ports` has
+    every listener's port by name."""
     settings: dict[str, Any] = {
         "router": {"id": router_id},
         "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}],
@@ -153,7 +154,7 @@ def router_with_http(directory: Path, router_id: str, **config: Any) -> Iterator
     }
     path = directory / f"{router_id}.yaml"
     path.write_text(yaml.safe_dump(settings))
-    process = RouterProcess(path, listeners=len(settings["listeners"]) + len(settings["http"]))
+    process = RouterProcess(path, listeners=len(settings["listeners"]) + len(settings["http"]), prefix=prefix)
     process.start()  # waits for the AMQP and the HTTP listeners' lines
     try:
         yield ProcessRouter(process, router_id)
