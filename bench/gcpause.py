@@ -82,7 +82,8 @@ async def _churn(port: int, count: int) -> dict[str, object]:
 
 async def _relay(port: int, messages: int) -> dict[str, object]:
     """`messages` relayed by the C loadgen; the collections of each generation meanwhile."""
-    from bench.scenarios import BUILD, build
+    from bench.loadgen.build import build
+    from bench.scenarios import BUILD
 
     binary = str(build(BUILD))
     pauses = GcPauses()
