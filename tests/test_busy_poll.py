@@ -1,7 +1,8 @@
 """Busy polling (router.busy_poll_us): bounded, by default on only for a router pinned to one CPU
-of its own; a `router run` configured with it serves python-qpid-proton request/reply round trips and counts its busy polls in the
-`router` entity (`router stat`). The poller's side (a write caught while it polls, trio's
-deadlines kept) is in tests/test_net_poller.py."""
+of its own (in process and under taskset); a `router run` configured with it serves
+python-qpid-proton request/reply round trips and counts its busy polls in the `router` entity
+(`router stat`). The poller's side (a write caught while it polls, trio's deadlines kept) is in
+tests/test_net_poller.py."""
 
 from __future__ import annotations
 
