@@ -1,7 +1,8 @@
 """Flow records at run time: the flush once a second and the local files.
 
 Owns: `FlowTask`, which a RouterServer runs when `flow.enabled`: once a second it polls the
-recorder (router.flow.recorder: snapshots, hop samples, interval records when due) and sends
+recorder (router.flow.recorder: snapshots, hop samples, interval records when due; what it
+must read whole a slice at a time, the router's loop serving connections between) and sends
 the records to the mesh address (router.flow.publish: without files, one batch at a time,
 unsettled, the next as soon as a collector accepted the last; with files, every batch
 presettled beside the files) and appends them to the files; a last flush when the router stops
