@@ -88,16 +88,18 @@ class Router:
 
 @contextmanager
 def router(
-    addresses: list[dict[str, Any]] | None = None, settings: dict[str, Any] | None = None, **listener: Any
+    addresses: list[dict[str, Any]] | None = None, settings: dict[str, Any] | None = None,
+    prefix: tuple[str, ...] = (), **listener: Any,
 ) -> Iterator[Router]:
-    """A `router run` with one listener (`listener` adds to it); `settings` add to its router section."""
+    """A `router run` with one listener (`listener` adds to it); `settings` add to its router
+    section; `prefix`: a command it runs under (taskset)."""
     config: dict[str, Any] = {
         "router": {"id": "bench", **(settings or {})},
         "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0, **listener}],
     }
     if addresses:
         config["addresses"] = addresses
-    r = Router(config)
+    r = Router(config, prefix)
     try:
         yield r
     finally:
@@ -283,15 +285,11 @@ def pingpong(binary: Path, *, count: int, rounds: int) -> dict[str, Any]:
             for r, results in ((plain, routed), (polling, busy))[:: 1 if i % 2 == 0 else -1]:
                 results.append(_pingpong_through(binary, r, count))
     if _can_pin():
-        config = {"router": {"id": "bench"}, "listeners": [{"name": "amqp", "host": "127.0.0.1", "port": 0}]}
-        own_cpu = Router(config, prefix=tuple(taskset(PINNED_ROUTER_CPU)))
-        try:
+        with router(prefix=tuple(taskset(PINNED_ROUTER_CPU))) as own_cpu:
             for _ in range(rounds):
                 cpus = (PINNED_ROUTER_CPU, PINNED_CLIENTS_CPU)
                 pinned_direct.append(run_direct_pingpong(count, 100, binary=binary, cpus=cpus)["pingpong"])
                 pinned.append(_pingpong_through(binary, own_cpu, count, clients_cpu=PINNED_CLIENTS_CPU))
-        finally:
-            own_cpu.stop()
     p50_direct = statistics.median(x["p50_us"] for x in direct)
     p50_router = statistics.median(x["p50_us"] for x in routed)
     p50_busy = statistics.median(x["p50_us"] for x in busy)

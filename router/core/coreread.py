@@ -182,23 +182,26 @@ class CoreReadApi:
             if entries.get(key) is entry:
                 yield self._address(entry, now)
 
-    def links_of(self, ids: Container[int], now: float) -> Iterator[LinkSnapshot]:
-        """Snapshots of the links with these ids that are up, by id, each made when it is taken:
-        a reader may take them a few at a time with the loop running between (a link gone
-        before its turn is skipped: gone_links has it)."""
+    def _up_of(self, ids: Container[int]) -> Iterator[InLink | OutLink]:
+        """The links with these ids, by id, each looked at when it is taken: a reader may take
+        them a few at a time with the loop running between (a link gone before its turn is
+        skipped: gone_links has it)."""
         for link in [link for link in self._live_links() if link.id in ids]:
             if not link.gone:
-                yield self._link(link, now)
+                yield link
+
+    def links_of(self, ids: Container[int], now: float) -> Iterator[LinkSnapshot]:
+        """Snapshots of the links with these ids that are up, by id, each made when it is taken."""
+        return (self._link(link, now) for link in self._up_of(ids))
 
     def new_links_of(self, ids: Container[int], now: float) -> Iterator[tuple[LinkSnapshot, ConnectionSnapshot]]:
         """As links_of, each with its connection (one snapshot per connection)."""
         connections: dict[int, ConnectionSnapshot] = {}
-        for link in [link for link in self._live_links() if link.id in ids]:
-            if not link.gone:
-                conn = connections.get(link.conn.id)
-                if conn is None:
-                    conn = connections[link.conn.id] = self._connection(link.conn, now)
-                yield self._link(link, now), conn
+        for link in self._up_of(ids):
+            conn = connections.get(link.conn.id)
+            if conn is None:
+                conn = connections[link.conn.id] = self._connection(link.conn, now)
+            yield self._link(link, now), conn
 
     @staticmethod
     def _link(link: InLink | OutLink, now: float) -> LinkSnapshot:

@@ -243,11 +243,9 @@ class FlowRecorder:
             self._work.append(self._address_intervals(read.addresses_of(changed, now), interval_s, now))
 
     def _link_intervals(self, snaps: Iterator[LinkSnapshot], interval_s: float, now: float) -> Iterator[None]:
-        for snap in snaps:
-            seen = self._links.get(snap.id)
-            if seen is not None:
-                self._link_interval(seen, snap, interval_s, now)
-                yield None
+        for snap in snaps:  # (each was in _links when the interval started; only a poll removes one, after the slices)
+            self._link_interval(self._links[snap.id], snap, interval_s, now)
+            yield None
 
     def _address_intervals(self, snaps: Iterator[AddressSnapshot], interval_s: float, now: float) -> Iterator[None]:
         for snap in snaps:

@@ -122,7 +122,7 @@ class RouterType(EntityType):
             managementReadsRefused=agent.authz.refusals["amqp-read"],
             managementWritesRefused=agent.authz.refusals["amqp-write"],
             httpReadsRefused=agent.authz.refusals["http-read"], httpWritesRefused=agent.authz.refusals["http-write"],
-            busyPollUs=polls.get("configured_us", router.busy_poll_us), busyPollCaught=polls.get("caught"),
+            busyPollUs=polls.get("in_force_us"), busyPollCaught=polls.get("caught"),
             busyPollMissed=polls.get("missed"), busyPollMicroseconds=polls.get("us"),
         )  # fmt: skip
 

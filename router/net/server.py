@@ -185,10 +185,10 @@ class RouterServer(ServerLifecycle):
         log_busy_poll(busy_poll_us, why)
 
     def busy_poll_counters(self) -> dict[str, int]:
-        """The busy polls (router.busy_poll_us): the setting in force, polls that found work, that
+        """The busy polls (router.busy_poll_us): the value in force, polls that found work, that
         found none, microseconds spent."""
         poller = self.poller
-        return {"configured_us": self.busy_poll_us, "caught": poller.busy_caught, "missed": poller.busy_missed,
+        return {"in_force_us": self.busy_poll_us, "caught": poller.busy_caught, "missed": poller.busy_missed,
                 "us": int(poller.busy_seconds * 1e6)}  # fmt: skip
 
     def update_ssl_profile(self, profile: SslProfile) -> None:
