@@ -94,7 +94,7 @@ def _ring_shape_holds(ring: DeliveryMap) -> None:
     assert all(slots[i] is None for i in range(len(slots)) if i not in inside)
     assert span == 0 or slots[head] is not None  # the ring starts at a record
     assert len(slots) <= RING_KEPT or span * 4 >= len(slots)
-    assert span > 0 or len(slots) <= RING_KEPT // 4  # an emptied ring keeps a quarter at most
+    assert span > 0 or len(slots) <= RING_KEPT  # (above, the span's rule gave them back)
 
 
 # Batches, so that the ring grows past RING_KEPT, wraps around its slots and shrinks again:
@@ -149,14 +149,14 @@ def test_a_ring_gives_its_slots_back_as_it_empties() -> None:
     for delivery_id in range(5000):
         assert ring.pop(delivery_id) == delivery_id
         _ring_shape_holds(ring)
-    assert ring.empty and len(ring._slots) <= RING_KEPT // 4
+    assert ring.empty and len(ring._slots) <= RING_KEPT
     for delivery_id in range(5000, 5004):  # then lone messages: the burst's slots go
         ring.put(delivery_id, delivery_id)
         assert ring.pop(delivery_id) == delivery_id
     assert ring.empty and len(ring._slots) <= RING_EMPTY_KEPT
 
 
-def test_a_ring_that_empties_between_batches_keeps_a_quarter_of_its_slots() -> None:
+def test_a_ring_that_empties_between_batches_keeps_its_slots() -> None:
     ring = DeliveryMap()
     for batch in range(3):
         for delivery_id in range(batch * 100, batch * 100 + 100):
@@ -164,6 +164,30 @@ def test_a_ring_that_empties_between_batches_keeps_a_quarter_of_its_slots() -> N
         assert len(ring._slots) == 128
         for delivery_id in range(batch * 100, batch * 100 + 100):
             assert ring.pop(delivery_id) == delivery_id
-        # a quarter kept (more than RING_EMPTY_KEPT slots): the next batch regrows by one step
-        assert ring.empty and len(ring._slots) == 128 // 4 and 128 > RING_EMPTY_KEPT
+        # the batch spanned more than a quarter of its 128 slots: they stay for the next one
+        assert ring.empty and len(ring._slots) == 128
         _ring_shape_holds(ring)
+
+
+def test_a_ring_whose_batches_shrink_gives_back_a_quarter_at_each_emptying() -> None:
+    ring = DeliveryMap()
+    next_id = 0
+
+    def batch(size: int) -> None:
+        nonlocal next_id
+        ids = range(next_id, next_id + size)
+        next_id += size
+        for delivery_id in ids:
+            ring.put(delivery_id, delivery_id)
+        for delivery_id in ids:
+            assert ring.pop(delivery_id) == delivery_id
+        _ring_shape_holds(ring)
+
+    batch(1000)
+    assert ring.empty and len(ring._slots) == 1024
+    sizes = []
+    for _ in range(4):  # batches of 10 now: a quarter of the slots goes at each emptying
+        batch(10)
+        sizes.append(len(ring._slots))
+    assert sizes == [256, 64, 64, 64]  # (RING_EMPTY_KEPT slots or fewer are kept as they are)
+    assert 64 <= RING_EMPTY_KEPT

@@ -30,9 +30,11 @@ BEHIND: Final = 0x80000000  # an offset from the ring's base this large is an id
 SPAN_MAX: Final = 8192  # the ring's span in ids; older records beyond it become stragglers
 RING_MIN: Final = 16  # slots of a new ring (a power of two, as every ring's capacity)
 RING_KEPT: Final = 1024  # a ring with more slots gives them back when its span falls below a quarter
-# An emptied ring with more slots than this keeps a quarter of them, each time it empties: a
-# session whose traffic shrank (or stopped after a burst) gives back what the burst took, while
-# one that streams and empties between batches regrows by one step, not from the smallest ring.
+# A ring with more slots than this that empties having spanned no more than a quarter of them
+# since it last emptied keeps a quarter: a session whose traffic shrank (or stopped after a
+# burst) gives back what the burst took, one batch at a time, while one that streams and empties
+# between batches of about its size keeps its slots (shrinking at every emptying, such a ring
+# regrew twice per batch: ~70 instructions a message).
 RING_EMPTY_KEPT: Final = 64
 
 
@@ -40,7 +42,7 @@ class DeliveryMap:
     """A mapping of delivery-id to record (never None) with the dict operations the core uses;
     as a collection of delivery-ids it serves serial_ids_in, which bounds a disposition's walk."""
 
-    __slots__ = ("_slots", "_mask", "_head", "_base", "_span", "_shrink_below", "_count", "_stragglers", "_span_max")
+    __slots__ = ("_slots", "_mask", "_head", "_base", "_span", "_shrink_below", "_count", "_stragglers", "_span_max", "_peak")
 
     def __init__(self, span_max: int = SPAN_MAX) -> None:
         # The ring: a list of a power of two slots, used circularly (no append, no compaction,
@@ -57,6 +59,7 @@ class DeliveryMap:
         self._count: i64 = 0  # records held, ring and stragglers
         self._stragglers: dict[int, Any] = {}
         self._span_max = span_max
+        self._peak: i64 = 0  # the largest span since the ring last emptied
 
     def __len__(self) -> int:
         return self._count
@@ -103,7 +106,10 @@ class DeliveryMap:
         if offset > self._mask:
             self._resize(offset + 1)
         self._slots[(self._head + offset) & self._mask] = record
-        self._span = offset + 1
+        span = offset + 1
+        self._span = span
+        if span > self._peak:
+            self._peak = span
         self._count += 1
 
     def get(self, delivery_id: i64) -> Any:
@@ -161,7 +167,8 @@ class DeliveryMap:
     def _advance(self) -> None:
         """Move the ring's start past the emptied slots at its front; a ring whose span fell
         below a quarter of its slots (above RING_KEPT) gives them back; an emptied one of more
-        than RING_EMPTY_KEPT slots keeps a quarter of them."""
+        than RING_EMPTY_KEPT slots keeps a quarter of them if it used no more than that since
+        it last emptied."""
         slots = self._slots
         head, base, span, mask = self._head, self._base, self._span, self._mask
         while span > 0 and slots[head] is None:
@@ -171,8 +178,11 @@ class DeliveryMap:
         self._head, self._base, self._span = head, base & MASK, span
         if span < self._shrink_below:
             self._resize(span)
-        elif span == 0 and self._mask >= RING_EMPTY_KEPT:
-            self._resize((self._mask + 1) // 4)
+        elif span == 0:
+            quarter = (self._mask + 1) // 4
+            if self._mask >= RING_EMPTY_KEPT and self._peak <= quarter:
+                self._resize(quarter)
+            self._peak = 0
 
     def _resize(self, need: i64) -> None:
         """The ring in the fewest slots (a power of two, at least RING_MIN) that hold `need`
