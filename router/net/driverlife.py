@@ -154,6 +154,11 @@ class DriverLife(DriverOutput):
             self._set_closed()
             with trio.CancelScope(shield=True):
                 await self._close_stream()
+            # Its owner's callbacks (a server's are the driver's own bound methods: each a cycle
+            # through the driver) are not called once it ran: none is left for the collector.
+            self.on_output_blocked = None
+            self.on_open_timeout = None
+            self.pause_reading = None
 
     async def _reader(self) -> None:
         """Read and dispatch until the peer is gone, acting on deadlines (`_at_deadline`): the
