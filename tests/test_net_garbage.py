@@ -4,7 +4,7 @@ counting (Connection.dismantle, and the driver dropping its owner's callbacks), 
 collector's next young collection, which every closed connection made longer (~50 objects each;
 bench/gcpause.py --churn counts them). Through the whole RouterServer over sockets: clean closes,
 a client gone with deliveries unsettled, a protocol error, a silent peer dropped at its handshake
-time-out."""
+time-out, a connection over WebSocket, and an inter-router connection whose peer stops."""
 
 from __future__ import annotations
 
@@ -22,13 +22,17 @@ from router.core.links import InLink, OutLink
 from router.net.client import connect
 from router.net.server import RouterServer
 from router.net.serverdriver import ServerDriver
+from router.net.websocket import WebSocketFraming
+from router.net.wsstream import WebSocketStream
 
 from .rawamqp import HEADER, UNKNOWN_PERFORMATIVE, frame, read_until_closed
 from .test_net_isolation import forgotten, still_serves, two_listener_config
+from .tlssupport import serving
+from .wsclient import ws_bridge
 
 # The router's own records of a connection: none of them may be left for the collector (the
 # clients in this process leave theirs; they are not the router's).
-ROUTER_SIDE = (ServerDriver, ConnState, InLink, OutLink, SessionMaps)
+ROUTER_SIDE = (ServerDriver, ConnState, InLink, OutLink, SessionMaps, WebSocketStream, WebSocketFraming)
 
 
 @pytest.fixture
@@ -90,3 +94,32 @@ async def test_connections_that_end_leave_no_cyclic_garbage(server: RouterServer
         await forgotten(server)
     assert garbage == []
     await still_serves(server)
+
+
+async def test_a_websocket_connection_that_ends_leaves_no_cyclic_garbage() -> None:
+    config = {"router": {"id": "ws"}, "listeners": [{"name": "ws", "port": 0, "websocket": True}]}
+    async with serving(config) as server:
+        async with ws_bridge(server.listener_ports()["ws"]) as port:
+            await _pair_and_leave(port, 0, settle=True)  # (lazily made parts exist before counting)
+            await forgotten(server)
+            with cyclic_garbage() as garbage:
+                for i in range(4):
+                    await _pair_and_leave(port, i, settle=i % 2 == 0)
+                await forgotten(server)
+    assert garbage == []
+
+
+async def test_an_inter_router_connection_that_ends_leaves_no_cyclic_garbage() -> None:
+    interior = {"router": {"id": "A", "mode": "interior"},
+                "listeners": [{"name": "ir", "port": 0, "role": "inter-router"}]}  # fmt: skip
+    async with serving(interior) as a:
+        peer = {"router": {"id": "B", "mode": "interior"}, "listeners": [],
+                "connectors": [{"name": "to-a", "host": "127.0.0.1", "port": a.listener_ports()["ir"],
+                                "role": "inter-router"}]}  # fmt: skip
+        with cyclic_garbage() as garbage:
+            async with serving(peer) as b:
+                with trio.fail_after(5):
+                    while "B" not in a.core.mesh.peers or "A" not in b.core.mesh.peers:
+                        await trio.sleep(0.01)  # (no event says "meshed": poll the peers)
+            await forgotten(a)  # B stopped: A forgot its connection
+    assert garbage == []
