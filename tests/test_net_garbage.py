@@ -4,23 +4,24 @@ counting (Connection.dismantle, and the driver dropping its owner's callbacks), 
 collector's next young collection, which every closed connection made longer (~50 objects each;
 bench/gcpause.py --churn counts them). Through the whole RouterServer over sockets: clean closes,
 a client gone with deliveries unsettled, a protocol error, a silent peer dropped at its handshake
-time-out, a connection over WebSocket, and an inter-router connection whose peer stops."""
+time-out, a connection over WebSocket, and an inter-router connection whose peer stops. Links
+that detach on a connection that stays leave none either (the link and the core's record of it
+referred to each other)."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
 import trio
 
 from router.amqp.message import Message
+from router.config.models import RouterConfig
 from router.core.connections import ConnState
 from router.core.delivery import SessionMaps
 from router.core.links import InLink, OutLink
 from router.net.client import connect
-from router.net.server import RouterServer
 from router.net.serverdriver import ServerDriver
 from router.net.websocket import WebSocketFraming
 from router.net.wsstream import WebSocketStream
@@ -35,14 +36,8 @@ from .wsclient import ws_bridge
 ROUTER_SIDE = (ServerDriver, ConnState, InLink, OutLink, SessionMaps, WebSocketStream, WebSocketFraming)
 
 
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> AsyncIterator[RouterServer]:
-    server = RouterServer(two_listener_config(idle_timeout_s=5, handshake_timeout_s=0.3))
-    await nursery.start(server.run)
-    yield server
-    server.shutdown()
-    with trio.fail_after(5):
-        await server.wait_stopped()
+def _config() -> RouterConfig:
+    return two_listener_config(idle_timeout_s=5, handshake_timeout_s=0.3)
 
 
 @contextmanager
@@ -79,21 +74,22 @@ async def _pair_and_leave(port: int, i: int, settle: bool) -> None:
                 await tracker.wait()
 
 
-async def test_connections_that_end_leave_no_cyclic_garbage(server: RouterServer) -> None:
-    port = server.listener_ports()["amqp"]
-    await still_serves(server)  # (the router's lazily made parts exist before counting)
-    await forgotten(server)
-    with cyclic_garbage() as garbage:
-        for i in range(10):
-            await _pair_and_leave(port, i, settle=i % 2 == 0)
-        hostile = await trio.open_tcp_stream("127.0.0.1", port)  # a protocol error
-        await hostile.send_all(HEADER + frame(UNKNOWN_PERFORMATIVE))
-        await read_until_closed(hostile)
-        silent = await trio.open_tcp_stream("127.0.0.1", port)  # dropped at its handshake time-out
-        await read_until_closed(silent)
+async def test_connections_that_end_leave_no_cyclic_garbage() -> None:
+    async with serving(_config()) as server:
+        port = server.listener_ports()["amqp"]
+        await still_serves(server)  # (the router's lazily made parts exist before counting)
         await forgotten(server)
-    assert garbage == []
-    await still_serves(server)
+        with cyclic_garbage() as garbage:
+            for i in range(10):
+                await _pair_and_leave(port, i, settle=i % 2 == 0)
+            hostile = await trio.open_tcp_stream("127.0.0.1", port)  # a protocol error
+            await hostile.send_all(HEADER + frame(UNKNOWN_PERFORMATIVE))
+            await read_until_closed(hostile)
+            silent = await trio.open_tcp_stream("127.0.0.1", port)  # dropped at its handshake time-out
+            await read_until_closed(silent)
+            await forgotten(server)
+        assert garbage == []
+        await still_serves(server)
 
 
 async def test_a_websocket_connection_that_ends_leaves_no_cyclic_garbage() -> None:
@@ -118,8 +114,30 @@ async def test_an_inter_router_connection_that_ends_leaves_no_cyclic_garbage() -
                                 "role": "inter-router"}]}  # fmt: skip
         with cyclic_garbage() as garbage:
             async with serving(peer) as b:
+                meshes = [a.core.mesh, b.core.mesh]  # type: ignore[attr-defined]
                 with trio.fail_after(5):
-                    while "B" not in a.core.mesh.peers or "A" not in b.core.mesh.peers:
+                    while "B" not in meshes[0].peers or "A" not in meshes[1].peers:
                         await trio.sleep(0.01)  # (no event says "meshed": poll the peers)
+                del meshes  # (B's mesh must not outlive B here)
             await forgotten(a)  # B stopped: A forgot its connection
     assert garbage == []
+
+
+async def test_links_that_detach_on_a_connection_that_stays_leave_no_cyclic_garbage() -> None:
+    async with serving(_config()) as server, connect("127.0.0.1", server.listener_ports()["amqp"]) as client:
+        async def pair(i: int) -> None:
+            receiver = await client.open_receiver(f"links-{i}", credit=10)
+            sender = await client.open_sender(f"links-{i}")
+            tracker = await sender.start_send(Message.value(i))
+            receiver.accept(await receiver.receive())
+            await tracker.wait()
+            await sender.close()
+            await receiver.close()
+
+        await pair(0)  # (the router's lazily made parts exist before counting)
+        with cyclic_garbage() as garbage:
+            for i in range(1, 11):
+                await pair(i)
+            entities = server.agent.entities("connection")
+        assert len(entities) == 1  # (the connection stayed)
+        assert garbage == []

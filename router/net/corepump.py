@@ -198,6 +198,12 @@ class CorePump:
             self.after_core()
         except Exception:
             log.exception("connection %d: flushing after it closed failed", conn_id)
+        try:
+            # Its sessions, links and the core's records on them let go of each other: freed
+            # by reference counting now, not left for the cyclic collector.
+            engine.dismantle()
+        except Exception:
+            log.exception("connection %d: dismantling its engine failed", conn_id)
 
     async def drain_in_flight(self, until: float) -> None:
         """Quiesce the core (no new credit, no new links: RouterCore.quiesce) and wait until no

@@ -98,7 +98,6 @@ class ConnectionGuard:
             if engine is not None:
                 pump.forget(engine, conn_id)
                 log.info("connection %d closed%s", conn_id, _close_reason(engine))
-                engine.dismantle()  # (no cyclic garbage left for the collector)
             with trio.CancelScope(shield=True):  # the driver closed it already, unless it never ran
                 await trio.aclose_forcefully(stream)
 
