@@ -498,3 +498,33 @@ async def test_every_outcome_through_two_routers() -> None:
                 Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED)
             assert seen["received"] == "queue"
             broker.wait_for(lambda b: [o.state for o in b.outcomes] == [Delivery.REJECTED])
+
+
+async def test_routed_links_that_detach_leave_no_cyclic_garbage(c_broker: CBroker) -> None:
+    """A routed pair (the client's link and ours to the broker) refers to itself both ways; once
+    both links are detached, nothing of it is left for the cyclic collector (as for the router's
+    other links: tests/test_net_garbage.py)."""
+    from router.amqp.message import Message as AmqpMessage
+    from router.core.linkrelay import RoutedLink
+    from router.net.client import connect as trio_connect
+
+    from .test_net_garbage import cyclic_garbage
+
+    async with running(config(c_broker.port)) as (server, port):
+        async with trio_connect("127.0.0.1", port) as client:
+            async def pair(i: int) -> None:
+                sender = await client.open_sender(f"q.garbage-{i}")
+                await (await sender.start_send(AmqpMessage.value(i))).wait()
+                receiver = await client.open_receiver(f"q.garbage-{i}", credit=1)
+                receiver.accept(await receiver.receive())
+                await sender.close()
+                await receiver.close()
+
+            await pair(0)  # (the router's lazily made parts exist before counting)
+            with cyclic_garbage(extra=(RoutedLink,)) as garbage:
+                for i in range(1, 6):
+                    await pair(i)
+                with trio.fail_after(TIMEOUT_S):  # the broker's detaches cross its socket
+                    while server.core.link_routes.link_pairs.pairs:
+                        await trio.sleep(0.01)
+        assert garbage == []

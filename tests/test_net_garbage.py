@@ -41,9 +41,9 @@ def _config() -> RouterConfig:
 
 
 @contextmanager
-def cyclic_garbage() -> Iterator[list[object]]:
-    """The objects that only the collector would have freed of what the block made (listed after
-    it, by a collection that keeps them)."""
+def cyclic_garbage(extra: tuple[type, ...] = ()) -> Iterator[list[object]]:
+    """The router's objects (ROUTER_SIDE and `extra` types) that only the collector would have
+    freed of what the block made (listed after it, by a collection that keeps them)."""
     gc.collect()
     found: list[object] = []
     gc.disable()
@@ -51,7 +51,7 @@ def cyclic_garbage() -> Iterator[list[object]]:
         yield found
         gc.set_debug(gc.DEBUG_SAVEALL)
         gc.collect()
-        found.extend(o for o in gc.garbage if isinstance(o, ROUTER_SIDE))
+        found.extend(o for o in gc.garbage if isinstance(o, ROUTER_SIDE + extra))
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
