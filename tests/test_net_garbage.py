@@ -5,8 +5,8 @@ collector's next young collection, which every closed connection made longer (~5
 bench/gcpause.py --churn counts them). Through the whole RouterServer over sockets: clean closes,
 a client gone with deliveries unsettled, a protocol error, a silent peer dropped at its handshake
 time-out, a connection over WebSocket, and an inter-router connection whose peer stops. Links
-that detach on a connection that stays leave none either (the link and the core's record of it
-referred to each other)."""
+that detach and sessions that end on a connection that stays leave none either (the link and
+the core's record of it referred to each other, as did a session and its maps)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from router.net.client import connect
 from router.net.serverdriver import ServerDriver
 from router.net.websocket import WebSocketFraming
 from router.net.wsstream import WebSocketStream
+from router.testing.routerharness import RouterHarness
 
 from .rawamqp import HEADER, UNKNOWN_PERFORMATIVE, frame, read_until_closed
 from .test_net_isolation import forgotten, still_serves, two_listener_config
@@ -141,3 +142,27 @@ async def test_links_that_detach_on_a_connection_that_stays_leave_no_cyclic_garb
             entities = server.agent.entities("connection")
         assert len(entities) == 1  # (the connection stayed)
         assert garbage == []
+
+
+def test_sessions_that_end_on_a_connection_that_stays_leave_no_cyclic_garbage() -> None:
+    h = RouterHarness()  # (sans-IO: the core and its engines, no sockets)
+    client = h.connect("c")
+
+    def session(i: int) -> None:
+        client.session = client.engine.begin_session()
+        h.pump()
+        receiver, sender = client.receiver(f"s-{i}"), client.sender(f"s-{i}")
+        h.pump()
+        receiver.flow(10)
+        h.pump()
+        client.send(sender, Message.value(i))  # accepted by the client: settled both ways
+        h.pump()
+        client.session.end()
+        h.pump()
+
+    session(0)
+    with cyclic_garbage() as garbage:
+        for i in range(1, 11):
+            session(i)
+        assert [d.message.body.value for r in client.received.values() for d in r] == list(range(11))
+    assert garbage == []

@@ -142,17 +142,7 @@ class ConnectionBase:
         was; the engine just has no sessions, and they no links."""
         for sessions in (self.sessions_by_local, self.sessions_by_remote):
             for session in sessions.values():
-                for links in (session.links_by_local, session.links_by_remote, session.links_by_name):
-                    for link in links.values():
-                        link.context = None
-                    links.clear()
-                if session.displaced:
-                    for link in session.displaced:
-                        link.context = None
-                    session.displaced = None
-                session.in_link = None
-                session.context = None
-                session.blocked = None
+                session.dismantle()
             sessions.clear()
         self.context = None
         self.sasl_failure_delay = None

@@ -184,6 +184,24 @@ class Session:
         if self.state.remote is CLOSED or self.conn.failed:
             self.conn.release_session(self)
 
+    def dismantle(self) -> None:
+        """The session is over both ways and its application is done with it: its links and
+        it let go of each other and of what the application hung on them (`context`), so that
+        reference counting frees them at once, not the cyclic collector (Connection.dismantle
+        does this for every session of a connection that is over). A link still referred to
+        elsewhere (a delivery in flight) reads as it was; the session just has no links."""
+        for links in (self.links_by_local, self.links_by_remote, self.links_by_name):
+            for link in links.values():
+                link.context = None
+            links.clear()
+        if self.displaced:
+            for link in self.displaced:
+                link.context = None
+            self.displaced = None
+        self.in_link = None
+        self.context = None
+        self.blocked = None
+
     def attach_sender(self, name: str, **attach: Any) -> Link:
         """Create a sender link and send its attach (arguments as Link.attach)."""
         return self._new_link(name, SENDER, attach)

@@ -42,7 +42,9 @@ class DeliveryMap:
     """A mapping of delivery-id to record (never None) with the dict operations the core uses;
     as a collection of delivery-ids it serves serial_ids_in, which bounds a disposition's walk."""
 
-    __slots__ = ("_slots", "_mask", "_head", "_base", "_span", "_shrink_below", "_count", "_stragglers", "_span_max", "_peak")
+    __slots__ = (
+        "_slots", "_mask", "_head", "_base", "_span", "_shrink_below", "_count", "_stragglers", "_span_max", "_peak",
+    )  # fmt: skip
 
     def __init__(self, span_max: int = SPAN_MAX) -> None:
         # The ring: a list of a power of two slots, used circularly (no append, no compaction,
