@@ -9,8 +9,10 @@ what is measured; `--clients python` runs them as two processes of our own trio 
 (what the first figures used: they could not keep up at 1,000 pairs). A message carries its send time
 (CLOCK_MONOTONIC, the same clock in every process); latency is the consumer's arrival time minus
 it, over the messages sent in the measured window (after a warm-up). Also reported: the router's
-CPU over the window, and the clients' (they share the machine's cores with the router), and the
-same with a single pair: the floor the clients and the sockets give on an otherwise idle path.
+CPU over the window, and the clients' (they share the machine's cores with the router), the
+router's garbage collections in the window and the time they held it, per generation (with the
+loadgen clients: an outlier in the latencies may be one), and the same with a single pair: the
+floor the clients and the sockets give on an otherwise idle path.
 
     python -m bench.pairs [--pairs 1000] [--rate 10] [--seconds 20] [--warmup 5] [--clients loadgen|python]
 """
@@ -25,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from .loadgen.build import build
 from .scenarios import BUILD, ROOT, TICK, raise_open_files_limit, router
@@ -135,6 +139,26 @@ def _cpu_split(pid: int) -> tuple[float, float]:
     return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
+def _router_gc(port: int) -> tuple[list[int], list[float]]:
+    """The router's garbage collections so far and the time they held it, per generation (its
+    `memory` entity): a latency outlier in the window may be one."""
+    from router.net.client import connect
+    from router.net.management_client import management_session
+
+    async def ask() -> tuple[list[int], list[float]]:
+        async with connect("127.0.0.1", port) as client, management_session(client) as mgmt:
+            (memory,) = await mgmt.query_dicts("memory", ["gcCollections", "gcPauseSeconds"])
+        return memory["gcCollections"], memory["gcPauseSeconds"] or [0.0, 0.0, 0.0]
+
+    return trio.run(ask)
+
+
+def _gc_in_window(before: tuple[list[int], list[float]], after: tuple[list[int], list[float]]) -> dict[str, Any]:
+    # (the management query's own connection counts in: a handful of objects, no collection)
+    return {"router_gc_collections": [b - a for a, b in zip(before[0], after[0])],
+            "router_gc_pause_ms": [round((b - a) * 1e3, 2) for a, b in zip(before[1], after[1])]}  # fmt: skip
+
+
 def _percentile(values: list[int], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] / 1000 if values else float("nan")
 
@@ -197,11 +221,13 @@ def run_pairs_loadgen(pairs: int, rate: float, seconds: float, warmup: float) ->
                 raise RuntimeError(f"loadgen pairs did not start: {proc.stderr.read() if proc.stderr else ''}")
             first, last = int(window[1]), int(window[2])
             time.sleep(max(0.0, (first - time.monotonic_ns()) / 1e9))
+            gc0 = _router_gc(r.port)
             cpu0 = [_cpu_seconds(p) for p in (r.proc.pid, proc.pid)]
             system0 = _cpu_split(r.proc.pid)[1]
             time.sleep(max(0.0, (last - time.monotonic_ns()) / 1e9))
             cpu1 = [_cpu_seconds(p) for p in (r.proc.pid, proc.pid)]
             system1 = _cpu_split(r.proc.pid)[1]
+            gc1 = _router_gc(r.port)
             out, err = proc.communicate(timeout=180)
         finally:
             if proc.poll() is None:
@@ -222,6 +248,7 @@ def run_pairs_loadgen(pairs: int, rate: float, seconds: float, warmup: float) ->
         # Of the router's CPU, the kernel's (its system calls: reads, writes, epoll).
         "router_system_percent": 100 * (system1 - system0) / seconds,
         "clients_cpu_percent": 100 * clients_cpu / seconds,
+        **_gc_in_window(gc0, gc1),
     }  # fmt: skip
 
 
