@@ -98,7 +98,7 @@ VIEWS: dict[ViewName, View] = {
     ), empty="none (no other router is known: a standalone router, or not in a mesh yet)"),
     ViewName.memory: View("memory", "Memory", (
         ("Resident Memory", "residentMemoryBytes"), ("Virtual Memory", "virtualMemoryBytes"),
-        ("Peak Resident Memory", "peakResidentMemoryBytes"), ("Python Objects (GC-tracked)", "pythonObjects"),
+        ("Peak Resident Memory", "peakResidentMemoryBytes"),
         ("GC Collections (gen 0/1/2)", "gcCollections"), ("GC Pending (gen 0/1/2)", "gcCounts"),
         ("GC Pauses, s (gen 0/1/2)", "gcPauseSeconds"), ("GC Longest Pause, s (gen 0/1/2)", "gcLongestPauseSeconds"),
         ("Open File Descriptors", "openFds"),
