@@ -10,9 +10,10 @@ what is measured; `--clients python` runs them as two processes of our own trio 
 (CLOCK_MONOTONIC, the same clock in every process); latency is the consumer's arrival time minus
 it, over the messages sent in the measured window (after a warm-up). Also reported: the router's
 CPU over the window, and the clients' (they share the machine's cores with the router), the
-router's garbage collections in the window and the time they held it, per generation (with the
-loadgen clients: an outlier in the latencies may be one), and the same with a single pair: the
-floor the clients and the sockets give on an otherwise idle path.
+router's garbage collections and the time they held it, per generation, from just before the
+window to the end of the run (with the loadgen clients: an outlier in the latencies may be one),
+and the same with a single pair: the floor the clients and the sockets give on an otherwise
+idle path.
 
     python -m bench.pairs [--pairs 1000] [--rate 10] [--seconds 20] [--warmup 5] [--clients loadgen|python]
 """
@@ -220,15 +221,17 @@ def run_pairs_loadgen(pairs: int, rate: float, seconds: float, warmup: float) ->
             if len(window) != 3 or window[0] != "window":
                 raise RuntimeError(f"loadgen pairs did not start: {proc.stderr.read() if proc.stderr else ''}")
             first, last = int(window[1]), int(window[2])
-            time.sleep(max(0.0, (first - time.monotonic_ns()) / 1e9))
+            # The collections are read before the window and after the run, not in it: a read is
+            # a connection and a management request, which the latencies would count.
             gc0 = _router_gc(r.port)
+            time.sleep(max(0.0, (first - time.monotonic_ns()) / 1e9))
             cpu0 = [_cpu_seconds(p) for p in (r.proc.pid, proc.pid)]
             system0 = _cpu_split(r.proc.pid)[1]
             time.sleep(max(0.0, (last - time.monotonic_ns()) / 1e9))
             cpu1 = [_cpu_seconds(p) for p in (r.proc.pid, proc.pid)]
             system1 = _cpu_split(r.proc.pid)[1]
-            gc1 = _router_gc(r.port)
             out, err = proc.communicate(timeout=180)
+            gc1 = _router_gc(r.port)
         finally:
             if proc.poll() is None:
                 proc.kill()
