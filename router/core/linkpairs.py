@@ -220,14 +220,14 @@ class LinkPairs:
             self.touched.touch(other.conn.engine)
         _detach(link, closed, None)
         self.touched.touch(link.session.conn)
-        if link.state.local is CLOSED:  # detached both ways
-            _let_go(ctx)
+        if link.state.local is CLOSED:  # detached both ways (the core then drops link.context)
+            ctx.peer = None
 
     def link_gone(self, link: Link) -> None:
         """A routed link's session ended or its connection is over, without a detach."""
         ctx: RoutedLink = link.context
         if ctx.gone:
-            _let_go(ctx)
+            ctx.peer = None
             return
         other = ctx.peer
         if ctx.towards_container:
@@ -240,7 +240,11 @@ class LinkPairs:
             self._break(ctx, other, error)
         else:
             self._forget(ctx)
-        _let_go(ctx)
+        # Its link takes no frame again (the session or the connection is over, and dismantling
+        # them drops link.context): the pair's sides stop referring to each other through it,
+        # a cycle only the collector freed. The other side, if still attached, keeps its `peer`
+        # (gone: the relay reads that as the pair breaking).
+        ctx.peer = None
 
     def fail_pair(self, ctx: RoutedLink, error: Error) -> None:
         """Detach both sides of `ctx`'s pair with `error` (outcomes first)."""
@@ -284,16 +288,6 @@ class LinkPairs:
         ctx.gone = True
         ctx.conn.routed.discard(ctx)
         self.pairs.discard(ctx)
-
-
-def _let_go(ctx: RoutedLink) -> None:
-    """`ctx`'s link takes no frame again (detached both ways, or its session or connection is
-    over): it and the pair stop referring to each other through it. A pair was a cycle (each
-    link <-> its side, side <-> side) that only the cyclic collector freed. The other side, if
-    still attached, keeps its `peer` (gone, which the relay reads as the pair breaking)."""
-    ctx.peer = None
-    if ctx.link.context is ctx:
-        ctx.link.context = None
 
 
 def _detach(link: Link, closed: bool, error: Error | None) -> None:
