@@ -142,7 +142,7 @@ def _cpu_split(pid: int) -> tuple[float, float]:
 
 def _router_gc(port: int) -> tuple[list[int], list[float]]:
     """The router's garbage collections so far and the time they held it, per generation (its
-    `memory` entity): a latency outlier in the window may be one."""
+    `memory` entity)."""
     from router.net.client import connect
     from router.net.management_client import management_session
 
@@ -154,8 +154,8 @@ def _router_gc(port: int) -> tuple[list[int], list[float]]:
     return trio.run(ask)
 
 
-def _gc_in_window(before: tuple[list[int], list[float]], after: tuple[list[int], list[float]]) -> dict[str, Any]:
-    # (the management query's own connection counts in: a handful of objects, no collection)
+def _gc_between(before: tuple[list[int], list[float]], after: tuple[list[int], list[float]]) -> dict[str, Any]:
+    """The collections and their time between two reads (just before the window, after the run)."""
     return {"router_gc_collections": [b - a for a, b in zip(before[0], after[0])],
             "router_gc_pause_ms": [round((b - a) * 1e3, 2) for a, b in zip(before[1], after[1])]}  # fmt: skip
 
@@ -251,7 +251,7 @@ def run_pairs_loadgen(pairs: int, rate: float, seconds: float, warmup: float) ->
         # Of the router's CPU, the kernel's (its system calls: reads, writes, epoll).
         "router_system_percent": 100 * (system1 - system0) / seconds,
         "clients_cpu_percent": 100 * clients_cpu / seconds,
-        **_gc_in_window(gc0, gc1),
+        **_gc_between(gc0, gc1),
     }  # fmt: skip
 
 
