@@ -464,11 +464,9 @@ def test_management_attributes() -> None:
     assert agent.read("router.address", identity="M0_$fallback/jobs")["deliveriesEgress"] == 1
     (router,) = agent.query("router", ["deliveriesRedirectedToFallback"])[1]
     assert router == [1]
-    from prometheus_client import generate_latest
+    from router.management.metrics import Metrics
 
-    from router.management.metrics import metrics_registry
-
-    assert b"amqp_router_deliveries_redirected_to_fallback_total 1.0" in generate_latest(metrics_registry(agent))
+    assert b"amqp_router_deliveries_redirected_to_fallback_total 1.0" in Metrics(agent).text()
     with pytest.raises(ManagementError) as no_rule:
         agent.create("autoLink", {"address": "other", "direction": "out", "connection": "brokers", "fallback": True})
     assert no_rule.value.status == 400 and "enableFallback" in str(no_rule.value)

@@ -232,7 +232,7 @@ def test_the_mapping_answers_without_a_server() -> None:
     app = ManagementApp(agent=None, healthy=lambda: False)  # type: ignore[arg-type]
     answer = app.handle("GET", "/healthz", "", {}, b"")
     assert answer.status == 503 and json.loads(answer.body) == {"status": "shutting down"}
-    assert app.handle("GET", "/metrics", "", {}, b"").status == 404  # no registry: no metrics
+    assert app.handle("GET", "/metrics", "", {}, b"").status == 404  # no Metrics: no /metrics
     root: Any = json.loads(app.handle("GET", "/", "", {}, b"").body)
     assert root["management"] == "/management"
 

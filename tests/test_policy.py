@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import generate_latest
 
 from router.amqp import errors as E
 from router.amqp.connection import Connection, ConnectionConfig
@@ -18,7 +17,7 @@ from router.config.models import Policy, PolicyGroup, RouterConfig
 from router.core.connections import new_engine
 from router.core.policy import PolicyUnit, address_allowed, host_allowed
 from router.management import ManagementAgent
-from router.management.metrics import metrics_registry
+from router.management.metrics import Metrics
 from router.management.model import ManagementError
 from router.net.reload import apply_reload, plan_reload
 from router.testing.meshharness import MeshHarness
@@ -146,7 +145,7 @@ def test_vhosts_change_at_run_time_for_new_connections_only() -> None:
     assert "new.example" not in stats  # deleted, and none of its connections is open
     [policy] = agent.entities("policy")
     assert policy["linksDenied"] == 1 and policy["connectionsDenied"] == 1
-    text = generate_latest(metrics_registry(agent)).decode()
+    text = Metrics(agent).text().decode()
     assert 'amqp_router_vhost_senders_denied_total{vhost="shop.example"} 1.0' in text
     assert 'amqp_router_vhost_connections{vhost="shop.example"} 2.0' in text
 

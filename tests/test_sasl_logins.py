@@ -19,7 +19,6 @@ from functools import partial
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import generate_latest
 from proton import ConnectionException
 from proton.utils import BlockingConnection
 
@@ -30,7 +29,7 @@ from router.amqp.performatives import SaslInit, SaslOutcome
 from router.amqp.login_throttle import LoginThrottle
 from router.amqp.sasl import SaslClientConfig, SaslServerConfig
 from router.config.models import FailedLogins, Listener, RouterConfig, RouterSection, User
-from router.management.metrics import metrics_registry
+from router.management.metrics import Metrics
 from router.net.server import RouterServer
 
 from .support.interop import run_in_thread
@@ -215,7 +214,7 @@ async def test_plain_only_listener_refuses_clients_that_skip_sasl_and_throttles_
             router = server.agent.entity_type("router")  # type: ignore[union-attr]
             [entity] = list(router.entities(server.agent, 0.0))
             assert (entity["failedLogins"], entity["failedLoginsDelayed"], entity["failedLoginHosts"]) == (3, 1, 2)
-            scraped = generate_latest(metrics_registry(server.agent)).decode()  # type: ignore[arg-type]
+            scraped = Metrics(server.agent).text().decode()  # type: ignore[arg-type]
             assert "amqp_router_failed_logins_total 3.0" in scraped and "amqp_router_failed_logins_delayed_total 1.0" in scraped
         finally:
             server.shutdown()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Final
 
 from mypy_extensions import i64
@@ -293,6 +293,11 @@ class ConnState:
         if links is None:
             links = self._out_links = set()
         return links
+
+    def link_sets(self) -> tuple[Collection[InLink], Collection[OutLink]]:
+        """Its links in and out, read without making the sets of a connection that has none
+        (management reads every connection's at every scrape)."""
+        return self._in_links or (), self._out_links or ()
 
     @property
     def routed(self) -> set[Any]:

@@ -10,6 +10,8 @@
     read.link_activity()                  # {link id: LinkSnapshot.activity}, without snapshots
     read.address_activity()               # {table key: AddressSnapshot.activity}
     read.addresses_of(keys, now)          # AddressSnapshots of those addresses only, made as taken
+    read.address_keys()                   # every table key, in the table's order (cheap)
+    read.address_counts(keys)             # AddressCounts of those addresses still in the table
     read.gone_links(now)                  # [(LinkSnapshot, ConnectionSnapshot)] gone since the last call
     read.addresses(now)                   # [AddressSnapshot], by table key
     read.address(key, now, by)            # one AddressSnapshot (a table key or, unless by identity, an address)
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 from .connections import NEVER
 from .interrouter import Peer
 from .links import InLink, OutLink
-from .snapshots import AddressSnapshot, ConnectionSnapshot, LinkSnapshot, RouterTotals
+from .snapshots import AddressCounts, AddressSnapshot, ConnectionSnapshot, LinkSnapshot, RouterTotals
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Iterator
@@ -93,29 +95,38 @@ class CoreReadApi:
         return sorted(out, key=lambda link: link.id)
 
     def totals(self, now: float) -> RouterTotals:
-        states = list(self._connections.values())
-        ins = [link for s in states for link in s.in_links]
-        outs = [link for s in states for link in s.out_links if link.neighbour is None]
-        transit = [link for s in states for link in s.out_links if link.neighbour is not None]
+        # One pass over the links, nothing made per link: read at every scrape and `router
+        # stat`, with every connection waiting (10,000 connections: a few ms, where building
+        # and sorting lists of every link took 12-19).
         gone_in, gone_out, gone_transit = self._links.gone_in, self._links.gone_out, self._links.gone_transit
+        presettled, dropped, delivered = gone_in.presettled, gone_in.dropped, gone_in.delivered
+        accepted, rejected, released, modified = gone_in.accepted, gone_in.rejected, gone_in.released, gone_in.modified
+        egress, transit = gone_out.delivered, gone_transit.delivered
+        links = connections = 0
+        for state in self._connections.values():
+            if state.opened and not state.closed:
+                connections += 1
+            ins, outs = state.link_sets()
+            links += len(ins) + len(outs)
+            for i in ins:
+                presettled += i.presettled
+                dropped += i.dropped
+                delivered += i.delivered
+                accepted += i.accepted
+                rejected += i.rejected
+                released += i.released
+                modified += i.modified
+            for o in outs:
+                if o.neighbour is None:
+                    egress += o.delivered
+                else:
+                    transit += o.delivered
         bounds, logins = self._bounds, self._logins
         flow = self._forwarder.flow_counts
-
-        def total(gone: int, counts: Iterable[int]) -> int:
-            return gone + sum(counts)
-
         return RouterTotals(
-            addresses=len(self._table.entries), links=len(self._live_links()),
-            connections=sum(1 for s in states if s.opened and not s.closed),
-            presettled=total(gone_in.presettled, (i.presettled for i in ins)),
-            dropped_presettled=total(gone_in.dropped, (i.dropped for i in ins)),
-            accepted=total(gone_in.accepted, (i.accepted for i in ins)),
-            rejected=total(gone_in.rejected, (i.rejected for i in ins)),
-            released=total(gone_in.released, (i.released for i in ins)),
-            modified=total(gone_in.modified, (i.modified for i in ins)),
-            ingress=total(gone_in.delivered, (i.delivered for i in ins)),
-            egress=total(gone_out.delivered, (o.delivered for o in outs)),
-            transit=total(gone_transit.delivered, (o.delivered for o in transit)),
+            addresses=len(self._table.entries), links=links, connections=connections,
+            presettled=presettled, dropped_presettled=dropped, accepted=accepted, rejected=rejected,
+            released=released, modified=modified, ingress=delivered, egress=egress, transit=transit,
             from_router=self._forwarder.router_sent, dropped_from_router=self._forwarder.router_dropped,
             failed_logins=logins.failures, failed_logins_delayed=logins.delayed, failed_login_hosts=logins.hosts,
             stuck_links=bounds.stuck_now, unsettled_bound_reached=bounds.stuck_total,
@@ -172,6 +183,22 @@ class CoreReadApi:
     def address_activity(self) -> dict[str, int]:
         """Every address's `AddressSnapshot.activity` by table key, without the snapshots."""
         return {key: _address_activity(e) for key, e in self._table.entries.items()}
+
+    def address_keys(self) -> list[str]:
+        """Every table key, in the table's order (no sorting: a reader taking a few addresses at
+        a time with the loop running between starts from this list)."""
+        return list(self._table.entries)
+
+    def address_counts(self, keys: Iterable[str]) -> list[AddressCounts]:
+        """The per-address figures /metrics shows, for those of `keys` still in the table."""
+        entries = self._table.entries
+        out = []
+        for key in keys:
+            e = entries.get(key)
+            if e is not None:
+                out.append(AddressCounts(key, e.address, e.deliveries_ingress, e.deliveries_egress,
+                                         e.deliveries_transit, len(e.consumers), len(e.remote)))  # fmt: skip
+        return out
 
     def addresses_of(self, keys: Iterable[str], now: float) -> Iterator[AddressSnapshot]:
         """Snapshots of the addresses with these table keys that are in the table, by key, each

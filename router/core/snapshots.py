@@ -8,7 +8,7 @@ such as management and flow records get these values, never InLink, OutLink or A
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,3 +152,16 @@ class AddressSnapshot:
     released_told: int = 0  # producers told released, by the router or a consumer
     redirected_to_fallback: int = 0  # deliveries to it sent to its fallback destinations instead
     activity: int = 0  # grows with every delivery and outcome counted here (coreread's address_activity)
+
+
+class AddressCounts(NamedTuple):
+    """What /metrics shows per address, without the rest of an AddressSnapshot (a scrape reads
+    it for every address: a tuple, not a frozen dataclass, costs least to make)."""
+
+    table_key: str
+    address: str
+    ingress: int
+    egress: int
+    transit: int
+    consumers: int
+    remote_routers: int

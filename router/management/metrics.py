@@ -1,12 +1,16 @@
 """Prometheus metrics, read from the management agent when scraped.
 
-    registry = metrics_registry(agent)       # our collector + process, platform and GC metrics
-    generate_latest(registry)                # what GET /metrics serves
+    metrics = Metrics(agent)                 # the router's, the process's and the runtime's metrics
+    metrics.text()                           # what GET /metrics serves
+    metrics.pieces()                         # the same in pieces, None where the server may let others run
     agent.register(MemoryType())             # the `memory` entity (`router stat memory`)
 
-Nothing is counted here: the collector reads the counters the router keeps anyway (through the
-agent's `router` and `router.address` entities, the same numbers `router stat` shows) at scrape
-time, so no metric object is created or touched per message.
+Nothing is counted here: a scrape reads the counters the router keeps anyway (through the
+agent: the `router` entity and the core's per-address figures, the same numbers `router stat`
+shows), so no metric object is created or touched per message. A scrape costs the router
+about a microsecond per series, and a router with many addresses is read a slice of addresses at
+a time, the HTTP server letting every connection run between slices: a monitor polling a
+router with 10,000 addresses must not hold its clients for the whole scrape.
 
 Metrics (all prefixed `amqp_router_`):
 - `info{router_id, mode, version}`: 1
@@ -53,12 +57,13 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, CollectorRegistry, generate_latest
 
 from . import gcpauses
 from .agent import ManagementAgent
+from .entities import address_key
+from .exposition import family, head, labelled, labels_of, number
+from .procstat import PROCESS_FAMILIES, process_figures
 from .model import Attribute, EntityType
 
 PREFIX = "amqp_router_"
@@ -132,110 +137,116 @@ ADDRESS_GAUGES = (
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-class RouterCollector(Collector):
-    """Reads the router's counters through the agent at every scrape."""
+# Addresses read and written between two points where a scrape lets the router run (about a
+# millisecond's work each, compiled or not).
+ADDRESS_SLICE = 250
+_ADDRESS_LABEL = "address"
+
+
+class Metrics:
+    """/metrics's text, read through the agent at every scrape (see the module docstring)."""
 
     def __init__(self, agent: ManagementAgent) -> None:
         self.agent = agent
+        # The Python runtime's own (python_info, python_gc_*): a few lines, written by the
+        # client library (a registry of this router's own: two routers in one process, as in
+        # tests, must not see each other's).
+        self._runtime = CollectorRegistry(auto_describe=False)
+        for collector in (PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self._runtime.register(collector)
 
-    def collect(self) -> Iterator[Metric]:
+    def text(self) -> bytes:
+        """The whole exposition at once."""
+        return b"".join(piece.encode() for piece in self.pieces() if piece is not None)
+
+    def pieces(self) -> Iterator[str | None]:
+        """The exposition in pieces, None between slices of the per-address series: where a
+        caller may let the router's connections run before the next (a router with 10,000
+        addresses writes 50,000 series)."""
         routers = self.agent.entities("router")
         router = routers[0] if routers else {}
-        info = {"router_id": str(router.get("id", "")), "mode": str(router.get("mode", "")),
-                "version": str(router.get("version", ""))}  # fmt: skip
-        yield InfoMetricFamily(PREFIX.rstrip("_"), "The router's identity.", value=info)
-        for name, doc, attribute in GAUGES:
-            value = _number(router.get(attribute))
-            if value is not None:
-                yield GaugeMetricFamily(PREFIX + name, doc, value=value)
-        for name, doc, attribute in COUNTERS:
-            value = _number(router.get(attribute))
-            if value is not None:
-                yield CounterMetricFamily(PREFIX + name, doc, value=value)
+        info = (("mode", str(router.get("mode", ""))), ("router_id", str(router.get("id", ""))),
+                ("version", str(router.get("version", ""))))  # fmt: skip
+        yield family(PREFIX + "info", "gauge", "The router's identity.", [(labels_of(info), 1)])
+        for kind, table in (("gauge", GAUGES), ("counter", COUNTERS)):
+            for name, doc, attribute in table:
+                value = _number(router.get(attribute))
+                if value is not None:
+                    yield family(PREFIX + name + ("_total" if kind == "counter" else ""), kind, doc, [(" ", value)])
         for name, doc, attribute, factor in SCALED_COUNTERS:
             value = _number(router.get(attribute))
             if value is not None:
-                yield CounterMetricFamily(PREFIX + name, doc, value=value * factor)
+                yield family(PREFIX + name + "_total", "counter", doc, [(" ", value * factor)])
+        yield None
         yield from self._per_address()
-        yield from self._per_listener()
-        yield from self._per_vhost()
+        yield from self._per_entity("listener", "listener", "name", LISTENER_COUNTERS)
+        yield from self._per_entity("vhostStats", "vhost", "hostname", VHOST_COUNTERS)
+        current = [(labelled("vhost", str(e.get("hostname", ""))), e["connectionsCurrent"])
+                   for e in self.agent.entities("vhostStats") if _number(e.get("connectionsCurrent")) is not None]  # fmt: skip
+        yield family(PREFIX + "vhost_connections", "gauge", "Client connections open in the vhost.", current)
+        yield from _gc_pauses()
+        yield from _process()
+        yield generate_latest(self._runtime).decode()
 
-    def _per_vhost(self) -> Iterable[Metric]:
-        families = [(attribute, CounterMetricFamily(PREFIX + name, doc, labels=["vhost"]))
-                    for name, doc, attribute in VHOST_COUNTERS]  # fmt: skip
-        current = GaugeMetricFamily(PREFIX + "vhost_connections", "Client connections open in the vhost.", labels=["vhost"])
-        for entity in self.agent.entities("vhostStats"):
-            label = [str(entity.get("hostname", ""))]
-            for attribute, family in families:
-                value = _number(entity.get(attribute))
-                if value is not None:
-                    family.add_metric(label, value)
-            value = _number(entity.get("connectionsCurrent"))
-            if value is not None:
-                current.add_metric(label, value)
-        for _, family in families:
-            yield family
-        yield current
+    def _per_entity(self, type_name: str, label: str, label_attribute: str,
+                    table: tuple[tuple[str, str, str], ...]) -> Iterator[str]:  # fmt: skip
+        entities = self.agent.entities(type_name)
+        for name, doc, attribute in table:
+            samples = [(labelled(label, str(e.get(label_attribute, ""))), e[attribute])
+                       for e in entities if _number(e.get(attribute)) is not None]  # fmt: skip
+            yield family(PREFIX + name + "_total", "counter", doc, samples)
 
-    def _per_listener(self) -> Iterable[Metric]:
-        families = [(attribute, CounterMetricFamily(PREFIX + name, doc, labels=["listener"]))
-                    for name, doc, attribute in LISTENER_COUNTERS]  # fmt: skip
-        for entity in self.agent.entities("listener"):
-            for attribute, family in families:
-                value = _number(entity.get(attribute))
-                if value is not None:
-                    family.add_metric([str(entity.get("name", ""))], value)
-        for _, family in families:
-            yield family
-
-    def _per_address(self) -> Iterable[Metric]:
-        addresses = self.agent.entities("router.address")
-        families: list[tuple[str, Metric]] = [
-            (attribute, CounterMetricFamily(PREFIX + name, doc, labels=["address"])) for name, doc, attribute in ADDRESS_COUNTERS
-        ] + [(attribute, GaugeMetricFamily(PREFIX + name, doc, labels=["address"])) for name, doc, attribute in ADDRESS_GAUGES]
-        for entity in addresses:
-            label = str(entity.get("address") or entity.get("name") or "")
-            for attribute, family in families:
-                value = _number(entity.get(attribute))
-                if value is not None:
-                    family.add_metric([label], value)  # type: ignore[attr-defined]
-        for _, family in families:
-            yield family
+    def _per_address(self) -> Iterator[str | None]:
+        """Five families of one series per address. Read a slice at a time: an address removed
+        before its slice is left out, one added after the scrape began waits for the next."""
+        read = self.agent.core.read
+        keys = read.address_keys()
+        names = [PREFIX + name + "_total" for name, _, _ in ADDRESS_COUNTERS] + [PREFIX + name for name, _, _ in ADDRESS_GAUGES]
+        ingress, egress, transit, subscribers, remote = names
+        lines: list[list[str]] = [[], [], [], [], []]
+        for start in range(0, len(keys), ADDRESS_SLICE):
+            if start:
+                yield None
+            for counts in read.address_counts(keys[start : start + ADDRESS_SLICE]):
+                label = labelled(_ADDRESS_LABEL, counts.address or address_key(counts.table_key))
+                lines[0].append(f"{ingress}{label}{number(counts.ingress)}\n")
+                lines[1].append(f"{egress}{label}{number(counts.egress)}\n")
+                lines[2].append(f"{transit}{label}{number(counts.transit)}\n")
+                lines[3].append(f"{subscribers}{label}{number(counts.consumers)}\n")
+                lines[4].append(f"{remote}{label}{number(counts.remote_routers)}\n")
+        docs = [(doc, "counter") for _, doc, _ in ADDRESS_COUNTERS] + [(doc, "gauge") for _, doc, _ in ADDRESS_GAUGES]
+        for name, (doc, kind), written in zip(names, docs, lines):
+            yield None
+            yield head(name, kind, doc) + "".join(written)
+        yield None
 
 
-def metrics_registry(agent: ManagementAgent) -> CollectorRegistry:
-    """A registry of its own (not the global one: two routers in one process, as in tests, must
-    not see each other's metrics) with the router's metrics and the process's (resident memory,
-    CPU, open files), platform and garbage-collector metrics."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RouterCollector(agent))
-    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR, GcPauseCollector()):
-        registry.register(collector)
-    return registry
-
-
-class GcPauseCollector(Collector):
+def _gc_pauses() -> Iterator[str]:
     """The collector's pauses (router.management.gcpauses), per generation."""
+    pauses = gcpauses.current()
+    if pauses is None:
+        return
+    generations = [labelled("generation", str(n)) for n in range(len(pauses.seconds))]
+    yield family(PREFIX + "gc_pause_seconds_total", "counter", "Time the garbage collector held the router.",
+                 zip(generations, pauses.seconds))  # fmt: skip
+    yield family(PREFIX + "gc_longest_pause_seconds", "gauge", "The longest single garbage collection.",
+                 zip(generations, pauses.longest))  # fmt: skip
 
-    def collect(self) -> Iterator[Metric]:
-        pauses = gcpauses.current()
-        if pauses is None:
-            return
-        total = CounterMetricFamily(PREFIX + "gc_pause_seconds", "Time the garbage collector held the router.", labels=["generation"])
-        longest = GaugeMetricFamily(PREFIX + "gc_longest_pause_seconds", "The longest single garbage collection.", labels=["generation"])
-        for generation, (seconds, most) in enumerate(zip(pauses.seconds, pauses.longest)):
-            total.add_metric([str(generation)], seconds)
-            longest.add_metric([str(generation)], most)
-        yield total
-        yield longest
+
+def _process() -> Iterator[str]:
+    """The process's figures (procstat.py), under the client library's names."""
+    figures = process_figures()
+    for name, kind, doc in PROCESS_FAMILIES:
+        if name in figures:
+            yield family(name, kind, doc, [(" ", figures[name])])
 
 
 # --- the memory entity ------------------------------------------------------------------------------
 
-PROCESS_SAMPLES = {  # prometheus_client's process collector reads /proc; we reuse it
+PROCESS_SAMPLES = {  # procstat.py's figures the entity shows (the same /metrics has)
     "process_resident_memory_bytes": "residentMemoryBytes",
     "process_virtual_memory_bytes": "virtualMemoryBytes",
     "process_open_fds": "openFds",
@@ -244,10 +255,10 @@ PROCESS_SAMPLES = {  # prometheus_client's process collector reads /proc; we reu
 
 def process_memory() -> dict[str, Any]:
     figures: dict[str, Any] = dict.fromkeys(PROCESS_SAMPLES.values())
-    for family in PROCESS_COLLECTOR.collect():
-        for sample in family.samples:
-            if sample.name in PROCESS_SAMPLES:
-                figures[PROCESS_SAMPLES[sample.name]] = int(sample.value)
+    process = process_figures()
+    for name, attribute in PROCESS_SAMPLES.items():
+        if name in process:
+            figures[attribute] = int(process[name])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     figures["peakResidentMemoryBytes"] = peak if sys.platform == "darwin" else peak * 1024  # KiB on Linux
     # No count of the objects the collector tracks: len(gc.get_objects()) walked every one of

@@ -5,7 +5,7 @@
     app = http_app(agent, healthy=..., after_call=...)   # the HTTP listeners' ASGI application
 
 Owns: which agent a router runs (the standard entity types plus `memory`, which reads this
-process, and `sslProfile`, whose material the network layer holds) and how the HTTP face is assembled (the agent, a metrics registry of its own, health).
+process, and `sslProfile`, whose material the network layer holds) and how the HTTP face is assembled (the agent, its metrics, health).
 Must not touch: what the agent or the faces do (router.management).
 """
 
@@ -20,7 +20,7 @@ from ..config.models import RouterConfig
 from ..management import ConfigControl, ManagementAgent, install
 from ..management.http import ManagementApp
 from ..management.config_entities import SslProfileType
-from ..management.metrics import MemoryType, metrics_registry
+from ..management.metrics import MemoryType, Metrics
 
 
 def new_agent(core: Any, config: RouterConfig, control: ConfigControl, clock: Callable[[], float]) -> ManagementAgent:
@@ -37,4 +37,4 @@ def install_management(core: Any, agent: ManagementAgent) -> None:
 
 
 def http_app(agent: ManagementAgent, *, healthy: Callable[[], bool], after_call: Callable[[], None]) -> ManagementApp:
-    return ManagementApp(agent, healthy=healthy, registry=metrics_registry(agent), after_call=after_call, sleep=trio.sleep)
+    return ManagementApp(agent, healthy=healthy, metrics=Metrics(agent), after_call=after_call, sleep=trio.sleep)
