@@ -1,5 +1,6 @@
 """How long reading the router's figures holds it, per number of connections: a Prometheus
-scrape of /metrics, the `memory` entity and the `router` entity, each over the HTTP face.
+scrape of /metrics, the `memory` entity and the `router` entity, a page of 50 connections,
+links and addresses, and every link, each over the HTTP face.
 
 A RouterServer runs in this process (with an HTTP listener); the clients (each: SASL, open, one
 session and one receiving link on an address of its own, then idle) run in another process
@@ -40,6 +41,11 @@ READS = {
     "metrics": "/metrics",
     "memory": "/management/memory/memory",
     "router": "/management/router/scrape",
+    # An operator's or a console's pages, and whole lists (`router stat links` reads them all).
+    "connections_page": "/management/connection?$top=50",
+    "links_page": "/management/router.link?$top=50",
+    "addresses_page": "/management/router.address?$top=50",
+    "links_all": "/management/router.link",
 }
 TICK_S = 0.001
 

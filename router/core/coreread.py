@@ -2,8 +2,8 @@
 
     read = core.read                      # built by RouterCore
     read.totals(now)                      # RouterTotals: router-wide counters
-    read.connections(now)                 # [ConnectionSnapshot], by connection id
-    read.links(now)                       # [LinkSnapshot], by link id
+    read.connections(now)                 # ConnectionSnapshots by connection id, made as taken
+    read.links(now)                       # LinkSnapshots by link id, made as taken
     read.link_credits()                   # [(link id, credit)] of the links up, by link id (cheap)
     read.links_of(ids, now)               # LinkSnapshots of those links only, made as taken
     read.new_links_of(ids, now)           # (LinkSnapshot, ConnectionSnapshot) of those, as taken
@@ -13,7 +13,7 @@
     read.address_keys()                   # every table key, in the table's order (cheap)
     read.address_counts(keys)             # AddressCounts of those addresses still in the table
     read.gone_links(now)                  # [(LinkSnapshot, ConnectionSnapshot)] gone since the last call
-    read.addresses(now)                   # [AddressSnapshot], by table key
+    read.addresses(now)                   # AddressSnapshots by table key, made as taken
     read.address(key, now, by)            # one AddressSnapshot (a table key or, unless by identity, an address)
 
 Readers (management) get values, never the hot-path records (InLink, OutLink, AddressEntry,
@@ -77,6 +77,10 @@ def _address_activity(e: AddressEntry) -> int:
     return e.deliveries_ingress + e.dropped + e.accepted + e.rejected + e.released_told + e.modified + e.released
 
 
+def _by_id(record: ConnState | InLink | OutLink) -> int:
+    return record.id
+
+
 class CoreReadApi:
     def __init__(self, connections: dict[Connection, ConnState], table: AddressTable, links: Links,
                  forwarder: Forwarder, bounds: Bounds, logins: LoginThrottle) -> None:  # fmt: skip
@@ -90,9 +94,10 @@ class CoreReadApi:
     def _live_links(self) -> list[InLink | OutLink]:
         out: list[InLink | OutLink] = []
         for state in self._connections.values():
-            out.extend(state.in_links)
-            out.extend(state.out_links)
-        return sorted(out, key=lambda link: link.id)
+            ins, outs = state.link_sets()
+            out.extend(ins)
+            out.extend(outs)
+        return sorted(out, key=_by_id)
 
     def totals(self, now: float) -> RouterTotals:
         # One pass over the links, nothing made per link: read at every scrape and `router
@@ -137,8 +142,10 @@ class CoreReadApi:
             redirected_to_fallback=self._forwarder.redirected_to_fallback,
         )  # fmt: skip
 
-    def connections(self, now: float) -> list[ConnectionSnapshot]:
-        return [self._connection(s, now) for s in sorted(self._connections.values(), key=lambda s: s.id)]
+    def connections(self, now: float) -> Iterator[ConnectionSnapshot]:
+        """By id, each snapshot made as it is taken: a page of 50 of 10,000 connections costs a
+        sort and 50 snapshots (the reader takes what it wants before the loop runs again)."""
+        return (self._connection(s, now) for s in sorted(self._connections.values(), key=_by_id))
 
     @staticmethod
     def _connection(state: ConnState, now: float) -> ConnectionSnapshot:
@@ -167,8 +174,9 @@ class CoreReadApi:
             streaming_links_reclaimed=peer.streams_reclaimed if peer is not None else 0,
         )  # fmt: skip
 
-    def links(self, now: float) -> list[LinkSnapshot]:
-        return [self._link(link, now) for link in self._live_links()]
+    def links(self, now: float) -> Iterator[LinkSnapshot]:
+        """By id, each snapshot made as it is taken (as connections())."""
+        return (self._link(link, now) for link in self._live_links())
 
     def link_credits(self) -> list[tuple[int, int]]:
         """(id, credit) of every link up, by id: what a reader polling often needs (the flow
@@ -271,9 +279,10 @@ class CoreReadApi:
         self._links.keep_gone = []
         return [(self._link(link, now), self._connection(link.conn, now)) for link in gone]
 
-    def addresses(self, now: float) -> list[AddressSnapshot]:
+    def addresses(self, now: float) -> Iterator[AddressSnapshot]:
+        """By table key, each snapshot made as it is taken (as connections())."""
         entries = self._table.entries
-        return [self._address(entries[key], now) for key in sorted(entries)]
+        return (self._address(entries[key], now) for key in sorted(entries))
 
     def gone_addresses(self, now: float) -> list[AddressSnapshot]:
         """The addresses removed since the last call, as they were (kept only while flow
