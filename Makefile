@@ -83,7 +83,7 @@ COMPILED_TESTS := tests/test_core_routing.py tests/test_core_settlement.py \
 	tests/test_mesh_streaming_links.py tests/test_engine_held_frames.py tests/test_core_bandwindow.py \
 	tests/test_net_driver.py tests/test_mesh_priority_writer.py tests/test_policy_proton.py tests/test_policy_anchor_settings.py tests/test_fallback_proton.py \
 	tests/test_fuzz_mesh_peer.py tests/test_mesh_linkroute_sessions.py tests/test_core_stolen_links.py tests/test_core_max_message_size.py tests/test_mesh_max_message_size.py \
-	tests/test_core_ttl.py tests/test_mesh_ttl.py
+	tests/test_core_ttl.py tests/test_mesh_ttl.py tests/test_core_reads.py tests/test_metrics_scrape.py
 
 # build/compiled: the same modules compiled in place in a copy of router/ (scripts/build_compiled.py),
 # for profiling and quick experiments; nothing in `make test` or `make bench` uses it.

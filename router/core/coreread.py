@@ -144,8 +144,11 @@ class CoreReadApi:
 
     def connections(self, now: float) -> Iterator[ConnectionSnapshot]:
         """By id, each snapshot made as it is taken: a page of 50 of 10,000 connections costs a
-        sort and 50 snapshots (the reader takes what it wants before the loop runs again)."""
-        return (self._connection(s, now) for s in sorted(self._connections.values(), key=_by_id))
+        sort and 50 snapshots (the reader takes what it wants before the loop runs again).
+        Generators written out, here and below: compiled, a generator expression is a list
+        made whole."""
+        for state in sorted(self._connections.values(), key=_by_id):
+            yield self._connection(state, now)
 
     @staticmethod
     def _connection(state: ConnState, now: float) -> ConnectionSnapshot:
@@ -176,7 +179,8 @@ class CoreReadApi:
 
     def links(self, now: float) -> Iterator[LinkSnapshot]:
         """By id, each snapshot made as it is taken (as connections())."""
-        return (self._link(link, now) for link in self._live_links())
+        for link in self._live_links():
+            yield self._link(link, now)
 
     def link_credits(self) -> list[tuple[int, int]]:
         """(id, credit) of every link up, by id: what a reader polling often needs (the flow
@@ -227,7 +231,8 @@ class CoreReadApi:
 
     def links_of(self, ids: Container[int], now: float) -> Iterator[LinkSnapshot]:
         """Snapshots of the links with these ids that are up, by id, each made when it is taken."""
-        return (self._link(link, now) for link in self._up_of(ids))
+        for link in self._up_of(ids):  # (written out: compiled, a generator expression is a list)
+            yield self._link(link, now)
 
     def new_links_of(self, ids: Container[int], now: float) -> Iterator[tuple[LinkSnapshot, ConnectionSnapshot]]:
         """As links_of, each with its connection (one snapshot per connection)."""
@@ -282,7 +287,8 @@ class CoreReadApi:
     def addresses(self, now: float) -> Iterator[AddressSnapshot]:
         """By table key, each snapshot made as it is taken (as connections())."""
         entries = self._table.entries
-        return (self._address(entries[key], now) for key in sorted(entries))
+        for key in sorted(entries):
+            yield self._address(entries[key], now)
 
     def gone_addresses(self, now: float) -> list[AddressSnapshot]:
         """The addresses removed since the last call, as they were (kept only while flow
