@@ -54,7 +54,7 @@ from __future__ import annotations
 import gc
 import resource
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, CollectorRegistry, generate_latest
@@ -63,8 +63,8 @@ from . import gcpauses
 from .agent import ManagementAgent
 from .entities import address_key
 from .exposition import family, head, labelled, labels_of, number
-from .procstat import PROCESS_FAMILIES, process_figures
 from .model import Attribute, EntityType
+from .procstat import PROCESS_FAMILIES, process_figures
 
 PREFIX = "amqp_router_"
 
