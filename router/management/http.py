@@ -47,10 +47,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ..config.models import HttpListener, SslProfile
 from .agent import ManagementAgent
 from .authz import Requester
-from .metrics import Metrics
 from .http_auth import CHALLENGE, HttpAuthenticator
 from .http_resources import PREFIX, route
 from .http_responses import JSON_TYPES, MEDIA_TYPE, Response, error_response, is_json, json_response, only
+from .metrics import Metrics
 from .model import ManagementError, accepts
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -79,7 +79,8 @@ class ManagementApp:
         self.metrics = metrics
         self.sleep = sleep
         self.after_call = after_call
-        # Who asks (http_auth.py); `sleep` (the server's: trio's) holds back failed logins.
+        # `sleep` (the server's: trio's) lets the router run between a scrape's slices; with it,
+        # who asks (http_auth.py) holds back failed logins.
         self.auth = HttpAuthenticator(lambda: agent.config, agent.clock, sleep) if agent is not None else None
 
     # --- ASGI ------------------------------------------------------------------------------------
