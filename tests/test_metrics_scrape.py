@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,7 +31,7 @@ ADDRESSES = 3 * ADDRESS_SLICE + 7  # four slices, the last one short
 SUBSCRIBERS = "amqp_router_address_subscribers"
 
 
-def _scraped(app: ManagementApp) -> bytes:
+async def _get_metrics(app: ManagementApp) -> bytes:
     """GET /metrics through the ASGI callable (the way the HTTP server calls it)."""
     sent: list[Mapping[str, Any]] = []
 
@@ -41,9 +42,27 @@ def _scraped(app: ManagementApp) -> bytes:
         sent.append(message)
 
     scope = {"type": "http", "method": "GET", "path": "/metrics", "raw_path": b"/metrics", "query_string": b"", "headers": []}
-    trio.run(app, scope, receive, send)
+    await app(scope, receive, send)
     assert sent[0]["status"] == 200
     return bytes(sent[1]["body"])
+
+
+def _scraped(app: ManagementApp) -> bytes:
+    return trio.run(_get_metrics, app)
+
+
+class CountedMetrics(Metrics):
+    """Metrics that count the scrapes written."""
+
+    written = 0
+
+    def pieces(self) -> Iterator[str | None]:
+        self.written += 1
+        return super().pieces()
+
+
+async def _checkpoint(seconds: float) -> None:
+    await trio.lowlevel.checkpoint()
 
 
 def _router_with_addresses(count: int) -> tuple[RouterHarness, Any, ManagementAgent]:
@@ -104,6 +123,66 @@ def test_addresses_that_go_during_a_scrape_are_left_out_and_the_scrape_completes
     after = metric_samples(Metrics(agent).text().decode())
     assert after[("amqp_router_links", ())] == 0
     assert not [labels for name, labels in after if name == SUBSCRIBERS and dict(labels)["address"].startswith("queue/")]
+
+
+def test_overlapping_scrapes_share_one_and_the_next_writes_anew() -> None:
+    _, _, agent = _router_with_addresses(ADDRESSES)
+    metrics = CountedMetrics(agent)
+    app = ManagementApp(agent, healthy=lambda: True, metrics=metrics, sleep=_checkpoint, new_event=trio.Event)
+    bodies: list[bytes] = []
+
+    async def scrapes() -> None:
+        async def one() -> None:
+            bodies.append(await _get_metrics(app))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):  # three monitors at once
+                nursery.start_soon(one)
+        assert metrics.written == 1
+        bodies.append(await _get_metrics(app))  # one after them: a scrape of its own
+        assert metrics.written == 2
+
+    trio.run(scrapes)
+    assert len(bodies) == 4 and bodies[0] == bodies[1] == bodies[2]
+    assert metric_samples(bodies[3].decode())[(SUBSCRIBERS, (("address", "queue/0"),))] == 1
+
+
+def test_a_scrape_whose_request_goes_away_leaves_the_waiting_ones_a_scrape_of_their_own() -> None:
+    _, _, agent = _router_with_addresses(ADDRESSES)
+    metrics = CountedMetrics(agent)
+    stopped: list[bool] = []
+
+    async def sleep(seconds: float) -> None:
+        if not stopped:  # the first scrape stops at its first slice (its client is slow to go)
+            stopped.append(True)
+            await trio.sleep_forever()
+        await trio.lowlevel.checkpoint()
+
+    app = ManagementApp(agent, healthy=lambda: True, metrics=metrics, sleep=sleep, new_event=trio.Event)
+    bodies: list[bytes] = []
+
+    async def scrapes() -> None:
+        async def waiting() -> None:
+            bodies.append(await _get_metrics(app))
+
+        async def first(gone: trio.CancelScope) -> None:
+            with gone:
+                await _get_metrics(app)
+
+        async with trio.open_nursery() as nursery:
+            gone = trio.CancelScope()
+            nursery.start_soon(first, gone)
+            await trio.testing.wait_all_tasks_blocked()  # the first is writing (stopped)
+            nursery.start_soon(waiting)
+            nursery.start_soon(waiting)
+            await trio.testing.wait_all_tasks_blocked()  # both wait for it
+            assert metrics.written == 1 and bodies == []
+            gone.cancel()  # its request goes away mid-scrape
+
+    trio.run(scrapes)
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
+    assert metrics.written == 2  # the one that went, then one for both waiters
+    assert metric_samples(bodies[0].decode())[(SUBSCRIBERS, (("address", "queue/0"),))] == 1
 
 
 _LABELS = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)

@@ -39,7 +39,7 @@ Must not touch: sockets, the router's state (only the agent reads and changes it
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -61,6 +61,23 @@ Receive = Callable[[], Awaitable[Mapping[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 
+class Event(Protocol):
+    """What the server's task library gives (trio.Event): set once, awaited by many."""
+
+    def set(self) -> None: ...
+
+    async def wait(self) -> None: ...
+
+
+class _Scrape:
+    """A scrape being written: requests that arrive meanwhile wait for it and share its text
+    (None if it did not finish: each writes its own then)."""
+
+    def __init__(self, done: Event) -> None:
+        self.done = done
+        self.text: bytes | None = None
+
+
 class ManagementApp:
     """The ASGI application. `healthy()` says whether the router runs (False while it stops);
     `after_call()` runs after every agent call (the network layer flushes what it queued)."""
@@ -73,11 +90,15 @@ class ManagementApp:
         metrics: Metrics | None = None,
         after_call: Callable[[], None] = lambda: None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        new_event: Callable[[], Event] | None = None,
     ) -> None:
         self.agent = agent
         self.healthy = healthy
         self.metrics = metrics
         self.sleep = sleep
+        # Scrapes that overlap share one (without `new_event`, as in tests, each writes its own).
+        self.new_event = new_event
+        self._scraping: _Scrape | None = None
         self.after_call = after_call
         # `sleep` (the server's: trio's) lets the router run between a scrape's slices; with it,
         # who asks (http_auth.py) holds back failed logins.
@@ -154,6 +175,31 @@ class ManagementApp:
         return response
 
     async def _scrape(self) -> Response:
+        """/metrics for a request. One scrape is written at a time: a request arriving while one
+        is written waits for it and answers with its text (begun at most one scrape's time
+        before), so that many monitors, or a stranger's flood of requests (/metrics needs no
+        credentials by default), cost the router one scrape at a time, not one each."""
+        while self._scraping is not None:
+            current = self._scraping
+            await current.done.wait()
+            if current.text is not None:
+                return _metrics_response(current.text)
+            # (its request went away before it finished: the first waiter to wake writes one)
+        scrape = _Scrape(self.new_event()) if self.new_event is not None else None
+        if scrape is not None:
+            self._scraping = scrape
+        try:
+            text = await self._write_scrape()
+            if scrape is not None:
+                scrape.text = text
+            return _metrics_response(text)
+        finally:
+            if scrape is not None:
+                if self._scraping is scrape:
+                    self._scraping = None
+                scrape.done.set()
+
+    async def _write_scrape(self) -> bytes:
         """/metrics written a slice at a time, the router's connections running between slices
         (`sleep(0)`: trio's checkpoint): a scrape of a router with 10,000 addresses writes
         50,000 series."""
@@ -164,7 +210,7 @@ class ManagementApp:
                 pieces.append(piece.encode())  # (each piece apart: one 3 MB encode would be a stall of its own)
             elif self.sleep is not None:
                 await self.sleep(0)
-        return _metrics_response(b"".join(pieces))
+        return b"".join(pieces)
 
     def _answer(self, method: str, path: str, query: str, headers: Mapping[str, str], body: bytes, *,
                 requester: Requester | None, listener: HttpListener | None) -> Response:  # fmt: skip

@@ -37,4 +37,5 @@ def install_management(core: Any, agent: ManagementAgent) -> None:
 
 
 def http_app(agent: ManagementAgent, *, healthy: Callable[[], bool], after_call: Callable[[], None]) -> ManagementApp:
-    return ManagementApp(agent, healthy=healthy, metrics=Metrics(agent), after_call=after_call, sleep=trio.sleep)
+    return ManagementApp(agent, healthy=healthy, metrics=Metrics(agent), after_call=after_call, sleep=trio.sleep,
+                         new_event=trio.Event)
