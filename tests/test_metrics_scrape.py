@@ -185,7 +185,7 @@ def test_a_scrape_whose_request_goes_away_leaves_the_waiting_ones_a_scrape_of_th
     assert metric_samples(bodies[0].decode())[(SUBSCRIBERS, (("address", "queue/0"),))] == 1
 
 
-_LABELS = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_LABELS = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 _VALUES = st.one_of(
     st.integers(min_value=0, max_value=2**63), st.floats(allow_nan=True, allow_infinity=True)
 )
