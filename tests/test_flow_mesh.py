@@ -20,7 +20,7 @@ from router.amqp.message import Message, encode_message
 from router.amqp.messaging import ACCEPTED, RELEASED, Rejected
 from router.amqp.performatives import Error
 from router.config.models import Flow
-from router.core.coreread import CoreReadApi
+from router.core import coreread
 from router.flow.publish import CONTENT_TYPE, publish
 from router.flow import recorder as recorder_module
 from router.flow.recorder import FlowRecorder
@@ -336,14 +336,14 @@ def test_the_recorder_reads_whole_only_the_links_and_addresses_that_moved(monkey
     opened = [r for r in _records(h, recorders) if r["type"] == "link" and r["state"] == "open"]
     assert {r["address"] for r in opened} >= {"orders"} | {f"quiet-{i}" for i in range(20)}
     read: dict[str, int] = Counter()
-    for name in ("_link", "_address"):
-        original = getattr(CoreReadApi, name)
+    for name in ("link_snapshot", "address_snapshot"):
+        original = getattr(coreread, name)
 
         def counting(*args: Any, _original: Any = original, _name: str = name) -> Any:
             read[_name] += 1
             return _original(*args)
 
-        monkeypatch.setattr(CoreReadApi, name, staticmethod(counting))
+        monkeypatch.setattr(coreread, name, counting)
     h.advance(1.0)
     recorder.poll(h.now)
     recorder.interval(h.now)
@@ -354,8 +354,8 @@ def test_the_recorder_reads_whole_only_the_links_and_addresses_that_moved(monkey
     recorder.poll(h.now)
     recorder.interval(h.now)
     records = recorder.take(1000)
-    assert read["_address"] == 1  # "orders" alone
-    assert read["_link"] == 2  # its producer's link and its consumer's
+    assert read["address_snapshot"] == 1  # "orders" alone
+    assert read["link_snapshot"] == 2  # its producer's link and its consumer's
     assert {(r["type"], r.get("address")) for r in records} == {("address_interval", "orders"), ("link_interval", "orders")}
     assert sum(r["deliveries"] for r in records if r["type"] == "address_interval") == 1
 

@@ -21,17 +21,19 @@ ConnState): what a counter means and how it is summed (links up now plus the tot
 that are gone) is decided here, beside the records, so a renamed or added counter cannot be
 missed by a reader that sums attributes by name. Times are seconds at the core's `now`; the
 mesh's half is router.core.meshread (core.mesh).
-Owns: reading the snapshots (their types are snapshots.py's). Must not touch: the core's state
-(read only).
+Owns: which records a reader gets and when (pages, slices, what moved), and the totals; one
+record's snapshot is recordsnapshots.py's, the snapshot types snapshots.py's. Must not touch:
+the core's state (read only).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .connections import NEVER
-from .interrouter import Peer
 from .links import InLink, OutLink
+from .recordsnapshots import (
+    address_activity, address_snapshot, connection_snapshot, link_activity, link_snapshot,
+)
 from .snapshots import AddressCounts, AddressSnapshot, ConnectionSnapshot, LinkSnapshot, RouterTotals
 
 if TYPE_CHECKING:
@@ -39,42 +41,11 @@ if TYPE_CHECKING:
 
     from ..amqp.connection import Connection
     from ..amqp.login_throttle import LoginThrottle
-    from .addressentry import AddressEntry
     from .attach import Links
     from .bounds import Bounds
     from .connections import ConnState
     from .forwarding import Forwarder
     from .table import AddressTable
-
-
-def zero_credit_seconds(link: InLink | OutLink, now: float) -> int | None:
-    """Seconds since the link's credit dropped to zero (0 while it has credit; None for a link
-    that has had no credit since it attached and was never timed)."""
-    if link.link.credit > 0:
-        return 0
-    since = link.zero_credit_since
-    return None if since is None else max(0, int(now - since))
-
-
-def _address_zero_credit(e: AddressEntry, now: float) -> int | None:
-    if not e.consumers:
-        return None
-    seconds = [zero_credit_seconds(out, now) for out in e.consumers]
-    if 0 in seconds:
-        return 0
-    known = [s for s in seconds if s is not None]
-    return min(known) if len(known) == len(seconds) else None
-
-
-def _link_activity(link: InLink | OutLink) -> int:
-    """A sum of the link's counters of deliveries and outcomes (each only grows)."""
-    dropped = link.dropped if isinstance(link, InLink) else 0
-    return link.delivered + link.accepted + link.rejected + link.released + link.modified + dropped
-
-
-def _address_activity(e: AddressEntry) -> int:
-    """A sum of the address's counters of deliveries and outcomes (each only grows)."""
-    return e.deliveries_ingress + e.dropped + e.accepted + e.rejected + e.released_told + e.modified + e.released
 
 
 def _by_id(record: ConnState | InLink | OutLink) -> int:
@@ -148,39 +119,12 @@ class CoreReadApi:
         Generators written out, here and below: compiled, a generator expression is a list
         made whole."""
         for state in sorted(self._connections.values(), key=_by_id):
-            yield self._connection(state, now)
-
-    @staticmethod
-    def _connection(state: ConnState, now: float) -> ConnectionSnapshot:
-        engine, remote = state.engine, state.engine.remote_open
-        tls = state.tls
-        sessions = engine.sessions
-        peer = state.peer if isinstance(state.peer, Peer) else None
-        return ConnectionSnapshot(
-            id=state.id, container_id=remote.container_id if remote is not None else None, host=state.host,
-            role=state.role, outgoing=state.outgoing, config_name=state.listener.name,
-            sasl_mechanism=state.sasl_mechanism, user=engine.user,
-            tls_protocol=tls.protocol if tls is not None else None, tls_cipher=tls.cipher if tls is not None else None,
-            encrypted=tls is not None,
-            properties={str(k): v for k, v in (remote.properties or {}).items()} if remote is not None else None,
-            opened=state.opened, closing=state.closed,
-            # Differences of the core's clock: seconds, not timestamps, so they hold whatever the
-            # wall clock does.
-            uptime_s=max(0, int(now - state.opened_at)) if state.opened_at is not None else 0,
-            last_delivery_s=max(0, int(now - state.last_delivery)) if state.last_delivery != NEVER else None,
-            link_count=state.link_count, session_count=len(sessions), output_blocked=state.output_blocked,
-            buffered_bytes=state.buffered_bytes, held_frame_bytes=state.held_frame_bytes,
-            window_held_bytes=engine.output.held_bytes,
-            shut_windows=sum(1 for s in sessions if s.window_shut),
-            peer_shut_windows=sum(1 for out in state.out_links if out.window_shut),
-            streaming_links=len(peer.streams) if peer is not None else 0,
-            streaming_links_reclaimed=peer.streams_reclaimed if peer is not None else 0,
-        )  # fmt: skip
+            yield connection_snapshot(state, now)
 
     def links(self, now: float) -> Iterator[LinkSnapshot]:
         """By id, each snapshot made as it is taken (as connections())."""
         for link in self._live_links():
-            yield self._link(link, now)
+            yield link_snapshot(link, now)
 
     def link_credits(self) -> list[tuple[int, int]]:
         """(id, credit) of every link up, by id: what a reader polling often needs (the flow
@@ -190,11 +134,11 @@ class CoreReadApi:
     def link_activity(self) -> dict[int, int]:
         """Every live link's `LinkSnapshot.activity` by id, without the snapshots: a reader
         takes snapshots only of the links whose activity moved."""
-        return {link.id: _link_activity(link) for link in self._live_links()}
+        return {link.id: link_activity(link) for link in self._live_links()}
 
     def address_activity(self) -> dict[str, int]:
         """Every address's `AddressSnapshot.activity` by table key, without the snapshots."""
-        return {key: _address_activity(e) for key, e in self._table.entries.items()}
+        return {key: address_activity(e) for key, e in self._table.entries.items()}
 
     def address_keys(self) -> list[str]:
         """Every table key, in the table's order (no sorting: a reader taking a few addresses at
@@ -219,7 +163,7 @@ class CoreReadApi:
         entries = self._table.entries
         for key, entry in [(key, entries[key]) for key in sorted(keys) if key in entries]:
             if entries.get(key) is entry:
-                yield self._address(entry, now)
+                yield address_snapshot(entry, now)
 
     def _up_of(self, ids: Container[int]) -> Iterator[InLink | OutLink]:
         """The links with these ids, by id, each looked at when it is taken: a reader may take
@@ -232,7 +176,7 @@ class CoreReadApi:
     def links_of(self, ids: Container[int], now: float) -> Iterator[LinkSnapshot]:
         """Snapshots of the links with these ids that are up, by id, each made when it is taken."""
         for link in self._up_of(ids):  # (written out: compiled, a generator expression is a list)
-            yield self._link(link, now)
+            yield link_snapshot(link, now)
 
     def new_links_of(self, ids: Container[int], now: float) -> Iterator[tuple[LinkSnapshot, ConnectionSnapshot]]:
         """As links_of, each with its connection (one snapshot per connection)."""
@@ -240,40 +184,8 @@ class CoreReadApi:
         for link in self._up_of(ids):
             conn = connections.get(link.conn.id)
             if conn is None:
-                conn = connections[link.conn.id] = self._connection(link.conn, now)
-            yield self._link(link, now), conn
-
-    @staticmethod
-    def _link(link: InLink | OutLink, now: float) -> LinkSnapshot:
-        entry = link.entry
-        if isinstance(link, InLink):
-            between_routers = link.peer is not None
-            attached = link.address
-            undelivered, unsettled, presettled, dropped = 0, link.inflight, link.presettled, link.dropped
-            stuck, stuck_count, peer_router = False, 0, link.peer
-            size_hint: int | None = link.size_hint if link.size_hint >= 0 else None
-            max_message_size = link.link.max_message_size or 0
-        else:
-            between_routers = link.neighbour is not None
-            attached = None
-            undelivered, unsettled, presettled, dropped = len(link.pending or ()), link.outstanding, 0, 0
-            stuck, stuck_count, size_hint = link.stuck, link.stuck_count, None
-            max_message_size = link.max_message_size
-            peer_router = link.neighbour
-        mine = entry is not None and not between_routers
-        return LinkSnapshot(
-            id=link.id, name=link.link.name, incoming=isinstance(link, InLink), between_routers=between_routers,
-            table_key=entry.key if mine and entry is not None else None,
-            address=attached or (entry.address if mine and entry is not None else None),
-            connection_id=link.conn.id, up=not link.gone, capacity=link.capacity, undelivered=undelivered,
-            unsettled=unsettled, delivered=link.delivered, presettled=presettled, dropped_presettled=dropped,
-            accepted=link.accepted, rejected=link.rejected, released=link.released, modified=link.modified,
-            credit=link.link.credit, zero_credit_s=zero_credit_seconds(link, now), stuck=stuck,
-            stuck_count=stuck_count, size_hint=size_hint, max_message_size=max_message_size,
-            peer_router=peer_router, bytes=link.bytes,
-            records=link.records, records_bytes=link.records_bytes,
-            residence_hist=tuple(link.residence), settle_hist=tuple(link.settle), activity=_link_activity(link),
-        )  # fmt: skip
+                conn = connections[link.conn.id] = connection_snapshot(link.conn, now)
+            yield link_snapshot(link, now), conn
 
     def gone_links(self, now: float) -> list[tuple[LinkSnapshot, ConnectionSnapshot]]:
         """The links gone since the last call, as they were when they went, each with its
@@ -282,13 +194,13 @@ class CoreReadApi:
         if not gone:
             return []
         self._links.keep_gone = []
-        return [(self._link(link, now), self._connection(link.conn, now)) for link in gone]
+        return [(link_snapshot(link, now), connection_snapshot(link.conn, now)) for link in gone]
 
     def addresses(self, now: float) -> Iterator[AddressSnapshot]:
         """By table key, each snapshot made as it is taken (as connections())."""
         entries = self._table.entries
         for key in sorted(entries):
-            yield self._address(entries[key], now)
+            yield address_snapshot(entries[key], now)
 
     def gone_addresses(self, now: float) -> list[AddressSnapshot]:
         """The addresses removed since the last call, as they were (kept only while flow
@@ -297,26 +209,11 @@ class CoreReadApi:
         if not gone:
             return []
         self._table.keep_gone = []
-        return [self._address(e, now) for e in gone]
+        return [address_snapshot(e, now) for e in gone]
 
     def address(self, key: str | None, address: str | None, now: float) -> AddressSnapshot | None:
         """The entry with table key `key`, else (when `address` is given) the one `address` maps to."""
         entry = self._table.entries.get(key) if key is not None else None
         if entry is None and address is not None:
             entry = self._table.find(address)
-        return self._address(entry, now) if entry is not None else None
-
-    @staticmethod
-    def _address(e: AddressEntry, now: float) -> AddressSnapshot:
-        return AddressSnapshot(
-            table_key=e.key, address=e.address, distribution=e.distribution, remote_routers=tuple(sorted(e.remote)),
-            in_process=e.local is not None, consumers=len(e.consumers), producers=len(e.producers),
-            undelivered=len(e.pending),
-            unsettled=sum(out.outstanding for out in e.consumers) + sum(c.n for c in e.remote_out.values()),
-            credit=sum(out.link.credit for out in e.consumers), zero_credit_s=_address_zero_credit(e, now),
-            ingress=e.deliveries_ingress, egress=e.deliveries_egress, transit=e.deliveries_transit,
-            released=e.released, dropped=e.dropped, expired=e.expired, rejected=e.rejected, accepted=e.accepted,
-            modified=e.modified, presettled=e.presettled, bytes=e.bytes,
-            residence_hist=tuple(e.residence), settle_hist=tuple(e.settle), released_told=e.released_told,
-            redirected_to_fallback=e.redirected, activity=_address_activity(e),
-        )  # fmt: skip
+        return address_snapshot(entry, now) if entry is not None else None
