@@ -197,10 +197,8 @@ class CoreReadApi:
         return [(link_snapshot(link, now), connection_snapshot(link.conn, now)) for link in gone]
 
     def addresses(self, now: float) -> Iterator[AddressSnapshot]:
-        """By table key, each snapshot made as it is taken (as connections())."""
-        entries = self._table.entries
-        for key in sorted(entries):
-            yield address_snapshot(entries[key], now)
+        """By table key, each snapshot made as it is taken (addresses_of every key)."""
+        return self.addresses_of(self._table.entries, now)
 
     def gone_addresses(self, now: float) -> list[AddressSnapshot]:
         """The addresses removed since the last call, as they were (kept only while flow

@@ -1,8 +1,7 @@
 """Prometheus's text exposition format (version 0.0.4), written directly.
 
     family("amqp_router_links", "gauge", "Attached links.", [(" ", 3)])   # " ": no labels
-    labelled("address", 'a"b')                     # '{address="a\\"b"} '
-    sample_line("amqp_router_x_total", label, 7)   # one line of a family: '...{address="a\\"b"} 7.0\n'
+    labelled("address", 'a"b')                     # '{address="a\\"b"} ', a sample's labels
 
 Owns: the format's lines (HELP and TYPE, samples), escaping of help texts and label values,
 how numbers are written. Why not the client library's families: they make a Sample tuple and a
@@ -60,7 +59,7 @@ def head(name: str, kind: str, help_text: str) -> str:
     return f"# HELP {name} {_escape_help(help_text)}\n# TYPE {name} {kind}\n"
 
 
-def sample_line(name: str, labels: str, value: float) -> str:
+def _sample_line(name: str, labels: str, value: float) -> str:
     """One sample: `labels` as labelled() or labels_of() write them, or " " for none."""
     return f"{name}{labels}{number(value)}\n"
 
@@ -68,4 +67,4 @@ def sample_line(name: str, labels: str, value: float) -> str:
 def family(name: str, kind: str, help_text: str, samples: Iterable[tuple[str, float]]) -> str:
     """A whole family: its head and one line per (labels, value); a family with no samples is
     still described (as the client library writes it)."""
-    return head(name, kind, help_text) + "".join(sample_line(name, labels, value) for labels, value in samples)
+    return head(name, kind, help_text) + "".join(_sample_line(name, labels, value) for labels, value in samples)

@@ -195,8 +195,7 @@ class ManagementApp:
             return _metrics_response(text)
         finally:
             if scrape is not None:
-                if self._scraping is scrape:
-                    self._scraping = None
+                self._scraping = None  # (only a writer sets it, and one writes at a time)
                 scrape.done.set()
 
     async def _write_scrape(self) -> bytes:

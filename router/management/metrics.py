@@ -134,6 +134,7 @@ ADDRESS_GAUGES = (
     ("address_subscribers", "Local consumers of the address.", "subscriberCount"),
     ("address_remote_subscribers", "Other routers with consumers of the address.", "remoteCount"),
 )
+VHOST_GAUGES = (("vhost_connections", "Client connections open in the vhost.", "connectionsCurrent"),)
 
 
 def _number(value: Any) -> float | None:
@@ -144,6 +145,11 @@ def _number(value: Any) -> float | None:
 # millisecond's work each, compiled or not).
 ADDRESS_SLICE = 250
 _ADDRESS_LABEL = "address"
+# (name, kind, help) of the per-address families, in the order _per_address writes their lines.
+_ADDRESS_FAMILIES = tuple(
+    [(PREFIX + name + "_total", "counter", doc) for name, doc, _ in ADDRESS_COUNTERS]
+    + [(PREFIX + name, "gauge", doc) for name, doc, _ in ADDRESS_GAUGES]
+)
 
 
 class Metrics:
@@ -182,30 +188,20 @@ class Metrics:
                 yield family(PREFIX + name + "_total", "counter", doc, [(" ", value * factor)])
         yield None
         yield from self._per_address()
-        yield from self._per_entity("listener", "listener", "name", LISTENER_COUNTERS)
-        yield from self._per_entity("vhostStats", "vhost", "hostname", VHOST_COUNTERS)
-        current = [(labelled("vhost", str(e.get("hostname", ""))), e["connectionsCurrent"])
-                   for e in self.agent.entities("vhostStats") if _number(e.get("connectionsCurrent")) is not None]  # fmt: skip
-        yield family(PREFIX + "vhost_connections", "gauge", "Client connections open in the vhost.", current)
+        yield from _per_entity(self.agent.entities("listener"), "listener", "name", LISTENER_COUNTERS)
+        vhosts = self.agent.entities("vhostStats")
+        yield from _per_entity(vhosts, "vhost", "hostname", VHOST_COUNTERS)
+        yield from _per_entity(vhosts, "vhost", "hostname", VHOST_GAUGES, "gauge")
         yield from _gc_pauses()
         yield from _process()
         yield generate_latest(self._runtime).decode()
-
-    def _per_entity(self, type_name: str, label: str, label_attribute: str,
-                    table: tuple[tuple[str, str, str], ...]) -> Iterator[str]:  # fmt: skip
-        entities = self.agent.entities(type_name)
-        for name, doc, attribute in table:
-            samples = [(labelled(label, str(e.get(label_attribute, ""))), e[attribute])
-                       for e in entities if _number(e.get(attribute)) is not None]  # fmt: skip
-            yield family(PREFIX + name + "_total", "counter", doc, samples)
 
     def _per_address(self) -> Iterator[str | None]:
         """Five families of one series per address. Read a slice at a time: an address removed
         before its slice is left out, one added after the scrape began waits for the next."""
         read = self.agent.core.read
         keys = read.address_keys()
-        names = [PREFIX + name + "_total" for name, _, _ in ADDRESS_COUNTERS] + [PREFIX + name for name, _, _ in ADDRESS_GAUGES]
-        ingress, egress, transit, subscribers, remote = names
+        ingress, egress, transit, subscribers, remote = (name for name, _, _ in _ADDRESS_FAMILIES)
         lines: list[list[str]] = [[], [], [], [], []]
         for start in range(0, len(keys), ADDRESS_SLICE):
             if start:
@@ -217,11 +213,21 @@ class Metrics:
                 lines[2].append(f"{transit}{label}{number(counts.transit)}\n")
                 lines[3].append(f"{subscribers}{label}{number(counts.consumers)}\n")
                 lines[4].append(f"{remote}{label}{number(counts.remote_routers)}\n")
-        docs = [(doc, "counter") for _, doc, _ in ADDRESS_COUNTERS] + [(doc, "gauge") for _, doc, _ in ADDRESS_GAUGES]
-        for name, (doc, kind), written in zip(names, docs, lines):
+        for (name, kind, doc), written in zip(_ADDRESS_FAMILIES, lines):
             yield None
             yield head(name, kind, doc) + "".join(written)
         yield None
+
+
+def _per_entity(entities: list[dict[str, Any]], label: str, label_attribute: str,
+                table: tuple[tuple[str, str, str], ...], kind: str = "counter") -> Iterator[str]:  # fmt: skip
+    """One family per (name, help, attribute) of `table`, a series per entity labelled by its
+    `label_attribute`."""
+    suffix = "_total" if kind == "counter" else ""
+    for name, doc, attribute in table:
+        samples = [(labelled(label, str(e.get(label_attribute, ""))), e[attribute])
+                   for e in entities if _number(e.get(attribute)) is not None]  # fmt: skip
+        yield family(PREFIX + name + suffix, kind, doc, samples)
 
 
 def _gc_pauses() -> Iterator[str]:
