@@ -10,8 +10,9 @@ what is measured; `--clients python` runs them as two processes of our own trio 
 (CLOCK_MONOTONIC, the same clock in every process); latency is the consumer's arrival time minus
 it, over the messages sent in the measured window (after a warm-up). Also reported: the router's
 CPU over the window, and the clients' (they share the machine's cores with the router), the
-router's garbage collections and the time they held it, per generation, from just before the
-window to the end of the run (with the loadgen clients: an outlier in the latencies may be one),
+router's garbage collections and the time they held it, per generation, from before the warm-up
+to the end of the run, its closes included (with the loadgen clients: an outlier in the
+latencies may be one),
 and the same with a single pair: the floor the clients and the sockets give on an otherwise
 idle path.
 
@@ -155,7 +156,7 @@ def _router_gc(port: int) -> tuple[list[int], list[float]]:
 
 
 def _gc_between(before: tuple[list[int], list[float]], after: tuple[list[int], list[float]]) -> dict[str, Any]:
-    """The collections and their time between two reads (just before the window, after the run)."""
+    """The collections and their time between two reads (before the warm-up, after the run)."""
     return {"router_gc_collections": [b - a for a, b in zip(before[0], after[0])],
             "router_gc_pause_ms": [round((b - a) * 1e3, 2) for a, b in zip(before[1], after[1])]}  # fmt: skip
 
@@ -221,8 +222,8 @@ def run_pairs_loadgen(pairs: int, rate: float, seconds: float, warmup: float) ->
             if len(window) != 3 or window[0] != "window":
                 raise RuntimeError(f"loadgen pairs did not start: {proc.stderr.read() if proc.stderr else ''}")
             first, last = int(window[1]), int(window[2])
-            # The collections are read before the window and after the run, not in it: a read is
-            # a connection and a management request, which the latencies would count.
+            # The collections are read before the warm-up and after the run, not in the window: a
+            # read is a connection and a management request, which the latencies would count.
             gc0 = _router_gc(r.port)
             time.sleep(max(0.0, (first - time.monotonic_ns()) / 1e9))
             cpu0 = [_cpu_seconds(p) for p in (r.proc.pid, proc.pid)]
